@@ -1,0 +1,3 @@
+from faultwatch.cli import main
+import sys
+sys.exit(main())

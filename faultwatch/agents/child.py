@@ -1,0 +1,123 @@
+"""The supervised child process: spawned in its own process group, signalled as a group."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal as _signal
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from faultwatch.errors import ChildError
+
+# Large stream-reader buffers so a burst of output is absorbed before the pipe pauses.
+_READ_LIMIT = 1 << 20
+_GROUP_POLL_S = 0.05
+
+
+@dataclass(frozen=True)
+class ExitStatus:
+    """How the child ended: exit_code as a shell reports it (128+N when killed by signal N)."""
+
+    exit_code: int
+    signal: int | None = None
+
+    @classmethod
+    def from_returncode(cls, rc: int) -> ExitStatus:
+        if rc < 0:
+            return cls(exit_code=128 - rc, signal=-rc)
+        return cls(exit_code=rc, signal=None)
+
+
+class Child:
+    """A command running in its own session/process group with stdout and stderr piped."""
+
+    def __init__(self, proc: asyncio.subprocess.Process, cmd: Sequence[str]):
+        self._proc = proc
+        self.cmd: tuple[str, ...] = tuple(cmd)
+        self.pid: int = proc.pid
+        self.pgid: int = proc.pid  # start_new_session=True makes the child its group's leader
+        assert proc.stdout is not None and proc.stderr is not None
+        self.stdout: asyncio.StreamReader = proc.stdout
+        self.stderr: asyncio.StreamReader = proc.stderr
+        self._status: ExitStatus | None = None
+
+    @classmethod
+    async def spawn(cls, cmd: Sequence[str], env: Mapping[str, str] | None = None) -> Child:
+        """Start cmd with piped stdout/stderr, stdin from /dev/null, in a new session."""
+        if not cmd:
+            raise ChildError("cannot start child: empty command")
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *cmd,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                env=dict(env) if env is not None else None,
+                start_new_session=True,
+                limit=_READ_LIMIT,
+            )
+        except OSError as e:
+            shown = repr(list(cmd))
+            if len(shown) > 300:
+                shown = shown[:300] + "...]"
+            raise ChildError(f"cannot start {shown}: {e}") from e
+        return cls(proc, cmd)
+
+    @property
+    def returncode(self) -> int | None:
+        """The raw returncode (negative signal number) once the leader exited, else None."""
+        return self._proc.returncode
+
+    async def wait(self) -> ExitStatus:
+        """Wait for the group leader to exit and return its status."""
+        rc = await self._proc.wait()
+        if self._status is None:
+            self._status = ExitStatus.from_returncode(rc)
+        return self._status
+
+    def signal_group(self, sig: int) -> None:
+        """Send sig to every process of the child's group (gone groups are ignored)."""
+        try:
+            os.killpg(self.pgid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def group_alive(self) -> bool:
+        """Whether any process (the leader or a leftover) is still in the child's group."""
+        try:
+            os.killpg(self.pgid, 0)
+        except (ProcessLookupError, PermissionError):
+            return False
+        return True
+
+    async def stop(self, grace_s: float = 10.0) -> ExitStatus:
+        """SIGTERM the group; SIGKILL it after grace_s; also reap leftovers after the leader."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + grace_s
+        if self.returncode is None:
+            self.signal_group(_signal.SIGTERM)
+            try:
+                await asyncio.wait_for(self.wait(), timeout=grace_s)
+            except TimeoutError:
+                self.signal_group(_signal.SIGKILL)
+        status = await self.wait()
+        await self.kill_leftovers(max(0.0, deadline - loop.time()), term_first=False)
+        return status
+
+    async def kill_leftovers(self, grace_s: float = 0.0, term_first: bool = True) -> bool:
+        """After the leader exited: give group members grace_s to go, then SIGKILL them.
+
+        Returns True when some member had to be killed."""
+        if not self.group_alive():
+            return False
+        if term_first:
+            self.signal_group(_signal.SIGTERM)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + grace_s
+        while loop.time() < deadline:
+            await asyncio.sleep(_GROUP_POLL_S)
+            if not self.group_alive():
+                return False
+        self.signal_group(_signal.SIGKILL)
+        return True

@@ -1,0 +1,328 @@
+"""Turning a child's raw output bytes into Lines: splitting, \\r progress, truncation, tee."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import os
+import re
+import threading
+import time
+from collections.abc import Callable
+
+from faultwatch.core.events import CR_PROGRESS, INVALID_UTF8, TRUNCATED, Line
+
+_DELIM = re.compile(rb"\r\n|\r|\n")
+_TEE_MAX_BUFFER = 8 << 20
+_TAIL_QUIET_S = 0.05  # the drawn bar is emitted only after the stream paused this long
+
+
+def _trim_partial_utf8(b: bytes) -> bytes:
+    """Drop an incomplete UTF-8 sequence at the end of b (left there by truncation)."""
+    n = len(b)
+    i = n - 1
+    while i >= 0 and n - i <= 3 and (b[i] & 0xC0) == 0x80:
+        i -= 1
+    if i < 0:
+        return b
+    lead = b[i]
+    if lead >> 5 == 0b110:
+        need = 2
+    elif lead >> 4 == 0b1110:
+        need = 3
+    elif lead >> 3 == 0b11110:
+        need = 4
+    else:
+        need = 1
+    return b[:i] if need > 1 and n - i < need else b
+
+
+class LineSplitter:
+    """Pure per-stream splitter: bytes in, Lines out; no I/O and no clock of its own."""
+
+    def __init__(self, stream: str, max_line_bytes: int = 65536,
+                 progress_interval_s: float = 1.0):
+        if max_line_bytes < 4:
+            raise ValueError("max_line_bytes must be at least 4")
+        self.stream = stream
+        self.max_line_bytes = max_line_bytes
+        self.progress_interval_s = progress_interval_s
+        self.next_seq = 0
+        self.last_activity_ts: float | None = None  # last line end or \r update seen
+        self._buf = bytearray()  # first max_line_bytes of the current segment
+        self._len = 0  # full byte length of the current segment
+        self._in_cr = False  # the current line has had \r-terminated segments
+        self._held_cr = False  # data ended with \r: it may be the first half of \r\n
+        self._pending: tuple[bytes, int] | None = None  # rate-limited progress update
+        self._tail_emitted = False  # the unterminated \r segment was already emitted by tick
+        self._last_feed_ts = float("-inf")
+        self._next_progress_ts = float("-inf")
+
+    # ---- public --------------------------------------------------------------------
+    @property
+    def has_pending(self) -> bool:
+        """A \\r update waits to be emitted (see tick / pending_due).
+
+        That is a rate-limited \\r-terminated update, or the bar currently drawn: the text
+        after the last \\r, which tqdm leaves unterminated until its next redraw."""
+        return self._pending is not None or self._tail_waiting
+
+    @property
+    def pending_due(self) -> float | None:
+        """When tick() may emit the held \\r update, or None if none is held."""
+        if not self.has_pending:
+            return None
+        return max(self._next_progress_ts, self._last_feed_ts + _TAIL_QUIET_S)
+
+    @property
+    def _tail_waiting(self) -> bool:
+        return self._in_cr and self._len > 0 and not self._tail_emitted
+
+    def feed(self, data: bytes, ts: float) -> list[Line]:
+        out: list[Line] = []
+        if not data:
+            return out
+        self._last_feed_ts = ts
+        mv = memoryview(data)
+        pos = 0
+        if self._held_cr:
+            self._held_cr = False
+            if data[0:1] == b"\n":
+                self._end_line(ts, out)
+                pos = 1
+            else:
+                self._end_cr(ts, out)
+        if b"\r" not in data:
+            self._feed_lf_only(data, mv, pos, ts, out)
+            return out
+        end = len(data)
+        for m in _DELIM.finditer(data, pos):
+            s = m.start()
+            if s > pos:
+                self._append(mv[pos:s])
+            pos = m.end()
+            d = m.group()
+            if d == b"\r":
+                if pos == end:
+                    self._held_cr = True
+                else:
+                    self._end_cr(ts, out)
+            else:
+                self._end_line(ts, out)
+        if pos < end:
+            self._append(mv[pos:end])
+        return out
+
+    def tick(self, ts: float) -> list[Line]:
+        """Emit the held \\r update if its rate-limit interval has passed."""
+        out: list[Line] = []
+        due = self.pending_due
+        if due is None or ts < due:
+            return out
+        if self._tail_waiting:
+            if self._buf.strip():
+                raw, n = bytes(self._buf), self._len
+                self._emit(raw, n, CR_PROGRESS, ts, out)
+                self.last_activity_ts = ts
+            self._tail_emitted = True
+        elif self._pending is not None:
+            raw, n = self._pending
+            self._emit(raw, n, CR_PROGRESS, ts, out)
+        self._pending = None
+        self._next_progress_ts = ts + self.progress_interval_s
+        return out
+
+    def flush(self, ts: float) -> list[Line]:
+        """End of stream: emit the unterminated last line and any held \\r update."""
+        out: list[Line] = []
+        if self._held_cr:
+            self._held_cr = False
+            self._end_cr(ts, out)
+        if self._len or self._in_cr:
+            self._end_line(ts, out)  # also emits a held \r update
+        return out
+
+    # ---- internals -------------------------------------------------------------------
+    def _feed_lf_only(self, data: bytes, mv: memoryview, pos: int, ts: float,
+                      out: list[Line]) -> None:
+        nl = data.find(b"\n", pos)
+        if nl < 0:
+            self._append(mv[pos:])
+            return
+        self._append(mv[pos:nl])
+        self._end_line(ts, out)
+        pos = nl + 1
+        end = data.rfind(b"\n") + 1
+        if end > pos:
+            limit = self.max_line_bytes
+            for raw in data[pos:end - 1].split(b"\n"):
+                if len(raw) > limit:
+                    self._emit(raw[:limit], len(raw), TRUNCATED, ts, out)
+                else:
+                    self._emit(raw, 0, 0, ts, out)
+            self.last_activity_ts = ts
+        if end < len(data):
+            self._append(mv[end:])
+
+    def _append(self, chunk: memoryview) -> None:
+        if self._tail_emitted and len(chunk):
+            self._tail_emitted = False  # the bar grew after tick emitted it
+        room = self.max_line_bytes - len(self._buf)
+        if room > 0:
+            self._buf += chunk[:room]
+        self._len += len(chunk)
+
+    def _take(self) -> tuple[bytes, int]:
+        raw, n = bytes(self._buf), self._len
+        self._buf.clear()
+        self._len = 0
+        return raw, n
+
+    def _end_line(self, ts: float, out: list[Line]) -> None:
+        raw, n = self._take()
+        self.last_activity_ts = ts
+        if not self._in_cr:
+            self._emit(raw, n, TRUNCATED if n > len(raw) else 0, ts, out)
+            return
+        self._in_cr = False
+        if self._tail_emitted:
+            self._tail_emitted = False
+            self._pending = None
+        elif raw.strip():
+            self._pending = None
+            self._emit(raw, n, CR_PROGRESS | (TRUNCATED if n > len(raw) else 0), ts, out)
+        elif self._pending is not None:
+            praw, pn = self._pending
+            self._pending = None
+            self._emit(praw, pn, CR_PROGRESS | (TRUNCATED if pn > len(praw) else 0), ts, out)
+        self._next_progress_ts = float("-inf")
+
+    def _end_cr(self, ts: float, out: list[Line]) -> None:
+        raw, n = self._take()
+        self._in_cr = True
+        if self._tail_emitted:  # tick already emitted this segment
+            self._tail_emitted = False
+            return
+        if not raw.strip():  # an empty or whitespace-only segment clears the bar: not output
+            return
+        self.last_activity_ts = ts
+        if ts >= self._next_progress_ts:
+            self._pending = None
+            self._next_progress_ts = ts + self.progress_interval_s
+            self._emit(raw, n, CR_PROGRESS | (TRUNCATED if n > len(raw) else 0), ts, out)
+        else:
+            self._pending = (raw, n)
+
+    def _emit(self, raw: bytes, n: int, flags: int, ts: float, out: list[Line]) -> None:
+        if n > len(raw):
+            flags |= TRUNCATED
+            raw = _trim_partial_utf8(raw)
+        else:
+            n = 0
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            text = raw.decode("utf-8", "replace")
+            flags |= INVALID_UTF8
+        out.append(Line(self.stream, self.next_seq, ts, text, flags, n))
+        self.next_seq += 1
+
+
+class TeeWriter:
+    """Copies raw chunks to an fd from a thread, never blocking the caller.
+
+    At most max_buffer bytes wait; beyond that chunks are dropped and counted. A dead fd
+    (EPIPE, EBADF, ...) makes every later write a counted drop, never an exception."""
+
+    def __init__(self, fd: int, max_buffer: int = _TEE_MAX_BUFFER):
+        self.fd = fd
+        self.max_buffer = max_buffer
+        self.dropped_bytes = 0
+        self.dead = False
+        self._q: collections.deque[bytes] = collections.deque()
+        self._queued = 0
+        self._closed = False
+        self._cv = threading.Condition()
+        self._thread = threading.Thread(target=self._run, name=f"tee-fd{fd}", daemon=True)
+        self._thread.start()
+
+    def write(self, data: bytes) -> None:
+        with self._cv:
+            if self.dead or self._closed or self._queued + len(data) > self.max_buffer:
+                self.dropped_bytes += len(data)
+                return
+            self._q.append(data)
+            self._queued += len(data)
+            self._cv.notify()
+
+    def close(self) -> None:
+        with self._cv:
+            self._closed = True
+            self._cv.notify()
+
+    async def aclose(self, timeout: float = 5.0) -> None:
+        """Close and wait (off the event loop) up to timeout for the backlog to drain."""
+        self.close()
+        await asyncio.to_thread(self._thread.join, timeout)
+
+    def _run(self) -> None:
+        while True:
+            with self._cv:
+                while not self._q and not self._closed:
+                    self._cv.wait()
+                if not self._q:
+                    return
+                data = self._q.popleft()
+            try:
+                mv = memoryview(data)
+                while mv:
+                    mv = mv[os.write(self.fd, mv):]
+            except OSError:
+                with self._cv:
+                    self.dead = True
+                    self.dropped_bytes += len(data) + sum(len(d) for d in self._q)
+                    self._q.clear()
+                    self._queued = 0
+                continue
+            with self._cv:
+                self._queued -= len(data)
+
+
+async def pump(reader: asyncio.StreamReader, splitter: LineSplitter, tee_fd: int | None,
+               sink: Callable[[list[Line]], None], clock: Callable[[], float] = time.time,
+               chunk_size: int = 65536, tee: TeeWriter | None = None) -> None:
+    """Read reader to EOF in chunks: tee every raw chunk, split it, hand Lines to sink.
+
+    sink must not block. A held \\r update is emitted once its interval passes even when
+    the stream then stays silent. Pass `tee` to keep the TeeWriter (and its counters)."""
+    own_tee = tee is None and tee_fd is not None
+    if own_tee:
+        assert tee_fd is not None
+        tee = TeeWriter(tee_fd)
+    try:
+        while True:
+            due = splitter.pending_due
+            if due is None:
+                data = await reader.read(chunk_size)
+            else:
+                try:
+                    data = await asyncio.wait_for(reader.read(chunk_size),
+                                                  timeout=max(0.0, due - clock()) + 0.001)
+                except TimeoutError:
+                    lines = splitter.tick(clock())
+                    if lines:
+                        sink(lines)
+                    continue
+            if not data:
+                break
+            if tee is not None:
+                tee.write(data)
+            lines = splitter.feed(data, clock())
+            if lines:
+                sink(lines)
+        lines = splitter.flush(clock())
+        if lines:
+            sink(lines)
+    finally:
+        if own_tee and tee is not None:
+            await tee.aclose()

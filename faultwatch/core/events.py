@@ -1,0 +1,146 @@
+"""Plain event objects that flow through both stages: lines, rule matches and job signals."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+STDOUT = "stdout"
+STDERR = "stderr"
+EXIT_STREAM = "exit"
+
+# Line.flags bits
+TRUNCATED = 1  # the line was longer than the agent's limit; Line.orig_len holds its length
+INVALID_UTF8 = 2  # the bytes were not valid UTF-8 and were decoded with replacement
+CR_PROGRESS = 4  # a carriage-return-only update (tqdm bar), kept as a progress line
+
+Category = Literal["retryable", "hardware", "fatal", "unknown"]
+CATEGORIES: tuple[str, ...] = ("retryable", "hardware", "fatal")
+ACTIONS: tuple[str, ...] = ("restart", "blacklist", "fail", "notify")
+
+
+@dataclass(frozen=True, slots=True)
+class Line:
+    """One line of a child's output as the agent read it (without the newline)."""
+
+    stream: str
+    seq: int
+    ts: float
+    text: str
+    flags: int = 0
+    orig_len: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Match:
+    """A rule that matched a line (or an exit status), before it is tied to a job."""
+
+    rule: str
+    category: str
+    cascade: bool
+    ts: float
+    line: str
+    rank: int | None = None
+    stream: str = STDERR
+    seq: int = -1
+    action: str | None = None
+    context: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class TailLine:
+    """A recent line kept as evidence for silence decisions."""
+
+    rank: int | None
+    ts: float
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class RunStart:
+    """An agent started (or restarted) its child for an attempt of a job."""
+
+    job: str
+    attempt: int
+    node: str
+    ts: float
+    run_id: str = ""
+    world_size: int | None = None
+    nnodes: int | None = None
+    rank: int | None = None
+    local_ranks: tuple[int, ...] = ()
+    host: str = ""
+    pid: int = 0
+    cmd: tuple[str, ...] = ()
+    agent_version: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Output:
+    """A batch of a node's output: liveness per rank and the last lines as evidence."""
+
+    job: str
+    attempt: int
+    node: str
+    ts: float
+    count: int
+    rank_last_ts: tuple[tuple[int | None, float], ...] = ()
+    tail: tuple[TailLine, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Hit:
+    """A rule match tied to the job, attempt and node it came from."""
+
+    job: str
+    attempt: int
+    node: str
+    match: Match
+
+
+@dataclass(frozen=True, slots=True)
+class Heartbeat:
+    """The agent's own view of its child, in agent time (event time for hang decisions)."""
+
+    job: str
+    attempt: int
+    node: str
+    ts: float
+    alive: bool
+    last_output_ts: float | None
+    started_ts: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Exit:
+    """The child ended: exit_code as the shell reports it (128+N when killed by signal N)."""
+
+    job: str
+    attempt: int
+    node: str
+    ts: float
+    exit_code: int
+    signal: int | None = None
+
+
+Signal = RunStart | Output | Hit | Heartbeat | Exit
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """What to do about a job, and why; `id` is deterministic so consumers can dedupe."""
+
+    id: str
+    job: str
+    attempt: int
+    action: str
+    kind: str
+    ts: float
+    nodes: tuple[str, ...] = ()
+    ranks: tuple[int, ...] = ()
+    rule: str | None = None
+    category: str | None = None
+    message: str = ""
+    evidence: dict[str, object] = field(default_factory=dict)
+    budgets: dict[str, object] = field(default_factory=dict)
+    rules_version: str = ""

@@ -1,0 +1,89 @@
+"""The policy knobs (AIMaster's parameters, pythonic names, units in names) and their validation."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from typing import Any
+
+from faultwatch.errors import ConfigError
+
+EXECUTION_MODES = ("sync", "async")
+FAULT_TOLERANT_POLICIES = ("on_failure", "exit_code_and_error_msg", "never")
+
+
+@dataclass(frozen=True)
+class Policy:
+    """How a job's failures, hangs and exit hangs turn into decisions."""
+
+    execution_mode: str = "sync"
+    enable_restart: bool = True
+    max_restarts: int = 3
+    hang_detection: bool = True
+    hang_window_s: float = 300.0
+    exit_hang_detection: bool = True
+    exit_hang_window_s: float = 300.0
+    fault_tolerant_policy: str = "exit_code_and_error_msg"
+    max_same_error: int = 10
+    max_failure_rate: float = -1.0
+    settle_s: float = 3.0
+    retryable_errors: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.execution_mode not in EXECUTION_MODES:
+            raise ConfigError("execution_mode", f"must be one of {', '.join(EXECUTION_MODES)}")
+        if self.fault_tolerant_policy not in FAULT_TOLERANT_POLICIES:
+            raise ConfigError("fault_tolerant_policy",
+                              f"must be one of {', '.join(FAULT_TOLERANT_POLICIES)}")
+        for name in ("hang_window_s", "exit_hang_window_s"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(name, "must be > 0 seconds")
+        if self.settle_s < 0:
+            raise ConfigError("settle_s", "must be >= 0 seconds")
+        if self.max_restarts < 0:
+            raise ConfigError("max_restarts", "must be >= 0")
+        if self.max_same_error < 1:
+            raise ConfigError("max_same_error", "must be >= 1")
+        if self.max_failure_rate != -1 and not 0 < self.max_failure_rate <= 1:
+            raise ConfigError("max_failure_rate", "must be in (0, 1], or -1 for off")
+
+    def with_overrides(self, values: Mapping[str, Any]) -> Policy:
+        """A copy with the given keys replaced; unknown keys and wrong types are ConfigErrors."""
+        known = {f.name: f for f in fields(self)}
+        changes: dict[str, Any] = {}
+        for key, value in values.items():
+            if value is None:
+                continue
+            if key not in known:
+                raise ConfigError(key, "unknown policy key")
+            current = getattr(self, key)
+            changes[key] = _coerce(key, value, current)
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["retryable_errors"] = list(self.retryable_errors)
+        return d
+
+
+def _coerce(key: str, value: Any, current: Any) -> Any:
+    if isinstance(current, bool):
+        if not isinstance(value, bool):
+            raise ConfigError(key, f"expected true/false, got {value!r}")
+        return value
+    if isinstance(current, int):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(key, f"expected an integer, got {value!r}")
+        return value
+    if isinstance(current, float):
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ConfigError(key, f"expected a number, got {value!r}")
+        return float(value)
+    if isinstance(current, tuple):
+        if isinstance(value, str) or not all(isinstance(v, str) for v in value):
+            raise ConfigError(key, "expected a list of strings")
+        return tuple(value)
+    if not isinstance(value, str):
+        raise ConfigError(key, f"expected a string, got {value!r}")
+    return value

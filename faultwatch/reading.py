@@ -1,0 +1,75 @@
+"""Reading topics back for people and scripts: `faultwatch decisions` and `faultwatch logs`."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, TopicPartition
+
+from faultwatch.errors import DecodeError
+from faultwatch.logs import log_event
+from faultwatch.wire import decode
+
+
+async def read_topic(bootstrap: str, topic: str, *, follow: bool = False,
+                     key: bytes | None = None,
+                     poll_ms: int = 500) -> AsyncIterator[tuple[Any, dict[str, Any]]]:
+    """Decoded records of a topic from the beginning; stop at the end unless following.
+
+    Undecodable records are reported (topic, partition, offset) and skipped, never fatal.
+    """
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
+                                group_id=None, client_id=f"faultwatch-reader-{uuid.uuid4().hex[:6]}")
+    await consumer.start()
+    try:
+        parts = await _partitions(consumer, topic)
+        if not parts:
+            if not follow:
+                return
+            while not parts:
+                await asyncio.sleep(poll_ms / 1000)
+                parts = await _partitions(consumer, topic)
+        tps = [TopicPartition(topic, p) for p in sorted(parts)]
+        consumer.assign(tps)
+        await consumer.seek_to_beginning(*tps)
+        end = await consumer.end_offsets(tps)
+        done = {tp for tp in tps if end[tp] == 0}
+        while follow or len(done) < len(tps):
+            batch = await consumer.getmany(timeout_ms=poll_ms)
+            for tp, msgs in batch.items():
+                for msg in msgs:
+                    if key is None or msg.key == key:
+                        try:
+                            yield msg, decode(msg.value)
+                        except DecodeError as e:
+                            log_event("undecodable_record", topic=msg.topic,
+                                      partition=msg.partition, offset=msg.offset, error=str(e))
+                    if msg.offset + 1 >= end[tp]:
+                        done.add(tp)
+            if not follow:
+                for tp in tps:
+                    if tp not in done and await consumer.position(tp) >= end[tp]:
+                        done.add(tp)
+    finally:
+        await consumer.stop()
+
+
+async def _partitions(consumer: AIOKafkaConsumer, topic: str) -> set[int]:
+    await consumer._client.force_metadata_update()  # noqa: SLF001 - refresh for new topics
+    return consumer.partitions_for_topic(topic) or set()
+
+
+def run_reader(gen: AsyncIterator[Any], emit: Callable[[Any], None]) -> int:
+    """Drive an async reader to completion from sync CLI code; Ctrl-C ends it quietly."""
+    async def main() -> None:
+        async for item in gen:
+            emit(item)
+
+    try:
+        asyncio.run(main())
+    except KeyboardInterrupt:
+        pass
+    return 0

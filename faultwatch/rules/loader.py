@@ -1,0 +1,378 @@
+"""Reads rule files (YAML, with line marks), validates them all at once and merges them."""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from faultwatch.core.events import ACTIONS, CATEGORIES
+from faultwatch.errors import RuleError, RuleProblem
+from faultwatch.rules import validate as v
+from faultwatch.rules.model import DEFAULT_PRIORITY, KINDS, POLICY_KEYS, Rule, RuleSet, RuleTest
+
+BUILTIN_DIR = Path(__file__).parent / "builtin"
+TOP_KEYS = ("version", "rules", "policy")
+RULE_KEYS = ("id", "kind", "category", "contains", "regex", "exit_codes", "signals", "stream",
+             "action", "cascade", "description", "tests", "disabled", "ignore_case", "priority",
+             "stage", "opens", "hang_window_s")
+TEST_KEYS = ("match", "no_match")
+TEST_ITEM_KEYS = ("line", "step", "total")
+
+
+def builtin_paths() -> list[Path]:
+    """The built-in rule files, sorted."""
+    return sorted(BUILTIN_DIR.glob("*.yaml"))
+
+
+@dataclass
+class FileResult:
+    """What one file contributes: rules, disabled ids, policy entries and problems."""
+
+    path: str
+    rules: list[Rule] = field(default_factory=list)
+    disabled: list[tuple[str, int]] = field(default_factory=list)
+    policy: dict[str, object] = field(default_factory=dict)
+    problems: list[RuleProblem] = field(default_factory=list)
+
+
+def _line(node: yaml.Node) -> int:
+    return node.start_mark.line + 1
+
+
+def _suggest(key: str, allowed: Iterable[str]) -> str:
+    close = difflib.get_close_matches(key, list(allowed), n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+class _FileParser:
+    def __init__(self, path: str, text: str):
+        self.res = FileResult(path)
+        self.text = text
+        self.loader = yaml.SafeLoader(text)
+
+    def problem(self, node: yaml.Node | int, message: str, rule_id: str | None = None) -> None:
+        line = node if isinstance(node, int) else _line(node)
+        self.res.problems.append(RuleProblem(self.res.path, line, message, rule_id))
+
+    def scalar(self, node: yaml.Node) -> Any:
+        return self.loader.construct_object(node, deep=True)
+
+    def mapping(self, node: yaml.Node, what: str, allowed: Sequence[str],
+                rule_id: str | None = None) -> dict[str, tuple[yaml.Node, yaml.Node]] | None:
+        if not isinstance(node, yaml.MappingNode):
+            self.problem(node, f"{what} must be a mapping", rule_id)
+            return None
+        out: dict[str, tuple[yaml.Node, yaml.Node]] = {}
+        for knode, vnode in node.value:
+            key = knode.value if isinstance(knode, yaml.ScalarNode) else None
+            if not isinstance(key, str):
+                self.problem(knode, f"{what}: keys must be strings", rule_id)
+            elif key in out:
+                self.problem(knode, f"{what}: duplicate key {key!r}", rule_id)
+            elif key not in allowed:
+                self.problem(knode, f"{what}: unknown key {key!r}{_suggest(key, allowed)}",
+                             rule_id)
+            else:
+                out[key] = (knode, vnode)
+        return out
+
+    def parse(self) -> FileResult:
+        try:
+            root = self.loader.get_single_node()
+        except yaml.MarkedYAMLError as e:
+            mark = e.problem_mark or e.context_mark
+            line = mark.line + 1 if mark else 1
+            self.problem(line, f"invalid YAML: {e.problem or e}")
+            return self.res
+        finally:
+            self.loader.dispose()
+        if root is None:
+            self.problem(1, "empty rule file")
+            return self.res
+        top = self.mapping(root, "rule file", TOP_KEYS)
+        if top is None:
+            return self.res
+        if "version" in top:
+            vnode = top["version"][1]
+            if self.scalar(vnode) != 1:
+                self.problem(vnode, "version must be 1")
+        else:
+            self.problem(root, "missing key 'version' (use version: 1)")
+        if "policy" in top:
+            self.parse_policy(top["policy"][1])
+        if "rules" in top:
+            self.parse_rules(top["rules"][1])
+        return self.res
+
+    def parse_policy(self, node: yaml.Node) -> None:
+        items = self.mapping(node, "policy", tuple(POLICY_KEYS))
+        for key, (knode, vnode) in (items or {}).items():
+            value = self.scalar(vnode)
+            err = v.policy_value_error(key, value)
+            if err:
+                self.problem(vnode, err)
+                continue
+            if POLICY_KEYS[key] is float:
+                value = float(value)
+            elif POLICY_KEYS[key] is str:
+                value = value.lower()
+            self.res.policy[key] = value
+
+    def parse_rules(self, node: yaml.Node) -> None:
+        if not isinstance(node, yaml.SequenceNode):
+            self.problem(node, "rules must be a list")
+            return
+        if len(node.value) > v.MAX_RULES_PER_FILE:
+            self.problem(node, f"{len(node.value)} rules in one file, the limit is "
+                         f"{v.MAX_RULES_PER_FILE}")
+            return
+        seen: dict[str, int] = {}
+        for rnode in node.value:
+            rid = self.parse_rule(rnode)
+            if rid is None:
+                continue
+            if rid in seen:
+                self.problem(rnode, f"duplicate rule id {rid!r} (first at line {seen[rid]})", rid)
+            else:
+                seen[rid] = _line(rnode)
+
+    def strings(self, node: yaml.Node, key: str, rid: str | None) -> tuple[str, ...] | None:
+        value = self.scalar(node)
+        if isinstance(value, str):
+            value = [value]
+        if not isinstance(value, list) or not all(isinstance(s, str) and s for s in value):
+            self.problem(node, f"{key} must be a non-empty string or a list of them", rid)
+            return None
+        return tuple(value)
+
+    def parse_rule(self, rnode: yaml.Node) -> str | None:
+        n0 = len(self.res.problems)
+        m = self.mapping(rnode, "rule", RULE_KEYS)
+        if m is None:
+            return None
+        rid: str | None = None
+        if "id" not in m:
+            self.problem(rnode, "rule: missing required key 'id'")
+        else:
+            value = self.scalar(m["id"][1])
+            if not isinstance(value, str) or not v.ID_RE.match(value):
+                self.problem(m["id"][1], f"rule id {value!r} must match [a-z0-9][a-z0-9_.-]*")
+            else:
+                rid = value
+        # problems found before the id was known get the id now
+        self.res.problems[n0:] = [RuleProblem(p.path, p.line, p.message, p.rule_id or rid)
+                                  for p in self.res.problems[n0:]]
+
+        def get(key: str, typ: type | tuple[type, ...], what: str) -> Any:
+            if key not in m:
+                return None
+            val = self.scalar(m[key][1])
+            ok = isinstance(val, typ) and not (isinstance(val, bool) and typ in (int, (int, float)))
+            if val is not None and not ok:
+                self.problem(m[key][1], f"{key} must be {what}", rid)
+                return None
+            return val
+
+        disabled = get("disabled", bool, "true or false")
+        if disabled:
+            if rid is not None:
+                self.res.disabled.append((rid, _line(rnode)))
+            return rid
+        kind = get("kind", str, "one of " + ", ".join(KINDS)) or "error"
+        if kind not in KINDS:
+            self.problem(m["kind"][1], f"kind must be one of {', '.join(KINDS)}", rid)
+            return rid
+        fields: dict[str, Any] = {"kind": kind}
+        category = get("category", str, "a string")
+        if kind == "error":
+            if category is None and "category" not in m:
+                self.problem(rnode, "rule: missing required key 'category'", rid)
+            elif category not in CATEGORIES:
+                self.problem(m["category"][1], f"category must be one of "
+                             f"{', '.join(CATEGORIES)}", rid)
+            fields["category"] = category
+        elif "category" in m:
+            self.problem(m["category"][0], f"category is only for kind: error (not {kind})", rid)
+        for key in ("contains", "regex"):
+            if key in m:
+                vals = self.strings(m[key][1], key, rid)
+                if vals is not None:
+                    fields[key] = vals
+        for pat in fields.get("regex", ()):
+            err = v.compile_error(pat) or v.backtracking_error(pat)
+            if err:
+                self.problem(m["regex"][1], err, rid)
+        for pat in fields.get("contains", ()):
+            if len(pat) > v.MAX_PATTERN_LEN:
+                self.problem(m["contains"][1], f"contains string longer than "
+                             f"{v.MAX_PATTERN_LEN} characters", rid)
+        if "exit_codes" in m:
+            codes = self.scalar(m["exit_codes"][1])
+            codes = [codes] if isinstance(codes, int) and not isinstance(codes, bool) else codes
+            if not isinstance(codes, list) or not all(
+                    isinstance(c, int) and not isinstance(c, bool) and -255 <= c <= 255
+                    for c in codes):
+                self.problem(m["exit_codes"][1], "exit_codes must be a list of integers "
+                             "in -255..255", rid)
+            else:
+                fields["exit_codes"] = tuple(codes)
+        if "signals" in m:
+            sigs = self.scalar(m["signals"][1])
+            sigs = sigs if isinstance(sigs, list) else [sigs]
+            nums = [v.signal_number(s) for s in sigs]
+            bad = [s for s, n in zip(sigs, nums, strict=True) if n is None]
+            if bad:
+                self.problem(m["signals"][1], f"unknown signal(s) {bad}; use names like "
+                             "SIGKILL or numbers 1..127", rid)
+            else:
+                fields["signals"] = tuple(n for n in nums if n is not None)
+        stream = get("stream", str, "stdout or stderr")
+        if stream is not None and stream not in ("stdout", "stderr"):
+            self.problem(m["stream"][1], "stream must be stdout or stderr", rid)
+        fields["stream"] = stream
+        action = get("action", str, "a string")
+        if action is not None and action not in ACTIONS:
+            self.problem(m["action"][1], f"action must be one of {', '.join(ACTIONS)}", rid)
+        fields["action"] = action
+        fields["cascade"] = bool(get("cascade", bool, "true or false"))
+        fields["ignore_case"] = bool(get("ignore_case", bool, "true or false"))
+        prio = get("priority", int, "an integer")
+        fields["priority"] = DEFAULT_PRIORITY if prio is None else prio
+        fields["description"] = get("description", str, "a string") or ""
+        has_lines = bool(fields.get("contains") or fields.get("regex"))
+        if kind == "error":
+            if not (has_lines or fields.get("exit_codes") or fields.get("signals")):
+                self.problem(rnode, "rule needs at least one of contains, regex, exit_codes, "
+                             "signals", rid)
+        else:
+            for key in ("exit_codes", "signals", "action", "cascade"):
+                if key in m:
+                    self.problem(m[key][0], f"{key} is only for kind: error", rid)
+        if kind == "progress":
+            if "contains" in m or not fields.get("regex"):
+                self.problem(rnode, "a progress rule needs regex (with a named group 'step'), "
+                             "not contains", rid)
+            for pat in fields.get("regex", ()):
+                if v.compile_error(pat) is None and "step" not in v.named_groups(pat):
+                    self.problem(m["regex"][1], f"progress regex {pat!r} has no named group "
+                                 "(?P<step>...)", rid)
+        if kind == "stage":
+            stage = get("stage", str, "a stage name")
+            if not stage:
+                self.problem(rnode, "a stage rule needs key 'stage' (its name)", rid)
+            fields["stage"] = stage
+            fields["opens"] = get("opens", bool, "true or false") is not False
+            hw = get("hang_window_s", (int, float), "a number of seconds or null")
+            if hw is not None and hw <= 0:
+                self.problem(m["hang_window_s"][1], "hang_window_s must be > 0", rid)
+            fields["hang_window_s"] = None if hw is None else float(hw)
+            if not has_lines:
+                self.problem(rnode, "a stage rule needs contains or regex", rid)
+        else:
+            for key in ("stage", "opens", "hang_window_s"):
+                if key in m:
+                    self.problem(m[key][0], f"{key} is only for kind: stage", rid)
+        if "tests" in m:
+            fields["tests"] = self.parse_tests(m["tests"][1], kind, rid)
+        if rid is not None and len(self.res.problems) == n0:
+            self.res.rules.append(Rule(id=rid, path=self.res.path, line=_line(rnode), **fields))
+        return rid
+
+    def parse_tests(self, node: yaml.Node, kind: str, rid: str | None) -> tuple[RuleTest, ...]:
+        m = self.mapping(node, "tests", TEST_KEYS, rid)
+        out: list[RuleTest] = []
+        for key, (_knode, vnode) in (m or {}).items():
+            if not isinstance(vnode, yaml.SequenceNode):
+                self.problem(vnode, f"tests.{key} must be a list", rid)
+                continue
+            for item in vnode.value:
+                if isinstance(item, yaml.ScalarNode):
+                    text = self.scalar(item)
+                    if not isinstance(text, str):
+                        self.problem(item, "a test line must be a string", rid)
+                        continue
+                    out.append(RuleTest(text, key == "match", _line(item)))
+                    continue
+                im = self.mapping(item, "test", TEST_ITEM_KEYS, rid)
+                if im is None:
+                    continue
+                if "line" not in im or not isinstance(self.scalar(im["line"][1]), str):
+                    self.problem(item, "a test needs 'line' (a string)", rid)
+                    continue
+                nums: dict[str, int | None] = {"step": None, "total": None}
+                for nk in nums:
+                    if nk in im:
+                        val = self.scalar(im[nk][1])
+                        if kind != "progress" or not isinstance(val, int):
+                            self.problem(im[nk][1], f"{nk} is an integer, only for progress "
+                                         "rules", rid)
+                        else:
+                            nums[nk] = val
+                out.append(RuleTest(self.scalar(im["line"][1]), key == "match", _line(item),
+                                    nums["step"], nums["total"]))
+        return tuple(out)
+
+
+def parse_file(path: str | Path) -> FileResult:
+    """Parses and validates one rule file; problems are collected, never raised."""
+    p = Path(path)
+    name = str(path)
+    try:
+        size = p.stat().st_size
+        if size > v.MAX_FILE_BYTES:
+            return FileResult(name, problems=[RuleProblem(
+                name, 1, f"file is {size} bytes, the limit is {v.MAX_FILE_BYTES}")])
+        text = p.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        return FileResult(name, problems=[RuleProblem(name, 1, f"cannot read rule file: {e}")])
+    return _FileParser(name, text).parse()
+
+
+def _version(rules: Sequence[Rule], policy: dict[str, object]) -> str:
+    blob = json.dumps({"rules": [r.fingerprint() for r in rules], "policy": policy},
+                      sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+
+def merge(results: Sequence[FileResult]) -> tuple[RuleSet, list[RuleProblem]]:
+    """Merges parsed files in order: later rules replace earlier ones by id, disables remove."""
+    problems = [p for r in results for p in r.problems]
+    rules: dict[str, Rule] = {}
+    policy: dict[str, object] = {}
+    for res in results:
+        for rule in res.rules:
+            rules.pop(rule.id, None)
+            rules[rule.id] = rule
+        for rid, line in res.disabled:
+            if rules.pop(rid, None) is None and not any(rid == r.id for r in res.rules):
+                problems.append(RuleProblem(res.path, line, f"disables unknown rule {rid!r}"
+                                            f"{_suggest(rid, rules)}", rid))
+        policy.update(res.policy)
+    effective = tuple(rules.values())
+    rs = RuleSet(effective, policy, _version(effective, policy),
+                 tuple(r.path for r in results))
+    return rs, problems
+
+
+def _all_paths(paths: Sequence[str | Path], builtin: bool) -> list[str | Path]:
+    return [*(builtin_paths() if builtin else []), *paths]
+
+
+def load_ruleset(paths: Sequence[str | Path] = (), *, builtin: bool = True) -> RuleSet:
+    """Loads the built-in files then `paths` in order; raises RuleError with every problem."""
+    rs, problems = merge([parse_file(p) for p in _all_paths(paths, builtin)])
+    if problems:
+        raise RuleError(problems)
+    return rs
+
+
+def check_files(paths: Sequence[str | Path], *, builtin: bool = True) -> list[RuleProblem]:
+    """Every problem in the files (merged over the built-in set), without raising."""
+    return merge([parse_file(p) for p in _all_paths(paths, builtin)])[1]

@@ -1,0 +1,169 @@
+"""Plain data of the rule language: rules, rule sets, policy keys and matcher output."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+from faultwatch.core.events import Match
+
+KINDS: tuple[str, ...] = ("error", "progress", "stage")
+STREAMS: tuple[str, ...] = ("stdout", "stderr", "exit")
+DEFAULT_ACTIONS: Mapping[str, str] = MappingProxyType(
+    {"retryable": "restart", "hardware": "blacklist", "fatal": "fail"}
+)
+DEFAULT_PRIORITY = 50
+
+# policy key -> type (float keys accept ints); enumerations and bounds live in validate.py
+POLICY_KEYS: Mapping[str, type] = MappingProxyType({
+    "execution_mode": str,
+    "enable_restart": bool,
+    "max_restarts": int,
+    "hang_detection": bool,
+    "hang_window_s": float,
+    "exit_hang_detection": bool,
+    "exit_hang_window_s": float,
+    "fault_tolerant_policy": str,
+    "max_same_error": int,
+    "max_failure_rate": float,
+    "settle_s": float,
+    "retryable_errors": list,
+})
+POLICY_CHOICES: Mapping[str, tuple[str, ...]] = MappingProxyType({
+    "execution_mode": ("sync", "async"),
+    "fault_tolerant_policy": ("on_failure", "exit_code_and_error_msg", "never"),
+})
+# AIMaster's defaults, in faultwatch's names (the lead's config layer may apply them)
+POLICY_DEFAULTS: Mapping[str, object] = MappingProxyType({
+    "execution_mode": "sync",
+    "enable_restart": False,
+    "max_restarts": 3,
+    "hang_detection": False,
+    "hang_window_s": 1800.0,
+    "exit_hang_detection": False,
+    "exit_hang_window_s": 600.0,
+    "fault_tolerant_policy": "exit_code_and_error_msg",
+    "max_same_error": 10,
+    "max_failure_rate": -1.0,
+    "settle_s": 5.0,
+    "retryable_errors": [],
+})
+
+
+@dataclass(frozen=True, slots=True)
+class RuleTest:
+    """One inline example of a rule: a line that must (or must not) match."""
+
+    text: str
+    expect_match: bool
+    line: int
+    step: int | None = None
+    total: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    """One rule as loaded and validated: how to recognise a line or an exit status."""
+
+    id: str
+    kind: str = "error"
+    category: str | None = None
+    contains: tuple[str, ...] = ()
+    regex: tuple[str, ...] = ()
+    exit_codes: tuple[int, ...] = ()
+    signals: tuple[int, ...] = ()
+    stream: str | None = None
+    action: str | None = None
+    cascade: bool = False
+    description: str = ""
+    path: str = ""
+    line: int = 0
+    ignore_case: bool = False
+    priority: int = DEFAULT_PRIORITY
+    stage: str | None = None
+    opens: bool = True
+    hang_window_s: float | None = None
+    tests: tuple[RuleTest, ...] = ()
+
+    @property
+    def effective_action(self) -> str | None:
+        """The rule's action override, else its category's default."""
+        if self.action is not None:
+            return self.action
+        return DEFAULT_ACTIONS.get(self.category or "")
+
+    def fingerprint(self) -> dict[str, object]:
+        """What the rule does (no location, no tests), for the rule set's version hash."""
+        return {
+            "id": self.id, "kind": self.kind, "category": self.category,
+            "contains": list(self.contains), "regex": list(self.regex),
+            "exit_codes": list(self.exit_codes), "signals": list(self.signals),
+            "stream": self.stream, "action": self.action, "cascade": self.cascade,
+            "ignore_case": self.ignore_case, "priority": self.priority, "stage": self.stage,
+            "opens": self.opens, "hang_window_s": self.hang_window_s,
+        }
+
+
+@dataclass(frozen=True)
+class RuleSet:
+    """The rules in effect after merging files, the merged policy and a content version."""
+
+    rules: tuple[Rule, ...]
+    policy: Mapping[str, object] = field(default_factory=dict)
+    version: str = ""
+    sources: tuple[str, ...] = ()
+
+    def get(self, rule_id: str) -> Rule | None:
+        """The rule with that id, or None."""
+        for r in self.rules:
+            if r.id == rule_id:
+                return r
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class ProgressMark:
+    """A training step seen on a rank's output."""
+
+    rank: int | None
+    ts: float
+    step: int
+    total: int | None = None
+    rule: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class StageMark:
+    """A rank entered or left a stage (checkpoint, eval) with its own hang window."""
+
+    rank: int | None
+    ts: float
+    stage: str
+    opens: bool
+    hang_window_s: float | None = None
+    rule: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class MatchBatch:
+    """What the matcher found in one batch of lines."""
+
+    matches: tuple[Match, ...] = ()
+    progress: tuple[ProgressMark, ...] = ()
+    stages: tuple[StageMark, ...] = ()
+    rank_last_ts: dict[int | None, float] = field(default_factory=dict)
+    ranks: tuple[int | None, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class RankFailure:
+    """One entry of torchrun's ChildFailedError summary."""
+
+    rank: int | None
+    local_rank: int | None
+    exit_code: int | None
+    signal: int | None
+    host: str | None = None
+    time: str | None = None
+    root_cause: bool = False

@@ -1,0 +1,132 @@
+"""Compiles rule patterns into one linear-time multi-pattern database (hyperscan, else re2)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import regex
+
+from faultwatch.rules.validate import REGEX_TIMEOUT_S
+
+log = logging.getLogger(__name__)
+_SPECIAL = set("\\.^$|?*+()[]{}")
+
+Scanner = Callable[[str], list[tuple[int, int]]]
+
+
+def lit_escape(s: str) -> str:
+    """A literal string as a regex accepted by regex, hyperscan, re2 and ripgrep alike."""
+    return "".join("\\" + c if c in _SPECIAL else c for c in s)
+
+
+@dataclass(frozen=True, slots=True)
+class Pattern:
+    """One pattern of the database; `owner` is the index of its rule (or a marker below 0)."""
+
+    source: str
+    owner: int
+    ignore_case: bool = False
+
+
+def _hyperscan_scanner(pats: Sequence[Pattern]) -> tuple[Scanner, set[int]]:
+    """A scanner over a joined batch; returns also the ids compiled in prefilter mode."""
+    import hyperscan as hs  # lazy: optional, x86-64 only
+
+    base = hs.HS_FLAG_MULTILINE
+    flags = [base | (hs.HS_FLAG_CASELESS if p.ignore_case else 0) for p in pats]
+    exprs = [p.source.encode() for p in pats]
+    prefilter: set[int] = set()
+    db = hs.Database()
+    try:
+        db.compile(expressions=exprs, ids=list(range(len(pats))), flags=flags)
+    except hs.error:
+        for i, e in enumerate(exprs):  # find the ones hyperscan cannot compile exactly
+            try:
+                hs.Database().compile(expressions=[e], ids=[0], flags=[flags[i]])
+            except hs.error:
+                flags[i] |= hs.HS_FLAG_PREFILTER
+                prefilter.add(i)
+        db.compile(expressions=exprs, ids=list(range(len(pats))), flags=flags)
+    scratch = hs.Scratch(db)
+
+    def scan(data: str) -> list[tuple[int, int]]:
+        hits: list[tuple[int, int]] = []
+        add = hits.append
+
+        def on(pid: int, _frm: int, to: int, _flags: int, _ctx: Any) -> None:
+            add((to, pid))
+
+        db.scan(data.encode("utf-8", "replace"), match_event_handler=on, scratch=scratch)
+        return hits
+
+    return scan, prefilter
+
+
+def _re2_scanner(pats: Sequence[Pattern]) -> tuple[Scanner, set[int]]:
+    """Fallback: one re2 alternation finds candidate lines, an re2 Set names the patterns."""
+    import re2
+
+    ok: list[int] = []
+    slow: list[tuple[int, Any]] = []
+    for i, p in enumerate(pats):
+        src = ("(?i)" if p.ignore_case else "") + p.source
+        try:
+            re2.compile(src)
+            ok.append(i)
+        except Exception:
+            slow.append((i, regex.compile(src, regex.MULTILINE)))
+    opts = re2.Options()
+    opts.max_mem = 256 << 20
+    rset = re2.Set.SearchSet(opts)
+    for i in ok:
+        rset.Add(("(?i)" if pats[i].ignore_case else "") + pats[i].source)
+    rset.Compile()
+    alt = re2.compile("(?m)" + "|".join(
+        f"(?:{'(?i)' if pats[i].ignore_case else ''}{pats[i].source})" for i in ok) or "$^")
+
+    def scan(data: str) -> list[tuple[int, int]]:
+        hits: list[tuple[int, int]] = []
+        pos = 0
+        while True:
+            m = alt.search(data, pos)
+            if m is None:
+                break
+            start = data.rfind("\n", 0, m.start()) + 1
+            end = data.find("\n", m.end())
+            end = len(data) if end < 0 else end
+            line = data[start:end]
+            for k in rset.Match(line) or ():
+                hits.append((end, ok[k]))
+            pos = end + 1
+        for i, rx in slow:
+            try:
+                for m in rx.finditer(data, timeout=REGEX_TIMEOUT_S * 10):
+                    end = data.find("\n", m.end())
+                    hits.append((len(data) if end < 0 else end, i))
+            except TimeoutError:
+                log.warning("pattern %r timed out", pats[i].source)
+        hits.sort()
+        return hits
+
+    return scan, {i for i, _ in slow}
+
+
+def build_scanner(pats: Sequence[Pattern], engine: str = "auto") -> tuple[Scanner, set[int], str]:
+    """(scan, ids that need confirming with the regex module, engine name).
+
+    scan(joined) returns (end offset, pattern id) pairs; offsets are bytes for hyperscan
+    (`engine == "hyperscan"`) and characters for re2.
+    """
+    if engine in ("auto", "hyperscan"):
+        try:
+            scan, pre = _hyperscan_scanner(pats)
+            return scan, pre, "hyperscan"
+        except Exception as e:  # not installed, unsupported CPU, or a pattern it refuses
+            if engine == "hyperscan":
+                raise
+            log.info("hyperscan unavailable (%s); using re2", e)
+    scan, pre = _re2_scanner(pats)
+    return scan, pre, "re2"

@@ -1,0 +1,1 @@
+"""faultwatch.streams: the Faust processors (matcher and job stages) and topic tools."""

@@ -1,0 +1,152 @@
+"""Shared Kafka fixtures: one broker per test session, unique topics and groups per test."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+import uuid
+import warnings
+from collections.abc import Generator, Iterator
+from pathlib import Path
+from urllib.parse import urlparse
+
+import pytest
+
+KAFKA_IMAGE = "apache/kafka:3.9.1"
+
+
+def _docker_answers() -> bool:
+    """True when a Docker engine answers within a few seconds (never raises)."""
+    host = os.environ.get("DOCKER_HOST", "")
+    if not host and not Path("/var/run/docker.sock").exists():
+        return False
+    docker = shutil.which("docker")
+    if docker is None:
+        return False
+    try:
+        proc = subprocess.run([docker, "info", "--format", "{{.ServerVersion}}"],
+                              capture_output=True, timeout=5)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return proc.returncode == 0
+
+
+def _wait_for_broker(bootstrap: str, timeout: float = 60.0) -> None:
+    import asyncio
+
+    from aiokafka.admin import AIOKafkaAdminClient
+
+    async def probe() -> bool:
+        admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=5000)
+        try:
+            await admin.start()
+            return bool((await admin.describe_cluster()).get("brokers"))
+        finally:
+            await admin.close()
+
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            if asyncio.run(probe()):
+                return
+            problem = "metadata listed no broker"
+        except Exception as exc:  # not up yet
+            problem = f"{type(exc).__name__}: {exc}"
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"Kafka container at {bootstrap} not ready: {problem}")
+        time.sleep(0.5)
+
+
+def _container_broker() -> Generator[str, None, None] | None:
+    """A KRaft broker in Docker via testcontainers, or None when that is not available.
+
+    testcontainers' KafkaContainer only knows Confluent images, so the official
+    apache/kafka image runs as a generic container on a fixed host port (the advertised
+    listener must name the port clients use).
+    """
+    try:
+        from testcontainers.core.container import DockerContainer
+    except ImportError:
+        return None
+    from faultwatch.kafka_local import free_port
+
+    port = free_port()
+    docker_host = urlparse(os.environ.get("DOCKER_HOST", ""))
+    remote = docker_host.scheme in ("tcp", "http", "https", "ssh") and docker_host.hostname
+    host = docker_host.hostname if remote and docker_host.hostname else "localhost"
+    env = {
+        "KAFKA_NODE_ID": "1",
+        "KAFKA_PROCESS_ROLES": "broker,controller",
+        "KAFKA_LISTENERS": f"HOST://:{port},INTERNAL://:19092,CONTROLLER://:19093",
+        "KAFKA_ADVERTISED_LISTENERS": f"HOST://{host}:{port},INTERNAL://localhost:19092",
+        "KAFKA_LISTENER_SECURITY_PROTOCOL_MAP":
+            "HOST:PLAINTEXT,INTERNAL:PLAINTEXT,CONTROLLER:PLAINTEXT",
+        "KAFKA_INTER_BROKER_LISTENER_NAME": "INTERNAL",
+        "KAFKA_CONTROLLER_LISTENER_NAMES": "CONTROLLER",
+        "KAFKA_CONTROLLER_QUORUM_VOTERS": "1@localhost:19093",
+        "KAFKA_NUM_PARTITIONS": "1",
+        "KAFKA_OFFSETS_TOPIC_REPLICATION_FACTOR": "1",
+        "KAFKA_OFFSETS_TOPIC_NUM_PARTITIONS": "1",
+        "KAFKA_TRANSACTION_STATE_LOG_REPLICATION_FACTOR": "1",
+        "KAFKA_TRANSACTION_STATE_LOG_MIN_ISR": "1",
+        "KAFKA_GROUP_INITIAL_REBALANCE_DELAY_MS": "0",
+        "KAFKA_AUTO_CREATE_TOPICS_ENABLE": "true",
+    }
+
+    def run() -> Generator[str, None, None]:
+        container = DockerContainer(KAFKA_IMAGE).with_bind_ports(port, port)
+        for key, value in env.items():
+            container = container.with_env(key, value)
+        with container:
+            bootstrap = f"{host}:{port}"
+            _wait_for_broker(bootstrap)
+            yield bootstrap
+
+    return run()
+
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """Bootstrap address of a real Kafka broker shared by the session.
+
+    In order: $FAULTWATCH_BOOTSTRAP; a testcontainers broker (apache/kafka:3.9.1) when a
+    Docker engine answers; else a local broker from Maven Central jars on a free port.
+    """
+    external = os.environ.get("FAULTWATCH_BOOTSTRAP", "").strip()
+    if external:
+        yield external
+        return
+    container = _container_broker() if _docker_answers() else None
+    if container is not None:
+        try:
+            bootstrap = next(container)
+        except Exception as exc:  # pull/start failed: fall back to the local jars
+            warnings.warn(f"Kafka container did not start ({exc}); using local jars", stacklevel=1)
+        else:
+            try:
+                yield bootstrap
+            finally:
+                container.close()
+            return
+    from faultwatch import kafka_local
+
+    data_dir = tmp_path_factory.mktemp("kafka")
+    bootstrap = kafka_local.up(port=kafka_local.free_port(), data_dir=data_dir)
+    try:
+        yield bootstrap
+    finally:
+        kafka_local.down(data_dir)
+
+
+@pytest.fixture
+def topic_prefix() -> str:
+    """A prefix unique to this test (`t<hex8>.`), so each test works on its own topics."""
+    return f"t{uuid.uuid4().hex[:8]}."
+
+
+@pytest.fixture
+def group_id() -> str:
+    """A consumer group id unique to this test."""
+    return f"g{uuid.uuid4().hex[:8]}"

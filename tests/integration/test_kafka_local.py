@@ -1,0 +1,133 @@
+"""The Docker-free local Kafka broker: start, persist across restarts, stop, CLI output."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+
+from faultwatch import kafka_local
+
+pytestmark = [
+    pytest.mark.kafka,
+    pytest.mark.skipif(shutil.which("java") is None or shutil.which("mvn") is None,
+                       reason="the local Kafka broker needs java and mvn"),
+]
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def broker_dir(tmp_path: Path) -> Iterator[Path]:
+    """A fresh data dir; whatever broker a test leaves running there is stopped."""
+    data = tmp_path / "broker"
+    yield data
+    kafka_local.down(data)
+
+
+async def _produce(bootstrap: str, topic: str, value: bytes) -> None:
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all")
+    await producer.start()
+    try:
+        await producer.send_and_wait(topic, value, key=b"k")
+    finally:
+        await producer.stop()
+
+
+async def _read_all(bootstrap: str, topic: str) -> list[bytes]:
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=None,
+                                auto_offset_reset="earliest", enable_auto_commit=False)
+    await consumer.start()
+    try:
+        tp = TopicPartition(topic, 0)
+        consumer.assign([tp])
+        await consumer.seek_to_beginning(tp)
+        end = (await consumer.end_offsets([tp]))[tp]
+        values: list[bytes] = []
+        while await consumer.position(tp) < end:
+            batch = await consumer.getmany(tp, timeout_ms=5000)
+            values += [rec.value for rec in batch.get(tp, []) if rec.value is not None]
+        return values
+    finally:
+        await consumer.stop()
+
+
+def test_data_survives_restart_and_status_follows(broker_dir: Path) -> None:
+    port = kafka_local.free_port()
+    bootstrap = kafka_local.up(port=port, data_dir=broker_dir)
+    assert bootstrap == f"127.0.0.1:{port}"
+    first = kafka_local.status(broker_dir)
+    assert first["running"] and first["bootstrap"] == bootstrap
+
+    # A second `up` on the running data dir returns the same broker.
+    assert kafka_local.up(port=port, data_dir=broker_dir) == bootstrap
+    assert kafka_local.status(broker_dir)["pid"] == first["pid"]
+
+    asyncio.run(_produce(bootstrap, "persist", b"hello across restarts"))
+    assert kafka_local.down(broker_dir) is True
+    assert kafka_local.status(broker_dir)["running"] is False
+    assert not (broker_dir / kafka_local.PID_FILE).exists()
+
+    assert kafka_local.up(port=port, data_dir=broker_dir) == bootstrap
+    assert asyncio.run(_read_all(bootstrap, "persist")) == [b"hello across restarts"]
+    again = kafka_local.status(broker_dir)
+    assert again == {"running": True, "pid": again["pid"], "bootstrap": bootstrap,
+                     "data_dir": str(broker_dir.resolve())}
+    assert again["pid"] != first["pid"]
+
+    assert kafka_local.down(broker_dir) is True
+    assert kafka_local.status(broker_dir) == {"running": False, "pid": None, "bootstrap": None,
+                                              "data_dir": str(broker_dir.resolve())}
+    assert kafka_local.down(broker_dir) is False
+
+
+def test_up_refuses_a_busy_port(broker_dir: Path) -> None:
+    import socket
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        with pytest.raises(kafka_local.BrokerError, match=f"port {port}"):
+            kafka_local.up(port=port, data_dir=broker_dir)
+    assert kafka_local.status(broker_dir)["running"] is False
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    return subprocess.run([sys.executable, "-m", "faultwatch.kafka_local", *args], cwd=REPO,
+                          env=env, capture_output=True, text=True, timeout=180)
+
+
+def test_cli_prints_exactly_the_bootstrap_address(broker_dir: Path) -> None:
+    port = kafka_local.free_port()
+    where = ["--port", str(port), "--data-dir", str(broker_dir)]
+
+    started = _cli("up", *where)
+    assert started.returncode == 0, started.stderr
+    assert started.stdout == f"127.0.0.1:{port}\n"
+
+    shown = _cli("status", "--json", *where)
+    assert shown.returncode == 0, shown.stderr
+    info = json.loads(shown.stdout)
+    assert info["running"] is True and info["bootstrap"] == f"127.0.0.1:{port}"
+    assert "running: pid" in _cli("status", *where).stdout
+
+    stopped = _cli("down", *where)
+    assert stopped.returncode == 0, stopped.stderr
+    assert json.loads(_cli("status", "--json", *where).stdout)["running"] is False
+
+
+def test_cli_reports_errors_on_stderr(tmp_path: Path) -> None:
+    failed = _cli("up", "--port", "70000", "--data-dir", str(tmp_path / "x"))
+    assert failed.returncode == 1
+    assert failed.stdout == ""
+    assert failed.stderr.startswith("faultwatch: error: ")

@@ -1,0 +1,133 @@
+"""Child: real subprocesses, exit codes, 128+N on signals, SIGTERM escalation, groups."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+import time
+
+import pytest
+
+from faultwatch.agents.child import Child, ExitStatus
+from faultwatch.errors import ChildError
+
+
+def _run(coro):  # type: ignore[no-untyped-def]
+    return asyncio.run(asyncio.wait_for(coro, 30))
+
+
+def test_exit_code_and_output() -> None:
+    async def main() -> tuple[ExitStatus, bytes, bytes]:
+        ch = await Child.spawn(["sh", "-c", "echo out; echo err >&2; exit 3"])
+        out, err = await asyncio.gather(ch.stdout.read(), ch.stderr.read())
+        st = await ch.wait()
+        assert ch.returncode == 3
+        return st, out, err
+
+    st, out, err = _run(main())
+    assert st == ExitStatus(3, None)
+    assert out == b"out\n" and err == b"err\n"
+
+
+def test_env_is_passed() -> None:
+    async def main() -> bytes:
+        ch = await Child.spawn(["sh", "-c", "echo $FW_X"], env={"FW_X": "hello", "PATH":
+                                                              os.environ["PATH"]})
+        out = await ch.stdout.read()
+        await ch.wait()
+        return out
+
+    assert _run(main()) == b"hello\n"
+
+
+def test_killed_by_signal_is_128_plus_n() -> None:
+    async def main() -> ExitStatus:
+        ch = await Child.spawn(["sh", "-c", "kill -9 $$"])
+        return await ch.wait()
+
+    assert _run(main()) == ExitStatus(128 + 9, 9)
+
+
+def test_spawn_failure_raises_child_error() -> None:
+    async def main() -> None:
+        await Child.spawn(["/nonexistent/definitely-not-here", "x"])
+
+    with pytest.raises(ChildError, match="definitely-not-here"):
+        _run(main())
+
+
+def test_own_process_group() -> None:
+    async def main() -> None:
+        ch = await Child.spawn([sys.executable, "-c", "import time; time.sleep(30)"])
+        assert os.getpgid(ch.pid) == ch.pid != os.getpgid(0)
+        st = await ch.stop(grace_s=5)
+        assert st == ExitStatus(128 + signal.SIGTERM, signal.SIGTERM)
+
+    _run(main())
+
+
+def test_stop_escalates_to_sigkill_for_child_ignoring_sigterm() -> None:
+    code = ("import signal, sys, time\n"
+            "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+            "print('ready', flush=True)\n"
+            "time.sleep(60)\n")
+
+    async def main() -> tuple[ExitStatus, float]:
+        ch = await Child.spawn([sys.executable, "-c", code])
+        assert await ch.stdout.readline() == b"ready\n"
+        t0 = time.monotonic()
+        st = await ch.stop(grace_s=0.5)
+        return st, time.monotonic() - t0
+
+    st, took = _run(main())
+    assert st == ExitStatus(128 + 9, 9)
+    assert 0.4 <= took < 5
+
+
+def test_trap_sigterm_and_exit_cleanly() -> None:
+    async def main() -> ExitStatus:
+        ch = await Child.spawn(["sh", "-c", "trap 'exit 7' TERM; echo ready; "
+                                "while true; do sleep 0.05; done"])
+        assert await ch.stdout.readline() == b"ready\n"
+        return await ch.stop(grace_s=5)
+
+    assert _run(main()) == ExitStatus(7, None)
+
+
+def test_stop_kills_leftover_group_members() -> None:
+    # The leader exits on SIGTERM; a grandchild ignoring SIGTERM must not survive stop().
+    code = ("import os, signal, subprocess, sys, time\n"
+            "p = subprocess.Popen([sys.executable, '-c', 'import signal, time; "
+            "signal.signal(signal.SIGTERM, signal.SIG_IGN); print(1, flush=True); "
+            "time.sleep(60)'])\n"
+            "print(p.pid, flush=True)\n"
+            "time.sleep(60)\n")
+
+    async def main() -> int:
+        ch = await Child.spawn([sys.executable, "-c", code])
+        gpid = int(await ch.stdout.readline())
+        assert await ch.stdout.readline() == b"1\n"
+        st = await ch.stop(grace_s=0.5)
+        assert st.signal == signal.SIGTERM
+        for _ in range(100):
+            if not ch.group_alive():
+                break
+            await asyncio.sleep(0.05)
+        assert not ch.group_alive()
+        return gpid
+
+    gpid = _run(main())
+    with pytest.raises(ProcessLookupError):
+        os.kill(gpid, 0)
+
+
+def test_signal_group_after_exit_is_ignored() -> None:
+    async def main() -> None:
+        ch = await Child.spawn(["true"])
+        await ch.wait()
+        ch.signal_group(signal.SIGTERM)
+        assert await ch.stop(grace_s=0.1) == ExitStatus(0, None)
+
+    _run(main())

@@ -1,0 +1,173 @@
+"""Unit tests of the per-job state machine (pure: time passed in, no Kafka)."""
+
+from __future__ import annotations
+
+from faultwatch.core.events import Exit, Heartbeat, Hit, Match, Output, RunStart, TailLine
+from faultwatch.core.job import DECIDED, DONE, SETTLING, JobState, decision_id
+from faultwatch.core.policy import Policy
+
+P = Policy(hang_window_s=5, settle_s=2, max_restarts=2)
+
+
+def hit(rule: str, cat: str, ts: float, rank: int | None, cascade: bool = False,
+        node: str = "n0", attempt: int = 0) -> Hit:
+    return Hit("j", attempt, node, Match(rule=rule, category=cat, cascade=cascade, ts=ts,
+                                         line=f"{rule} line", rank=rank, seq=int(ts)))
+
+
+def started(attempt: int = 0, nodes: tuple[str, ...] = ("n0",)) -> JobState:
+    st = JobState(job="j")
+    for n in nodes:
+        st, _ = st.apply(RunStart("j", attempt, n, ts=100.0), 100.0, P)
+    return st
+
+
+def test_retryable_root_beats_earlier_cascade_and_waits_for_settle() -> None:
+    st = started()
+    st, _ = st.apply(hit("gloo-closed-by-peer", "retryable", 109.0, 0, cascade=True), 110, P)
+    st, _ = st.apply(hit("connection-error", "retryable", 110.0, 1), 110, P)
+    st, decs = st.apply(Exit("j", 0, "n0", 111.0, exit_code=1), now=111.0, policy=P)
+    assert decs == [] and st.phase == SETTLING
+    st, decs = st.tick(112.0, P)
+    assert decs == []  # still settling
+    st, decs = st.tick(113.1, P)
+    assert len(decs) == 1
+    d = decs[0]
+    assert (d.action, d.kind, d.rule, d.ranks) == ("restart", "error", "connection-error", (1,))
+    assert d.evidence["first_error"]["rank"] == 1
+    assert st.phase == DECIDED and st.restarts_used == 1
+    st, again = st.tick(200.0, P)
+    assert again == []
+
+
+def test_fatal_error_fails_without_restart() -> None:
+    st = started()
+    st, _ = st.apply(hit("python-module-not-found", "fatal", 101, 1), 101, P)
+    st, _ = st.apply(Exit("j", 0, "n0", 102, exit_code=1), 102, P)
+    st, decs = st.tick(105, P)
+    assert [d.action for d in decs] == ["fail"] and st.restarts_used == 0
+
+
+def test_unknown_failure_fails_under_default_policy_and_restarts_on_failure() -> None:
+    st = started()
+    st, _ = st.apply(Exit("j", 0, "n0", 102, exit_code=3), 102, P)
+    _, decs = st.tick(105, P)
+    assert decs[0].action == "fail" and decs[0].kind == "exit"
+    p2 = Policy(settle_s=0, fault_tolerant_policy="on_failure")
+    st = started()
+    st, _ = st.apply(Exit("j", 0, "n0", 102, exit_code=3), 102, p2)
+    _, decs = st.tick(102, p2)
+    assert decs[0].action == "restart"
+
+
+def test_hang_in_event_time_from_heartbeats_names_quiet_rank() -> None:
+    st = started()
+    st, _ = st.apply(Output("j", 0, "n0", 101, 2, rank_last_ts=((0, 103.0), (1, 101.0)),
+                            tail=(TailLine(1, 101, "rank 1 stuck"),)), 101, P)
+    st, decs = st.apply(Heartbeat("j", 0, "n0", ts=107.0, alive=True, last_output_ts=103.0),
+                        500.0, P)
+    assert decs == []  # silent 4 s < 5 s window, whatever the processor clock says
+    st, decs = st.apply(Heartbeat("j", 0, "n0", ts=108.5, alive=True, last_output_ts=103.0),
+                        500.0, P)
+    assert len(decs) == 1
+    d = decs[0]
+    assert (d.action, d.kind, d.ranks) == ("restart", "hang", (1,))
+    assert d.evidence["window_s"] == 5 and d.evidence["last_lines"]["1"] == ["rank 1 stuck"]
+
+
+def test_hang_needs_every_node_silent() -> None:
+    st = started(nodes=("a", "b"))
+    st, _ = st.apply(Heartbeat("j", 0, "a", ts=120, alive=True, last_output_ts=101), 0, P)
+    st, decs = st.apply(Heartbeat("j", 0, "b", ts=120, alive=True, last_output_ts=119), 0, P)
+    assert decs == []
+    st, decs = st.apply(Heartbeat("j", 0, "b", ts=125, alive=True, last_output_ts=119), 0, P)
+    assert [d.kind for d in decs] == ["hang"]
+
+
+def test_budget_exhausted_fails_and_attempts_reset_state() -> None:
+    st = started()
+    for attempt in range(3):
+        st, _ = st.apply(RunStart("j", attempt, "n0", ts=100.0 + attempt), 0, P)
+        st, _ = st.apply(hit("connection-error", "retryable", 101 + attempt, 1,
+                             attempt=attempt), 0, P)
+        st, _ = st.apply(Exit("j", attempt, "n0", 102 + attempt, exit_code=1), 0, P)
+        st, decs = st.tick(1000, P)
+        assert len(decs) == 1
+        expected = "restart" if attempt < 2 else "fail"
+        assert decs[0].action == expected, (attempt, decs[0].message)
+    assert "budget exhausted" in decs[0].message
+
+
+def test_late_records_of_old_attempt_are_ignored() -> None:
+    st = started(attempt=1)
+    st2, decs = st.apply(Exit("j", 0, "n0", 102, exit_code=1), 102, P)
+    assert st2 is st and decs == []
+
+
+def test_clean_exit_is_done_without_decision() -> None:
+    st = started(nodes=("a", "b"))
+    st, d1 = st.apply(Exit("j", 0, "a", 110, exit_code=0), 110, P)
+    st, d2 = st.apply(Exit("j", 0, "b", 111, exit_code=0), 111, P)
+    assert d1 == d2 == [] and st.phase == DONE
+
+
+def test_exit_hang() -> None:
+    p = Policy(exit_hang_window_s=10, hang_window_s=1000)
+    st = started(nodes=("a", "b"))
+    st, _ = st.apply(Exit("j", 0, "a", 110, exit_code=0), 110, p)
+    st, decs = st.apply(Heartbeat("j", 0, "b", ts=115, alive=True, last_output_ts=114), 0, p)
+    assert decs == []
+    st, decs = st.apply(Heartbeat("j", 0, "b", ts=121, alive=True, last_output_ts=120), 0, p)
+    assert [(d.kind, d.action) for d in decs] == [("exit-hang", "restart")]
+
+
+def test_same_error_limit() -> None:
+    p = Policy(settle_s=0, max_same_error=1, max_restarts=10)
+    st = JobState(job="j")
+    actions = []
+    for attempt in range(2):
+        st, _ = st.apply(RunStart("j", attempt, "n0", ts=100.0), 0, p)
+        st, _ = st.apply(hit("nccl-error", "retryable", 101, 0, attempt=attempt), 0, p)
+        st, _ = st.apply(Exit("j", attempt, "n0", 102, exit_code=1), 0, p)
+        st, decs = st.tick(103, p)
+        actions.append(decs[0].action)
+    assert actions == ["restart", "fail"]
+
+
+def test_hardware_blacklists_failing_node_and_async_restarts_only_failed() -> None:
+    st = started(nodes=("a", "b"))
+    st, _ = st.apply(hit("cuda-ecc", "hardware", 101, 3, node="b"), 0, P)
+    st, _ = st.apply(Exit("j", 0, "b", 102, exit_code=1), 0, P)
+    _, decs = st.tick(1000, P)
+    assert (decs[0].action, decs[0].nodes) == ("blacklist", ("b",))
+    pa = Policy(settle_s=0, execution_mode="async")
+    st = started(nodes=("a", "b"))
+    st, _ = st.apply(hit("conn", "retryable", 101, 3, node="b"), 0, pa)
+    st, _ = st.apply(Exit("j", 0, "b", 102, exit_code=1), 0, pa)
+    _, decs = st.tick(1000, pa)
+    assert (decs[0].action, decs[0].nodes) == ("restart", ("b",))
+
+
+def test_failure_rate_in_async_mode() -> None:
+    pa = Policy(settle_s=0, execution_mode="async", max_failure_rate=0.4)
+    st = started(nodes=("a", "b", "c"))
+    for n in ("a", "b"):
+        st, _ = st.apply(hit("conn", "retryable", 101, None, node=n), 0, pa)
+        st, _ = st.apply(Exit("j", 0, n, 102, exit_code=1), 0, pa)
+    _, decs = st.tick(1000, pa)
+    assert decs[0].action == "fail" and "failure rate" in decs[0].message
+
+
+def test_state_round_trips_through_dict() -> None:
+    st = started()
+    st, _ = st.apply(hit("conn", "retryable", 101, 1), 0, P)
+    st, _ = st.apply(Output("j", 0, "n0", 101, 1, ((1, 101.0),), (TailLine(1, 101, "x"),)), 0, P)
+    st, _ = st.apply(Exit("j", 0, "n0", 102, exit_code=1), 50, P)
+    again = JobState.from_dict(st.to_dict())
+    assert again == st
+    assert again.tick(1000, P)[1][0].id == st.tick(1000, P)[1][0].id
+
+
+def test_decision_ids_are_deterministic() -> None:
+    assert decision_id("j", 1, "hang", "hang") == decision_id("j", 1, "hang", "hang")
+    assert decision_id("j", 1, "hang", "hang") != decision_id("j", 2, "hang", "hang")
