@@ -1,3 +1,5 @@
-from faultwatch.cli import main
 import sys
+
+from faultwatch.cli import main
+
 sys.exit(main())

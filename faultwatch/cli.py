@@ -18,6 +18,8 @@ from faultwatch.topics import DEFAULT_PARTITIONS, DEFAULT_PREFIX, Topics
 
 POLICY_FLAGS: tuple[tuple[str, type, str], ...] = (
     ("hang_window_s", float, "every rank silent this long -> hang (seconds)"),
+    ("init_window_s", float, "silence allowed before an attempt's first output line "
+                             "(default: max(hang window, 120 s))"),
     ("exit_hang_window_s", float, "one node finished, others still running this long (seconds)"),
     ("max_restarts", int, "restarts before the job is failed"),
     ("settle_s", float, "wait this long after a failure for other ranks' errors (seconds)"),
@@ -117,7 +119,7 @@ def cmd_process(args: argparse.Namespace) -> int:
 def cmd_decisions(args: argparse.Namespace) -> int:
     from faultwatch.reading import read_topic, run_reader
     from faultwatch.render import render_decision
-    from faultwatch.wire import decision_of, job_key
+    from faultwatch.wire import decision_of, decode_decision, job_key
 
     bootstrap = _need_bootstrap(args)
     topic = Topics(args.topic_prefix).decisions
@@ -135,7 +137,8 @@ def cmd_decisions(args: argparse.Namespace) -> int:
         sys.stdout.flush()
 
     key = job_key(args.job) if args.job else None
-    return run_reader(read_topic(bootstrap, topic, follow=args.follow, key=key), emit)
+    return run_reader(read_topic(bootstrap, topic, follow=args.follow, key=key,
+                                 decoder=decode_decision), emit)
 
 
 def cmd_logs(args: argparse.Namespace) -> int:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import sys
 import uuid
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -13,16 +15,19 @@ from faultwatch.errors import DecodeError
 from faultwatch.logs import log_event
 from faultwatch.wire import decode
 
+Decoder = Callable[[bytes | None], dict[str, Any]]
+
 
 async def read_topic(bootstrap: str, topic: str, *, follow: bool = False,
-                     key: bytes | None = None,
+                     key: bytes | None = None, decoder: Decoder = decode,
                      poll_ms: int = 500) -> AsyncIterator[tuple[Any, dict[str, Any]]]:
     """Decoded records of a topic from the beginning; stop at the end unless following.
 
     Undecodable records are reported (topic, partition, offset) and skipped, never fatal.
     """
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
-                                group_id=None, client_id=f"faultwatch-reader-{uuid.uuid4().hex[:6]}")
+                                group_id=None,
+                                client_id=f"faultwatch-reader-{uuid.uuid4().hex[:6]}")
     await consumer.start()
     try:
         parts = await _partitions(consumer, topic)
@@ -43,7 +48,7 @@ async def read_topic(bootstrap: str, topic: str, *, follow: bool = False,
                 for msg in msgs:
                     if key is None or msg.key == key:
                         try:
-                            yield msg, decode(msg.value)
+                            yield msg, decoder(msg.value)
                         except DecodeError as e:
                             log_event("undecodable_record", topic=msg.topic,
                                       partition=msg.partition, offset=msg.offset, error=str(e))
@@ -72,4 +77,9 @@ def run_reader(gen: AsyncIterator[Any], emit: Callable[[Any], None]) -> int:
         asyncio.run(main())
     except KeyboardInterrupt:
         pass
+    except BrokenPipeError:  # `faultwatch logs JOB | head`
+        try:
+            sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - silence the final flush
+        except OSError:
+            pass
     return 0

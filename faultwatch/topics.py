@@ -42,7 +42,8 @@ class Topics:
 async def ensure_topics(bootstrap: str, topics: Topics, partitions: int = DEFAULT_PARTITIONS,
                         timeout_s: float = 30.0) -> None:
     """Create the topics if missing (signals must match the job table's partition count)."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=int(timeout_s * 1000))
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap,
+                                request_timeout_ms=int(timeout_s * 1000))
     await asyncio.wait_for(admin.start(), timeout_s)
     try:
         existing = set(await admin.list_topics())

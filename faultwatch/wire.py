@@ -91,6 +91,19 @@ def decode(value: bytes | None) -> dict[str, Any]:
     return d
 
 
+def decode_decision(value: bytes | None) -> dict[str, Any]:
+    """Decode a decisions-topic record (versioned; identified by its `id`, no type field)."""
+    if value is None:
+        raise DecodeError("empty record")
+    try:
+        d = orjson.loads(value)
+    except orjson.JSONDecodeError as e:
+        raise DecodeError(f"not JSON: {e}") from None
+    if not isinstance(d, dict) or d.get("v") != SCHEMA_VERSION or "id" not in d:
+        raise DecodeError("not a faultwatch decision (schema v1 with an id)")
+    return d
+
+
 def lines_of(d: dict[str, Any]) -> list[Line]:
     """The Line objects of a decoded `lines` record."""
     try:

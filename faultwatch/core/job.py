@@ -173,10 +173,13 @@ class JobState:
         silences = []
         for n in alive:
             assert n.last_hb_ts is not None
-            since = n.last_output_ts if n.last_output_ts is not None else n.started_ts
+            if n.last_output_ts is None:  # nothing printed yet: imports, rendezvous, restarts
+                since, window = n.started_ts, policy.effective_init_window_s
+            else:
+                since, window = n.last_output_ts, policy.hang_window_s
             silences.append((n.last_hb_ts - since, since, n))
-        if any(s < policy.hang_window_s for s, _, _ in silences):
-            return self, []
+            if n.last_hb_ts - since < window:
+                return self, []
         now_ev = max(n.last_hb_ts for _, _, n in silences if n.last_hb_ts is not None)
         silent_since = max(since for _, since, _ in silences)
         culprit = self._quiet_first()
@@ -184,8 +187,8 @@ class JobState:
             "silent_since": silent_since,
             "silent_for_s": round(now_ev - silent_since, 3),
             "window_s": policy.hang_window_s,
-            "nodes": {n.node: {"last_output_ts": n.last_output_ts, "last_heartbeat_ts": n.last_hb_ts}
-                      for _, _, n in silences},
+            "nodes": {n.node: {"last_output_ts": n.last_output_ts,
+                               "last_heartbeat_ts": n.last_hb_ts} for _, _, n in silences},
             "rank_last_output_ts": {str(r): t for r, t in sorted(self.rank_last_ts.items())},
             "likely_culprit_rank": culprit,
             "last_lines": self._last_lines_per_rank(),
@@ -311,8 +314,9 @@ class JobState:
             return st, []
         if action in ("restart", "blacklist"):
             st = dataclasses.replace(st, restarts_used=self.restarts_used + 1)
-        budgets = {"restarts_used": st.restarts_used, "max_restarts": policy.max_restarts,
-                   "max_same_error": policy.max_same_error}
+        budgets: dict[str, object] = {"restarts_used": st.restarts_used,
+                                      "max_restarts": policy.max_restarts,
+                                      "max_same_error": policy.max_same_error}
         dec = Decision(id=did, job=self.job, attempt=self.attempt, action=action, kind=kind,
                        ts=now, nodes=nodes, ranks=ranks, rule=rule, category=category,
                        message=message, evidence=evidence, budgets=budgets, rules_version=rv)

@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from faultwatch.core.events import (
-    Exit,
     Hit,
     Line,
     Match,

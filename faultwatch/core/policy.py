@@ -22,6 +22,7 @@ class Policy:
     max_restarts: int = 3
     hang_detection: bool = True
     hang_window_s: float = 300.0
+    init_window_s: float | None = None  # before an attempt's first output; None: max(hang, 120)
     exit_hang_detection: bool = True
     exit_hang_window_s: float = 300.0
     fault_tolerant_policy: str = "exit_code_and_error_msg"
@@ -39,6 +40,8 @@ class Policy:
         for name in ("hang_window_s", "exit_hang_window_s"):
             if getattr(self, name) <= 0:
                 raise ConfigError(name, "must be > 0 seconds")
+        if self.init_window_s is not None and self.init_window_s <= 0:
+            raise ConfigError("init_window_s", "must be > 0 seconds")
         if self.settle_s < 0:
             raise ConfigError("settle_s", "must be >= 0 seconds")
         if self.max_restarts < 0:
@@ -47,6 +50,13 @@ class Policy:
             raise ConfigError("max_same_error", "must be >= 1")
         if self.max_failure_rate != -1 and not 0 < self.max_failure_rate <= 1:
             raise ConfigError("max_failure_rate", "must be in (0, 1], or -1 for off")
+
+    @property
+    def effective_init_window_s(self) -> float:
+        """Silence allowed before an attempt prints anything (imports, rendezvous, restarts)."""
+        if self.init_window_s is not None:
+            return self.init_window_s
+        return max(self.hang_window_s, 120.0)
 
     def with_overrides(self, values: Mapping[str, Any]) -> Policy:
         """A copy with the given keys replaced; unknown keys and wrong types are ConfigErrors."""
@@ -76,7 +86,7 @@ def _coerce(key: str, value: Any, current: Any) -> Any:
         if isinstance(value, bool) or not isinstance(value, int):
             raise ConfigError(key, f"expected an integer, got {value!r}")
         return value
-    if isinstance(current, float):
+    if isinstance(current, float) or (current is None and key.endswith("_s")):
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise ConfigError(key, f"expected a number, got {value!r}")
         return float(value)

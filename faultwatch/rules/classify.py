@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 from faultwatch.core.events import STDERR, Line, Match
 from faultwatch.rules.engine import Matcher
 from faultwatch.rules.model import DEFAULT_ACTIONS, RuleSet
+from faultwatch.rules.torchrun import parse_child_failed
+
+_WORKER_FAILED = re.compile(r"failed \(exitcode: (-?\d+)\)")
 
 _MATCHERS: dict[tuple[int, str], Matcher] = {}
 
@@ -17,6 +21,15 @@ def pick_root(matches: Sequence[Match]) -> Match | None:
         return None
     roots = [m for m in matches if not m.cascade]
     return min(roots or matches, key=lambda m: (m.ts, m.seq))
+
+
+def _summary_exit_codes(raw: Sequence[str]) -> list[int]:
+    """Exit statuses torchrun reported, signal deaths other than its own SIGTERM first."""
+    codes = [f.exit_code if f.signal is None else -f.signal
+             for f in parse_child_failed(raw) if f.exit_code is not None]
+    codes += [int(m.group(1)) for t in raw if "failed (exitcode:" in t
+              for m in [_WORKER_FAILED.search(t)] if m]
+    return sorted(dict.fromkeys(codes), key=lambda c: (c >= 0, c == -15))
 
 
 def matcher_for(ruleset: RuleSet) -> Matcher:
@@ -38,8 +51,13 @@ def classify(ruleset: RuleSet, text: str, exit_code: int | None = None, *,
     lines = [Line(STDERR, i, float(i), t) for i, t in enumerate(raw)]
     batch = matcher.match_lines(lines)
     root = pick_root(batch.matches)
-    if root is None and exit_code is not None:
-        root = matcher.match_exit(exit_code, None, float(len(raw)))
+    if root is None or root.cascade:
+        # no root error in the log: the exit statuses (the summary's, then the given one) decide
+        for code in [*_summary_exit_codes(raw), *([exit_code] if exit_code is not None else [])]:
+            em = matcher.match_exit(code, None, float(len(raw)))
+            if em is not None and not em.cascade:
+                root = em
+                break
     out: dict[str, object] = {"category": "unknown", "rule": None, "action": None, "line": None}
     if root is not None:
         out = {"category": root.category, "rule": root.rule,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from bisect import bisect_left
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from itertools import accumulate
 from typing import Any
 
@@ -13,7 +13,7 @@ import regex
 from faultwatch.core.events import EXIT_STREAM, Line, Match
 from faultwatch.rules.model import MatchBatch, ProgressMark, Rule, RuleSet, StageMark
 from faultwatch.rules.patterns import Pattern, build_scanner, lit_escape
-from faultwatch.rules.prefix import split_prefixed
+from faultwatch.rules.prefix import split_prefixed, strip_joined
 from faultwatch.rules.traceback import (
     CONTEXT_LINES,
     CPP_START,
@@ -55,7 +55,20 @@ class Matcher:
             for rx in r.regex:
                 pats.append(Pattern(rx, ri, r.ignore_case))
         self.patterns = pats
-        self._scan, prefilter, self.engine = build_scanner(pats, engine)
+        # progress lines are common (every step), and only each rank's last one per batch
+        # matters: they get their own database, scanned backwards in chunks (see _progress)
+        self._e_ids = [i for i, p in enumerate(pats)
+                       if p.owner < 0 or self.rules[p.owner].kind != "progress"]
+        self._p_ids = [i for i, p in enumerate(pats)
+                       if p.owner >= 0 and self.rules[p.owner].kind == "progress"]
+        scan_e, pre_e, self.engine = build_scanner([pats[i] for i in self._e_ids], engine)
+        self._scan = self._remap(scan_e, self._e_ids)
+        prefilter = {self._e_ids[i] for i in pre_e}
+        self._scan_p = None
+        if self._p_ids:
+            scan_p, pre_p, _ = build_scanner([pats[i] for i in self._p_ids], self.engine)
+            self._scan_p = self._remap(scan_p, self._p_ids)
+            prefilter |= {self._p_ids[i] for i in pre_p}
         flags = regex.IGNORECASE
         # exact confirmation with the regex module, for prefiltered ids and extractors
         self._confirm: dict[int, Any] = {
@@ -68,6 +81,19 @@ class Matcher:
         self._owner = [p.owner for p in pats]
         self._kind = [self.rules[p.owner].kind if p.owner >= 0 else "" for p in pats]
         self._bytes = self.engine == "hyperscan"
+
+    @staticmethod
+    def _remap(scan: Any, ids: list[int]) -> Any:
+        def scan_global(data: str) -> list[tuple[int, int]]:
+            return [(to, ids[pid]) for to, pid in scan(data)]
+        return scan_global
+
+    def _ends(self, texts: Sequence[str], joined: str) -> list[int]:
+        if self._bytes and not joined.isascii():
+            ends = accumulate(len(t.encode("utf-8", "replace")) + 1 for t in texts)
+        else:
+            ends = accumulate(len(t) + 1 for t in texts)
+        return [e - 1 for e in ends]
 
     # -- exits ---------------------------------------------------------------
     def match_exit(self, exit_code: int, signal: int | None, ts: float) -> Match | None:
@@ -101,43 +127,18 @@ class Matcher:
         if n == 0:
             return MatchBatch()
         texts = [ln.text for ln in lines]
-        joined = "\n".join(texts)
-        seg_line: list[int] | None = None
-        if joined.startswith("[") or "\n[" in joined:
-            seg_text: list[str] = []
-            seg_rank: list[int | None] = []
-            seg_line = []
-            line_rank: list[int | None] = []
-            last_ts: dict[int | None, float] = {}
-            for i, t in enumerate(texts):
-                if t.startswith("["):
-                    segs = split_prefixed(t, default_rank)
-                else:
-                    segs = [(default_rank, t)]
-                line_rank.append(segs[0][0])
-                for r, st in segs:
-                    seg_text.append(st)
-                    seg_rank.append(r)
-                    seg_line.append(i)
-                    last_ts[r] = lines[i].ts
-            joined = "\n".join(seg_text)
-            ranks = tuple(line_rank)
-        else:
-            seg_text = texts
-            seg_rank = [default_rank] * n
-            ranks = tuple(seg_rank)
-            last_ts = {default_rank: lines[-1].ts}
+        parts = self._segments(lines, texts, default_rank)
+        joined, seg_text, seg_rank, seg_line, ranks, by_rank = parts
+        last_ts = {r: lines[idx[-1] if seg_line is None else seg_line[idx[-1]]].ts
+                   for r, idx in by_rank.items()}
+        lidx: Any = (lambda s: s) if seg_line is None else seg_line.__getitem__
+        progress = self._progress(lines, seg_text, lidx, by_rank) if self._scan_p else ()
         hits = self._scan(joined)
         if not hits:
-            return MatchBatch((), (), (), last_ts, ranks)
-        if self._bytes and not joined.isascii():
-            ends = list(accumulate(len(t.encode("utf-8", "replace")) + 1 for t in seg_text))
-        else:
-            ends = list(accumulate(len(t) + 1 for t in seg_text))
-        ends = [e - 1 for e in ends]
-        owner, kind = self._owner, self._kind
+            return MatchBatch((), progress, (), last_ts, ranks)
+        ends = self._ends(seg_text, joined)
+        kind = self._kind
         err: dict[int, list[int]] = {}
-        progress_last: dict[int | None, list[tuple[int, int]]] = {}
         stage_hits: list[tuple[int, int]] = []
         starts: list[int] = []
         for to, pid in hits:
@@ -145,17 +146,44 @@ class Matcher:
             k = kind[pid]
             if k == "error":
                 err.setdefault(seg, []).append(pid)
-            elif k == "progress":
-                progress_last.setdefault(seg_rank[seg], []).append((seg, pid))
             elif k == "stage":
                 stage_hits.append((seg, pid))
             else:
                 starts.append(seg)
-        lidx = (lambda s: s) if seg_line is None else seg_line.__getitem__
         matches = self._errors(lines, seg_text, seg_rank, lidx, err, starts) if err else ()
-        progress = self._progress(lines, seg_text, lidx, progress_last) if progress_last else ()
         stages = self._stages(lines, seg_text, seg_rank, lidx, stage_hits) if stage_hits else ()
         return MatchBatch(matches, progress, stages, last_ts, ranks)
+
+    @staticmethod
+    def _segments(lines: Sequence[Line], texts: list[str], default_rank: int | None
+                  ) -> tuple[str, list[str], list[int | None], list[int] | None,
+                             tuple[int | None, ...], dict[int | None, Sequence[int]]]:
+        """(joined, segment texts, segment ranks, segment -> line or None when 1:1, line
+        ranks, segment indices per rank): rank prefixes stripped, merged lines split."""
+        n = len(texts)
+        joined = "\n".join(texts)
+        if not (joined.startswith("[") or "\n[" in joined):
+            return (joined, texts, [default_rank] * n, None, (default_rank,) * n,
+                    {default_rank: range(n)})
+        fast = strip_joined(joined, n, default_rank)
+        if fast is not None:
+            stripped, seg_rank, per_rank = fast
+            seg_text = stripped.split("\n")
+            if len(seg_text) == n:  # else a line held a newline: take the careful path
+                return stripped, seg_text, seg_rank, None, tuple(seg_rank), dict(per_rank)
+        seg_text, seg_rank, seg_line = [], [], []
+        line_rank: list[int | None] = []
+        by_rank: dict[int | None, list[int]] = {}
+        for i, t in enumerate(texts):
+            segs = split_prefixed(t, default_rank) if t.startswith("[") else [(default_rank, t)]
+            line_rank.append(segs[0][0])
+            for r, st in segs:
+                by_rank.setdefault(r, []).append(len(seg_text))
+                seg_text.append(st)
+                seg_rank.append(r)
+                seg_line.append(i)
+        return ("\n".join(seg_text), seg_text, seg_rank, seg_line, tuple(line_rank),
+                dict(by_rank))
 
     def _best(self, pids: list[int], line: Line, text: str) -> Rule | None:
         best: Rule | None = None
@@ -219,26 +247,42 @@ class Matcher:
             return None
 
     def _progress(self, lines: Sequence[Line], texts: list[str], lidx: Any,
-                  per_rank: dict[int | None, list[tuple[int, int]]]
-                  ) -> tuple[ProgressMark, ...]:
+                  by_rank: Mapping[int | None, Sequence[int]]) -> tuple[ProgressMark, ...]:
+        """Each rank's last step in the batch: scan its lines backwards in growing chunks."""
+        assert self._scan_p is not None
         out: list[tuple[int, ProgressMark]] = []
-        for rank, cands in per_rank.items():
-            for seg, pid in reversed(cands[-8:]):  # the rank's latest step in the batch
-                m = self._extract(pid, texts[seg])
-                if m is None or m.group("step") is None:
-                    continue
-                gd = m.groupdict()
-                try:
-                    step = int(gd["step"])
-                    total = int(gd["total"]) if gd.get("total") else None
-                except ValueError:
-                    continue
-                ln = lines[lidx(seg)]
-                out.append((seg, ProgressMark(rank, ln.ts, step, total,
-                                              self.rules[self._owner[pid]].id)))
-                break
+        for rank, idx in by_rank.items():
+            hi, size = len(idx), 8
+            found = False
+            while hi > 0 and not found:
+                lo = max(0, hi - size)
+                chunk = [texts[i] for i in idx[lo:hi]]
+                joined = "\n".join(chunk)
+                hits = self._scan_p(joined)
+                if hits:
+                    ends = self._ends(chunk, joined)
+                    for to, pid in sorted(hits, reverse=True):
+                        seg = idx[lo + bisect_left(ends, to)]
+                        mark = self._mark(pid, texts[seg], rank, lines[lidx(seg)].ts)
+                        if mark is not None:
+                            out.append((seg, mark))
+                            found = True
+                            break
+                hi, size = lo, size * 4
         out.sort(key=lambda x: x[0])
         return tuple(p for _, p in out)
+
+    def _mark(self, pid: int, text: str, rank: int | None, ts: float) -> ProgressMark | None:
+        m = self._extract(pid, text)
+        if m is None or m.group("step") is None:
+            return None
+        gd = m.groupdict()
+        try:
+            step = int(gd["step"])
+            total = int(gd["total"]) if gd.get("total") else None
+        except ValueError:
+            return None
+        return ProgressMark(rank, ts, step, total, self.rules[self._owner[pid]].id)
 
     def _stages(self, lines: Sequence[Line], texts: list[str], ranks: list[int | None],
                 lidx: Any, hits: list[tuple[int, int]]) -> tuple[StageMark, ...]:
@@ -262,7 +306,8 @@ class Matcher:
         out: list[tuple[Rule, Any]] = []
         seen: set[int] = set()
         for _rank, seg in segs:
-            for _to, pid in self._scan(seg):
+            hits = self._scan(seg) + (self._scan_p(seg) if self._scan_p else [])
+            for _to, pid in hits:
                 ri = self._owner[pid]
                 if ri < 0 or ri in seen:
                     continue

@@ -113,7 +113,7 @@ class _FileParser:
 
     def parse_policy(self, node: yaml.Node) -> None:
         items = self.mapping(node, "policy", tuple(POLICY_KEYS))
-        for key, (knode, vnode) in (items or {}).items():
+        for key, (_knode, vnode) in (items or {}).items():
             value = self.scalar(vnode)
             err = v.policy_value_error(key, value)
             if err:

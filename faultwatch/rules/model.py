@@ -22,6 +22,7 @@ POLICY_KEYS: Mapping[str, type] = MappingProxyType({
     "max_restarts": int,
     "hang_detection": bool,
     "hang_window_s": float,
+    "init_window_s": float,
     "exit_hang_detection": bool,
     "exit_hang_window_s": float,
     "fault_tolerant_policy": str,

@@ -84,8 +84,9 @@ def _re2_scanner(pats: Sequence[Pattern]) -> tuple[Scanner, set[int]]:
     for i in ok:
         rset.Add(("(?i)" if pats[i].ignore_case else "") + pats[i].source)
     rset.Compile()
-    alt = re2.compile("(?m)" + "|".join(
-        f"(?:{'(?i)' if pats[i].ignore_case else ''}{pats[i].source})" for i in ok) or "$^")
+    alt = re2.compile("(?m)" + ("|".join(
+        f"(?:{'(?i)' if pats[i].ignore_case else ''}{pats[i].source})" for i in ok) or "$^"),
+        opts)
 
     def scan(data: str) -> list[tuple[int, int]]:
         hits: list[tuple[int, int]] = []

@@ -1,11 +1,46 @@
-"""Rank attribution: strips torchrun's `[rank3]:` / `--tee` `[default3]:` prefixes, splits merged lines."""
+"""Rank attribution: strips `[rank3]:` / `[default3]:` line prefixes, splits merged lines."""
 
 from __future__ import annotations
 
 import re
 
 # [rank3]:  [default3]:  [trainer3]:  (role name, then the global/local rank, then "]:")
-PREFIX_RE = re.compile(r"\[([A-Za-z_]{1,32}?)(\d{1,7})\]:")
+PREFIX_RE = re.compile(r"\[([A-Za-z_]{1,32}?)(\d{1,7})\]: ?")
+
+
+def strip_joined(joined: str, n: int, default_rank: int | None
+                 ) -> tuple[str, list[int | None], dict[int | None, list[int]]] | None:
+    """Fast path over a batch joined by newlines: (text without prefixes, ranks, line
+    indices per rank).
+
+    None when some line holds a prefix in its middle (merged output: split it line by line).
+    """
+    ranks: list[int | None] = [default_rank] * n
+    by_rank: dict[int | None, list[int]] = {}
+    pieces: list[str] = []
+    line_idx = prev = cut = 0
+    prev_end = -1
+    for m in PREFIX_RE.finditer(joined):
+        pos = m.start()
+        if pos == prev_end:  # stacked prefixes: the innermost wins
+            by_rank[ranks[line_idx]].pop()
+            ranks[line_idx] = r = int(m.group(2))
+            by_rank.setdefault(r, []).append(line_idx)
+        elif pos != 0 and joined[pos - 1] != "\n":
+            return None
+        else:
+            line_idx += joined.count("\n", prev, pos)
+            prev = pos
+            ranks[line_idx] = r = int(m.group(2))
+            by_rank.setdefault(r, []).append(line_idx)
+        pieces.append(joined[cut:pos])
+        cut = prev_end = m.end()
+    pieces.append(joined[cut:])
+    prefixed = {i for idx in by_rank.values() for i in idx}
+    if len(prefixed) < n:
+        rest = sorted(set(range(n)) - prefixed)
+        by_rank[default_rank] = sorted(by_rank.get(default_rank, []) + rest)
+    return "".join(pieces), ranks, {r: idx for r, idx in by_rank.items() if idx}
 
 
 def split_prefixed(text: str, default_rank: int | None) -> list[tuple[int | None, str]]:

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import re
-import re._constants as sre_c  # type: ignore[import-not-found]
-import re._parser as sre_parse  # type: ignore[import-not-found]
+import re._constants as sre_c
+import re._parser as sre_parse
 import signal as _signal
 from typing import Any
 
@@ -33,6 +33,8 @@ def compile_error(pattern: str) -> str | None:
         where = f" at column {pos + 1}" if isinstance(pos, int) else ""
         msg = str(e).split(" at position")[0]
         return f"invalid regex{where}: {msg} (pattern {pattern!r})"
+    if regex.compile(pattern).search("") is not None:
+        return f"pattern {pattern!r} matches the empty string (it would match every line)"
     return None
 
 

@@ -58,6 +58,14 @@ class Metrics:
     extra: dict[str, int] = field(default_factory=dict)
 
 
+@dataclass
+class _Live:
+    """What a worker may swap while running (a new rule set pushed to the rules topic)."""
+
+    policy: Policy
+    rules_version: str
+
+
 def build_app(cfg: ProcessorConfig) -> faust.App:
     """A Faust app with both stages; several workers with the same config share partitions."""
     app = faust.App(
@@ -83,7 +91,7 @@ def build_app(cfg: ProcessorConfig) -> faust.App:
                      value_type=bytes)
     matcher = Matcher(cfg.ruleset)
     metrics = Metrics()
-    state_box = {"policy": cfg.policy, "rules_version": cfg.ruleset.version}
+    live = _Live(policy=cfg.policy, rules_version=cfg.ruleset.version)
 
     async def dead_letter(event: Any, err: Exception) -> None:
         msg = event.message
@@ -148,8 +156,7 @@ def build_app(cfg: ProcessorConfig) -> faust.App:
                 continue
             key = job_key(sig.job)
             st = load(key) or JobState(job=sig.job)
-            st, decs = st.apply(sig, time.time(), state_box["policy"],
-                                str(state_box["rules_version"]))
+            st, decs = st.apply(sig, time.time(), live.policy, live.rules_version)
             save(key, st, partition)
             await publish(decs)
             yield None
@@ -165,13 +172,13 @@ def build_app(cfg: ProcessorConfig) -> faust.App:
             if st is None:
                 settling[partition].discard(key)
                 continue
-            st2, decs = st.tick(now, state_box["policy"], str(state_box["rules_version"]))
+            st2, decs = st.tick(now, live.policy, live.rules_version)
             if st2 is not st:
                 save(key, st2, partition)
             await publish(decs)
 
-    @app.on_partitions_revoked.connect
-    async def on_revoked(app: faust.App, *, revoked: Any, **kwargs: Any) -> None:
+    @app.on_partitions_revoked.connect  # type: ignore[arg-type]
+    async def on_revoked(sender: Any, *args: Any, signal: Any = None, **kwargs: Any) -> None:
         settling.clear()
 
     @app.timer(interval=TICK_S)

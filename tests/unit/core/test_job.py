@@ -171,3 +171,13 @@ def test_state_round_trips_through_dict() -> None:
 def test_decision_ids_are_deterministic() -> None:
     assert decision_id("j", 1, "hang", "hang") == decision_id("j", 1, "hang", "hang")
     assert decision_id("j", 1, "hang", "hang") != decision_id("j", 2, "hang", "hang")
+
+
+def test_silence_before_first_output_uses_init_window() -> None:
+    p = Policy(hang_window_s=5, init_window_s=30)
+    st = started()
+    st, decs = st.apply(Heartbeat("j", 0, "n0", ts=120.0, alive=True, last_output_ts=None), 0, p)
+    assert decs == []  # 20 s without any output is start-up, not a hang
+    st, decs = st.apply(Heartbeat("j", 0, "n0", ts=131.0, alive=True, last_output_ts=None), 0, p)
+    assert [d.kind for d in decs] == ["hang"]
+    assert Policy(hang_window_s=5).effective_init_window_s == 120.0

@@ -1,0 +1,131 @@
+"""Matcher throughput on a synthetic training log, against ripgrep with the same patterns."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from faultwatch.core.events import STDOUT, Line
+from faultwatch.rules import Matcher, load_ruleset
+
+WARNINGS = [
+    "/usr/lib/python3.11/site-packages/torch/utils/checkpoint.py:464: UserWarning: "
+    "torch.utils.checkpoint: the use_reentrant parameter should be passed explicitly.",
+    "[W reducer.cpp:1346] Warning: find_unused_parameters=True was specified in DDP "
+    "constructor, but did not find any unused parameters in the forward pass.",
+    "node3:1234:5678 [2] NCCL INFO Channel 03/0 : 2[2] -> 3[3] via P2P/IPC/read",
+    "[2024-05-01 10:00:00,123] [INFO] [logging.py:96:log_dist] [Rank 0] time (ms) | "
+    "fwd: 123.45 | bwd: 234.56 | bwd_inner: 200.12 | optimizer_step: 12.34",
+    "Token indices sequence length is longer than the specified maximum sequence length",
+]
+ERRORS = [
+    ["Traceback (most recent call last):", '  File "train.py", line 10, in <module>',
+     "    main()", "    ^^^^^^", "RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB"],
+    ["[E ProcessGroupNCCL.cpp:475] [Rank 3] Watchdog caught collective operation timeout: "
+     "WorkNCCL(SeqNum=7, OpType=ALLREDUCE, Timeout(ms)=600000) ran for 600123 milliseconds"],
+    ["node2:1:9 [0] NCCL WARN NET/IB : Got async event : port error"],
+]
+
+
+def gen_lines(n: int, seed: int = 7) -> list[str]:
+    """A mix of ordinary training output with rare errors."""
+    rnd = random.Random(seed)
+    out: list[str] = []
+    step = 0
+    while len(out) < n:
+        x = rnd.random()
+        if x < 0.30:
+            step += 1
+            out.append(f" iteration {step:8d}/ 500000 | consumed samples: {step * 128:12d} | "
+                       f"elapsed time per iteration (ms): {rnd.uniform(900, 1100):.1f} | "
+                       f"learning rate: 3.000E-04 | lm loss: {rnd.uniform(1.5, 3):.6E} | "
+                       "loss scale: 65536.0 | grad norm: 1.234 |")
+        elif x < 0.45:
+            p = rnd.randint(0, 1000)
+            out.append(f"{p // 10:3d}%|{'#' * (p // 100):10s}| {p}/1000 [01:23<01:40,  5.49it/s]")
+        elif x < 0.57:
+            out.append(f"{{'loss': {rnd.uniform(1, 3):.4f}, 'grad_norm': {rnd.uniform(0, 2):.3f}, "
+                       f"'learning_rate': 1e-05, 'epoch': {rnd.uniform(0, 3):.2f}}}")
+        elif x < 0.72:
+            r = rnd.randint(0, 7)
+            out.append(f"[rank{r}]:[2024-05-01 10:00:0{r}] batch {rnd.randint(0, 10**6)} "
+                       f"tokens/s {rnd.uniform(1e4, 2e4):.1f} mem {rnd.uniform(30, 70):.1f}GB")
+        elif x < 0.87:
+            out.append(rnd.choice(WARNINGS))
+        elif x < 0.99995:
+            out.append(f"[2024-05-01 10:00:00] INFO data loader worker {rnd.randint(0, 15)} "
+                       f"prefetched shard {rnd.randint(0, 9999):05d} in {rnd.uniform(0, 1):.3f}s")
+        else:
+            out.extend(rnd.choice(ERRORS))
+    return out[:n]
+
+
+def run_matcher(matcher: Matcher, texts: list[str], batch: int) -> tuple[float, int, int]:
+    batches = [[Line(STDOUT, i + j, float(i + j), t) for j, t in enumerate(texts[i:i + batch])]
+               for i in range(0, len(texts), batch)]
+    t0 = time.perf_counter()
+    n_matches = n_progress = 0
+    for b in batches:
+        res = matcher.match_lines(b, default_rank=0)
+        n_matches += len(res.matches)
+        n_progress += len(res.progress)
+    return time.perf_counter() - t0, n_matches, n_progress
+
+
+def run_rg(patterns: list[str], texts: list[str]) -> tuple[float, int] | None:
+    rg = shutil.which("rg")
+    if rg is None:
+        return None
+    with tempfile.TemporaryDirectory() as d:
+        f = Path(d) / "log.txt"
+        f.write_text("\n".join(texts) + "\n")
+        pf = Path(d) / "patterns.txt"
+        pf.write_text("\n".join(patterns) + "\n")
+        cmd = [rg, "-j1", "--no-config", "-c", "-f", str(pf), str(f)]
+        best, count = float("inf"), 0
+        for _ in range(3):
+            t0 = time.perf_counter()
+            cp = subprocess.run(cmd, capture_output=True, text=True, check=False)
+            best = min(best, time.perf_counter() - t0)
+            if cp.returncode not in (0, 1):
+                raise RuntimeError(cp.stderr)
+            count = int(cp.stdout.strip() or 0)
+    return best, count
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--lines", type=int, default=2_000_000)
+    ap.add_argument("--batch", type=int, default=500)
+    ap.add_argument("--engine", default="auto", choices=("auto", "hyperscan", "re2"))
+    args = ap.parse_args(argv)
+    texts = gen_lines(args.lines)
+    matcher = Matcher(load_ruleset(), engine=args.engine)
+    secs, n_matches, n_progress = run_matcher(matcher, texts, args.batch)
+    # ripgrep joins -f patterns into one alternation: drop group names (they would clash)
+    pats = [("(?i)" if p.ignore_case else "") + re.sub(r"\(\?P?<([A-Za-z_]\w*)>", "(", p.source)
+            for p in matcher.patterns]
+    rg = run_rg(pats, texts)
+    out: dict[str, object] = {
+        "lines": len(texts), "batch": args.batch, "engine": matcher.engine,
+        "patterns": len(pats), "matcher_s": round(secs, 3),
+        "matcher_lines_per_s": round(len(texts) / secs), "matches": n_matches,
+        "progress_marks": n_progress,
+    }
+    if rg is not None:
+        out.update({"rg_s": round(rg[0], 3), "rg_lines_per_s": round(len(texts) / rg[0]),
+                    "rg_matching_lines": rg[1], "ratio_vs_rg": round(rg[0] / secs, 2)})
+    print(json.dumps(out, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,383 @@
+"""Disk spool: write-ahead, segmented, CRC-framed records kept until the broker acked them."""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import contextlib
+import fcntl
+import os
+import struct
+import time
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from faultwatch.errors import FaultwatchError
+
+MAGIC = b"FWS1"
+# magic | payload_len u32 | crc32 u32 | id u64 | ts f64 | flags u8 | nlines u32 | key_len u16
+_HEAD = struct.Struct("<4sIIQdBIH")
+_CRC_FROM = 12  # the crc covers everything after magic, length and crc
+KEEP = 1  # the record holds errors/tracebacks: dropped only after ordinary records
+LIFECYCLE = 2  # start / heartbeat / exit / notice records
+_SUFFIX = ".seg"
+
+
+class SpoolError(FaultwatchError):
+    """The spool directory cannot be created, written or read."""
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """One spooled record: a Kafka key and value, with what the spool needs to manage it."""
+
+    id: int
+    key: bytes
+    value: bytes
+    flags: int = 0
+    nlines: int = 0
+    ts: float = 0.0
+
+    @property
+    def ordinary(self) -> bool:
+        return not self.flags & (KEEP | LIFECYCLE)
+
+
+@dataclass
+class _Segment:
+    path: Path
+    first_id: int
+    last_id: int = -1
+    size: int = 0
+    pending: int = 0  # records neither acked nor dropped
+    ordinary: int = 0  # ordinary records still in the file
+
+
+@dataclass
+class SpoolStats:
+    """Counters for heartbeats and logs."""
+
+    corrupt: int = 0  # frames skipped on replay (bad CRC, torn writes)
+    dropped_records: int = 0
+    dropped_lines: int = 0
+    replayed: int = 0
+    fsyncs: int = 0
+
+
+def _frame(rec: Record) -> bytes:
+    body_head = _HEAD.pack(MAGIC, len(rec.value), 0, rec.id, rec.ts, rec.flags, rec.nlines,
+                           len(rec.key))
+    crc = zlib.crc32(body_head[_CRC_FROM:])
+    crc = zlib.crc32(rec.key, crc)
+    crc = zlib.crc32(rec.value, crc)
+    return b"".join((body_head[:8], struct.pack("<I", crc), body_head[_CRC_FROM:], rec.key,
+                     rec.value))
+
+
+def parse_frames(data: bytes) -> tuple[list[tuple[int, Record]], int]:
+    """All intact records of a segment's bytes with their offsets, and the corrupt count."""
+    out: list[tuple[int, Record]] = []
+    corrupt = 0
+    pos, n = 0, len(data)
+    while pos < n:
+        if data[pos:pos + 4] != MAGIC or pos + _HEAD.size > n:
+            corrupt += 1
+            nxt = data.find(MAGIC, pos + 1)
+            if nxt < 0:
+                break
+            pos = nxt
+            continue
+        _, vlen, crc, rid, ts, flags, nlines, klen = _HEAD.unpack_from(data, pos)
+        end = pos + _HEAD.size + klen + vlen
+        if end > n or zlib.crc32(data[pos + _CRC_FROM:end]) != crc:
+            corrupt += 1
+            nxt = data.find(MAGIC, pos + 1)
+            if nxt < 0:
+                break
+            pos = nxt
+            continue
+        k0 = pos + _HEAD.size
+        out.append((pos, Record(rid, data[k0:k0 + klen], data[k0 + klen:end], flags, nlines, ts)))
+        pos = end
+    return out, corrupt
+
+
+class Spool:
+    """Append-only segment files under one directory (one agent's job/node).
+
+    append() assigns increasing ids; read() hands records to the delivery in id order;
+    ack() releases them and a segment file is deleted once all its records are acked.
+    Opening a spool that holds segments of an earlier run replays their records."""
+
+    def __init__(self, directory: Path, cap_bytes: int = 256 << 20,
+                 segment_bytes: int = 8 << 20, fsync_interval_s: float = 1.0):
+        self.dir = Path(directory)
+        self.cap_bytes = cap_bytes
+        self.segment_bytes = min(segment_bytes, max(cap_bytes // 8, 4096))
+        self.fsync_interval_s = fsync_interval_s
+        self.stats = SpoolStats()
+        self._segs: list[_Segment] = []
+        self._firsts: list[int] = []
+        self._fd: int | None = None
+        self._next_id = 0
+        self._dirty = False
+        self._gen = 0  # bumped when a file is rewritten: read cursors must re-seek
+        self._read_cache: tuple[int, Path, int, int] | None = None  # gen, path, next_id, offset
+        self._unreported = (0, 0, 0)
+        self.protect_below = 0  # the delivery's cursor: lower ids are in flight or acked
+        try:
+            self.dir.mkdir(parents=True, exist_ok=True)
+            self._lock_fd = os.open(self.dir / "lock", os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as e:
+            raise SpoolError(f"cannot create spool dir {self.dir}: {e}") from e
+        try:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(self._lock_fd)
+            raise SpoolError(f"spool dir {self.dir} is in use by another agent") from None
+        self._load()
+
+    # ---- state -------------------------------------------------------------------------
+    @property
+    def next_id(self) -> int:
+        return self._next_id
+
+    @property
+    def pending(self) -> int:
+        """Records neither acked nor dropped (the spool depth)."""
+        return sum(s.pending for s in self._segs)
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(s.size for s in self._segs)
+
+    @property
+    def first_pending_id(self) -> int:
+        """The id from which a fresh reader must start (old runs' records included)."""
+        for s in self._segs:
+            if s.pending:
+                return s.first_id
+        return self._next_id
+
+    # ---- writing -----------------------------------------------------------------------
+    def append(self, key: bytes, value: bytes, flags: int = 0, nlines: int = 0,
+               ts: float | None = None) -> Record:
+        """Write one record (to the page cache; fsync happens in sync()). Never blocks long."""
+        rec = Record(self._next_id, key, value, flags, nlines, time.time() if ts is None else ts)
+        frame = _frame(rec)
+        seg = self._active_for(len(frame))
+        assert self._fd is not None
+        try:
+            os.write(self._fd, frame)
+        except OSError as e:
+            raise SpoolError(f"cannot write spool segment {seg.path}: {e}") from e
+        self._next_id += 1
+        seg.last_id = rec.id
+        seg.size += len(frame)
+        seg.pending += 1
+        seg.ordinary += rec.ordinary
+        self._dirty = True
+        if self.size_bytes > self.cap_bytes:
+            self._enforce_cap(self.protect_below)
+        return rec
+
+    def _active_for(self, nbytes: int) -> _Segment:
+        if self._fd is not None:
+            seg = self._segs[-1]
+            if seg.size + nbytes <= self.segment_bytes or seg.size == 0:
+                return seg
+            self._close_active()
+        path = self.dir / f"{self._next_id:016d}{_SUFFIX}"
+        try:
+            self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        except OSError as e:
+            raise SpoolError(f"cannot create spool segment {path}: {e}") from e
+        seg = _Segment(path, self._next_id)
+        self._segs.append(seg)
+        self._firsts.append(seg.first_id)
+        return seg
+
+    def _close_active(self) -> None:
+        if self._fd is not None:
+            fd, self._fd = self._fd, None
+            with contextlib.suppress(OSError):
+                os.fsync(fd)
+            os.close(fd)
+            seg = self._segs[-1]
+            if seg.pending == 0:
+                self._delete(seg)
+
+    async def sync(self) -> None:
+        """fsync the active segment off the event loop (called about once a second)."""
+        if not self._dirty or self._fd is None:
+            return
+        self._dirty = False
+        fd = os.dup(self._fd)
+        try:
+            await asyncio.to_thread(os.fsync, fd)
+            self.stats.fsyncs += 1
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+
+    async def sync_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self.fsync_interval_s)
+            await self.sync()
+
+    def close(self) -> None:
+        self._close_active()
+        if self._lock_fd >= 0:
+            os.close(self._lock_fd)  # releases the flock
+            self._lock_fd = -1
+
+    # ---- reading and releasing ---------------------------------------------------------
+    def read(self, start_id: int, max_records: int = 256, max_bytes: int = 4 << 20
+             ) -> list[Record]:
+        """Records with id >= start_id in id order (skipping dropped ones)."""
+        out: list[Record] = []
+        size = 0
+        i = max(0, bisect.bisect_right(self._firsts, start_id) - 1)
+        nid = start_id
+        while i < len(self._segs) and len(out) < max_records and size < max_bytes:
+            seg = self._segs[i]
+            i += 1
+            if seg.last_id < nid or seg.pending == 0:
+                continue
+            offset = 0
+            c = self._read_cache
+            if c is not None and c[0] == self._gen and c[1] == seg.path and c[2] == nid:
+                offset = c[3]
+            try:
+                with open(seg.path, "rb") as f:
+                    f.seek(offset)
+                    data = f.read()
+            except OSError:
+                continue
+            frames, _ = parse_frames(data)
+            for off, rec in frames:
+                if rec.id < nid:
+                    continue
+                if len(out) >= max_records or size >= max_bytes:
+                    self._read_cache = (self._gen, seg.path, rec.id, offset + off)
+                    return out
+                out.append(rec)
+                size += len(rec.value)
+                nid = rec.id + 1
+            if frames:
+                last_off, last = frames[-1]
+                end = offset + last_off + _HEAD.size + len(last.key) + len(last.value)
+                self._read_cache = (self._gen, seg.path, nid, end)
+        return out
+
+    def ack(self, rec_id: int) -> None:
+        """The broker acked rec_id: release it; delete its segment once fully released."""
+        i = bisect.bisect_right(self._firsts, rec_id) - 1
+        if i < 0:
+            return
+        seg = self._segs[i]
+        if rec_id > seg.last_id or seg.pending == 0:
+            return
+        seg.pending -= 1
+        if seg.pending == 0 and not (self._fd is not None and seg is self._segs[-1]):
+            self._delete(seg)
+
+    def _delete(self, seg: _Segment) -> None:
+        with contextlib.suppress(OSError):
+            seg.path.unlink()
+        i = self._segs.index(seg)
+        del self._segs[i]
+        del self._firsts[i]
+
+    # ---- the cap -----------------------------------------------------------------------
+    def take_drops(self) -> tuple[int, int, int]:
+        """(records, lines, kept-kind records) dropped by the cap since the last call."""
+        d, self._unreported = self._unreported, (0, 0, 0)
+        return d
+
+    def _enforce_cap(self, protect_from: int) -> list[Record]:
+        """Drop the oldest ordinary records (then any) of closed segments to get under cap."""
+        dropped: list[Record] = []
+        target = int(self.cap_bytes * 0.9)
+        for ordinary_only in (True, False):
+            for seg in list(self._segs[:-1]):
+                if self.size_bytes <= target:
+                    return dropped
+                if ordinary_only and seg.ordinary == 0:
+                    continue
+                dropped += self._compact(seg, ordinary_only, protect_from)
+        return dropped
+
+    def _compact(self, seg: _Segment, ordinary_only: bool, protect_from: int
+                 ) -> list[Record]:
+        try:
+            data = seg.path.read_bytes()
+        except OSError:
+            return []
+        frames, _ = parse_frames(data)
+        keep: list[bytes] = []
+        dropped: list[Record] = []
+        for _, rec in frames:
+            protected = rec.id < protect_from
+            if not protected and (rec.ordinary or not ordinary_only):
+                dropped.append(rec)
+            else:
+                keep.append(_frame(rec))
+        if not dropped:
+            return []
+        body = b"".join(keep)
+        tmp = seg.path.with_suffix(".tmp")
+        try:
+            tmp.write_bytes(body)
+            os.replace(tmp, seg.path)
+        except OSError:
+            return []
+        self._gen += 1
+        seg.size = len(body)
+        seg.pending = max(0, seg.pending - len(dropped))
+        seg.ordinary = sum(1 for r in frames if r[1].ordinary) - sum(r.ordinary for r in dropped)
+        self.stats.dropped_records += len(dropped)
+        self.stats.dropped_lines += sum(r.nlines for r in dropped)
+        r0, l0, k0 = self._unreported
+        self._unreported = (r0 + len(dropped), l0 + sum(r.nlines for r in dropped),
+                            k0 + sum(1 for r in dropped if not r.ordinary))
+        if seg.pending == 0:
+            self._delete(seg)
+        return dropped
+
+    # ---- replay ------------------------------------------------------------------------
+    def _load(self) -> None:
+        for tmp in self.dir.glob("*.tmp"):
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+        for path in sorted(self.dir.glob(f"*{_SUFFIX}")):
+            try:
+                data = path.read_bytes()
+            except OSError:
+                continue
+            frames, corrupt = parse_frames(data)
+            self.stats.corrupt += corrupt
+            if not frames:
+                with contextlib.suppress(OSError):
+                    path.unlink()
+                continue
+            ids = [r.id for _, r in frames]
+            seg = _Segment(path, min(ids), max(ids), len(data), len(frames),
+                           sum(r.ordinary for _, r in frames))
+            self._segs.append(seg)
+            self._firsts.append(seg.first_id)
+            self._next_id = max(self._next_id, seg.last_id + 1)
+            self.stats.replayed += len(frames)
+
+    def iter_all(self) -> Iterator[Record]:
+        """Every pending record, in id order (for inspection and tests)."""
+        nid = 0
+        while True:
+            batch = self.read(nid, 1024)
+            if not batch:
+                return
+            yield from batch
+            nid = batch[-1].id + 1

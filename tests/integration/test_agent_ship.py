@@ -1,0 +1,203 @@
+"""The node agent against a real broker: lines, lifecycle, bad input, signals, spool replay."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from faultwatch import wire
+from faultwatch.core.events import INVALID_UTF8, TRUNCATED, Line
+
+pytestmark = pytest.mark.kafka
+
+UNREACHABLE = "127.0.0.1:9"  # discard port: nothing listens, connections are refused
+
+
+def agent_cmd(bootstrap: str, prefix: str, spool: Path, job: str, *cmd: str,
+              extra: tuple[str, ...] = ()) -> list[str]:
+    return [sys.executable, "-m", "faultwatch.agents.cli", "agent", "--bootstrap", bootstrap,
+            "--job", job, "--node", "n1", "--topic-prefix", prefix, "--spool-dir", str(spool),
+            "--heartbeat-s", "0.2", *extra, "--", *cmd]
+
+
+def run_agent(argv: list[str], timeout: float = 60) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run(argv, capture_output=True, timeout=timeout)
+
+
+def consume(bootstrap: str, topic: str, until: Callable[[list[dict[str, Any]]], bool],
+            timeout: float = 30.0) -> list[dict[str, Any]]:
+    from aiokafka import AIOKafkaConsumer
+
+    async def main() -> list[dict[str, Any]]:
+        c = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest",
+                             enable_auto_commit=False, group_id=None)
+        await c.start()
+        out: list[dict[str, Any]] = []
+        try:
+            deadline = time.monotonic() + timeout
+            while time.monotonic() < deadline and not until(out):
+                got = await c.getmany(timeout_ms=500)
+                for msgs in got.values():
+                    out.extend(wire.decode(m.value) for m in msgs)
+        finally:
+            await c.stop()
+        return out
+
+    return asyncio.run(main())
+
+
+def has_exit(recs: list[dict[str, Any]]) -> bool:
+    return any(r["t"] == "exit" for r in recs)
+
+
+def lines(recs: list[dict[str, Any]], stream: str | None = None) -> list[Line]:
+    out = [ln for r in recs if r["t"] == "lines" for ln in wire.lines_of(r)]
+    return [ln for ln in out if stream is None or ln.stream == stream]
+
+
+def test_lines_start_heartbeats_exit(kafka_bootstrap: str, topic_prefix: str,
+                                     tmp_path: Path) -> None:
+    n = 3000
+    script = (f"import sys, time\n"
+              f"for i in range({n}): print(f'line {{i}} ' + 'x' * (i % 50))\n"
+              f"sys.stdout.flush(); print('to stderr', file=sys.stderr); time.sleep(0.6)\n"
+              f"sys.exit(3)\n")
+    res = run_agent(agent_cmd(kafka_bootstrap, topic_prefix, tmp_path, "j1",
+                              sys.executable, "-c", script))
+    assert res.returncode == 3, res.stderr.decode()[-2000:]
+    expected = "".join(f"line {i} " + "x" * (i % 50) + "\n" for i in range(n)).encode()
+    assert res.stdout == expected  # the tee is byte-exact
+    assert b"to stderr\n" in res.stderr
+
+    recs = consume(kafka_bootstrap, f"{topic_prefix}logs", has_exit)
+    kinds = [r["t"] for r in recs]
+    assert kinds[0] == "start" and kinds[-1] == "exit", kinds[:3]
+    start = wire.run_start_of(recs[0])
+    assert start.job == "j1" and start.node == "n1" and start.pid > 0
+    assert start.cmd[0] == sys.executable and start.agent_version
+    out = lines(recs, "stdout")
+    assert sorted(ln.seq for ln in out) == list(range(n))  # every seq exactly once
+    assert [ln.text for ln in out] == expected.decode().splitlines()
+    assert [ln.text for ln in lines(recs, "stderr")] == ["to stderr"]
+    hbs = [r for r in recs if r["t"] == "hb"]
+    assert len(hbs) >= 2
+    assert hbs[0]["alive"] is True and hbs[0]["started_ts"] is not None
+    assert hbs[-1]["stats"]["lines_read"] == n + 1
+    assert hbs[-2]["last_output_ts"] is not None
+    ex = wire.exit_of(recs[-1])
+    assert ex.exit_code == 3 and ex.signal is None
+    assert {r["run_id"] for r in recs if "run_id" in r} == {start.run_id}
+    assert not any(tmp_path.rglob("*.seg"))  # everything acked: the spool is empty
+
+
+def test_child_killed_by_sigkill_is_137(kafka_bootstrap: str, topic_prefix: str,
+                                        tmp_path: Path) -> None:
+    res = run_agent(agent_cmd(kafka_bootstrap, topic_prefix, tmp_path, "j2",
+                              "sh", "-c", "echo before; kill -9 $$"))
+    assert res.returncode == 137 and res.stdout == b"before\n"
+    recs = consume(kafka_bootstrap, f"{topic_prefix}logs", has_exit)
+    ex = wire.exit_of([r for r in recs if r["t"] == "exit"][0])
+    assert (ex.exit_code, ex.signal) == (137, 9)
+    assert [ln.text for ln in lines(recs)] == ["before"]
+
+
+def test_invalid_utf8_and_10mb_line(kafka_bootstrap: str, topic_prefix: str,
+                                    tmp_path: Path) -> None:
+    script = ("import sys\n"
+              "w = sys.stdout.buffer.write\n"
+              "w(b'bad \\xff\\xfe bytes\\n')\n"
+              "w(b'y' * (10 * 1024 * 1024) + b'\\n')\n"
+              "w('caf\\u00e9 ok\\n'.encode())\n"
+              "w(b'\\r 10%\\r 20%\\r100%\\n')\n")
+    res = run_agent(agent_cmd(kafka_bootstrap, topic_prefix, tmp_path, "j3",
+                              sys.executable, "-c", script))
+    assert res.returncode == 0, res.stderr.decode()[-2000:]
+    assert res.stdout == (b"bad \xff\xfe bytes\n" + b"y" * (10 * 1024 * 1024) + b"\n"
+                          + "café ok\n".encode() + b"\r 10%\r 20%\r100%\n")  # teed unchanged
+    recs = consume(kafka_bootstrap, f"{topic_prefix}logs", has_exit)
+    got = lines(recs, "stdout")
+    assert got[0].flags == INVALID_UTF8 and "\ufffd" in got[0].text
+    assert got[1].flags == TRUNCATED and got[1].orig_len == 10 * 1024 * 1024
+    assert len(got[1].text) == 65536
+    assert got[2].text == "café ok" and got[2].flags == 0
+    assert [ln.text for ln in got[3:]][-1] == "100%"
+    assert [ln.seq for ln in got] == list(range(len(got)))
+
+
+def test_sigterm_to_agent_is_forwarded_and_escalated(kafka_bootstrap: str, topic_prefix: str,
+                                                     tmp_path: Path) -> None:
+    script = ("import signal, time\n"
+              "signal.signal(signal.SIGTERM, lambda *a: print('got TERM', flush=True))\n"
+              "print('ready', flush=True)\n"
+              "while True: time.sleep(0.05)\n")
+    argv = agent_cmd(kafka_bootstrap, topic_prefix, tmp_path, "j4", sys.executable, "-c",
+                     script, extra=("--term-grace-s", "1"))
+    p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert p.stdout is not None
+    assert p.stdout.readline() == b"ready\n"
+    t0 = time.monotonic()
+    p.send_signal(signal.SIGTERM)
+    rc = p.wait(30)
+    assert rc == 137 and 0.9 < time.monotonic() - t0 < 15
+    assert p.stdout.read() == b"got TERM\n"
+    recs = consume(kafka_bootstrap, f"{topic_prefix}logs", has_exit)
+    assert wire.exit_of([r for r in recs if r["t"] == "exit"][0]).signal == 9
+
+
+def test_broker_down_never_blocks_the_child(tmp_path: Path) -> None:
+    n = 200_000
+    script = ("import sys, time\nt = time.monotonic()\n"
+              f"for i in range({n}): print('line', i)\n"
+              "sys.stdout.flush(); print(f'took {time.monotonic() - t:.3f}', file=sys.stderr)\n")
+    t0 = time.monotonic()
+    res = run_agent(agent_cmd(UNREACHABLE, "fw.", tmp_path, "j5", sys.executable, "-c",
+                              script, extra=("--exit-flush-timeout-s", "1")))
+    assert res.returncode == 0
+    assert res.stdout.count(b"\n") == n
+    took = float(res.stderr.split(b"took ")[1].split()[0])
+    assert took < 5 and time.monotonic() - t0 < 20
+    assert b"event=flush_timeout" in res.stderr
+    assert any(tmp_path.rglob("*.seg"))  # unsent records stay spooled for replay
+
+
+def test_spool_replay_after_agent_sigkill(kafka_bootstrap: str, topic_prefix: str,
+                                          tmp_path: Path) -> None:
+    # 1. broker unreachable: nothing can be acked; SIGKILL the agent mid-run.
+    n = 500
+    script = ("import os, sys, time\n"
+              f"for i in range({n}): print('spooled', i)\n"
+              "print('pid', os.getpid(), flush=True)\n"
+              "time.sleep(60)\n")
+    argv = agent_cmd(UNREACHABLE, topic_prefix, tmp_path, "j6", sys.executable, "-c", script)
+    p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    assert p.stdout is not None
+    child_pid = 0
+    for raw in p.stdout:
+        if raw.startswith(b"pid "):
+            child_pid = int(raw.split()[1])
+            break
+    time.sleep(0.5)  # the batcher's linger (20 ms) has passed: all lines are spooled
+    p.kill()
+    p.wait(10)
+    os.killpg(child_pid, signal.SIGKILL)  # the child has its own process group
+    assert any(tmp_path.rglob("*.seg"))
+    # 2. same spool, real broker: a flush-only agent delivers what was left.
+    argv = agent_cmd(kafka_bootstrap, topic_prefix, tmp_path, "j6", extra=("--flush",))
+    res = run_agent(argv[:-1])
+    assert res.returncode == 0, res.stderr.decode()[-2000:]
+    assert b"event=spool_replay" in res.stderr
+    recs = consume(kafka_bootstrap, f"{topic_prefix}logs",
+                   lambda rs: len(lines(rs)) >= n + 1)
+    assert recs[0]["t"] == "start"
+    assert [ln.text for ln in lines(recs)] == [f"spooled {i}" for i in range(n)] + [
+        f"pid {child_pid}"]
+    assert not any(tmp_path.rglob("*.seg"))

@@ -1,0 +1,164 @@
+"""Matcher: rank prefixes, traceback grouping, progress, exits, torchrun summary, classify."""
+
+from __future__ import annotations
+
+import pytest
+
+from faultwatch.core.events import Line, Match
+from faultwatch.rules import (
+    Matcher,
+    classify,
+    load_ruleset,
+    parse_child_failed,
+    pick_root,
+    split_prefixed,
+)
+
+RS = load_ruleset()
+M = Matcher(RS)
+
+
+def mk(texts: list[str]) -> list[Line]:
+    return [Line("stderr", i, float(i), t) for i, t in enumerate(texts)]
+
+
+def test_prefix_split_merged() -> None:
+    assert split_prefixed("[rank0]:foo[rank1]:Traceback x", None) == [
+        (0, "foo"), (1, "Traceback x")]
+    assert split_prefixed("[default3]:[rank3]:x", None) == [(3, "x")]
+    assert split_prefixed("[trainer12]:y", None) == [(12, "y")]
+
+
+def test_ranks_and_last_ts() -> None:
+    b = M.match_lines(mk(["plain", "[rank1]:a", "[default2]:b", "[rank0]:x[rank1]:c", "z"]),
+                      default_rank=7)
+    assert b.ranks == (7, 1, 2, 0, 7)
+    assert b.rank_last_ts == {7: 4.0, 1: 3.0, 2: 2.0, 0: 3.0}
+
+
+def test_chained_traceback_one_match() -> None:
+    tb = ["[rank1]:Traceback (most recent call last):",
+          '[rank1]:  File "a.py", line 1, in <module>',
+          "[rank0]:iteration 5/ 10 |",
+          "[rank1]:    foo()",
+          "[rank1]:    ^^^^^",
+          "[rank1]:ConnectionResetError: [Errno 104] Connection reset by peer",
+          "[rank1]:",
+          "[rank1]:The above exception was the direct cause of the following exception:",
+          "[rank1]:",
+          "[rank1]:Traceback (most recent call last):",
+          '[rank1]:  File "a.py", line 3, in <module>',
+          "[rank1]:torch.distributed.DistStoreError: Socket Timeout"]
+    b = M.match_lines(mk(tb))
+    assert len(b.matches) == 1
+    m = b.matches[0]
+    assert m.rule == "torch-store-socket-timeout" and m.rank == 1 and m.seq == 11
+    assert m.line == "torch.distributed.DistStoreError: Socket Timeout"
+    assert m.context[0].startswith("Traceback") and len(m.context) == 11
+
+
+def test_exception_group_and_cpp_terminate() -> None:
+    lines = ["  + Exception Group Traceback (most recent call last):",
+             '  |   File "x.py", line 1, in <module>',
+             "  | ExceptionGroup: eg (2 sub-exceptions)",
+             "  +-+---------------- 1 ----------------",
+             "    | KeyError: 'LOCAL_RANK'",
+             "    +------------------------------------",
+             "terminate called after throwing an instance of 'c10::Error'",
+             "  what():  CUDA error: uncorrectable ECC error encountered",
+             "Exception raised from c10_cuda_check_implementation at x.cpp:43",
+             "frame #0: c10::Error::Error() + 0x1"]
+    b = M.match_lines(mk(lines))
+    assert [m.rule for m in b.matches] == ["cuda-ecc-uncorrectable"]
+    assert b.matches[0].line.startswith("  what():")
+    assert len(b.matches[0].context) == 4
+
+
+def test_progress_last_per_rank_and_stages() -> None:
+    lines = [f" iteration {i:8d}/  500000 | lm loss: 2.0 |" for i in range(1, 40)]
+    lines += ["[rank1]:Step 7/100 | loss 1", "saving checkpoint at iteration 39 to /c"]
+    b = M.match_lines(mk(lines), default_rank=0)
+    assert {(p.rank, p.step, p.total) for p in b.progress} == {(0, 39, 500000), (1, 7, 100)}
+    assert [(s.stage, s.opens, s.hang_window_s) for s in b.stages] == [
+        ("checkpoint", True, 3600.0)]
+
+
+def test_match_exit() -> None:
+    m = M.match_exit(137, None, 5.0)
+    assert m is not None and m.rule == "exit-sigkill" and m.stream == "exit"
+    m = M.match_exit(-15, None, 5.0)
+    assert m is not None and m.category == "retryable"
+    assert M.match_exit(1, None, 5.0) is None
+
+
+def test_parse_child_failed() -> None:
+    text = """torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
+============================================================
+train.py FAILED
+------------------------------------------------------------
+Failures:
+[1]:
+  time      : 2024-01-01_00:00:01
+  host      : node2
+  rank      : 1 (local_rank: 1)
+  exitcode  : 1 (pid: 124)
+  error_file: <N/A>
+  traceback : To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html
+------------------------------------------------------------
+Root Cause (first observed failure):
+[0]:
+  time      : 2024-01-01_00:00:00
+  host      : node1
+  rank      : 0 (local_rank: 0)
+  exitcode  : -9 (pid: 123)
+  error_file: <N/A>
+  traceback : Signal 9 (SIGKILL) received by PID 123
+============================================================"""
+    fs = parse_child_failed(text.splitlines())
+    assert [(f.rank, f.local_rank, f.exit_code, f.signal, f.host, f.root_cause) for f in fs] == [
+        (1, 1, 1, None, "node2", False), (0, 0, -9, 9, "node1", True)]
+    b = M.match_lines(mk(text.splitlines()))
+    assert b.matches[0].rule == "torch-child-failed" and b.matches[0].cascade
+    assert classify(RS, text)["rule"] == "exit-sigkill"
+
+
+def test_pick_root() -> None:
+    def m(ts: float, cascade: bool, seq: int = 0) -> Match:
+        return Match("r", "retryable", cascade, ts, "x", seq=seq)
+    assert pick_root([]) is None
+    assert pick_root([m(1, True), m(3, False, 2), m(3, False, 1)]) == m(3, False, 1)
+    assert pick_root([m(2, True), m(1, True)]) == m(1, True)
+
+
+def test_classify_shape() -> None:
+    out = classify(RS, "hello\n[rank2]:RuntimeError: CUDA error: an illegal memory access "
+                       "was encountered\nWatchdog caught collective operation timeout")
+    assert set(out) == {"category", "rule", "action", "line"}
+    assert out["category"] == "retryable" and out["action"] == "restart"
+    ex = classify(RS, "nothing\n", 143, explain=True)
+    assert ex["rule"] == "exit-sigterm" and ex["matches"] == []
+    ex = classify(RS, "a\nNCCL WARN NET/IB : Got async event : port error", explain=True)
+    assert ex["category"] == "hardware" and ex["action"] == "blacklist"
+    assert ex["matches"] == [{"rule": "ib-async-fatal-event", "category": "hardware",
+                              "cascade": False, "rank": None, "lineno": 2,
+                              "line": "NCCL WARN NET/IB : Got async event : port error"}]
+    assert classify(RS, "all fine") == {"category": "unknown", "rule": None, "action": None,
+                                        "line": None}
+
+
+def test_policy_retryable_errors(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    p = tmp_path / "p.yaml"
+    p.write_text("version: 1\npolicy:\n  retryable_errors: ['flaky storage hiccup']\n")
+    assert classify(load_ruleset([p]), "x\nflaky storage hiccup\n")["category"] == "retryable"
+
+
+def test_re2_fallback_same_as_hyperscan() -> None:
+    pytest.importorskip("hyperscan")
+    re2m = Matcher(RS, engine="re2")
+    assert re2m.engine == "re2" and M.engine == "hyperscan"
+    sample = ["ok", "[rank3]:RuntimeError: Socket Timeout", "iteration 3/ 9 |",
+              "NVRM: Xid (PCI:0000:3b:00): 79, pid=1, GPU has fallen off the bus.",
+              "ünïcode KeyError: 'x'", "KeyError: 'LOCAL_RANK'", "Loss is nan, stopping",
+              "saving checkpoint", "Traceback (most recent call last):", "ValueError: bad"]
+    a, b = M.match_lines(mk(sample)), re2m.match_lines(mk(sample))
+    assert a == b and len(a.matches) >= 5
