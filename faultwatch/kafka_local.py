@@ -460,6 +460,11 @@ def _cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_fetch(args: argparse.Namespace) -> int:
+    print(ensure_jars())
+    return 0
+
+
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add `kafka up|down|status` to a CLI; each subcommand sets `func(args) -> exit code`."""
     kafka = subparsers.add_parser(
@@ -477,6 +482,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     start.add_argument("--controller-port", type=int, default=None,
                        help="KRaft controller port (default: previous one, else a free one)")
     show.add_argument("--json", action="store_true", help="print JSON")
+    fetch = actions.add_parser("fetch", help="resolve the broker jars from Maven Central (once)")
+    fetch.set_defaults(func=_guarded(_cmd_fetch))
     start.set_defaults(func=_guarded(_cmd_up))
     stop.set_defaults(func=_guarded(_cmd_down))
     show.set_defaults(func=_guarded(_cmd_status))

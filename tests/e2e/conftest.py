@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-JOBS = Path(__file__).parent / "jobs"
-TRAIN = JOBS / "train_gloo.py"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+TRAIN = EXAMPLES / "train_gloo.py"  # the demo job: faults chosen by FW_* environment variables
 
 
 def faultwatch_exe() -> str:

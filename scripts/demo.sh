@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# faultwatch watching a real 2-rank torchrun job (gloo on CPU).
+#   scripts/demo.sh            embedded mode: one process, no Kafka
+#   scripts/demo.sh cluster    agent -> local Kafka broker -> processor -> decisions topic
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/bootstrap.sh
+export OMP_NUM_THREADS=1 PYTHONWARNINGS=ignore FW_STEPS=8
+FW=.venv/bin/faultwatch
+JOB=(.venv/bin/torchrun --standalone --nproc-per-node 2 examples/train_gloo.py)
+
+banner() { printf '\n\033[1m== %s ==\033[0m\n' "$*"; }
+
+if [ "${1:-embedded}" = "embedded" ]; then
+  banner "1/2 rank 1 raises a retryable network error in attempt 0: expect RESTART, then success"
+  FW_FAULT=retryable FW_FAULT_ATTEMPTS=0 $FW run --settle-s 1 --hang-window-s 10 -- "${JOB[@]}"
+  echo "exit code: $?"
+  banner "2/2 rank 1 stops before an all-reduce in attempt 0: expect a HANG restart in ~5 s"
+  FW_FAULT=hang FW_FAULT_ATTEMPTS=0 $FW run --settle-s 1 --hang-window-s 5 -- "${JOB[@]}"
+  echo "exit code: $?"
+  exit 0
+fi
+
+[ "$1" = "cluster" ] || { echo "usage: $0 [embedded|cluster]" >&2; exit 2; }
+PORT=${FAULTWATCH_DEMO_PORT:-19392}
+DATA=.faultwatch/demo-kafka
+PREFIX="demo$(date +%s)."
+banner "starting a local Kafka broker (KRaft, jars from Maven Central)"
+BOOT=$($FW kafka up --port "$PORT" --data-dir "$DATA")
+echo "bootstrap: $BOOT"
+$FW process --bootstrap "$BOOT" --topic-prefix "$PREFIX" --settle-s 1 --hang-window-s 5 \
+  > .faultwatch/demo-processor.log 2>&1 &
+PROC=$!
+trap 'kill $PROC 2>/dev/null; wait $PROC 2>/dev/null; $FW kafka down --port "$PORT" --data-dir "$DATA" >/dev/null' EXIT
+sleep 3
+banner "agent runs the job; rank 1 raises a retryable error"
+FW_FAULT=retryable $FW agent --bootstrap "$BOOT" --topic-prefix "$PREFIX" --job demo --node node-0 \
+  --no-follow-decisions -- "${JOB[@]}" || true
+sleep 3
+banner "faultwatch decisions --job demo"
+$FW decisions --bootstrap "$BOOT" --topic-prefix "$PREFIX" --job demo
+banner "faultwatch logs demo (last lines)"
+$FW logs demo --bootstrap "$BOOT" --topic-prefix "$PREFIX" | tail -n 8

@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# The whole test suite on a fresh machine: install, lint, type-check, then unit,
+# integration (real Kafka broker from local jars) and end-to-end tests (real torchrun).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/bootstrap.sh
+.venv/bin/ruff check faultwatch tests bench examples
+.venv/bin/mypy faultwatch
+.venv/bin/faultwatch rules test
+.venv/bin/python -m pytest tests -q "$@"
