@@ -1,4 +1,4 @@
-"""Bench: agent lines/s into a real broker vs kcat -P, and child write stalls (up vs down)."""
+"""Bench: agent lines/s into a real broker vs kcat -P, agent CPU, child write stalls."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import argparse
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -16,14 +17,19 @@ from typing import Any
 
 UNREACHABLE = "127.0.0.1:9"
 
-# The child: writes n lines with one os.write each, timing every write (microseconds).
+# The child: n lines at `rate` lines/s (0: as fast as it can), one os.write per line, each
+# write timed (a write that waits is a stall: the pipe was full because the agent lagged).
 WRITER = r"""
 import json, os, sys, time
-n, size = int(sys.argv[1]), int(sys.argv[2])
+n, size, rate = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])
 pad = b"x" * max(0, size - 30)
 lat = []
 t0 = time.perf_counter()
 for i in range(n):
+    if rate and i % 10 == 0:
+        ahead = t0 + i / rate - time.perf_counter()
+        if ahead > 0:
+            time.sleep(ahead)
     line = b"step %09d loss=0.1234 " % i + pad + b"\n"
     a = time.perf_counter()
     os.write(1, line)
@@ -31,17 +37,19 @@ for i in range(n):
 total = time.perf_counter() - t0
 lat.sort()
 q = lambda p: lat[min(len(lat) - 1, int(p * len(lat)))] * 1e6
-print(json.dumps({"lines": n, "child_s": round(total, 3), "p50_us": round(q(0.5), 1),
+print(json.dumps({"lines": n, "rate": rate, "child_s": round(total, 3),
+                  "child_cpu_s": round(time.process_time(), 3), "p50_us": round(q(0.5), 1),
                   "p99_us": round(q(0.99), 1), "p999_us": round(q(0.999), 1),
                   "max_us": round(lat[-1] * 1e6, 1)}), file=sys.stderr)
 """
 
 
-def agent_argv(bootstrap: str, prefix: str, spool: Path, cmd: list[str],
-               flush_s: float) -> list[str]:
+def agent_argv(bootstrap: str, prefix: str, spool: Path, cmd: list[str], flush_s: float,
+               *extra: str) -> list[str]:
     return [sys.executable, "-m", "faultwatch.agents.cli", "agent", "--bootstrap", bootstrap,
             "--job", "bench", "--node", "n1", "--topic-prefix", prefix, "--spool-dir",
-            str(spool), "--exit-flush-timeout-s", str(flush_s), "--", *cmd]
+            str(spool), "--exit-flush-timeout-s", str(flush_s), "--no-follow-decisions",
+            *extra, "--", *cmd]
 
 
 def last_json(stderr: bytes) -> dict[str, Any]:
@@ -51,45 +59,63 @@ def last_json(stderr: bytes) -> dict[str, Any]:
     raise RuntimeError(stderr.decode()[-2000:])
 
 
-def agent_throughput(bootstrap: str, data: Path, n: int, tmp: Path) -> dict[str, Any]:
+def run_measured(argv: list[str]) -> tuple[subprocess.CompletedProcess[bytes], float]:
+    """Run argv to its end; (result, wall seconds)."""
+    t0 = time.perf_counter()
+    p = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _, err = p.communicate()
+    wall = time.perf_counter() - t0
+    return subprocess.CompletedProcess(argv, p.returncode or 0, b"", err), wall
+
+
+def children_cpu() -> float:
+    """CPU seconds of reaped children (the agent includes the writer it waited for)."""
+    import resource
+
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+def agent_throughput(bootstrap: str, data: Path, n: int, tmp: Path, rep: int) -> float:
     prefix = f"bench{uuid.uuid4().hex[:6]}."
-    t0 = time.perf_counter()
-    res = subprocess.run(agent_argv(bootstrap, prefix, tmp / "sp1", ["cat", str(data)], 300),
-                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    dt = time.perf_counter() - t0
-    left = list((tmp / "sp1").rglob("*.seg"))
-    return {"lines": n, "seconds": round(dt, 3), "lines_per_s": round(n / dt),
-            "rc": res.returncode, "all_acked": not left}
+    res, dt = run_measured(agent_argv(bootstrap, prefix, tmp / f"sp-tp{rep}",
+                                         ["cat", str(data)], 300))
+    if res.returncode != 0 or any((tmp / f"sp-tp{rep}").rglob("*.seg")):
+        raise RuntimeError(f"agent run failed or left records: {res.stderr[-1000:]!r}")
+    return n / dt
 
 
-def kcat_throughput(bootstrap: str, data: Path, n: int, codec: str) -> dict[str, Any]:
-    kcat = shutil.which("kcat") or shutil.which("kafkacat")
-    if kcat is None:
-        return {"skipped": "kcat not installed (apt-get install -y kcat)"}
+def kcat_throughput(kcat: str, bootstrap: str, data: Path, n: int, codec: str) -> float:
     topic = f"bench{uuid.uuid4().hex[:6]}.kcat"
-    t0 = time.perf_counter()
-    res = subprocess.run([kcat, "-P", "-b", bootstrap, "-t", topic, "-z", codec,
-                          "-X", "linger.ms=20", "-X", "acks=all",
-                          "-X", "enable.idempotence=true", "-l", str(data)],
-                         capture_output=True)
-    dt = time.perf_counter() - t0
-    return {"lines": n, "seconds": round(dt, 3), "lines_per_s": round(n / dt),
-            "rc": res.returncode, "codec": codec, "messages": "one per line",
-            "stderr": res.stderr.decode()[-300:]}
+    res, dt = run_measured([kcat, "-P", "-b", bootstrap, "-t", topic, "-z", codec,
+                               "-X", "linger.ms=20", "-X", "acks=all",
+                               "-X", "enable.idempotence=true", "-l", str(data)])
+    if res.returncode != 0:
+        raise RuntimeError(res.stderr.decode()[-500:])
+    return n / dt
 
 
-def stall(bootstrap: str | None, n: int, size: int, tmp: Path, tag: str) -> dict[str, Any]:
-    child = [sys.executable, "-c", WRITER, str(n), str(size)]
-    t0 = time.perf_counter()
-    if bootstrap is None:  # baseline: the same writer into a pipe drained by cat
-        res = subprocess.run(child, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    else:
-        res = subprocess.run(agent_argv(bootstrap, f"bench{uuid.uuid4().hex[:6]}.",
-                                        tmp / f"sp-{tag}", child, 3),
-                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+def writer(bootstrap: str | None, n: int, size: int, rate: float, tmp: Path, tag: str,
+           *extra: str) -> dict[str, Any]:
+    """Run the writer (under the agent unless bootstrap is None); its stall figures + CPU."""
+    child = [sys.executable, "-c", WRITER, str(n), str(size), str(rate)]
+    argv = child if bootstrap is None else agent_argv(
+        bootstrap, f"bench{uuid.uuid4().hex[:6]}.", tmp / f"sp-{tag}", child, 3, *extra)
+    cpu0 = children_cpu()
+    res, wall = run_measured(argv)
+    cpu = children_cpu() - cpu0
     out = last_json(res.stderr)
-    out["wall_s"] = round(time.perf_counter() - t0, 3)
+    out["wall_s"] = round(wall, 3)
+    if bootstrap is not None:
+        agent_cpu = cpu - out["child_cpu_s"]
+        out["agent_cpu_s"] = round(agent_cpu, 3)
+        out["agent_cpu_pct_of_child_run"] = round(100 * agent_cpu / out["child_s"], 1)
+        out["spool_cap_hit"] = b"event=spool_cap" in res.stderr
     return out
+
+
+def med(xs: list[float]) -> int:
+    return round(statistics.median(xs))
 
 
 def main() -> int:
@@ -98,11 +124,14 @@ def main() -> int:
                                                           "127.0.0.1:19092"))
     ap.add_argument("--lines", type=int, default=1_000_000)
     ap.add_argument("--size", type=int, default=100, help="bytes per line")
+    ap.add_argument("--reps", type=int, default=3, help="throughput repetitions (median)")
     ap.add_argument("--stall-lines", type=int, default=300_000)
+    ap.add_argument("--cpu-seconds", type=float, default=5.0, help="duration of CPU runs")
     a = ap.parse_args()
     from aiokafka.codec import has_zstd
 
     codec = "zstd" if has_zstd() else "gzip"
+    kcat = shutil.which("kcat") or shutil.which("kafkacat")
     with tempfile.TemporaryDirectory() as td:
         tmp = Path(td)
         data = tmp / "lines.txt"
@@ -110,15 +139,41 @@ def main() -> int:
         with data.open("w") as f:
             for i in range(a.lines):
                 f.write(f"step {i:09d} loss=0.1234 {pad}\n")
-        result = {
-            "lines": a.lines, "line_bytes": a.size, "agent_compression": codec,
-            "cpus": os.cpu_count(),
-            "agent": agent_throughput(a.bootstrap, data, a.lines, tmp),
-            "kcat": kcat_throughput(a.bootstrap, data, a.lines, codec),
-            "stall_baseline_pipe_to_devnull": stall(None, a.stall_lines, a.size, tmp, "b"),
-            "stall_broker_up": stall(a.bootstrap, a.stall_lines, a.size, tmp, "up"),
-            "stall_broker_unreachable": stall(UNREACHABLE, a.stall_lines, a.size, tmp, "down"),
+        agent_tp, kcat_tp = [], []
+        for rep in range(a.reps):  # interleaved so both see the same machine load
+            agent_tp.append(agent_throughput(a.bootstrap, data, a.lines, tmp, rep))
+            if kcat:
+                kcat_tp.append(kcat_throughput(kcat, a.bootstrap, data, a.lines, codec))
+        result: dict[str, Any] = {
+            "lines": a.lines, "line_bytes": a.size, "codec": codec, "cpus": os.cpu_count(),
+            "switch_interval_s": os.environ.get("FAULTWATCH_SWITCH_INTERVAL_S", "default"),
+            "throughput_lines_per_s": {
+                "agent_median": med(agent_tp), "agent_runs": [round(x) for x in agent_tp],
+                "kcat_median": med(kcat_tp) if kcat_tp else "kcat not installed",
+                "kcat_runs": [round(x) for x in kcat_tp],
+                "note": "agent: batched records (<=500 lines), acks=all, idempotent, spooled; "
+                        "kcat -P -l: one message per line, same codec, linger and acks"},
         }
+        cpu = {}
+        for rate in (1000, 10000):
+            r = writer(a.bootstrap, int(rate * a.cpu_seconds), a.size, rate, tmp, f"cpu{rate}")
+            cpu[f"{rate}_lines_per_s"] = {k: r[k] for k in
+                                          ("agent_cpu_s", "agent_cpu_pct_of_child_run",
+                                           "child_s", "p99_us", "max_us")}
+        result["agent_cpu"] = cpu
+        n = a.stall_lines
+        stalls = {
+            "baseline_pipe_to_devnull_flat_out": writer(None, n, a.size, 0, tmp, "b"),
+            "broker_up_100k_per_s": writer(a.bootstrap, n, a.size, 100_000, tmp, "up100"),
+            "broker_up_flat_out": writer(a.bootstrap, n, a.size, 0, tmp, "up"),
+            "broker_down_100k_per_s": writer(UNREACHABLE, n, a.size, 100_000, tmp, "dn100"),
+            "broker_down_flat_out": writer(UNREACHABLE, n, a.size, 0, tmp, "down"),
+            "broker_down_at_spool_cap_2mb_100k_per_s": writer(
+                UNREACHABLE, n, a.size, 100_000, tmp, "cap", "--spool-cap-mb", "2"),
+        }
+        keep = ("child_s", "p50_us", "p99_us", "p999_us", "max_us", "spool_cap_hit")
+        result["child_write_stall"] = {k: {x: v[x] for x in keep if x in v}
+                                       for k, v in stalls.items()}
     print(json.dumps(result, indent=2))
     return 0
 

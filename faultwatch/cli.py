@@ -104,7 +104,8 @@ def cmd_process(args: argparse.Namespace) -> int:
     asyncio.run(ensure_topics(bootstrap, topics, args.partitions))
     asyncio.set_event_loop(asyncio.new_event_loop())
     cfg = ProcessorConfig(bootstrap=bootstrap, ruleset=ruleset, policy=policy, topics=topics,
-                          partitions=args.partitions, app_id=args.app_id or "")
+                          partitions=args.partitions, app_id=args.app_id or "",
+                          policy_overrides=_policy_overrides(args))
     app = build_app(cfg)
     log_event("processor_starting", bootstrap=bootstrap, group=cfg.group,
               rules_version=ruleset.version, rules=len(ruleset.rules),

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict
-from typing import Any
+from typing import Any, overload
 
 import orjson
 
@@ -14,9 +15,12 @@ from faultwatch.core.events import (
     Hit,
     Line,
     Match,
+    Notice,
     Output,
+    Progress,
     RunStart,
     Signal,
+    Stage,
     TailLine,
 )
 from faultwatch.errors import DecodeError
@@ -73,8 +77,7 @@ def encode_notice(job: str, attempt: int, node: str, ts: float, kind: str,
                          "node": node, "ts": ts, "kind": kind, "data": data})
 
 
-def decode(value: bytes | None) -> dict[str, Any]:
-    """Decode any faultwatch record into a dict, or raise DecodeError saying why."""
+def _load_object(value: bytes | None) -> dict[str, Any]:
     if value is None:
         raise DecodeError("empty record")
     try:
@@ -83,6 +86,12 @@ def decode(value: bytes | None) -> dict[str, Any]:
         raise DecodeError(f"not JSON: {e}") from None
     if not isinstance(d, dict):
         raise DecodeError("record is not a JSON object")
+    return d
+
+
+def decode(value: bytes | None) -> dict[str, Any]:
+    """Decode any faultwatch record into a dict, or raise DecodeError saying why."""
+    d = _load_object(value)
     v = d.get("v")
     if v != SCHEMA_VERSION:
         raise DecodeError(f"unsupported schema version {v!r} (expected {SCHEMA_VERSION})")
@@ -93,25 +102,66 @@ def decode(value: bytes | None) -> dict[str, Any]:
 
 def decode_decision(value: bytes | None) -> dict[str, Any]:
     """Decode a decisions-topic record (versioned; identified by its `id`, no type field)."""
-    if value is None:
-        raise DecodeError("empty record")
-    try:
-        d = orjson.loads(value)
-    except orjson.JSONDecodeError as e:
-        raise DecodeError(f"not JSON: {e}") from None
-    if not isinstance(d, dict) or d.get("v") != SCHEMA_VERSION or "id" not in d:
+    d = _load_object(value)
+    if d.get("v") != SCHEMA_VERSION or "id" not in d:
         raise DecodeError("not a faultwatch decision (schema v1 with an id)")
     return d
 
 
-def lines_of(d: dict[str, Any]) -> list[Line]:
-    """The Line objects of a decoded `lines` record."""
+def _row_line(r: Any) -> Line:
     try:
-        return [Line(stream=_CODE_STREAM.get(r[0], r[0]), seq=int(r[1]), ts=float(r[2]),
-                     text=str(r[3]), flags=int(r[4]) if len(r) > 4 else 0,
-                     orig_len=int(r[5]) if len(r) > 5 else 0) for r in d["lines"]]
-    except (KeyError, IndexError, TypeError, ValueError) as e:
-        raise DecodeError(f"malformed lines record: {e!r}") from None
+        ln = Line(_CODE_STREAM.get(r[0], r[0]), *r[1:6])
+    except TypeError as e:
+        raise DecodeError(f"malformed line row: {e}") from None
+    if type(ln.seq) is not int or type(ln.text) is not str \
+            or type(ln.ts) not in (float, int) or type(ln.flags) is not int:
+        raise DecodeError(f"malformed line row (seq {ln.seq!r}): wrong field types")
+    return ln
+
+
+class LineRows(Sequence[Line]):
+    """The lines of a decoded record as a lazy sequence: `texts` is extracted at once, a
+    Line object is built (and type-checked) only when indexed. The matcher reads every
+    text but only a few lines' times, so this saves building a Line per shipped line."""
+
+    __slots__ = ("_rows", "texts")
+
+    def __init__(self, rows: list[Any]) -> None:
+        try:
+            self.texts: list[str] = [r[3] for r in rows]
+        except (IndexError, TypeError, KeyError) as e:
+            raise DecodeError(f"malformed lines record: {e!r}") from None
+        self._rows = rows
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    @overload
+    def __getitem__(self, i: int) -> Line: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[Line]: ...
+
+    def __getitem__(self, i: int | slice) -> Line | list[Line]:
+        if isinstance(i, slice):
+            return [_row_line(r) for r in self._rows[i]]
+        return _row_line(self._rows[i])
+
+
+def line_rows(d: dict[str, Any]) -> LineRows:
+    """The lines of a decoded `lines` record, lazily (see LineRows)."""
+    rows = d.get("lines")
+    if not isinstance(rows, list):
+        raise DecodeError("malformed lines record: 'lines' is not a list")
+    return LineRows(rows)
+
+
+def lines_of(d: dict[str, Any]) -> list[Line]:
+    """The Line objects of a decoded `lines` record, every row type-checked."""
+    rows = d.get("lines")
+    if not isinstance(rows, list):
+        raise DecodeError("malformed lines record: 'lines' is not a list")
+    return [_row_line(r) for r in rows]
 
 
 def run_start_of(d: dict[str, Any]) -> RunStart:
@@ -161,7 +211,42 @@ def encode_signal(sig: Signal) -> bytes:
                              "attempt": sig.attempt, "node": sig.node, "ts": sig.ts,
                              "count": sig.count, "ranks": [list(x) for x in sig.rank_last_ts],
                              "tail": [[t.rank, t.ts, t.text] for t in sig.tail]})
+    if isinstance(sig, Progress):
+        d = {"v": SCHEMA_VERSION, "t": "prog", "job": sig.job, "attempt": sig.attempt,
+             "node": sig.node, "ts": sig.ts, "rank": sig.rank, "step": sig.step,
+             "src": sig.source}
+        if sig.total is not None:
+            d["total"] = sig.total
+        if sig.step_time_s is not None:
+            d["step_time_s"] = sig.step_time_s
+        return orjson.dumps(d)
+    if isinstance(sig, Stage):
+        return orjson.dumps({"v": SCHEMA_VERSION, "t": "stage", "job": sig.job,
+                             "attempt": sig.attempt, "node": sig.node, "ts": sig.ts,
+                             "rank": sig.rank, "stage": sig.stage, "opens": sig.opens,
+                             "hang_window_s": sig.hang_window_s, "src": sig.source})
+    if isinstance(sig, Notice):
+        return encode_notice(sig.job, sig.attempt, sig.node, sig.ts, sig.kind, dict(sig.data))
     raise TypeError(f"not a signal: {sig!r}")
+
+
+def _opt_int(x: Any) -> int | None:
+    return None if x is None else int(x)
+
+
+def _opt_float(x: Any) -> float | None:
+    return None if x is None else float(x)
+
+
+def notice_of(d: dict[str, Any]) -> Notice:
+    try:
+        data = d.get("data") or {}
+        if not isinstance(data, dict):
+            raise TypeError("note data is not an object")
+        return Notice(job=str(d["job"]), attempt=int(d["attempt"]), node=str(d["node"]),
+                      ts=float(d["ts"]), kind=str(d["kind"]), data=data)
+    except (KeyError, TypeError, ValueError) as e:
+        raise DecodeError(f"malformed note record: {e!r}") from None
 
 
 def signal_of(d: dict[str, Any]) -> Signal:
@@ -173,7 +258,20 @@ def signal_of(d: dict[str, Any]) -> Signal:
         return heartbeat_of(d)
     if t == "exit":
         return exit_of(d)
+    if t == "note":
+        return notice_of(d)
     try:
+        if t == "prog":
+            return Progress(job=str(d["job"]), attempt=int(d["attempt"]), node=str(d["node"]),
+                            ts=float(d["ts"]), rank=_opt_int(d.get("rank")), step=int(d["step"]),
+                            total=_opt_int(d.get("total")),
+                            step_time_s=_opt_float(d.get("step_time_s")),
+                            source=str(d.get("src", "log")))
+        if t == "stage":
+            return Stage(job=str(d["job"]), attempt=int(d["attempt"]), node=str(d["node"]),
+                         ts=float(d["ts"]), rank=_opt_int(d.get("rank")), stage=str(d["stage"]),
+                         opens=bool(d["opens"]), hang_window_s=_opt_float(d.get("hang_window_s")),
+                         source=str(d.get("src", "log")))
         if t == "hit":
             m = dict(d["m"])
             m["context"] = tuple(m.get("context") or ())

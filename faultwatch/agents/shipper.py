@@ -1,10 +1,12 @@
-"""Shipping to Kafka: batching lines into records, spooling them, delivering with acks."""
+"""Delivery to Kafka on its own thread and event loop: spool first, release on broker ack."""
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
-import re
+import os
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -13,16 +15,12 @@ from typing import Any
 from aiokafka import AIOKafkaProducer  # type: ignore[import-untyped,unused-ignore]
 from aiokafka.codec import has_zstd  # type: ignore[import-untyped,unused-ignore]
 
-from faultwatch.agents.spool import KEEP, LIFECYCLE, Record, Spool, SpoolError
-from faultwatch.core.events import Line
-
-# A record must stay under the broker's default message.max.bytes (1 MiB) after encoding.
-MAX_RECORD_BYTES = 900 * 1024
-_ERROR_HINT = re.compile(
-    r"Traceback|Error|ERROR|error:|Exception|FATAL|Fatal|fatal|Killed|Segmentation fault"
-    r"|NCCL WARN|CUDA|Xid|core dumped|Aborted|panic")
+from faultwatch.agents.batcher import MAX_RECORD_BYTES, LineBatcher  # noqa: F401 - re-export
+from faultwatch.agents.spool import LIFECYCLE, Record, Spool, SpoolError
 
 Log = Callable[..., None]
+_READ_MAX_BYTES = 1 << 20  # a spool read (under the lock) stays short: the reader waits on it
+_SYNC_INTERVAL_S = 1.0
 
 
 def compression_choice() -> str:
@@ -40,58 +38,19 @@ class ShipperStats:
     producer_restarts: int = 0
 
 
-class LineBatcher:
-    """Collects Lines of both streams into `lines` records: N lines, B bytes or linger."""
-
-    def __init__(self, encode: Callable[[list[Line]], bytes],
-                 submit: Callable[[bytes, int, int], object], max_lines: int = 500,
-                 max_bytes: int = 64 * 1024, linger_s: float = 0.02):
-        self._encode = encode
-        self._submit = submit
-        self.max_lines, self.max_bytes, self.linger_s = max_lines, max_bytes, linger_s
-        self._lines: list[Line] = []
-        self._bytes = 0
-        self._timer: asyncio.TimerHandle | None = None
-
-    def add(self, lines: list[Line]) -> None:
-        for ln in lines:
-            self._lines.append(ln)
-            self._bytes += len(ln.text) + 32
-            if len(self._lines) >= self.max_lines or self._bytes >= self.max_bytes:
-                self.flush()
-        if self._lines and self._timer is None:
-            self._timer = asyncio.get_running_loop().call_later(self.linger_s, self.flush)
-
-    def flush(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        if self._lines:
-            lines, self._lines, self._bytes = self._lines, [], 0
-            self._emit(lines)
-
-    def _emit(self, lines: list[Line]) -> None:
-        value = self._encode(lines)
-        if len(value) > MAX_RECORD_BYTES:
-            if len(lines) > 1:
-                half = len(lines) // 2
-                self._emit(lines[:half])
-                self._emit(lines[half:])
-                return
-            ln = lines[0]  # one line that escapes to > 900 KiB (control chars): cut it more
-            cut = ln.text[: len(ln.text) // 8]
-            value = self._encode([Line(ln.stream, ln.seq, ln.ts, cut, ln.flags | 1,
-                                       ln.orig_len or len(ln.text.encode()))])
-        hint = any(_ERROR_HINT.search(ln.text) for ln in lines)
-        self._submit(value, KEEP if hint else 0, len(lines))
-
-
 class Shipper:
-    """Spools every record first, then a delivery task sends them and releases on ack."""
+    """Spools every record first; a delivery thread sends them and releases them on ack.
+
+    submit() runs on the caller's (reading) thread and only appends to the spool and to an
+    in-memory queue of the same records; the delivery thread runs its own event loop with the
+    Kafka producer (compression, network, retries), so reading never competes with sending
+    on one event loop. One lock guards the spool; it is held for appends, acks and short
+    (<= 1 MiB) spool reads, which happen only while the delivery catches up."""
 
     def __init__(self, bootstrap: str, topic: str, key: bytes, spool: Spool, log: Log,
                  compression: str | None = None, window: int = 256,
-                 producer_factory: Callable[..., Any] | None = None):
+                 producer_factory: Callable[..., Any] | None = None,
+                 mem_max_bytes: int = 32 << 20):
         self.bootstrap, self.topic, self.key, self.spool = bootstrap, topic, key, spool
         self.compression = compression or compression_choice()
         self.window = window
@@ -100,67 +59,211 @@ class Shipper:
         self._log = log
         self._factory = producer_factory or AIOKafkaProducer
         self._producer: Any = None
-        self._wake = asyncio.Event()
-        self._closing = False
+        self._lock = threading.Lock()
+        self._mem: collections.deque[Record] = collections.deque()
+        self._mem_bytes = 0
+        self._mem_max = mem_max_bytes
+        self._mem_ok = spool.first_pending_id == spool.next_id  # replay reads the spool first
+        self._idle = False  # the delivery waits for new records: submit() must wake it
         self._oldest_unacked_ts: float | None = None
-        self._task: asyncio.Task[None] | None = None
         self._notice: Callable[[int, int, int], None] | None = None
+        self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._wake: asyncio.Event | None = None
+        self._stop: asyncio.Event | None = None
+        self._delivery_dead = False
 
-    # ---- producer side (never blocks) ----------------------------------------------------
-    def submit(self, value: bytes, flags: int = 0, nlines: int = 0) -> Record | None:
+    # ---- caller side (never blocks on Kafka) -------------------------------------------
+    def submit(self, value: bytes, flags: int = 0, nlines: int = 0,
+               key: bytes | None = None) -> Record | None:
         """Spool one record for delivery; returns None (and counts a drop) if it cannot."""
         self.stats.lines_submitted += nlines
-        try:
-            rec = self.spool.append(self.key, value, flags, nlines)
-        except SpoolError as e:
+        with self._lock:
+            try:
+                rec: Record | None = self.spool.append(key or self.key, value, flags, nlines)
+            except SpoolError as e:
+                rec, err = None, str(e)
+            drops = self.spool.take_drops()
+            if rec is not None:
+                if drops[0]:  # the cap dropped records that may sit in the memory queue
+                    self._mem.clear()
+                    self._mem_bytes = 0
+                    self._mem_ok = False
+                elif self._mem_ok and self._mem_bytes + len(value) <= self._mem_max:
+                    self._mem.append(rec)
+                    self._mem_bytes += len(value)
+                else:
+                    self._mem_ok = False
+            wake, self._idle = self._idle, False
+        if wake and self._loop is not None and self._wake is not None:
+            with contextlib.suppress(RuntimeError):  # the delivery loop is already closed
+                self._loop.call_soon_threadsafe(self._wake.set)
+        if rec is None:
             self.stats.drops += nlines
-            self._log("spool_error", error=str(e))
-            return None
-        self._wake.set()
-        recs, lines, kept = self.spool.take_drops()
-        if recs:
-            self.stats.drops += lines
-            self._log("spool_cap", dropped_records=recs, dropped_lines=lines, spool_bytes=self
-                      .spool.size_bytes)
+            self._log("spool_error", error=err)
+        if drops[0]:
+            self.stats.drops += drops[1]
+            self._log("spool_cap", dropped_records=drops[0], dropped_lines=drops[1],
+                      spool_bytes=self.spool_bytes())
             if self._notice is not None:
-                self._notice(recs, lines, kept)
+                self._notice(*drops)
         return rec
 
-    def submit_lifecycle(self, value: bytes) -> Record | None:
-        return self.submit(value, LIFECYCLE, 0)
+    def submit_lifecycle(self, value: bytes, key: bytes | None = None) -> Record | None:
+        return self.submit(value, LIFECYCLE, 0, key)
 
     def on_gap(self, notice: Callable[[int, int, int], None]) -> None:
         """notice(records, lines, kept) is called when the cap dropped records."""
         self._notice = notice
 
+    def spool_depth(self) -> int:
+        with self._lock:
+            return self.spool.pending
+
+    def spool_bytes(self) -> int:
+        with self._lock:
+            return self.spool.size_bytes
+
     @property
     def ack_lag_s(self) -> float:
-        if self._oldest_unacked_ts is None or self.spool.pending == 0:
+        ts = self._oldest_unacked_ts
+        if ts is None or self.spool_depth() == 0:
             return 0.0
-        return max(0.0, time.time() - self._oldest_unacked_ts)
+        return max(0.0, time.time() - ts)
 
-    # ---- delivery ------------------------------------------------------------------------
+    # ---- lifecycle -----------------------------------------------------------------------
     def start(self) -> None:
-        self._task = asyncio.create_task(self._run(), name="faultwatch-delivery")
+        """Start the delivery thread (and its event loop); returns once it runs."""
+        ready = threading.Event()
+        self._thread = threading.Thread(target=self._thread_main, args=(ready,),
+                                        name="faultwatch-delivery", daemon=True)
+        self._thread.start()
+        ready.wait(10)
 
     async def drain(self, timeout: float) -> bool:
         """Wait until everything spooled is acked; False on timeout (the rest stays spooled)."""
         deadline = time.monotonic() + timeout
-        while self.spool.pending and time.monotonic() < deadline:
-            if self._task is not None and self._task.done():
-                break
+        while self.spool_depth() and time.monotonic() < deadline and not self._delivery_dead:
             await asyncio.sleep(0.02)
-        return self.spool.pending == 0
+        return self.spool_depth() == 0
 
     async def close(self) -> None:
-        self._closing = True
-        self._wake.set()
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._task
+        """Stop the delivery thread, fsync and close the spool."""
+        if self._thread is not None:
+            if self._loop is not None and self._stop is not None:
+                with contextlib.suppress(RuntimeError):
+                    self._loop.call_soon_threadsafe(self._stop.set)
+            await asyncio.to_thread(self._thread.join, 15)
+        with self._lock:
+            self.spool.close()
+
+    # ---- delivery thread -----------------------------------------------------------------
+    def _thread_main(self, ready: threading.Event) -> None:
+        loop = asyncio.new_event_loop()
+        asyncio.set_event_loop(loop)
+        self._wake, self._stop = asyncio.Event(), asyncio.Event()
+        self._loop = loop
+        ready.set()
+        try:
+            loop.run_until_complete(self._main())
+        except Exception as e:  # noqa: BLE001 - never take the agent down; records stay spooled
+            self._log("delivery_crashed", error=repr(e))
+        finally:
+            self._delivery_dead = True
+            with contextlib.suppress(Exception):
+                loop.run_until_complete(loop.shutdown_asyncgens())
+            loop.close()
+
+    async def _main(self) -> None:
+        assert self._stop is not None
+        tasks = [asyncio.create_task(self._run()), asyncio.create_task(self._sync_forever())]
+        stop = asyncio.create_task(self._stop.wait())
+        await asyncio.wait([stop, *tasks], return_when=asyncio.FIRST_COMPLETED)
+        for t in tasks:
+            t.cancel()
+        for t in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await t
+        stop.cancel()
         await self._stop_producer()
-        self.spool.close()
+        for t in tasks:
+            if t.done() and not t.cancelled() and t.exception() is not None:
+                raise t.exception()  # type: ignore[misc]
+
+    async def _sync_forever(self) -> None:
+        while True:
+            await asyncio.sleep(_SYNC_INTERVAL_S)
+            with self._lock:
+                fd = self.spool.take_sync_fd()
+            if fd is not None:
+                try:
+                    await asyncio.to_thread(os.fsync, fd)
+                    self.spool.stats.fsyncs += 1
+                except OSError:
+                    pass
+                finally:
+                    os.close(fd)
+
+    def _next_batch(self, cursor: int) -> tuple[list[Record], int]:
+        """The next records from cursor (memory queue, else the spool); (batch, cursor)."""
+        with self._lock:
+            mem = self._mem
+            while mem and mem[0].id < cursor:
+                self._mem_bytes -= len(mem.popleft().value)
+            batch: list[Record] = []
+            if not (mem and mem[0].id == cursor):
+                batch = self.spool.read(cursor, self.window, _READ_MAX_BYTES)
+                if mem:
+                    batch = [r for r in batch if r.id < mem[0].id]
+                    if not batch:  # everything before the queue was dropped by the cap
+                        cursor = mem[0].id
+            if not batch and mem and mem[0].id == cursor:
+                batch = [mem.popleft() for _ in range(min(self.window, len(mem)))]
+                self._mem_bytes -= sum(len(r.value) for r in batch)
+            if not batch:
+                if not mem:  # caught up with everything spooled: back to the memory queue
+                    cursor = max(cursor, self.spool.next_id)
+                    self._mem_ok = True
+                    self._idle = True
+                return [], cursor
+            self.spool.protect_below = batch[-1].id + 1  # in flight: the cap must not drop it
+        return batch, cursor
+
+    async def _run(self) -> None:
+        assert self._wake is not None
+        with self._lock:
+            cursor = self.spool.first_pending_id
+        batch: list[Record] = []
+        acked: set[int] = set()
+        backoff, failures = 0.2, 0
+        while True:
+            if not batch:
+                self._wake.clear()
+                batch, cursor = self._next_batch(cursor)
+                if not batch:
+                    self._oldest_unacked_ts = None
+                    await self._wake.wait()
+                    continue
+                acked = set()
+                self._oldest_unacked_ts = batch[0].ts
+            if self._producer is None and not await self._start_producer():
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 5.0)
+                continue
+            if await self._send_window([r for r in batch if r.id not in acked], acked):
+                cursor = batch[-1].id + 1
+                batch = []
+                self._set_broker(True)
+                backoff, failures = 0.2, 0
+                continue
+            failures += 1
+            self.stats.send_failures += 1
+            self._set_broker(False)
+            if failures >= 2:
+                self.stats.producer_restarts += 1
+                await self._stop_producer()
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, 5.0)
 
     async def _start_producer(self) -> bool:
         p = self._factory(
@@ -187,40 +290,7 @@ class Shipper:
     def _set_broker(self, up: bool, **kv: Any) -> None:
         if up != self.broker_up:
             self.broker_up = up
-            self._log("broker_up" if up else "broker_down", spool_depth=self.spool.pending, **kv)
-
-    async def _run(self) -> None:
-        cursor = self.spool.first_pending_id
-        acked: set[int] = set()
-        backoff = 0.2
-        failures = 0
-        while True:
-            if self._producer is None and not await self._start_producer():
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, 5.0)
-                continue
-            batch = self.spool.read(cursor, self.window)
-            if not batch:
-                self._oldest_unacked_ts = None
-                self._wake.clear()
-                await self._wake.wait()
-                continue
-            self.spool.protect_below = batch[-1].id + 1
-            self._oldest_unacked_ts = batch[0].ts
-            if await self._send_window([r for r in batch if r.id not in acked], acked):
-                cursor = batch[-1].id + 1
-                acked = {i for i in acked if i >= cursor}
-                self._set_broker(True)
-                backoff, failures = 0.2, 0
-                continue
-            failures += 1
-            self.stats.send_failures += 1
-            self._set_broker(False)
-            if failures >= 2:
-                self.stats.producer_restarts += 1
-                await self._stop_producer()
-            await asyncio.sleep(backoff)
-            backoff = min(backoff * 2, 5.0)
+            self._log("broker_up" if up else "broker_down", spool_depth=self.spool_depth(), **kv)
 
     async def _send_window(self, batch: list[Record], acked: set[int]) -> bool:
         p = self._producer
@@ -230,21 +300,19 @@ class Shipper:
             for rec in batch:
                 futs.append((rec, await p.send(self.topic, rec.value, key=rec.key)))
         except Exception as e:  # noqa: BLE001
-            self._log_once("send_error", error=repr(e))
+            if self.broker_up:
+                self._log("send_error", error=repr(e))
             ok = False
         if futs:
             done, _ = await asyncio.wait([f for _, f in futs], timeout=30)
-            for rec, f in futs:
-                if f in done and not f.cancelled() and f.exception() is None:
-                    if rec.id not in acked:
-                        acked.add(rec.id)
-                        self.spool.ack(rec.id)
-                        self.stats.records_acked += 1
-                        self.stats.lines_acked += rec.nlines
-                else:
-                    ok = False
+            good = [rec for rec, f in futs
+                    if f in done and not f.cancelled() and f.exception() is None
+                    and rec.id not in acked]
+            ok = ok and len(good) == len(futs)
+            with self._lock:
+                for rec in good:
+                    acked.add(rec.id)
+                    self.spool.ack(rec.id)
+            self.stats.records_acked += len(good)
+            self.stats.lines_acked += sum(r.nlines for r in good)
         return ok
-
-    def _log_once(self, event: str, **kv: Any) -> None:
-        if self.broker_up:
-            self._log(event, **kv)

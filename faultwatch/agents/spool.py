@@ -13,6 +13,7 @@ import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from faultwatch.errors import FaultwatchError
 
@@ -127,6 +128,7 @@ class Spool:
         self._read_cache: tuple[int, Path, int, int] | None = None  # gen, path, next_id, offset
         self._unreported = (0, 0, 0)
         self.protect_below = 0  # the delivery's cursor: lower ids are in flight or acked
+        self.defer_cap = False  # True: append() never compacts; enforce_cap() does, elsewhere
         try:
             self.dir.mkdir(parents=True, exist_ok=True)
             self._lock_fd = os.open(self.dir / "lock", os.O_RDWR | os.O_CREAT, 0o644)
@@ -179,9 +181,13 @@ class Spool:
         seg.pending += 1
         seg.ordinary += rec.ordinary
         self._dirty = True
-        if self.size_bytes > self.cap_bytes:
+        if not self.defer_cap and self.size_bytes > self.cap_bytes:
             self._enforce_cap(self.protect_below)
         return rec
+
+    @property
+    def over_cap(self) -> bool:
+        return self.size_bytes > self.cap_bytes
 
     def _active_for(self, nbytes: int) -> _Segment:
         if self._fd is not None:
@@ -209,12 +215,20 @@ class Spool:
             if seg.pending == 0:
                 self._delete(seg)
 
+    def take_sync_fd(self) -> int | None:
+        """A dup of the active segment's fd when it has unsynced writes (caller fsyncs, closes).
+
+        Lets a delivery thread fsync outside the lock that guards append()."""
+        if not self._dirty or self._fd is None:
+            return None
+        self._dirty = False
+        return os.dup(self._fd)
+
     async def sync(self) -> None:
         """fsync the active segment off the event loop (called about once a second)."""
-        if not self._dirty or self._fd is None:
+        fd = self.take_sync_fd()
+        if fd is None:
             return
-        self._dirty = False
-        fd = os.dup(self._fd)
         try:
             await asyncio.to_thread(os.fsync, fd)
             self.stats.fsyncs += 1
@@ -300,45 +314,73 @@ class Spool:
 
     def _enforce_cap(self, protect_from: int) -> list[Record]:
         """Drop the oldest ordinary records (then any) of closed segments to get under cap."""
+        return self.enforce_cap(contextlib.nullcontext())
+
+    def enforce_cap(self, lock: contextlib.AbstractContextManager[Any]) -> list[Record]:
+        """Like the cap in append(), for a thread other than the appender's.
+
+        Closed segments are immutable for append(), so each one is read, filtered and
+        rewritten (to a temporary file) without `lock`; only the swap and the bookkeeping
+        hold it, so the appending (reading) thread is never held up by the file I/O."""
         dropped: list[Record] = []
-        target = int(self.cap_bytes * 0.9)
         for ordinary_only in (True, False):
-            for seg in list(self._segs[:-1]):
-                if self.size_bytes <= target:
-                    return dropped
-                if ordinary_only and seg.ordinary == 0:
+            with lock:
+                segs = list(self._segs[:-1])
+            for seg in segs:
+                with lock:
+                    if self.size_bytes <= int(self.cap_bytes * 0.9):
+                        return dropped
+                    if seg not in self._segs or (ordinary_only and seg.ordinary == 0):
+                        continue
+                    protect_from = self.protect_below
+                plan = self._compact_plan(seg, ordinary_only, protect_from)
+                if plan is None:
                     continue
-                dropped += self._compact(seg, ordinary_only, protect_from)
+                with lock:
+                    dropped += self._compact_commit(seg, *plan)
         return dropped
 
-    def _compact(self, seg: _Segment, ordinary_only: bool, protect_from: int
-                 ) -> list[Record]:
+    def _compact_plan(self, seg: _Segment, ordinary_only: bool, protect_from: int
+                      ) -> tuple[Path, int, list[Record], int] | None:
+        """Write seg without the droppable records to a temporary file (no shared state)."""
         try:
             data = seg.path.read_bytes()
         except OSError:
-            return []
+            return None
         frames, _ = parse_frames(data)
         keep: list[bytes] = []
         dropped: list[Record] = []
+        ordinary_kept = 0
         for _, rec in frames:
-            protected = rec.id < protect_from
-            if not protected and (rec.ordinary or not ordinary_only):
+            if rec.id >= protect_from and (rec.ordinary or not ordinary_only):
                 dropped.append(rec)
             else:
                 keep.append(_frame(rec))
+                ordinary_kept += rec.ordinary
         if not dropped:
-            return []
+            return None
         body = b"".join(keep)
         tmp = seg.path.with_suffix(".tmp")
         try:
             tmp.write_bytes(body)
+        except OSError:
+            return None
+        return tmp, len(body), dropped, ordinary_kept
+
+    def _compact_commit(self, seg: _Segment, tmp: Path, size: int, dropped: list[Record],
+                        ordinary_kept: int) -> list[Record]:
+        if seg not in self._segs:
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+            return []
+        try:
             os.replace(tmp, seg.path)
         except OSError:
             return []
         self._gen += 1
-        seg.size = len(body)
+        seg.size = size
         seg.pending = max(0, seg.pending - len(dropped))
-        seg.ordinary = sum(1 for r in frames if r[1].ordinary) - sum(r.ordinary for r in dropped)
+        seg.ordinary = ordinary_kept
         self.stats.dropped_records += len(dropped)
         self.stats.dropped_lines += sum(r.nlines for r in dropped)
         r0, l0, k0 = self._unreported

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, NamedTuple
 
 STDOUT = "stdout"
 STDERR = "stderr"
@@ -19,9 +19,12 @@ CATEGORIES: tuple[str, ...] = ("retryable", "hardware", "fatal")
 ACTIONS: tuple[str, ...] = ("restart", "blacklist", "fail", "notify")
 
 
-@dataclass(frozen=True, slots=True)
-class Line:
-    """One line of a child's output as the agent read it (without the newline)."""
+class Line(NamedTuple):
+    """One line of a child's output as the agent read it (without the newline).
+
+    A NamedTuple rather than a dataclass: it is the hottest object of the pipeline (built
+    once per shipped line), and tuple construction is several times cheaper.
+    """
 
     stream: str
     seq: int
@@ -123,7 +126,49 @@ class Exit:
     signal: int | None = None
 
 
-Signal = RunStart | Output | Hit | Heartbeat | Exit
+@dataclass(frozen=True, slots=True)
+class Progress:
+    """A rank's training step (from a progress rule, or the SDK with its step time)."""
+
+    job: str
+    attempt: int
+    node: str
+    ts: float
+    rank: int | None
+    step: int
+    total: int | None = None
+    step_time_s: float | None = None
+    source: str = "log"  # "log" (progress rule) or "sdk"
+
+
+@dataclass(frozen=True, slots=True)
+class Stage:
+    """A rank entered (opens) or left a stage; hang_window_s None: no hang detection in it."""
+
+    job: str
+    attempt: int
+    node: str
+    ts: float
+    rank: int | None
+    stage: str
+    opens: bool
+    hang_window_s: float | None = None
+    source: str = "log"
+
+
+@dataclass(frozen=True, slots=True)
+class Notice:
+    """An agent/SDK notice the job state uses: notify, retryable_errors, bootcheck, gap."""
+
+    job: str
+    attempt: int
+    node: str
+    ts: float
+    kind: str
+    data: dict[str, object] = field(default_factory=dict)
+
+
+Signal = RunStart | Output | Hit | Heartbeat | Exit | Progress | Stage | Notice
 
 
 @dataclass(frozen=True, slots=True)

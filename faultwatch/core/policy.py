@@ -21,8 +21,24 @@ class Policy:
     enable_restart: bool = True
     max_restarts: int = 3
     hang_detection: bool = True
-    hang_window_s: float = 300.0
+    # None: adaptive (learned per job and stage, see core/windows.py); a number: fixed window
+    hang_window_s: float | None = None
     init_window_s: float | None = None  # before an attempt's first output; None: max(hang, 120)
+    adaptive_hang: bool = True
+    hang_floor_s: float = 30.0  # the learned window is never shorter ...
+    hang_ceiling_s: float = 600.0  # ... nor longer; also the window before anything is learned
+    progress_stall_detection: bool = True
+    node_lost_detection: bool = True
+    node_lost_s: float = 30.0  # no heartbeat from a live node this long (processor time)
+    slow_rank_detection: bool = True
+    slow_factor: float = 1.5  # a rank's step time above this x the job's median is slow
+    skew_warn_s: float = 120.0  # nodes of an attempt starting this far apart -> notify
+    blacklist_s: float = 1800.0  # first blacklist of a node; doubles with each repeat
+    short_attempt_s: float = 300.0  # a failed attempt shorter than this counts against nodes
+    suspect_after: int = 3  # short failed attempts before a node is a blacklist candidate
+    storm_max_restarts: int = 5  # restarts within storm_window_s before the job is failed
+    storm_window_s: float = 600.0
+    restart_backoff_s: float = 5.0  # not-before hint, doubled per recent restart
     exit_hang_detection: bool = True
     exit_hang_window_s: float = 300.0
     fault_tolerant_policy: str = "exit_code_and_error_msg"
@@ -37,9 +53,21 @@ class Policy:
         if self.fault_tolerant_policy not in FAULT_TOLERANT_POLICIES:
             raise ConfigError("fault_tolerant_policy",
                               f"must be one of {', '.join(FAULT_TOLERANT_POLICIES)}")
-        for name in ("hang_window_s", "exit_hang_window_s"):
+        for name in ("exit_hang_window_s", "hang_floor_s", "hang_ceiling_s", "node_lost_s",
+                     "blacklist_s", "short_attempt_s", "storm_window_s", "skew_warn_s"):
             if getattr(self, name) <= 0:
                 raise ConfigError(name, "must be > 0 seconds")
+        if self.hang_window_s is not None and self.hang_window_s <= 0:
+            raise ConfigError("hang_window_s", "must be > 0 seconds")
+        if self.hang_floor_s > self.hang_ceiling_s:
+            raise ConfigError("hang_floor_s", "must be <= hang_ceiling_s")
+        if self.restart_backoff_s < 0:
+            raise ConfigError("restart_backoff_s", "must be >= 0 seconds")
+        if self.slow_factor <= 1:
+            raise ConfigError("slow_factor", "must be > 1")
+        for name in ("storm_max_restarts", "suspect_after"):
+            if getattr(self, name) < 1:
+                raise ConfigError(name, "must be >= 1")
         if self.init_window_s is not None and self.init_window_s <= 0:
             raise ConfigError("init_window_s", "must be > 0 seconds")
         if self.settle_s < 0:
@@ -56,7 +84,8 @@ class Policy:
         """Silence allowed before an attempt prints anything (imports, rendezvous, restarts)."""
         if self.init_window_s is not None:
             return self.init_window_s
-        return max(self.hang_window_s, 120.0)
+        base = self.hang_window_s if self.hang_window_s is not None else self.hang_ceiling_s
+        return max(base, 120.0)
 
     def with_overrides(self, values: Mapping[str, Any]) -> Policy:
         """A copy with the given keys replaced; unknown keys and wrong types are ConfigErrors."""

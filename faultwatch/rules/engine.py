@@ -3,17 +3,25 @@
 from __future__ import annotations
 
 import logging
-from bisect import bisect_left
-from collections.abc import Mapping, Sequence
-from itertools import accumulate
+from bisect import bisect_left, bisect_right
+from collections.abc import Iterable, Mapping, Sequence
+from itertools import accumulate, filterfalse, repeat
+from operator import add
 from typing import Any
 
 import regex
 
 from faultwatch.core.events import EXIT_STREAM, Line, Match
 from faultwatch.rules.model import MatchBatch, ProgressMark, Rule, RuleSet, StageMark
-from faultwatch.rules.patterns import Pattern, build_scanner, lit_escape
-from faultwatch.rules.prefix import split_prefixed, strip_joined
+from faultwatch.rules.patterns import (
+    LINE_PREFIX_PATTERN,
+    MID_PREFIX_PATTERN,
+    Pattern,
+    anchor_after_prefix,
+    build_scanner,
+    lit_escape,
+)
+from faultwatch.rules.prefix import PREFIX_RE, split_prefixed, strip_fast, strip_rank
 from faultwatch.rules.traceback import (
     CONTEXT_LINES,
     CPP_START,
@@ -25,7 +33,9 @@ from faultwatch.rules.validate import REGEX_TIMEOUT_S
 
 log = logging.getLogger(__name__)
 MARK_BLOCK = -1  # pattern owner for "a traceback / terminate block starts here"
+MARK_PREFIX = -2  # pattern owner for rank prefixes (where they are, not what they say)
 USER_PRIORITY = 100
+PROGRESS_TAIL = 8  # lines per rank scanned first for its last step
 
 
 def _policy_rules(ruleset: RuleSet) -> list[Rule]:
@@ -54,19 +64,27 @@ class Matcher:
                 pats.append(Pattern(lit_escape(c), ri, r.ignore_case))
             for rx in r.regex:
                 pats.append(Pattern(rx, ri, r.ignore_case))
-        self.patterns = pats
+        self.patterns = pats  # as written (confirmation, introspection, benchmarks)
+        # the scanner sees lines with their rank prefixes still on (no stripped copy of a
+        # batch is made unless something matched): anchors also accept prefixes, and two
+        # more patterns say where prefixes are
+        scan_pats = [Pattern(anchor_after_prefix(p.source), p.owner, p.ignore_case)
+                     for p in pats]
+        self._pid_line, self._pid_mid = len(pats), len(pats) + 1
+        scan_pats += [Pattern(LINE_PREFIX_PATTERN, MARK_PREFIX),
+                      Pattern(MID_PREFIX_PATTERN, MARK_PREFIX)]
         # progress lines are common (every step), and only each rank's last one per batch
         # matters: they get their own database, scanned backwards in chunks (see _progress)
-        self._e_ids = [i for i, p in enumerate(pats)
+        self._e_ids = [i for i, p in enumerate(scan_pats)
                        if p.owner < 0 or self.rules[p.owner].kind != "progress"]
         self._p_ids = [i for i, p in enumerate(pats)
                        if p.owner >= 0 and self.rules[p.owner].kind == "progress"]
-        scan_e, pre_e, self.engine = build_scanner([pats[i] for i in self._e_ids], engine)
+        scan_e, pre_e, self.engine = build_scanner([scan_pats[i] for i in self._e_ids], engine)
         self._scan = self._remap(scan_e, self._e_ids)
         prefilter = {self._e_ids[i] for i in pre_e}
         self._scan_p = None
         if self._p_ids:
-            scan_p, pre_p, _ = build_scanner([pats[i] for i in self._p_ids], self.engine)
+            scan_p, pre_p, _ = build_scanner([scan_pats[i] for i in self._p_ids], self.engine)
             self._scan_p = self._remap(scan_p, self._p_ids)
             prefilter |= {self._p_ids[i] for i in pre_p}
         flags = regex.IGNORECASE
@@ -78,13 +96,17 @@ class Matcher:
                                     and self.rules[pats[pid].owner].kind != "error"
                                     and pats[pid].source in self.rules[pats[pid].owner].regex)}
         self._prefilter = prefilter
-        self._owner = [p.owner for p in pats]
-        self._kind = [self.rules[p.owner].kind if p.owner >= 0 else "" for p in pats]
+        self._owner = [p.owner for p in scan_pats]
+        self._kind = [self.rules[p.owner].kind if p.owner >= 0 else "" for p in scan_pats]
         self._bytes = self.engine == "hyperscan"
+        # hyperscan reports where each prefix ends, which the fast path needs (re2 reports
+        # lines); the fast path handles batches where nothing but prefixes and progress hit
+        self._fast = self._bytes
+        self._prefix_rank: dict[bytes, int] = {}
 
     @staticmethod
     def _remap(scan: Any, ids: list[int]) -> Any:
-        def scan_global(data: str) -> list[tuple[int, int]]:
+        def scan_global(data: str | bytes) -> list[tuple[int, int]]:
             return [(to, ids[pid]) for to, pid in scan(data)]
         return scan_global
 
@@ -126,14 +148,89 @@ class Matcher:
         n = len(lines)
         if n == 0:
             return MatchBatch()
-        texts = [ln.text for ln in lines]
-        parts = self._segments(lines, texts, default_rank)
+        texts: list[str] | None = getattr(lines, "texts", None)  # wire.LineRows has them
+        if texts is None:
+            texts = [ln.text for ln in lines]
+        joined = "\n".join(texts)
+        if self._fast:
+            fast = self._fast_batch(lines, texts, joined, default_rank)
+            if fast is not None:
+                return fast
+        return self._exact_batch(lines, texts, joined, default_rank)
+
+    def _fast_batch(self, lines: Sequence[Line], texts: list[str], joined: str,
+                    default_rank: int | None) -> MatchBatch | None:
+        """The common case in one hyperscan pass over the batch as it came: no rule hit,
+        only rank prefixes (and progress). None when the batch needs the exact path."""
+        n = len(texts)
+        data = joined.encode("utf-8", "replace")
+        hits = self._scan(data)
+        if not hits:
+            by_rank: Mapping[int | None, Sequence[int]] = {default_rank: range(n)}
+            progress = self._progress(lines, texts, _same, by_rank) if self._scan_p else ()
+            return MatchBatch((), progress, (), {default_rank: lines[-1].ts},
+                              (default_rank,) * n)
+        pid_line, pid_mid = self._pid_line, self._pid_mid
+        line_ends: list[int] = []
+        mid_ends: list[int] = []
+        for to, pid in hits:
+            if pid == pid_line:
+                line_ends.append(to)
+            elif pid == pid_mid:
+                mid_ends.append(to)
+            else:
+                return None  # a rule matched: the exact path names, groups and attributes
+        if mid_ends and not set(mid_ends) <= set(line_ends):
+            return None  # a prefix in the middle of a line (merged output)
+        if len(data) == len(joined):  # ASCII: bytes are characters
+            sizes: Iterable[int] = map(len, texts)
+        else:
+            sizes = [len(t.encode("utf-8", "replace")) for t in texts]
+        starts = list(accumulate(map(add, sizes, repeat(1))))  # where line i + 1 starts
+        # C loops over the prefixes: their lines, their tokens (b"[rank3]:"), their ranks
+        at = map(bisect_right, repeat(starts), line_ends)
+        toks = list(map(data.__getitem__, map(slice, map(data.rfind, repeat(b"["), repeat(0),
+                                                          line_ends), line_ends)))
+        known = self._prefix_rank
+        new = set(toks).difference(known)
+        if new and len(known) + len(new) > 4096:
+            known.clear()
+            new = set(toks)
+        for tok in new:
+            m = PREFIX_RE.match(tok.decode("ascii", "replace"))
+            if m is None:
+                return None
+            known[tok] = int(m.group(2))
+        # stacked prefixes: the innermost (last) wins
+        line_rank = dict(zip(at, map(known.__getitem__, toks), strict=True))
+        ranks: list[int | None] = [default_rank] * n
+        groups: dict[int | None, list[int]] = {}
+        for i, r in line_rank.items():
+            ranks[i] = r
+            idx = groups.get(r)
+            if idx is None:
+                groups[r] = [i]
+            else:
+                idx.append(i)
+        rest = list(filterfalse(line_rank.__contains__, range(n)))
+        if rest:
+            mine = groups.get(default_rank)
+            groups[default_rank] = sorted(mine + rest) if mine else rest
+        last_ts = {r: lines[idx[-1]].ts for r, idx in groups.items()}
+        progress = (self._progress(lines, texts, _same, groups, strip=True)
+                    if self._scan_p else ())
+        return MatchBatch((), progress, (), last_ts, tuple(ranks))
+
+    def _exact_batch(self, lines: Sequence[Line], texts: list[str], joined: str,
+                     default_rank: int | None) -> MatchBatch:
+        """Prefixes stripped, merged lines split, every hit confirmed and attributed."""
+        parts = self._segments(lines, texts, default_rank, joined)
         joined, seg_text, seg_rank, seg_line, ranks, by_rank = parts
         last_ts = {r: lines[idx[-1] if seg_line is None else seg_line[idx[-1]]].ts
                    for r, idx in by_rank.items()}
-        lidx: Any = (lambda s: s) if seg_line is None else seg_line.__getitem__
+        lidx: Any = _same if seg_line is None else seg_line.__getitem__
         progress = self._progress(lines, seg_text, lidx, by_rank) if self._scan_p else ()
-        hits = self._scan(joined)
+        hits = [h for h in self._scan(joined) if self._owner[h[1]] != MARK_PREFIX]
         if not hits:
             return MatchBatch((), progress, (), last_ts, ranks)
         ends = self._ends(seg_text, joined)
@@ -155,23 +252,23 @@ class Matcher:
         return MatchBatch(matches, progress, stages, last_ts, ranks)
 
     @staticmethod
-    def _segments(lines: Sequence[Line], texts: list[str], default_rank: int | None
-                  ) -> tuple[str, list[str], list[int | None], list[int] | None,
+    def _segments(lines: Sequence[Line], texts: list[str], default_rank: int | None,
+                  joined: str) -> tuple[str, list[str], list[int | None], list[int] | None,
                              tuple[int | None, ...], dict[int | None, Sequence[int]]]:
         """(joined, segment texts, segment ranks, segment -> line or None when 1:1, line
         ranks, segment indices per rank): rank prefixes stripped, merged lines split."""
         n = len(texts)
-        joined = "\n".join(texts)
         if not (joined.startswith("[") or "\n[" in joined):
             return (joined, texts, [default_rank] * n, None, (default_rank,) * n,
                     {default_rank: range(n)})
-        fast = strip_joined(joined, n, default_rank)
-        if fast is not None:
+        fast = strip_fast(joined, n, default_rank)
+        if fast is not None:  # else merged lines or a line holding a newline: careful path
             stripped, seg_rank, per_rank = fast
-            seg_text = stripped.split("\n")
-            if len(seg_text) == n:  # else a line held a newline: take the careful path
-                return stripped, seg_text, seg_rank, None, tuple(seg_rank), dict(per_rank)
-        seg_text, seg_rank, seg_line = [], [], []
+            return (stripped, stripped.split("\n"), seg_rank, None, tuple(seg_rank),
+                    dict(per_rank))
+        seg_text: list[str] = []
+        seg_rank = []
+        seg_line: list[int] = []
         line_rank: list[int | None] = []
         by_rank: dict[int | None, list[int]] = {}
         for i, t in enumerate(texts):
@@ -247,28 +344,44 @@ class Matcher:
             return None
 
     def _progress(self, lines: Sequence[Line], texts: list[str], lidx: Any,
-                  by_rank: Mapping[int | None, Sequence[int]]) -> tuple[ProgressMark, ...]:
-        """Each rank's last step in the batch: scan its lines backwards in growing chunks."""
+                  by_rank: Mapping[int | None, Sequence[int]], *,
+                  strip: bool = False) -> tuple[ProgressMark, ...]:
+        """Each rank's last step in the batch (`strip`: the texts still carry their rank
+        prefixes). Two scans at most: every rank's last few lines together, then all the
+        earlier lines of the ranks that had no step there."""
         assert self._scan_p is not None
         out: list[tuple[int, ProgressMark]] = []
-        for rank, idx in by_rank.items():
-            hi, size = len(idx), 8
-            found = False
-            while hi > 0 and not found:
-                lo = max(0, hi - size)
-                chunk = [texts[i] for i in idx[lo:hi]]
-                joined = "\n".join(chunk)
-                hits = self._scan_p(joined)
-                if hits:
-                    ends = self._ends(chunk, joined)
-                    for to, pid in sorted(hits, reverse=True):
-                        seg = idx[lo + bisect_left(ends, to)]
-                        mark = self._mark(pid, texts[seg], rank, lines[lidx(seg)].ts)
-                        if mark is not None:
-                            out.append((seg, mark))
-                            found = True
-                            break
-                hi, size = lo, size * 4
+        pending = list(by_rank.items())
+        for tail in (True, False):
+            segs: list[int] = []
+            owner: list[int | None] = []
+            for rank, idx in pending:
+                cut = max(0, len(idx) - PROGRESS_TAIL)
+                part = idx[cut:] if tail else idx[:cut]
+                segs.extend(part)
+                owner.extend(repeat(rank, len(part)))
+            if not segs:
+                break
+            chunk = [texts[i] for i in segs]
+            joined = "\n".join(chunk)
+            hits = self._scan_p(joined)
+            found: set[int | None] = set()
+            if hits:
+                ends = self._ends(chunk, joined)
+                for to, pid in sorted(hits, reverse=True):  # each rank's latest line first
+                    k = bisect_left(ends, to)
+                    rank = owner[k]
+                    if rank in found:
+                        continue
+                    seg = segs[k]
+                    text = strip_rank(texts[seg])[1] if strip else texts[seg]
+                    mark = self._mark(pid, text, rank, lines[lidx(seg)].ts)
+                    if mark is not None:
+                        out.append((seg, mark))
+                        found.add(rank)
+            pending = [(r, idx) for r, idx in pending if r not in found]
+            if not pending:
+                break
         out.sort(key=lambda x: x[0])
         return tuple(p for _, p in out)
 
@@ -322,3 +435,7 @@ class Matcher:
                     seen.add(ri)
                     out.append((r, m))
         return out
+
+
+def _same(i: int) -> int:
+    return i

@@ -335,6 +335,24 @@ def parse_file(path: str | Path) -> FileResult:
     return _FileParser(name, text).parse()
 
 
+def parse_text(name: str, text: str) -> FileResult:
+    """Parses and validates rule-file text that came from elsewhere (e.g. a pushed rule set);
+    problems name `name` as the path."""
+    size = len(text.encode("utf-8", "replace"))
+    if size > v.MAX_FILE_BYTES:
+        return FileResult(name, problems=[RuleProblem(
+            name, 1, f"file is {size} bytes, the limit is {v.MAX_FILE_BYTES}")])
+    return _FileParser(name, text).parse()
+
+
+def merge_texts(files: Sequence[tuple[str, str]], *, builtin: bool = True
+                ) -> tuple[RuleSet, list[RuleProblem]]:
+    """(rule set, problems) of (name, text) pairs merged in order over the built-in files."""
+    results = [parse_file(p) for p in (builtin_paths() if builtin else [])]
+    results += [parse_text(name, text) for name, text in files]
+    return merge(results)
+
+
 def _version(rules: Sequence[Rule], policy: dict[str, object]) -> str:
     blob = json.dumps({"rules": [r.fingerprint() for r in rules], "policy": policy},
                       sort_keys=True, separators=(",", ":"))

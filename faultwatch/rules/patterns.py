@@ -16,10 +16,53 @@ _SPECIAL = set("\\.^$|?*+()[]{}")
 
 Scanner = Callable[[str], list[tuple[int, int]]]
 
+# rank prefixes as the scanner sees them (the `regex`-module form is prefix.PREFIX_RE)
+PREFIX_TOKEN = r"\[[A-Za-z_]{1,32}\d{1,7}\]:"
+PREFIX_RUN = r"(?:\[[A-Za-z_]{1,32}\d{1,7}\]: ?)*"
+# a line starting with one or more prefixes: reported at the end of each of them
+LINE_PREFIX_PATTERN = "^" + PREFIX_RUN + PREFIX_TOKEN
+# a prefix after any other character (merged lines; also the inner ones of a stacked run)
+MID_PREFIX_PATTERN = "[^\n]" + PREFIX_TOKEN
+
 
 def lit_escape(s: str) -> str:
     """A literal string as a regex accepted by regex, hyperscan, re2 and ripgrep alike."""
     return "".join("\\" + c if c in _SPECIAL else c for c in s)
+
+
+def anchor_after_prefix(source: str) -> str:
+    """`source` with each line-start anchor `^` (outside character classes) also accepting
+    rank prefixes before it, so it matches lines that still carry `[rank3]:` as it would
+    match them stripped."""
+    out: list[str] = []
+    i, n, in_class = 0, len(source), False
+    while i < n:
+        c = source[i]
+        if c == "\\":
+            out.append(source[i:i + 2])
+            i += 2
+            continue
+        if in_class:
+            if c == "]":
+                in_class = False
+        elif c == "[":
+            in_class = True
+            out.append(c)
+            i += 1
+            if i < n and source[i] == "^":
+                out.append("^")
+                i += 1
+            if i < n and source[i] == "]":  # a literal ] first in the class
+                out.append("]")
+                i += 1
+            continue
+        elif c == "^":
+            out.append("^" + PREFIX_RUN)
+            i += 1
+            continue
+        out.append(c)
+        i += 1
+    return "".join(out)
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,14 +95,15 @@ def _hyperscan_scanner(pats: Sequence[Pattern]) -> tuple[Scanner, set[int]]:
         db.compile(expressions=exprs, ids=list(range(len(pats))), flags=flags)
     scratch = hs.Scratch(db)
 
-    def scan(data: str) -> list[tuple[int, int]]:
+    def scan(data: str | bytes) -> list[tuple[int, int]]:
         hits: list[tuple[int, int]] = []
         add = hits.append
 
         def on(pid: int, _frm: int, to: int, _flags: int, _ctx: Any) -> None:
             add((to, pid))
 
-        db.scan(data.encode("utf-8", "replace"), match_event_handler=on, scratch=scratch)
+        raw = data if isinstance(data, bytes) else data.encode("utf-8", "replace")
+        db.scan(raw, match_event_handler=on, scratch=scratch)
         return hits
 
     return scan, prefilter

@@ -1,0 +1,731 @@
+"""Fleet benchmark: a simulated fleet of torchrun jobs against ONE faultwatch processor.
+
+    .venv/bin/python bench/fleet.py --bootstrap 127.0.0.1:29092 --duration-s 120
+
+Simulates --jobs jobs x (--nodes-per-job, e.g. 1-4) nodes x --ranks-per-node local ranks in
+real time: run-start records, per-rank step lines with `[rankN]:` prefixes, warnings,
+checkpoint phases (all ranks quiet for a fraction of the hang window), eval phases, agent
+heartbeats every ~2 s (ts, alive, last_output_ts), and faults on --fault-rate of the jobs:
+retryable (ConnectionError traceback on one rank, gloo "Connection closed by peer" cascades on
+the others, non-zero exits), fatal (ModuleNotFoundError + exits) and silent hangs (every node
+keeps heart-beating, nothing is printed). Starts the processor itself (unless --no-processor),
+samples the processor group's lag on the logs/signals topics, consumes the decisions topic
+and prints one JSON object: generator send rate, processed lines/s, lag over time, decision
+and hang-detection latency, false and missed decisions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import heapq
+import random
+import re
+import sys
+import time
+from bisect import bisect_left
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from fleet_common import (  # noqa: E402
+    GroupWatcher,
+    broker_pid,
+    lag_of,
+    percentile,
+    proc_cpu_s,
+    self_cpu_s,
+    start_processor,
+    stop_processor,
+)
+
+from faultwatch.core.events import Exit, Heartbeat, Line, RunStart  # noqa: E402
+from faultwatch.topics import Topics, ensure_topics  # noqa: E402
+from faultwatch.wire import (  # noqa: E402
+    encode_exit,
+    encode_heartbeat,
+    encode_lines,
+    encode_run_start,
+    log_key,
+)
+
+EXPECTED = {  # fault kind -> (decision kind, action, root rule)
+    "retryable": ("error", "restart", "python-network-error"),
+    "fatal": ("error", "fail", "python-import-error"),
+    "hang": ("hang", "restart", None),
+}
+WARNINGS = [
+    ["/usr/local/lib/python3.10/dist-packages/torch/autograd/graph.py:744: UserWarning: Plan "
+     "failed with a cudnnException: CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR: cudnnFinalize "
+     "Descriptor Failed cudnn_status: CUDNN_STATUS_NOT_SUPPORTED",
+     "  return Variable._execution_engine.run_backward(  # Calls into the C++ engine to run "
+     "the backward pass"],
+    ["/usr/local/lib/python3.10/dist-packages/torch/utils/checkpoint.py:464: UserWarning: "
+     "torch.utils.checkpoint: the use_reentrant parameter should be passed explicitly.",
+     "  warnings.warn("],
+    ["[W reducer.cpp:1389] Warning: find_unused_parameters=True was specified in DDP "
+     "constructor, but did not find any unused parameters in the forward pass."],
+    ["WARNING: retrying request after ConnectionError (attempt 1/5)"],
+    ["Token indices sequence length is longer than the specified maximum sequence length for "
+     "this model (2411 > 2048). Running this sequence through the model will result in "
+     "indexing errors"],
+]
+AGENT_START = [
+    "WARNING:torch.distributed.run:Setting OMP_NUM_THREADS environment variable for each "
+    "process to be 1 in default, to avoid your system being overloaded",
+    "INFO:torch.distributed.elastic.agent.server.api:[default] Starting worker group",
+    "INFO:torch.distributed.elastic.agent.server.api:[default] Rendezvous complete for workers.",
+]
+
+
+@dataclass
+class Node:
+    name: str
+    job: Job
+    index: int
+    ranks: list[int]
+    run_id: str
+    started_ts: float = 0.0
+    buf: list[Line] = field(default_factory=list)
+    flush_at: float | None = None
+    seq: dict[str, int] = field(default_factory=lambda: {"stdout": 0, "stderr": 0})
+    last_output_ts: float | None = None
+    last_hb_ts: float | None = None
+    alive: bool = True
+    exited: bool = False
+
+
+@dataclass
+class Job:
+    name: str
+    nodes: list[Node] = field(default_factory=list)
+    step: int = 0
+    total: int = 100000
+    step_s: float = 4.0
+    ckpt_every: int = 30
+    eval_every: int = 25
+    fault: str | None = None
+    fault_at: float = 0.0
+    halted: bool = False  # no more step lines (fault or hang)
+    fault_line_ts: float | None = None
+    first_exit_ts: float | None = None
+    silence_start: float | None = None
+    hang_ideal_ts: float | None = None
+    quiet_max_s: float = 0.0  # longest planned quiet phase (startup/checkpoint)
+
+    @property
+    def world(self) -> int:
+        return sum(len(n.ranks) for n in self.nodes)
+
+
+class Fleet:
+    """The simulation: an event heap driven by the wall clock; sends via one producer."""
+
+    def __init__(self, args: argparse.Namespace, producer: Any, topic: str):
+        self.a, self.producer, self.topic = args, producer, topic
+        self.rng = random.Random(args.seed)
+        self.heap: list[tuple[float, int, Callable[..., Any], tuple[Any, ...]]] = []
+        self.n = 0
+        self.jobs: list[Job] = []
+        self.sent = Counter()
+        self.bytes = 0
+        self.lateness: list[float] = []
+        self.meta: list[tuple[int, int, int]] = []  # (partition, offset, lines) of lines records
+        self.send_errors = 0
+        self.pending: set[Any] = set()
+        self.stopping = False
+
+    # -- setup ------------------------------------------------------------------------
+    def build(self, t0: float) -> None:
+        a, rng = self.a, self.rng
+        lo, hi = a.nodes_lo, a.nodes_hi
+        kinds = [k for k in ("retryable", "fatal", "hang")]
+        for j in range(a.jobs):
+            job = Job(name=f"{a.job_prefix}job-{j:05d}", step_s=rng.uniform(a.step_lo_s, a.step_hi_s),
+                      ckpt_every=rng.randint(20, 40), eval_every=rng.randint(15, 35))
+            job.step = rng.randint(0, 5000)
+            job.total = job.step + 100000
+            nn = rng.randint(lo, hi)
+            for i in range(nn):
+                ranks = list(range(i * a.ranks_per_node, (i + 1) * a.ranks_per_node))
+                job.nodes.append(Node(name=f"node-{i}", job=job, index=i, ranks=ranks,
+                                      run_id=f"{job.name}-{i}-r0"))
+            self.jobs.append(job)
+            start = t0 + rng.uniform(0, a.start_spread_s)
+            self.at(start, self.job_start, job)
+        nfault = int(round(a.jobs * a.fault_rate))
+        for k, job in enumerate(rng.sample(self.jobs, nfault)):
+            job.fault = kinds[k % 3]
+            w, d = a.hang_window_s, a.duration_s
+            if job.fault == "hang":
+                job.fault_at = t0 + rng.uniform(0.15 * d, max(0.15 * d + 1, d - w - 15))
+            else:
+                job.fault_at = t0 + rng.uniform(0.15 * d, d - 12)
+            self.at(job.fault_at, self.inject, job)
+
+    def at(self, t: float, fn: Callable[..., Any], *args: Any) -> None:
+        self.n += 1
+        heapq.heappush(self.heap, (t, self.n, fn, args))
+
+    # -- sending ----------------------------------------------------------------------
+    async def send(self, node: Node, value: bytes, kind: str, lines: int = 0) -> None:
+        key = log_key(node.job.name, node.name)
+        self.sent[kind] += 1
+        self.sent["lines"] += lines
+        self.bytes += len(value)
+        fut = await self.producer.send(self.topic, value=value, key=key)
+        if lines:
+            def done(f: Any, n: int = lines) -> None:
+                self.pending.discard(f)
+                if f.cancelled() or f.exception() is not None:
+                    self.send_errors += 1
+                    return
+                md = f.result()
+                self.meta.append((md.partition, md.offset, n))
+            self.pending.add(fut)
+            fut.add_done_callback(done)
+
+    def emit(self, node: Node, ts: float, text: str, stream: str = "stdout") -> None:
+        node.seq[stream] += 1
+        node.buf.append(Line(stream, node.seq[stream], ts, text))
+        node.last_output_ts = max(node.last_output_ts or ts, ts)
+        if node.flush_at is None:
+            node.flush_at = ts + self.a.linger_s
+            self.at(node.flush_at, self.flush, node)
+
+    async def flush(self, node: Node, now: float | None = None) -> None:
+        node.flush_at = None
+        if not node.buf:
+            return
+        buf, node.buf = node.buf, []
+        for i in range(0, len(buf), self.a.lines_per_record):
+            chunk = buf[i:i + self.a.lines_per_record]
+            v = encode_lines(node.job.name, 0, node.name, node.run_id, chunk)
+            await self.send(node, v, "lines_records", len(chunk))
+
+    # -- job behaviour ----------------------------------------------------------------
+    async def job_start(self, job: Job, t: float) -> None:
+        for node in job.nodes:
+            node.started_ts = t
+            ev = RunStart(job=job.name, attempt=0, node=node.name, ts=t, run_id=node.run_id,
+                          world_size=job.world, nnodes=len(job.nodes), rank=None,
+                          local_ranks=tuple(range(len(node.ranks))), host=f"{job.name}-{node.name}",
+                          pid=1000 + node.index, cmd=("torchrun", "train.py"),
+                          agent_version="bench")
+            await self.send(node, encode_run_start(ev), "start")
+            for k, s in enumerate(AGENT_START):
+                self.emit(node, t + 0.01 * k, s, "stderr")
+            self.at(t + self.rng.uniform(0.2, 2.0), self.heartbeat, node)
+        quiet = self.rng.uniform(0.2, 0.6) * self.a.hang_window_s  # init / first step
+        job.quiet_max_s = max(job.quiet_max_s, quiet)
+        self.at(t + quiet, self.job_step, job)
+
+    async def job_step(self, job: Job, t: float) -> None:
+        if job.halted or self.stopping:
+            return
+        job.step += 1
+        rng = self.rng
+        loss = 2.0 + 3.0 / (1 + job.step / 1000.0) + rng.uniform(-0.05, 0.05)
+        ms = job.step_s * 1000 * rng.uniform(0.95, 1.05)
+        for node in job.nodes:
+            for r in node.ranks:
+                for k in range(self.a.lines_per_step):
+                    self.emit(node, t + rng.uniform(0, 0.05),
+                              f"[rank{r}]: [{k}] step {job.step}/{job.total} | loss {loss:.4f} | "
+                              f"lr {3e-4:.2e} | grad_norm {rng.uniform(0.5, 2):.2f} | tokens/s "
+                              f"{int(4096 * 8 / ms * 1000)} | {ms:.1f} ms/step" if k else
+                              f"[rank{r}]: step {job.step}/{job.total} | loss {loss:.4f} | lr "
+                              f"{3e-4:.2e} | grad_norm {rng.uniform(0.5, 2):.2f} | tokens/s "
+                              f"{int(4096 * 8 / ms * 1000)} | {ms:.1f} ms/step")
+            if rng.random() < self.a.warn_rate:
+                r = rng.choice(node.ranks)
+                for ln in rng.choice(WARNINGS):
+                    self.emit(node, t + 0.06, f"[rank{r}]: {ln}", "stderr")
+        nxt = t + job.step_s * rng.uniform(0.9, 1.1)
+        if job.step % job.ckpt_every == 0:
+            q = rng.uniform(self.a.ckpt_lo, self.a.ckpt_hi) * self.a.hang_window_s
+            job.quiet_max_s = max(job.quiet_max_s, q)
+            for node in job.nodes:
+                for r in node.ranks:
+                    self.emit(node, t + 0.1, f"[rank{r}]: saving checkpoint at iteration "
+                                             f"{job.step:8d} to /ckpt/{job.name}")
+            self.at(t + 0.1 + q, self.ckpt_done, job, q)
+            return
+        if job.step % job.eval_every == 0:
+            self.at(t + 0.5, self.eval_step, job, 1, rng.randint(6, 12))
+            return
+        self.at(nxt, self.job_step, job)
+
+    async def ckpt_done(self, job: Job, q: float, t: float) -> None:
+        if job.halted or self.stopping:
+            return
+        for node in job.nodes:
+            for r in node.ranks:
+                self.emit(node, t, f"[rank{r}]:   successfully saved checkpoint at iteration "
+                                   f"{job.step:8d} to /ckpt/{job.name} (took {q:.1f}s)")
+        self.at(t + job.step_s, self.job_step, job)
+
+    async def eval_step(self, job: Job, i: int, n: int, t: float) -> None:
+        if job.halted or self.stopping:
+            return
+        for node in job.nodes:
+            for r in node.ranks:
+                self.emit(node, t + self.rng.uniform(0, 0.05),
+                          f"[rank{r}]: eval step {i}/{n} | val_loss {self.rng.uniform(2, 3):.4f}")
+        if i < n:
+            self.at(t + 1.0, self.eval_step, job, i + 1, n)
+            return
+        for node in job.nodes:
+            for r in node.ranks:
+                self.emit(node, t + 0.1, f"[rank{r}]: validation loss at iteration {job.step} | "
+                                         f"lm loss value: {self.rng.uniform(2, 3):.3E}")
+        self.at(t + job.step_s, self.job_step, job)
+
+    async def heartbeat(self, node: Node, t: float) -> None:
+        if node.exited or self.stopping:
+            return
+        await self.flush(node)
+        hb = Heartbeat(job=node.job.name, attempt=0, node=node.name, ts=t, alive=True,
+                       last_output_ts=node.last_output_ts, started_ts=node.started_ts)
+        node.last_hb_ts = t
+        await self.send(node, encode_heartbeat(hb, node.run_id, {"spool": 0}), "heartbeats")
+        job = node.job
+        if job.fault == "hang" and job.halted and job.hang_ideal_ts is None:
+            w = self.a.hang_window_s
+            ok = all(n.last_hb_ts is not None and
+                     n.last_hb_ts - (n.last_output_ts or n.started_ts) >= w for n in job.nodes)
+            if ok:
+                job.hang_ideal_ts = t
+        self.at(t + self.a.hb_s * self.rng.uniform(0.95, 1.05), self.heartbeat, node)
+
+    # -- faults -------------------------------------------------------------------------
+    async def inject(self, job: Job, t: float) -> None:
+        if self.stopping:
+            return
+        job.halted = True
+        rng = self.rng
+        if job.fault == "hang":
+            job.silence_start = max((n.last_output_ts or n.started_ts) for n in job.nodes)
+            return
+        culprit_node = rng.choice(job.nodes)
+        culprit = rng.choice(culprit_node.ranks)
+        if job.fault == "retryable":
+            frames = ['  File "/workspace/data/remote.py", line 88, in fetch_shard',
+                      "    resp = session.get(url, timeout=30)",
+                      '  File "/usr/lib/python3.10/site-packages/requests/adapters.py", '
+                      "line 519, in send",
+                      "    raise ConnectionError(e, request=request)"]
+            final = ("ConnectionError: HTTPSConnectionPool(host='storage.internal', port=443): "
+                     "Max retries exceeded with url: /shards/00042.tar (Caused by "
+                     "NewConnectionError('Failed to establish a new connection'))")
+        else:
+            frames = ['  File "/workspace/train.py", line 211, in <module>',
+                      "    main()",
+                      '  File "/workspace/train.py", line 120, in main',
+                      "    import x"]
+            final = "ModuleNotFoundError: No module named 'x'"
+        lines = ["Traceback (most recent call last):", *frames, final]
+        for k, ln in enumerate(lines):
+            self.emit(culprit_node, t + 0.001 * k, f"[rank{culprit}]: {ln}", "stderr")
+        job.fault_line_ts = t + 0.001 * (len(lines) - 1)
+        tc = t + rng.uniform(0.3, 1.0)
+        self.at(tc, self.cascade, job, culprit)
+        te = t + rng.uniform(1.0, 1.4)
+        local = culprit_node.ranks.index(culprit)
+        self.at(te, self.node_exit, culprit_node, local)
+        if self.a.others_exit:
+            for node in job.nodes:
+                if node is not culprit_node:
+                    self.at(te + rng.uniform(0.3, 2.0), self.node_exit, node, 0)
+
+    async def cascade(self, job: Job, culprit: int, t: float) -> None:
+        for node in job.nodes:
+            for r in node.ranks:
+                if r == culprit:
+                    continue
+                self.emit(node, t, f"[rank{r}]: Traceback (most recent call last):", "stderr")
+                self.emit(node, t, f'[rank{r}]:   File "/workspace/train.py", line 305, in '
+                                   "train_step", "stderr")
+                self.emit(node, t, f"[rank{r}]:     dist.all_reduce(grad)", "stderr")
+                self.emit(node, t, f"[rank{r}]: RuntimeError: [../third_party/gloo/gloo/"
+                                   "transport/tcp/pair.cc:598] Connection closed by peer "
+                                   f"[10.0.0.{r % 250}]:{29500 + r}", "stderr")
+
+    async def node_exit(self, node: Node, local_rank: int, t: float) -> None:
+        if node.exited:
+            return
+        self.emit(node, t, "ERROR:torch.distributed.elastic.multiprocessing.api:failed "
+                           f"(exitcode: 1) local_rank: {local_rank} (pid: {2345 + local_rank}) "
+                           "of binary: /usr/bin/python3", "stderr")
+        await self.flush(node)
+        node.exited = True
+        node.alive = False
+        if node.job.first_exit_ts is None:
+            node.job.first_exit_ts = t
+        await self.send(node, encode_exit(Exit(job=node.job.name, attempt=0, node=node.name,
+                                               ts=t, exit_code=1), node.run_id), "exits")
+
+    # -- driver -----------------------------------------------------------------------
+    async def run(self, t_end: float) -> None:
+        while True:
+            now = time.time()
+            if now >= t_end:
+                break
+            while self.heap and self.heap[0][0] <= now:
+                t, _, fn, args = heapq.heappop(self.heap)
+                self.lateness.append(now - t)
+                await fn(*args, t)
+            await asyncio.sleep(0.01)
+        self.stopping = True
+        for job in self.jobs:
+            for node in job.nodes:
+                await self.flush(node)
+        await self.producer.flush()
+        for _ in range(100):
+            if not self.pending:
+                break
+            await asyncio.sleep(0.05)
+
+
+class Decisions:
+    """Consumes the decisions topic from the beginning (no group), dedupes by id."""
+
+    def __init__(self, bootstrap: str, topic: str):
+        self.bootstrap, self.topic = bootstrap, topic
+        self.by_id: dict[str, tuple[float, float, dict[str, Any]]] = {}
+        self.dups = 0
+        self.task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        from aiokafka import AIOKafkaConsumer
+        self.c = AIOKafkaConsumer(self.topic, bootstrap_servers=self.bootstrap,
+                                  auto_offset_reset="earliest", enable_auto_commit=False,
+                                  group_id=None)
+        await self.c.start()
+        self.task = asyncio.create_task(self._loop())
+
+    async def _loop(self) -> None:
+        while True:
+            batch = await self.c.getmany(timeout_ms=200)
+            now = time.time()
+            for msgs in batch.values():
+                for m in msgs:
+                    d = orjson.loads(m.value)
+                    if d["id"] in self.by_id:
+                        self.dups += 1
+                        continue
+                    self.by_id[d["id"]] = (m.timestamp / 1000.0, now, d)
+
+    async def stop(self) -> None:
+        if self.task:
+            self.task.cancel()
+        await self.c.stop()
+
+
+def lines_upto(meta_by_p: dict[int, tuple[list[int], list[int]]], p: int, offset: int) -> int:
+    """Lines in records of partition p with offset < `offset`."""
+    offs, cum = meta_by_p.get(p, ([], []))
+    i = bisect_left(offs, offset)
+    return cum[i - 1] if i > 0 else 0
+
+
+async def main_async(a: argparse.Namespace) -> dict[str, Any]:
+    from aiokafka import AIOKafkaProducer
+    prefix = a.topic_prefix or f"bench.fleet.{int(time.time())}."
+    topics = Topics(prefix)
+    group = a.group or f"{prefix}processor"
+    await ensure_topics(a.bootstrap, topics, a.partitions)
+    out: dict[str, Any] = {"config": {k: v for k, v in vars(a).items()}, "topic_prefix": prefix}
+    workdir = Path(a.workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    proc = None
+    launcher = "external"
+    plog = workdir / f"processor-{prefix.strip('.')}.log"
+    if not a.no_processor:
+        proc, launcher = start_processor(a.bootstrap, prefix, a.partitions, a.hang_window_s,
+                                         a.settle_s, plog, a.launcher)
+    out["launcher"] = launcher
+    out["processor_log"] = str(plog)
+    bpid = broker_pid(int(a.bootstrap.rsplit(":", 1)[1]))
+    watcher = GroupWatcher(a.bootstrap, group, [topics.logs, topics.signals])
+    await watcher.start()
+    decs = Decisions(a.bootstrap, topics.decisions)
+    await decs.start()
+    # wait for the processor's group to own the partitions before loading it
+    t_wait = time.time()
+    state = ""
+    while time.time() - t_wait < a.startup_timeout_s:
+        state = await watcher.group_state()
+        if "Stable" in state:
+            break
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"processor exited: {plog.read_text()[-2000:]}")
+        await asyncio.sleep(0.5)
+    out["processor_startup_s"] = round(time.time() - t_wait, 2)
+    out["group_state_at_start"] = state[:40]
+    await asyncio.sleep(2.0)  # Faust finishes recovery after the group is stable
+
+    producer = AIOKafkaProducer(bootstrap_servers=a.bootstrap, linger_ms=a.producer_linger_ms,
+                                max_batch_size=1 << 20, acks=1, max_request_size=8 << 20)
+    await producer.start()
+    fleet = Fleet(a, producer, topics.logs)
+    t0 = time.time()
+    fleet.build(t0 + 0.5)
+    t_end = t0 + a.duration_s
+    samples: list[dict[str, Any]] = []
+    cpu0 = {"gen": self_cpu_s(), "proc": proc_cpu_s(proc.pid) if proc else None,
+            "broker": proc_cpu_s(bpid) if bpid else None}
+
+    async def sampler() -> None:
+        while True:
+            s = await watcher.sample()
+            samples.append({"t": time.time() - t0, "s": s,
+                            "proc_cpu": proc_cpu_s(proc.pid) if proc else None,
+                            "broker_cpu": proc_cpu_s(bpid) if bpid else None,
+                            "gen_cpu": self_cpu_s()})
+            await asyncio.sleep(a.sample_s)
+
+    stask = asyncio.create_task(sampler())
+    await fleet.run(t_end)
+    t_gen_end = time.time()
+    gen_cpu = self_cpu_s() - cpu0["gen"]
+    await producer.stop()
+
+    # expected decisions
+    faulted = {j.name: j for j in fleet.jobs if j.fault}
+    drain_deadline = time.time() + a.drain_timeout_s
+    t_drained = None
+    while time.time() < drain_deadline:
+        s = samples[-1]["s"] if samples else {}
+        logs_lag = lag_of(s, topics.logs) if s else 1
+        got = {d["job"] for _, _, d in decs.by_id.values()}
+        if logs_lag == 0 and t_drained is None and samples and samples[-1]["t"] > t_gen_end - t0:
+            t_drained = time.time()
+        if t_drained is not None and all(j in got for j in faulted) \
+                and time.time() - t_drained > a.settle_s + 3:
+            break
+        await asyncio.sleep(0.5)
+    t_stop = time.time()
+    stask.cancel()
+    final = await watcher.sample()
+    await asyncio.sleep(1.0)
+    await decs.stop()
+    await watcher.stop()
+    cpu_proc = (proc_cpu_s(proc.pid) - cpu0["proc"]) if proc and cpu0["proc"] is not None else None
+    if proc is not None:
+        stop_processor(proc)
+
+    # ---- analysis ----------------------------------------------------------------------
+    meta_by_p: dict[int, tuple[list[int], list[int]]] = {}
+    for p in sorted({m[0] for m in fleet.meta}):
+        rows = sorted((o, n) for pp, o, n in fleet.meta if pp == p)
+        offs, cum, c = [], [], 0
+        for o, n in rows:
+            c += n
+            offs.append(o)
+            cum.append(c)
+        meta_by_p[p] = (offs, cum)
+
+    def processed_lines(s: dict[str, dict[int, tuple[int, int]]]) -> int:
+        return sum(lines_upto(meta_by_p, p, c) for p, (_, c) in s.get(topics.logs, {}).items())
+
+    def lag_lines(s: dict[str, dict[int, tuple[int, int]]]) -> int:
+        return sum(lines_upto(meta_by_p, p, e) - lines_upto(meta_by_p, p, c)
+                   for p, (e, c) in s.get(topics.logs, {}).items())
+
+    series = []
+    for x in samples:
+        series.append([round(x["t"], 1), lag_of(x["s"], topics.logs), lag_lines(x["s"]),
+                       lag_of(x["s"], topics.signals), processed_lines(x["s"])])
+    total_lines = fleet.sent["lines"]
+    gen_s = t_gen_end - t0
+    # steady-state processing rate: processed lines between 20% and 100% of the generation
+    in_gen = [r for r in series if 0.2 * gen_s <= r[0] <= gen_s]
+    rate_gen = ((in_gen[-1][4] - in_gen[0][4]) / (in_gen[-1][0] - in_gen[0][0])
+                if len(in_gen) >= 2 and in_gen[-1][0] > in_gen[0][0] else None)
+    drain_s = (t_drained - t_gen_end) if t_drained else None
+
+    def cpu_pct(key: str) -> float | None:
+        xs = [x for x in samples if x[key] is not None]
+        if len(xs) < 2:
+            return None
+        g = [x for x in xs if x["t"] <= gen_s] or xs
+        return round(100 * (g[-1][key] - g[0][key]) / max(1e-6, g[-1]["t"] - g[0]["t"]), 1)
+
+    # decisions
+    per_job: dict[str, list[tuple[float, float, dict[str, Any]]]] = {}
+    for rec in decs.by_id.values():
+        per_job.setdefault(rec[2]["job"], []).append(rec)
+    false: list[dict[str, Any]] = []
+    wrong_root: list[dict[str, Any]] = []
+    err_lat_exit: list[float] = []
+    err_lat, err_lat_recv, hang_lat, hang_lat_ideal, hang_lat_recv = [], [], [], [], []
+    by_kind = Counter()
+    matched = Counter()
+    for job_name, recs in per_job.items():
+        recs.sort(key=lambda r: r[0])
+        job = faulted.get(job_name)
+        for k, (tts, rts, d) in enumerate(recs):
+            kind, action, rule = d["reason"]["kind"], d["action"], d["reason"].get("rule")
+            by_kind[f"{kind}/{action}"] += 1
+            brief = {"job": job_name, "kind": kind, "action": action, "rule": rule,
+                     "message": d["reason"].get("message", "")[:160],
+                     "injected": job.fault if job else None}
+            if job is None or k > 0:
+                false.append(brief | {"why": "no fault injected" if job is None
+                                      else "extra decision"})
+                continue
+            ek, ea, er = EXPECTED[job.fault]
+            if (kind, action) != (ek, ea):
+                false.append(brief | {"why": f"expected {ek}/{ea}"})
+                continue
+            if er is not None and rule != er:
+                wrong_root.append(brief | {"expected_rule": er})
+            matched[job.fault] += 1
+            if job.fault == "hang":
+                assert job.silence_start is not None
+                due = job.silence_start + a.hang_window_s
+                hang_lat.append(tts - due)
+                hang_lat_recv.append(rts - due)
+                if job.hang_ideal_ts is not None:
+                    hang_lat_ideal.append(tts - job.hang_ideal_ts)
+            elif job.fault_line_ts is not None:
+                err_lat.append(tts - job.fault_line_ts)
+                err_lat_recv.append(rts - job.fault_line_ts)
+                if job.first_exit_ts is not None:
+                    err_lat_exit.append(tts - (job.first_exit_ts + a.settle_s))
+    missed = [{"job": j.name, "fault": j.fault, "fault_at_s": round(j.fault_at - t0, 1)}
+              for j in faulted.values() if j.name not in per_job]
+    nodes = sum(len(j.nodes) for j in fleet.jobs)
+    ranks = sum(j.world for j in fleet.jobs)
+    # hang-latency p50/p99 vs the window
+    out.update({
+        "fleet": {"jobs": len(fleet.jobs), "nodes": nodes, "ranks": ranks,
+                  "faults": dict(Counter(j.fault for j in faulted.values())),
+                  "hang_window_s": a.hang_window_s, "settle_s": a.settle_s,
+                  "longest_planned_quiet_s": round(max(j.quiet_max_s for j in fleet.jobs), 1)},
+        "generator": {
+            "duration_s": round(gen_s, 1), "records": sum(v for k, v in fleet.sent.items()
+                                                          if k != "lines"),
+            "by_type": {k: v for k, v in fleet.sent.items() if k != "lines"},
+            "lines": total_lines, "bytes": fleet.bytes,
+            "records_per_s": round(sum(v for k, v in fleet.sent.items() if k != "lines") / gen_s),
+            "lines_per_s": round(total_lines / gen_s), "mb_per_s": round(fleet.bytes / gen_s / 1e6, 2),
+            "avg_lines_per_record": round(total_lines / max(1, fleet.sent["lines_records"]), 1),
+            "cpu_s": round(gen_cpu, 1), "cpu_pct": round(100 * gen_cpu / gen_s, 1),
+            "event_lateness_p50_s": percentile(fleet.lateness, 50),
+            "event_lateness_p99_s": percentile(fleet.lateness, 99),
+            "event_lateness_max_s": round(max(fleet.lateness), 3) if fleet.lateness else None,
+            "send_errors": fleet.send_errors},
+        "processor": {
+            "lines_processed": processed_lines(final),
+            "lines_per_s_during_load": round(rate_gen) if rate_gen else None,
+            "offered_lines_per_s": round(total_lines / gen_s),
+            "drain_s_after_load": round(drain_s, 1) if drain_s is not None else None,
+            "lines_per_s_overall": round(processed_lines(final) / ((t_drained or t_stop) - t0)),
+            "logs_lag_records_max": max((r[1] for r in series), default=None),
+            "logs_lag_lines_max": max((r[2] for r in series), default=None),
+            "signals_lag_max": max((r[3] for r in series), default=None),
+            "logs_lag_records_final": lag_of(final, topics.logs),
+            "signals_lag_final": lag_of(final, topics.signals),
+            "cpu_pct_during_load": cpu_pct("proc_cpu"),
+            "cpu_s_total": round(cpu_proc, 1) if cpu_proc is not None else None,
+            "lag_series_cols": ["t_s", "logs_lag_records", "logs_lag_lines", "signals_lag",
+                                "lines_processed"],
+            "lag_series": series[:: max(1, len(series) // a.series_points)]},
+        "broker_cpu_pct_during_load": cpu_pct("broker_cpu"),
+        "decisions": {
+            "received_unique": len(decs.by_id), "duplicates_seen": decs.dups,
+            "by_kind_action": dict(by_kind),
+            "expected": len(faulted), "correct": dict(matched),
+            "false_decisions": len(false), "false_examples": false[:10],
+            "wrong_root_rule": len(wrong_root), "wrong_root_examples": wrong_root[:5],
+            "missed": len(missed), "missed_examples": missed[:10],
+            "error_latency_s": {"n": len(err_lat), "p50": percentile(err_lat, 50),
+                                "p99": percentile(err_lat, 99),
+                                "max": round(max(err_lat), 3) if err_lat else None,
+                                "note": "decision record's topic timestamp - root error line ts "
+                                        f"(includes settle_s={a.settle_s})"},
+            "error_latency_after_first_exit_plus_settle_s": {
+                "p50": percentile(err_lat_exit, 50), "p99": percentile(err_lat_exit, 99),
+                "note": "pipeline + tick share: decision topic ts - (first exit ts + settle_s)"},
+            "error_latency_recv_s": {"p50": percentile(err_lat_recv, 50),
+                                     "p99": percentile(err_lat_recv, 99)},
+            "hang_latency_after_window_s": {
+                "n": len(hang_lat), "p50": percentile(hang_lat, 50),
+                "p99": percentile(hang_lat, 99),
+                "max": round(max(hang_lat), 3) if hang_lat else None,
+                "note": "decision topic ts - (silence start + hang window)"},
+            "hang_latency_after_first_proving_heartbeat_s": {
+                "p50": percentile(hang_lat_ideal, 50), "p99": percentile(hang_lat_ideal, 99)},
+        },
+    })
+    return out
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--bootstrap", default="127.0.0.1:29092")
+    p.add_argument("--topic-prefix", default="", help="default bench.fleet.<time>.")
+    p.add_argument("--group", default="", help="processor group (default <prefix>processor)")
+    p.add_argument("--partitions", type=int, default=4)
+    p.add_argument("--duration-s", type=float, default=120.0)
+    p.add_argument("--jobs", type=int, default=1000)
+    p.add_argument("--nodes-per-job", default="1-4", help="N or LO-HI (uniform)")
+    p.add_argument("--ranks-per-node", type=int, default=8)
+    p.add_argument("--fault-rate", type=float, default=0.06,
+                   help="fraction of jobs with an injected fault (split retryable/fatal/hang)")
+    p.add_argument("--hang-window-s", type=float, default=30.0)
+    p.add_argument("--settle-s", type=float, default=1.0)
+    p.add_argument("--step-lo-s", type=float, default=2.0)
+    p.add_argument("--step-hi-s", type=float, default=6.0)
+    p.add_argument("--lines-per-step", type=int, default=1, help="lines per rank per step")
+    p.add_argument("--warn-rate", type=float, default=0.01, help="per node per step")
+    p.add_argument("--ckpt-lo", type=float, default=0.3, help="checkpoint quiet, x hang window")
+    p.add_argument("--ckpt-hi", type=float, default=0.7)
+    p.add_argument("--hb-s", type=float, default=2.0)
+    p.add_argument("--linger-s", type=float, default=0.5, help="agent line batching linger")
+    p.add_argument("--lines-per-record", type=int, default=100)
+    p.add_argument("--start-spread-s", type=float, default=5.0)
+    p.add_argument("--others-exit", action=argparse.BooleanOptionalAction, default=True,
+                   help="other nodes of a failed job also exit non-zero (torchrun behaviour)")
+    p.add_argument("--producer-linger-ms", type=int, default=20)
+    p.add_argument("--sample-s", type=float, default=2.0)
+    p.add_argument("--series-points", type=int, default=40)
+    p.add_argument("--drain-timeout-s", type=float, default=90.0)
+    p.add_argument("--startup-timeout-s", type=float, default=90.0)
+    p.add_argument("--no-processor", action="store_true", help="a processor is already running")
+    p.add_argument("--launcher", choices=["auto", "cli", "fallback"], default="auto")
+    p.add_argument("--workdir", default="/tmp/fleetbench")
+    p.add_argument("--job-prefix", default="")
+    p.add_argument("--seed", type=int, default=7)
+    p.add_argument("--out", default="", help="also write the JSON here")
+    a = p.parse_args(argv)
+    lo, _, hi = a.nodes_per_job.partition("-")
+    a.nodes_lo, a.nodes_hi = int(lo), int(hi or lo)
+    return a
+
+
+def dumps(res: dict[str, Any]) -> str:
+    """Indented JSON with numeric rows (the lag series) kept on one line each."""
+    s = orjson.dumps(res, option=orjson.OPT_INDENT_2).decode()
+    return re.sub(r"\[\s+(-?[\d.]+(?:,\s+-?[\d.]+|,\s+null)*)\s+\]",
+                  lambda m: "[" + ", ".join(m.group(1).split()).replace(",,", ",") + "]", s)
+
+
+def main() -> None:
+    a = parse_args()
+    res = asyncio.run(main_async(a))
+    s = dumps(res)
+    if a.out:
+        Path(a.out).write_text(s)
+    print(s)
+
+
+if __name__ == "__main__":
+    main()

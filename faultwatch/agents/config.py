@@ -1,0 +1,136 @@
+"""The agent's configuration: flags, environment defaults (torchrun rank mode) and paths."""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from faultwatch.errors import ConfigError
+
+DEFAULT_PREFIX = "faultwatch."
+
+# Exit codes of the agent itself (otherwise it exits with the child's code, 128+N for signals).
+EXIT_BLACKLISTED = 75  # a blacklist decision named this node: reschedule elsewhere
+EXIT_NODES_TIMEOUT = 76  # --wait-for-nodes: the other agents did not come up in time
+EXIT_BOOTCHECK_FAILED = 77  # --bootcheck-abort: a boot check failed, the command never ran
+EXIT_FAILED_BY_DECISION = 78  # a fail decision stopped a child that had not failed itself
+
+
+def _env_int(env: Mapping[str, str], name: str) -> int | None:
+    v = env.get(name)
+    if v is None or v == "":
+        return None
+    try:
+        return int(v)
+    except ValueError:
+        raise ConfigError(name, f"not an integer: {v!r}") from None
+
+
+def rank_from_env(env: Mapping[str, str]) -> tuple[int | None, int | None]:
+    """(rank, world_size) when run as torchrun's entrypoint (RANK, WORLD_SIZE set)."""
+    return _env_int(env, "RANK"), _env_int(env, "WORLD_SIZE")
+
+
+def default_spool_dir(env: Mapping[str, str]) -> Path:
+    return Path(env.get("FAULTWATCH_SPOOL_DIR") or Path.home() / ".faultwatch" / "spool")
+
+
+def safe_name(s: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]", "_", s) or "_"
+
+
+@dataclass(frozen=True, kw_only=True)
+class AgentConfig:
+    """Everything the agent needs; build it with from_env_defaults() to honour the env."""
+
+    bootstrap: str
+    job: str
+    node: str
+    cmd: tuple[str, ...]
+    spool_dir: Path
+    topic_prefix: str = DEFAULT_PREFIX
+    attempt: int = 0
+    heartbeat_s: float = 2.0
+    rank: int | None = None
+    world_size: int | None = None
+    nnodes: int | None = None
+    local_ranks: tuple[int, ...] = ()
+    exit_flush_timeout_s: float = 10.0
+    term_grace_s: float = 10.0
+    max_line_bytes: int = 65536
+    progress_interval_s: float = 1.0
+    spool_cap_bytes: int = 256 << 20
+    compression: str | None = None  # None: zstd if available, else gzip
+    env: Mapping[str, str] | None = field(default=None, repr=False)  # child env (None: ours)
+    follow_decisions: bool = False
+    decision_wait_s: float = 60.0
+    sdk: bool = True  # open the SDK socket for the training process
+    wait_for_nodes: int = 0  # hold the launch until this many agents of the job are up
+    wait_for_nodes_timeout_s: float = 900.0
+    bootcheck: bool = False
+    bootcheck_paths: tuple[str, ...] = ()
+    bootcheck_abort: bool = False
+    bootcheck_allreduce: bool = True
+    bootcheck_min_mb_s: float = 0.0
+    bootcheck_expect_gpus: int | None = None
+    bootcheck_timeout_s: float = 120.0
+    spool_leaf: str | None = None  # overrides leaf (tail mode: "tail")
+
+    @classmethod
+    def from_env_defaults(cls, env: Mapping[str, str] | None = None, **kw: Any) -> AgentConfig:
+        """Fill bootstrap, node, prefix, spool dir and rank fields from env where not given."""
+        e = os.environ if env is None else env
+        if kw.get("bootstrap") is None:
+            kw["bootstrap"] = e.get("FAULTWATCH_BOOTSTRAP") or ""
+        if not kw["bootstrap"]:
+            raise ConfigError("bootstrap", "no --bootstrap and FAULTWATCH_BOOTSTRAP is unset")
+        if kw.get("node") is None:
+            kw["node"] = e.get("FAULTWATCH_NODE") or socket.gethostname()
+        if kw.get("topic_prefix") is None:
+            kw["topic_prefix"] = e.get("FAULTWATCH_TOPIC_PREFIX", DEFAULT_PREFIX)
+        if kw.get("spool_dir") is None:
+            kw["spool_dir"] = default_spool_dir(e)
+        rank, world = rank_from_env(e)
+        if kw.get("rank") is None:
+            kw["rank"] = rank
+        if kw.get("world_size") is None:
+            kw["world_size"] = world
+        local = _env_int(e, "LOCAL_RANK")
+        if not kw.get("local_ranks") and local is not None:
+            kw["local_ranks"] = (local,)
+        lws = _env_int(e, "LOCAL_WORLD_SIZE")
+        if kw.get("nnodes") is None and world and lws:
+            kw["nnodes"] = max(1, world // lws)
+        kw["spool_dir"] = Path(kw["spool_dir"])
+        kw["cmd"] = tuple(kw.get("cmd") or ())
+        kw["bootcheck_paths"] = tuple(kw.get("bootcheck_paths") or ())
+        return cls(**{k: v for k, v in kw.items() if v is not None or k in _NULLABLE})
+
+    @property
+    def topic(self) -> str:
+        return f"{self.topic_prefix}logs"
+
+    @property
+    def decisions_topic(self) -> str:
+        return f"{self.topic_prefix}decisions"
+
+    @property
+    def leaf(self) -> str:
+        """This agent's name below job/node: rankN in rank mode, else `agent`."""
+        if self.spool_leaf:
+            return self.spool_leaf
+        return f"rank{self.rank}" if self.rank is not None else "agent"
+
+    @property
+    def spool_path(self) -> Path:
+        """One spool per job, node and (in rank mode) rank: concurrent agents never share."""
+        return self.spool_dir / safe_name(self.job) / safe_name(self.node) / self.leaf
+
+
+_NULLABLE = {"rank", "world_size", "nnodes", "compression", "env", "bootcheck_expect_gpus",
+             "spool_leaf"}

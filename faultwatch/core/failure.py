@@ -1,0 +1,146 @@
+"""Failures: rule hits and non-zero exits, settled, classified and turned into a decision.
+
+Classification order: the root error (earliest non-cascade hit, core/root.py); the job's
+retryable patterns (policy `retryable_errors` and the SDK's `retryable_errors` notes)
+turn a non-hardware failure whose lines contain one of them into a retryable one; then
+`fault_tolerant_policy`, max same error, max failure rate (async), budget and storm guard.
+A hardware hit starts the settle timer by itself: the node is blacklisted even if the
+process hangs instead of exiting.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING, Any
+
+from faultwatch.core.events import Decision, Hit, Match
+from faultwatch.core.policy import Policy
+from faultwatch.core.root import default_action, pick_root
+
+if TYPE_CHECKING:
+    from faultwatch.core.job import JobState
+
+MAX_CONTEXT = 40
+
+
+def on_hit(st: JobState, hit: Hit, now: float) -> JobState:
+    from faultwatch.core.job import MAX_HITS, RUNNING, SETTLING
+
+    if len(st.hits) >= MAX_HITS:
+        return st
+    st = dataclasses.replace(st, hits=st.hits + (hit,))
+    m = hit.match
+    if m.category == "hardware" and not m.cascade and st.phase == RUNNING:
+        st = dataclasses.replace(st, phase=SETTLING, failure_seen_at=now)
+    return st
+
+
+def _retryable_pattern(st: JobState, policy: Policy, root: Match | None) -> str | None:
+    patterns = tuple(policy.retryable_errors) + st.retryable
+    if not patterns:
+        return None
+    texts: list[str] = [t.text for t in st.tail]
+    for h in st.hits:
+        texts.append(h.match.line)
+        texts.extend(h.match.context)
+    for p in patterns:
+        if any(p in t for t in texts):
+            return p
+    return None
+
+
+def decide(st: JobState, now: float, policy: Policy, rv: str) -> tuple[JobState, list[Decision]]:
+    matches = [h.match for h in st.hits]
+    root = pick_root(matches)
+    root_hit = next((h for h in st.hits if h.match is root), None)
+    failed = sorted((n for n in st.nodes.values() if n.exit_code not in (None, 0)),
+                    key=lambda n: n.exit_ts or 0.0)
+    first = failed[0] if failed else None
+    category = root.category if root else "unknown"
+    rule = root.rule if root else None
+    evidence: dict[str, Any] = {
+        "exits": {n.node: {"exit_code": n.exit_code, "signal": n.signal, "ts": n.exit_ts}
+                  for n in st.nodes.values() if n.exit_ts is not None},
+        "matches": [{"node": h.node, "rank": h.match.rank, "rule": h.match.rule,
+                     "cascade": h.match.cascade, "ts": h.match.ts, "line": h.match.line}
+                    for h in st.hits[:10]],
+        "expected": st.expected_evidence(),
+    }
+    if root is not None and root_hit is not None:
+        evidence["first_error"] = {
+            "node": root_hit.node, "rank": root.rank, "ts": root.ts, "rule": root.rule,
+            "stream": root.stream, "line": root.line,
+            "traceback": list(root.context[-MAX_CONTEXT:]), "cascade_only": root.cascade}
+    if root is None and first is not None:
+        evidence["first_error"] = {"node": first.node, "rank": first.rank, "ts": first.exit_ts,
+                                   "rule": None, "line": None, "traceback": [],
+                                   "exit_code": first.exit_code}
+    ranks = (root.rank,) if root is not None and root.rank is not None else ()
+    kind = "error" if root is not None and root.stream != "exit" else "exit"
+    if root is not None:
+        desc = f"{root.rule} ({category})" + (" [cascade only]" if root.cascade else "")
+        where = f" on {root_hit.node if root_hit else '?'}"
+        where += f" rank {root.rank}" if root.rank is not None else ""
+        message = f"{desc}{where}: {root.line}"
+    elif first is not None:
+        message = f"{first.node} exited with code {first.exit_code}, no rule matched"
+    else:
+        message = "a process failed, no rule matched"
+    action = _failure_action(root, category, policy)
+    if category != "hardware" and action not in ("restart", "blacklist") \
+            and policy.fault_tolerant_policy != "never":
+        pat = _retryable_pattern(st, policy, root)
+        if pat is not None:
+            action, category = "restart", "retryable"
+            evidence["retryable_pattern"] = pat
+            message = f"retryable by job pattern {pat!r}: {message}"
+    # short failed attempts count against the nodes that failed (suspects)
+    short_fails = st.short_fails
+    start = min((n.started_ts for n in st.nodes.values()), default=None)
+    end = max((n.exit_ts for n in failed if n.exit_ts is not None), default=now)
+    if start is not None and end - start < policy.short_attempt_s:
+        short_fails = dict(short_fails)
+        for n in failed:
+            short_fails[n.node] = short_fails.get(n.node, 0) + 1
+        evidence["short_attempt_s"] = round(end - start, 3)
+    st = dataclasses.replace(st, short_fails=short_fails)
+    if root is not None and action in ("restart", "blacklist"):
+        key = f"{root.rule}@{root_hit.node if root_hit else ''}#{root.rank}"
+        count = st.same_error.get(key, 0) + 1
+        st = dataclasses.replace(st, same_error={**st.same_error, key: count})
+        evidence["same_error_count"] = count
+        if count > policy.max_same_error:
+            action = "fail"
+            message = f"same error {count} times (max {policy.max_same_error}): {message}"
+    if action in ("restart", "blacklist") and policy.execution_mode == "async" \
+            and policy.max_failure_rate != -1 and len(st.nodes):
+        rate = len(failed) / len(st.nodes)
+        evidence["failure_rate"] = rate
+        if rate > policy.max_failure_rate:
+            action = "fail"
+            message = f"failure rate {rate:.2f} > {policy.max_failure_rate}: {message}"
+    nodes: tuple[str, ...]
+    if action == "blacklist":
+        nodes = (root_hit.node,) if root_hit else tuple(n.node for n in failed[:1])
+        evidence["restart_nodes"] = sorted(st.nodes) if policy.execution_mode == "sync" \
+            else sorted(set(nodes) | {n.node for n in failed})
+    elif policy.execution_mode == "async" and action == "restart":
+        nodes = tuple(n.node for n in failed)
+    else:
+        nodes = tuple(sorted(st.nodes))
+    out, decs = st.emit(kind, "failure", action, now, policy, rv, nodes=nodes, ranks=ranks,
+                        rule=rule, category=category, message=message, evidence=evidence)
+    if action == "notify":  # a rule that only notifies: the failure is not acted upon
+        from faultwatch.core.job import DECIDED
+        out = dataclasses.replace(out, phase=DECIDED)
+    return out, decs
+
+
+def _failure_action(root: Match | None, category: str, policy: Policy) -> str:
+    if policy.fault_tolerant_policy == "never":
+        return "fail"
+    if root is not None and root.action:
+        return root.action
+    if policy.fault_tolerant_policy == "on_failure":
+        return "blacklist" if category == "hardware" else "restart"
+    return default_action(category) or "fail"

@@ -1,0 +1,105 @@
+"""A small persistent map: updating one key copies one shard, not the whole map.
+
+A job's per-rank and per-node maps can hold 10k entries; the state machine is pure (every
+transition returns a new value), so a plain dict would be copied on every event. PMap
+splits its keys over SHARDS dicts by hash; `set` copies one shard and the shard tuple.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any, Generic, TypeVar
+
+K = TypeVar("K")
+V = TypeVar("V")
+
+SHARDS = 64
+_SMALL = 32  # up to this many keys one flat shard is cheaper than 64
+
+
+class PMap(Generic[K, V]):
+    """An immutable mapping with cheap single-key updates (compare with ==, iterate items)."""
+
+    __slots__ = ("_shards", "_len")
+
+    def __init__(self, items: dict[K, V] | None = None) -> None:
+        items = items or {}
+        if len(items) <= _SMALL:
+            self._shards: tuple[dict[K, V], ...] = (dict(items),)
+        else:
+            shards: list[dict[K, V]] = [{} for _ in range(SHARDS)]
+            for k, v in items.items():
+                shards[hash(k) % SHARDS][k] = v
+            self._shards = tuple(shards)
+        self._len = len(items)
+
+    def _shard(self, key: K) -> int:
+        return 0 if len(self._shards) == 1 else hash(key) % SHARDS
+
+    def get(self, key: K, default: Any = None) -> Any:
+        return self._shards[self._shard(key)].get(key, default)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._shards[self._shard(key)]  # type: ignore[arg-type]
+
+    def __getitem__(self, key: K) -> V:
+        return self._shards[self._shard(key)][key]
+
+    def __len__(self) -> int:
+        return self._len
+
+    def __iter__(self) -> Iterator[K]:
+        for s in self._shards:
+            yield from s
+
+    def items(self) -> Iterator[tuple[K, V]]:
+        for s in self._shards:
+            yield from s.items()
+
+    def values(self) -> Iterator[V]:
+        for s in self._shards:
+            yield from s.values()
+
+    def set(self, key: K, value: V) -> PMap[K, V]:
+        i = self._shard(key)
+        old = self._shards[i]
+        grew = key not in old
+        if grew and len(self._shards) == 1 and self._len >= _SMALL:
+            d = dict(old)
+            d[key] = value
+            return PMap(d)
+        shard = dict(old)
+        shard[key] = value
+        new: PMap[K, V] = PMap.__new__(PMap)
+        new._shards = self._shards[:i] + (shard,) + self._shards[i + 1:]
+        new._len = self._len + (1 if grew else 0)
+        return new
+
+    def remove(self, key: K) -> PMap[K, V]:
+        i = self._shard(key)
+        if key not in self._shards[i]:
+            return self
+        shard = dict(self._shards[i])
+        del shard[key]
+        new: PMap[K, V] = PMap.__new__(PMap)
+        new._shards = self._shards[:i] + (shard,) + self._shards[i + 1:]
+        new._len = self._len - 1
+        return new
+
+    def to_dict(self) -> dict[K, V]:
+        out: dict[K, V] = {}
+        for s in self._shards:
+            out.update(s)
+        return out
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, PMap):
+            return self._len == other._len and self.to_dict() == other.to_dict()
+        if isinstance(other, dict):
+            return self.to_dict() == other
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"PMap({self.to_dict()!r})"

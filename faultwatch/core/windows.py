@@ -1,0 +1,140 @@
+"""Silence windows: fixed, per stage, or learned from a job's own output cadence.
+
+The learned ("adaptive") window of a job and stage is
+    clamp(max(P99_FACTOR * p99(gap), MAX_FACTOR * max(gap)), hang_floor_s, hang_ceiling_s)
+over the gaps between consecutive outputs (or progress steps) seen after the warm-up of an
+attempt, and is never shorter than the window a stage declares. Gaps are kept in a
+log-bucketed histogram (a few dozen integers per job and stage).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from faultwatch.core.policy import Policy
+
+GAP_MIN_S = 1 / 16  # gaps below this are not samples (same batch, clock jitter)
+BUCKETS_PER_OCTAVE = 4
+MIN_SAMPLES = 10  # a histogram with fewer gaps has learned nothing yet
+MAX_COUNT = 10_000  # past this many samples all counts are halved (slow forgetting)
+P99_FACTOR = 5.0
+MAX_FACTOR = 2.0
+WARMUP_STEPS = 2  # progress steps an attempt must advance before its gaps are samples
+WARMUP_OUTPUTS = 20  # ... or outputs, for jobs that report no progress
+DEFAULT_STAGE = ""
+
+
+def _bucket(gap: float) -> int:
+    return max(0, math.ceil(math.log2(gap / GAP_MIN_S) * BUCKETS_PER_OCTAVE))
+
+
+def _upper(bucket: int) -> float:
+    return GAP_MIN_S * 2 ** (bucket / BUCKETS_PER_OCTAVE)
+
+
+@dataclass(frozen=True, slots=True)
+class GapHist:
+    """Counts of observed gaps in log2 buckets (upper bounds are ~19% apart)."""
+
+    counts: dict[int, int] = field(default_factory=dict)
+    n: int = 0
+
+    def add(self, gap: float) -> GapHist:
+        if gap < GAP_MIN_S:
+            return self
+        b = _bucket(gap)
+        counts = dict(self.counts)
+        counts[b] = counts.get(b, 0) + 1
+        n = self.n + 1
+        if n > MAX_COUNT:
+            counts = {k: v // 2 for k, v in counts.items() if v // 2}
+            n = sum(counts.values())
+        return GapHist(counts, n)
+
+    def quantile(self, q: float) -> float | None:
+        if self.n == 0:
+            return None
+        need = q * self.n
+        seen = 0
+        for b in sorted(self.counts):
+            seen += self.counts[b]
+            if seen >= need:
+                return _upper(b)
+        return _upper(max(self.counts))
+
+    def max(self) -> float | None:
+        return _upper(max(self.counts)) if self.counts else None
+
+    def learned(self, policy: Policy) -> float | None:
+        """The adaptive window this histogram implies, or None before MIN_SAMPLES gaps."""
+        if self.n < MIN_SAMPLES:
+            return None
+        p99, top = self.quantile(0.99), self.max()
+        assert p99 is not None and top is not None
+        raw = max(P99_FACTOR * p99, MAX_FACTOR * top)
+        return min(max(raw, policy.hang_floor_s), policy.hang_ceiling_s)
+
+    def summary(self) -> dict[str, Any]:
+        p99 = self.quantile(0.99)
+        return {"samples": self.n, "p50_s": _r(self.quantile(0.5)), "p99_s": _r(p99),
+                "max_s": _r(self.max())}
+
+    def to_list(self) -> list[list[int]]:
+        return [[k, v] for k, v in sorted(self.counts.items())]
+
+    @classmethod
+    def from_list(cls, rows: list[list[int]]) -> GapHist:
+        counts = {int(k): int(v) for k, v in rows}
+        return cls(counts, sum(counts.values()))
+
+
+def _r(x: float | None) -> float | None:
+    return None if x is None else round(x, 3)
+
+
+@dataclass(frozen=True, slots=True)
+class OpenStage:
+    """A stage a rank is in: its declared window (None: no hang detection) and start."""
+
+    stage: str
+    window_s: float | None
+    since: float
+
+
+def choose_window(policy: Policy, stages: list[OpenStage], hists: dict[str, GapHist],
+                  warmed_up: bool) -> tuple[float | None, dict[str, Any]]:
+    """The silence window in effect now, and how it was chosen (for the evidence).
+
+    - A stage is open on some rank: the most lenient open stage wins; a stage with no window
+      turns detection off; else its declared window, lengthened by what was learned for that
+      stage (adaptive) but never shortened.
+    - No stage: an explicit `hang_window_s` is a fixed window; else the learned window
+      (adaptive, after warm-up), else `hang_ceiling_s`.
+    """
+    if stages:
+        off = next((s for s in stages if s.window_s is None), None)
+        if off is not None:
+            return None, {"basis": "stage", "stage": off.stage, "since": off.since}
+        top = max(stages, key=lambda s: s.window_s or 0.0)
+        assert top.window_s is not None
+        window = top.window_s
+        basis: dict[str, Any] = {"basis": "stage", "stage": top.stage, "declared_s": window,
+                                 "since": top.since}
+        hist = hists.get(top.stage)
+        learned = hist.learned(policy) if hist is not None and policy.adaptive_hang else None
+        if learned is not None and learned > window:
+            window = learned
+            basis["learned"] = hist.summary() if hist is not None else {}
+        return window, basis
+    if policy.hang_window_s is not None:
+        return policy.hang_window_s, {"basis": "fixed"}
+    hist = hists.get(DEFAULT_STAGE)
+    if policy.adaptive_hang and warmed_up and hist is not None:
+        learned = hist.learned(policy)
+        if learned is not None:
+            return learned, {"basis": "adaptive", "learned": hist.summary(),
+                             "floor_s": policy.hang_floor_s, "ceiling_s": policy.hang_ceiling_s}
+    return policy.hang_ceiling_s, {"basis": "ceiling" if policy.adaptive_hang else "default",
+                                   "warmed_up": warmed_up}

@@ -1,0 +1,94 @@
+"""Helpers for the detector and processor-fault end-to-end tests: policy files, agents."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tests.e2e.cluster import agent_cmd, decisions
+from tests.e2e.conftest import job_env
+
+JOBS = Path(__file__).parent / "jobs"
+SCENARIOS = JOBS / "scenarios.py"
+
+
+def policy_file(path: Path, **policy: Any) -> Path:
+    path.write_text(yaml.safe_dump({"version": 1, "policy": policy}))
+    return path
+
+
+def scenario(*args: object) -> list[str]:
+    return [sys.executable, str(SCENARIOS), *map(str, args)]
+
+
+def new_job(name: str) -> str:
+    return f"{name}-{uuid.uuid4().hex[:6]}"
+
+
+class Agents:
+    """Agents started by a test; all stopped (SIGKILL to their groups) at the end."""
+
+    def __init__(self, bootstrap: str, prefix: str, tmp: Path) -> None:
+        self.bootstrap, self.prefix, self.tmp = bootstrap, prefix, tmp
+        self.procs: list[subprocess.Popen[bytes]] = []
+
+    def start(self, job: str, node: str, cmd: list[str], attempt: int = 0,
+              flags: tuple[str, ...] = (), **env: str) -> subprocess.Popen[bytes]:
+        full = agent_cmd(self.bootstrap, self.prefix, job, node, cmd, *flags,
+                         "--attempt", str(attempt),
+                         "--no-follow-decisions", "--spool-dir",
+                         str(self.tmp / f"spool-{node}-{attempt}"))
+        p = subprocess.Popen(full, env=job_env(**env), stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL, start_new_session=True)
+        self.procs.append(p)
+        return p
+
+    def run(self, job: str, node: str, cmd: list[str], attempt: int = 0,
+            timeout: float = 60) -> int:
+        p = self.start(job, node, cmd, attempt)
+        return p.wait(timeout)
+
+    def stop_all(self) -> None:
+        for p in self.procs:
+            if p.poll() is None:
+                try:
+                    os.killpg(p.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                p.wait(10)
+
+
+@contextmanager
+def agents(bootstrap: str, prefix: str, tmp: Path) -> Iterator[Agents]:
+    a = Agents(bootstrap, prefix, tmp)
+    try:
+        yield a
+    finally:
+        a.stop_all()
+
+
+def wait_for(bootstrap: str, prefix: str, job: str, pred: Any,
+             timeout_s: float = 60.0) -> list[dict[str, Any]]:
+    """Poll the job's decisions (deduped by id) until pred(decisions) holds."""
+    deadline = time.time() + timeout_s
+    got: list[dict[str, Any]] = []
+    while time.time() < deadline:
+        got = decisions(bootstrap, prefix, job)
+        if pred(got):
+            return got
+        time.sleep(0.7)
+    return got
+
+
+def kinds(decs: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    return [(d["action"], d["reason"]["kind"]) for d in decs]

@@ -1,0 +1,121 @@
+"""Embedded mode reloads a changed rule file mid-run; an invalid edit keeps the last good set."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from faultwatch.rules import load_ruleset
+from tests.e2e.conftest import faultwatch_exe, job_env
+
+FAILURE = "FluxError: the flux capacitor overheated at step 7"  # no built-in rule knows it
+
+V0 = """\
+version: 1
+rules:
+  - id: site.unrelated
+    category: fatal
+    contains: "the warp core breached"
+"""
+
+V1 = """\
+version: 1
+rules:
+  - id: site.flux-overheat
+    category: retryable
+    contains: "flux capacitor overheated"
+"""
+
+BROKEN = """\
+version: 1
+rules:
+  - id: site.flux-overheat
+    category: retryable
+    regex: "(flux capacitor"
+"""
+
+
+def script(go: Path) -> str:
+    """Attempt 0 waits for `go`, prints the failure and exits 1; later attempts succeed."""
+    return (f'[ "$FAULTWATCH_ATTEMPT" = 0 ] || {{ echo done; exit 0; }}; echo started; '
+            f'while [ ! -f {go} ]; do sleep 0.05; done; echo "{FAILURE}" >&2; exit 1')
+
+
+@contextmanager
+def embedded_run(rules: Path, go: Path, tmp: Path) -> Iterator[tuple[subprocess.Popen[bytes],
+                                                                     Path, Path]]:
+    err, decisions = tmp / "stderr.log", tmp / "decisions.jsonl"
+    with open(err, "wb") as out:
+        proc = subprocess.Popen([faultwatch_exe(), "run", "--rules", str(rules),
+                                 "--decisions-out", str(decisions), "--settle-s", "0.2",
+                                 "--", "sh", "-c", script(go)],
+                                stdout=subprocess.DEVNULL, stderr=out, env=job_env())
+    try:
+        yield proc, err, decisions
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+
+
+def wait_for(path: Path, needle: str, timeout: float = 30.0) -> str:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        text = path.read_text(errors="replace") if path.exists() else ""
+        if needle in text:
+            return text
+        time.sleep(0.05)
+    raise AssertionError(f"{needle!r} not seen:\n{path.read_text(errors='replace')[-3000:]}")
+
+
+def rewrite(path: Path, text: str) -> None:
+    before = path.stat().st_mtime_ns
+    path.write_text(text)
+    while path.stat().st_mtime_ns == before:  # coarse clocks: make the change visible
+        time.sleep(0.01)
+        path.write_text(text)
+
+
+def read_decisions(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+
+
+def test_changed_rule_file_applies_to_later_lines(tmp_path: Path) -> None:
+    rules, go = tmp_path / "site.yaml", tmp_path / "go"
+    rules.write_text(V0)
+    v0 = load_ruleset([rules]).version
+    with embedded_run(rules, go, tmp_path) as (proc, err, decisions):
+        wait_for(err, "event=child_started")
+        rewrite(rules, V1)
+        v1 = load_ruleset([rules]).version
+        assert v1 != v0
+        wait_for(err, f"event=rules_reloaded version={v1}")
+        go.touch()  # only now does the child print the line
+        assert proc.wait(60) == 0, err.read_text()[-3000:]
+    decs = read_decisions(decisions)
+    assert [d["action"] for d in decs] == ["restart"], decs
+    assert decs[0]["reason"]["rule"] == "site.flux-overheat"
+    assert decs[0]["rules_version"] == v1
+
+
+def test_invalid_edit_is_refused_and_last_good_set_kept(tmp_path: Path) -> None:
+    rules, go = tmp_path / "site.yaml", tmp_path / "go"
+    rules.write_text(V1)
+    v1 = load_ruleset([rules]).version
+    with embedded_run(rules, go, tmp_path) as (proc, err, decisions):
+        wait_for(err, "event=child_started")
+        rewrite(rules, BROKEN)
+        text = wait_for(err, "event=rules_reload_rejected")
+        rejected = next(ln for ln in text.splitlines() if "event=rules_reload_rejected" in ln)
+        assert f"{rules}:5:" in rejected, rejected  # path:line of the bad regex
+        go.touch()
+        assert proc.wait(60) == 0, err.read_text()[-3000:]
+    decs = read_decisions(decisions)
+    assert [d["action"] for d in decs] == ["restart"], decs
+    assert decs[0]["reason"]["rule"] == "site.flux-overheat"
+    assert decs[0]["rules_version"] == v1

@@ -1,0 +1,112 @@
+"""The agent acting on decisions it reads from a real decisions topic (published by the test)."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from faultwatch import wire
+from faultwatch.agents.config import EXIT_BLACKLISTED, EXIT_FAILED_BY_DECISION
+from faultwatch.core.events import Decision
+from tests.integration.test_agent_ship import agent_cmd, consume
+
+pytestmark = pytest.mark.kafka
+
+# Fails on attempt 0 (exit 3), succeeds on later attempts; says which attempt it is.
+FLAKY = ("import os, sys, time\n"
+         "a = os.environ['FAULTWATCH_ATTEMPT']\n"
+         "print('attempt', a, flush=True)\n"
+         "time.sleep(0.3)\n"
+         "sys.exit(3 if a == '0' else 0)\n")
+# Runs until stopped.
+FOREVER = "import time\nprint('running', flush=True)\nwhile True: time.sleep(0.05)\n"
+
+
+def publish(bootstrap: str, topic: str, *decs: Decision) -> None:
+    from aiokafka import AIOKafkaProducer
+
+    async def main() -> None:
+        p = AIOKafkaProducer(bootstrap_servers=bootstrap)
+        await p.start()
+        try:
+            for d in decs:
+                await p.send_and_wait(topic, wire.encode_decision(d), key=wire.job_key(d.job))
+        finally:
+            await p.stop()
+
+    asyncio.run(main())
+
+
+def decision(job: str, action: str, nodes: tuple[str, ...], attempt: int = 0,
+             did: str | None = None) -> Decision:
+    return Decision(id=did or f"{job}:{attempt}:{action}", job=job, attempt=attempt,
+                    action=action, kind="error", ts=time.time(), nodes=nodes)
+
+
+def start_agent(bootstrap: str, prefix: str, tmp: Path, job: str, script: str,
+                *extra: str) -> subprocess.Popen[bytes]:
+    # the decisions topic exists before the agent starts (the processor creates it)
+    publish(bootstrap, f"{prefix}decisions", decision("other-job", "fail", ()))
+    argv = agent_cmd(bootstrap, prefix, tmp, job, sys.executable, "-c", script,
+                     extra=("--follow-decisions", "--decision-wait-s", "30", *extra))
+    return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def test_restart_decision_relaunches_with_next_attempt_once(
+        kafka_bootstrap: str, topic_prefix: str, tmp_path: Path) -> None:
+    job = "dec-restart"
+    p = start_agent(kafka_bootstrap, topic_prefix, tmp_path, job, FLAKY)
+    assert p.stdout is not None and p.stdout.readline() == b"attempt 0\n"
+    time.sleep(1.0)  # the child failed; the agent waits for the decision
+    assert p.poll() is None
+    restart = decision(job, "restart", ("n1", "n2"))
+    publish(kafka_bootstrap, f"{topic_prefix}decisions", restart, restart,  # twice: same id
+            decision(job, "restart", ("n1",), attempt=5))  # another attempt: ignored
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 0, err.decode()[-3000:]
+    assert out == b"attempt 1\n"
+    assert err.count(b"event=restart ") == 1
+    recs = consume(kafka_bootstrap, f"{topic_prefix}logs",
+                   lambda rs: sum(r["t"] == "exit" for r in rs) >= 2)
+    starts = [wire.run_start_of(r) for r in recs if r["t"] == "start"]
+    assert [s.attempt for s in starts] == [0, 1]
+    assert starts[0].run_id != starts[1].run_id
+    exits = [wire.exit_of(r) for r in recs if r["t"] == "exit"]
+    assert [(e.attempt, e.exit_code) for e in exits] == [(0, 3), (1, 0)]
+
+
+def test_blacklist_naming_this_node_stops_the_child_and_exits_75(
+        kafka_bootstrap: str, topic_prefix: str, tmp_path: Path) -> None:
+    job = "dec-blacklist"
+    p = start_agent(kafka_bootstrap, topic_prefix, tmp_path, job, FOREVER,
+                    "--term-grace-s", "2")
+    assert p.stdout is not None and p.stdout.readline() == b"running\n"
+    publish(kafka_bootstrap, f"{topic_prefix}decisions",
+            decision(job, "blacklist", ("n9",)),  # another node: nothing to do here
+            decision(job, "blacklist", ("n1",), did="bl-n1"))
+    _, err = p.communicate(timeout=30)
+    assert p.returncode == EXIT_BLACKLISTED, err.decode()[-3000:]
+    assert b"event=blacklisted" in err
+
+
+def test_fail_decision_stops_a_running_child(kafka_bootstrap: str, topic_prefix: str,
+                                             tmp_path: Path) -> None:
+    job = "dec-fail"
+    p = start_agent(kafka_bootstrap, topic_prefix, tmp_path, job, FOREVER)
+    assert p.stdout is not None and p.stdout.readline() == b"running\n"
+    publish(kafka_bootstrap, f"{topic_prefix}decisions", decision(job, "fail", ("n2",)))
+    _, err = p.communicate(timeout=30)
+    assert p.returncode == EXIT_FAILED_BY_DECISION, err.decode()[-3000:]
+
+
+def test_no_decision_within_the_wait_exits_with_the_childs_code(
+        kafka_bootstrap: str, topic_prefix: str, tmp_path: Path) -> None:
+    p = start_agent(kafka_bootstrap, topic_prefix, tmp_path, "dec-none",
+                    "import sys; sys.exit(4)", "--decision-wait-s", "1")
+    _, err = p.communicate(timeout=30)
+    assert p.returncode == 4 and b"event=no_decision" in err, err.decode()[-2000:]

@@ -1,0 +1,129 @@
+"""Matcher-stage forwarding of progress, stages and notes; wire round trips; the decision
+JSON Schema validated against real decisions of every kind."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import orjson
+import pytest
+
+import faultwatch
+from faultwatch.core.events import Line, Notice, Progress, Stage
+from faultwatch.core.matching import signals_of, signals_of_lines
+from faultwatch.core.pmap import PMap
+from faultwatch.errors import DecodeError
+from faultwatch.rules import Matcher, load_ruleset
+from faultwatch.wire import decision_to_dict, decode, encode_notice, encode_signal, signal_of
+from tests.unit.core import test_detectors as td
+
+SCHEMA = Path(faultwatch.__file__).parent / "schemas" / "decision.schema.json"
+
+
+@pytest.fixture(scope="module")
+def matcher() -> Matcher:
+    return Matcher(load_ruleset(()))
+
+
+def note(kind: str, data: dict) -> dict:
+    return decode(encode_notice("j", 2, "n1", 50.0, kind, data))
+
+
+def test_progress_and_stage_lines_become_signals(matcher: Matcher) -> None:
+    lines = [Line("stdout", 0, 10.0, "Step 120/5000 | loss 2.31"),
+             Line("stdout", 1, 11.0, "saving checkpoint at iteration 120 to /ckpt"),
+             Line("stdout", 2, 12.0, "Step 121/5000 | loss 2.30")]
+    sigs = signals_of_lines("j", 0, "n0", lines, matcher, rank=3)
+    progress = [s for s in sigs if isinstance(s, Progress)]
+    stages = [s for s in sigs if isinstance(s, Stage)]
+    assert [(p.rank, p.step, p.total) for p in progress] == [(3, 121, 5000)]
+    assert [(s.stage, s.opens, s.hang_window_s) for s in stages] == [("checkpoint", True, 3600.0)]
+
+
+def test_sdk_notes_become_signals(matcher: Matcher) -> None:
+    [p] = signals_of(note("progress", {"rank": 1, "step": 7, "metrics": {"loss": 1.0},
+                                       "step_time_s": 0.5}), matcher)
+    assert p == Progress("j", 2, "n1", 50.0, 1, 7, step_time_s=0.5, source="sdk")
+    [s] = signals_of(note("stage", {"rank": 0, "stage": "eval", "opens": True,
+                                    "hang_window_s": None}), matcher)
+    assert s == Stage("j", 2, "n1", 50.0, 0, "eval", True, None, "sdk")
+    for kind, data in [("notify", {"message": "loss is NaN", "level": "warning"}),
+                       ("retryable_errors", {"patterns": ["StoreTimeout"]}),
+                       ("bootcheck", {"ok": False, "checks": []}),
+                       ("gap", {"dropped_lines": 3})]:
+        [n] = signals_of(note(kind, data), matcher)
+        assert n == Notice("j", 2, "n1", 50.0, kind, data)
+    assert signals_of(note("something-new", {}), matcher) == []
+    with pytest.raises(DecodeError):
+        signals_of(note("progress", {"rank": 1}), matcher)
+
+
+def test_new_signals_round_trip_on_the_wire() -> None:
+    for sig in (Progress("j", 1, "n", 5.0, None, 3, 10, 0.25, "sdk"),
+                Progress("j", 1, "n", 5.0, 2, 3),
+                Stage("j", 1, "n", 5.0, 0, "checkpoint", False, None, "log"),
+                Stage("j", 1, "n", 5.0, None, "eval", True, 30.0, "sdk"),
+                Notice("j", 1, "n", 5.0, "notify", {"message": "m", "level": "info"})):
+        assert signal_of(decode(encode_signal(sig))) == sig
+
+
+def test_pmap_behaves_like_a_dict() -> None:
+    m: PMap[int, int] = PMap()
+    for i in range(200):
+        m = m.set(i, i * 2)
+    assert len(m) == 200 and m[150] == 300 and 199 in m and 200 not in m
+    m2 = m.remove(150).set(7, 0)
+    assert len(m2) == 199 and 150 not in m2 and m[7] == 14 and m2[7] == 0
+    assert m == {i: i * 2 for i in range(200)} and PMap(m.to_dict()) == m
+
+
+def all_kinds_of_decisions() -> list:
+    """Real decisions of every kind, produced by the detector tests' scenarios."""
+    from faultwatch.core.events import Exit, Heartbeat, RunStart
+    from faultwatch.core.policy import Policy
+
+    decs: list = []
+    st = td.start(("n0", "n1", "n2", "n3"))
+    st, d = td.slow_run(st, 0, 101.0)
+    decs += d  # slow
+    st = td.start()
+    st, last = td.training(st, 101.0, 161.0)
+    decs += td.hb(st, last + 20, last)[1]  # hang (adaptive)
+    p = Policy(skew_warn_s=60, settle_s=0, node_lost_s=30)
+    st = td.start(("a",), policy=p)
+    st, d = st.apply(RunStart("j", 0, "b", ts=500.0), 500.0, p)
+    decs += d  # skew
+    decs += st.tick(600.0, p, live_clock=True)[1]  # node-lost
+    st = td.start(policy=p)
+    for kind, data in [("notify", {"message": "m", "level": "info"}), ("gap", {"lines": 2}),
+                       ("bootcheck", {"ok": False, "checks": [{"name": "disk", "ok": False}]})]:
+        st, d = st.apply(Notice("j", 0, "n0", 101.0, kind, data), 101.0, p)
+        decs += d
+    st, _ = st.apply(td.hit("nvidia-xid", "hardware", 101.0), 101.0, p)
+    decs += st.tick(102.0, p)[1]  # blacklist
+    st = td.start(("a", "b"), policy=p)
+    st, _ = st.apply(Exit("j", 0, "a", 110, 0), 110, p)
+    decs += st.apply(Heartbeat("j", 0, "b", 1000, True, 999), 0, p)[1]  # exit-hang
+    st = td.start(policy=p)
+    st, _ = st.apply(Exit("j", 0, "n0", 110, 3), 110, p)
+    decs += st.tick(111, p)[1]  # exit, fail
+    return decs
+
+
+def test_real_decisions_validate_against_the_published_schema() -> None:
+    import jsonschema
+
+    schema = json.loads(SCHEMA.read_text())
+    jsonschema.Draft202012Validator.check_schema(schema)
+    decs = all_kinds_of_decisions()
+    kinds = {d.kind for d in decs}
+    assert kinds >= {"slow", "hang", "skew", "node-lost", "custom", "gap", "bootcheck", "error",
+                     "exit-hang", "exit"}, kinds
+    for d in decs:
+        rec = orjson.loads(orjson.dumps(decision_to_dict(d)))
+        jsonschema.validate(rec, schema)
+    bad = orjson.loads(orjson.dumps(decision_to_dict(decs[0])))
+    bad["action"] = "reboot"
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(bad, schema)
