@@ -219,7 +219,7 @@ class LiveMatcher:
     def __init__(self, matcher: Matcher) -> None:
         self.matcher = matcher
 
-    def match_lines(self, lines: list[Line], *, default_rank: int | None = None) -> Any:
+    def match_lines(self, lines: Sequence[Line], *, default_rank: int | None = None) -> Any:
         return self.matcher.match_lines(lines, default_rank=default_rank)
 
     def match_exit(self, exit_code: int, signal: int | None, ts: float) -> Match | None:
