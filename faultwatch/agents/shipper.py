@@ -72,6 +72,10 @@ class Shipper:
         self._wake: asyncio.Event | None = None
         self._stop: asyncio.Event | None = None
         self._delivery_dead = False
+        self._cap_scheduled = False
+        self._unreported_drops = (0, 0, 0)
+        self._last_drop_report = -1e18
+        self._drop_timer = False
 
     # ---- caller side (never blocks on Kafka) -------------------------------------------
     def submit(self, value: bytes, flags: int = 0, nlines: int = 0,
@@ -95,19 +99,58 @@ class Shipper:
                 else:
                     self._mem_ok = False
             wake, self._idle = self._idle, False
-        if wake and self._loop is not None and self._wake is not None:
+            cap = self.spool.defer_cap and not self._cap_scheduled and self.spool.over_cap
+            if cap:
+                self._cap_scheduled = True
+        if self._loop is not None and (wake or cap):
             with contextlib.suppress(RuntimeError):  # the delivery loop is already closed
-                self._loop.call_soon_threadsafe(self._wake.set)
+                if wake and self._wake is not None:
+                    self._loop.call_soon_threadsafe(self._wake.set)
+                if cap:
+                    self._loop.call_soon_threadsafe(self._enforce_cap)
         if rec is None:
             self.stats.drops += nlines
             self._log("spool_error", error=err)
         if drops[0]:
-            self.stats.drops += drops[1]
-            self._log("spool_cap", dropped_records=drops[0], dropped_lines=drops[1],
-                      spool_bytes=self.spool_bytes())
-            if self._notice is not None:
-                self._notice(*drops)
+            self._report_drops(drops, force=True)
         return rec
+
+    def _enforce_cap(self) -> None:
+        """On the delivery thread: compact the spool under its cap (file I/O off the lock)."""
+        self.spool.enforce_cap(self._lock)
+        with self._lock:
+            self._cap_scheduled = False
+            drops = self.spool.take_drops()
+            if drops[0]:  # dropped records may sit in the memory queue
+                self._mem.clear()
+                self._mem_bytes = 0
+                self._mem_ok = False
+        if drops[0]:
+            self._report_drops(drops)
+
+    def _report_drops(self, drops: tuple[int, int, int], force: bool = False) -> None:
+        """Count drops; log them and send a gap note at most once a second (summed)."""
+        self.stats.drops += drops[1]
+        r, n, k = self._unreported_drops
+        self._unreported_drops = (r + drops[0], n + drops[1], k + drops[2])
+        now = time.monotonic()
+        if not force and now - self._last_drop_report < 1.0:
+            if self._loop is not None and not self._drop_timer:
+                self._drop_timer = True
+                self._loop.call_later(1.0, self._flush_drop_report)
+            return
+        self._flush_drop_report()
+
+    def _flush_drop_report(self) -> None:
+        self._drop_timer = False
+        drops, self._unreported_drops = self._unreported_drops, (0, 0, 0)
+        if not drops[0]:
+            return
+        self._last_drop_report = time.monotonic()
+        self._log("spool_cap", dropped_records=drops[0], dropped_lines=drops[1],
+                  spool_bytes=self.spool_bytes())
+        if self._notice is not None:
+            self._notice(*drops)
 
     def submit_lifecycle(self, value: bytes, key: bytes | None = None) -> Record | None:
         return self.submit(value, LIFECYCLE, 0, key)
@@ -139,6 +182,8 @@ class Shipper:
                                         name="faultwatch-delivery", daemon=True)
         self._thread.start()
         ready.wait(10)
+        with self._lock:
+            self.spool.defer_cap = True  # the delivery thread compacts, not the reader
 
     async def drain(self, timeout: float) -> bool:
         """Wait until everything spooled is acked; False on timeout (the rest stays spooled)."""
@@ -186,6 +231,7 @@ class Shipper:
                 await t
         stop.cancel()
         await self._stop_producer()
+        self._flush_drop_report()
         for t in tasks:
             if t.done() and not t.cancelled() and t.exception() is not None:
                 raise t.exception()  # type: ignore[misc]
