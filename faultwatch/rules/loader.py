@@ -387,10 +387,11 @@ def load_ruleset(paths: Sequence[str | Path] = (), *, builtin: bool = True) -> R
     """Loads the built-in files then `paths` in order; raises RuleError with every problem."""
     rs, problems = merge([parse_file(p) for p in _all_paths(paths, builtin)])
     if problems:
-        raise RuleError(problems)
+        raise RuleError(sorted(problems, key=lambda p: (p.path, p.line)))
     return rs
 
 
 def check_files(paths: Sequence[str | Path], *, builtin: bool = True) -> list[RuleProblem]:
     """Every problem in the files (merged over the built-in set), without raising."""
-    return merge([parse_file(p) for p in _all_paths(paths, builtin)])[1]
+    problems = merge([parse_file(p) for p in _all_paths(paths, builtin)])[1]
+    return sorted(problems, key=lambda p: (p.path, p.line))
