@@ -8,7 +8,6 @@ from faultwatch.rules.loader import BUILTIN_DIR, builtin_paths, check_files, loa
 from faultwatch.rules.model import (
     DEFAULT_ACTIONS,
     POLICY_CHOICES,
-    POLICY_DEFAULTS,
     POLICY_KEYS,
     MatchBatch,
     ProgressMark,
@@ -23,7 +22,7 @@ from faultwatch.rules.selftest import run_rule_tests
 from faultwatch.rules.torchrun import parse_child_failed
 
 __all__ = [
-    "BUILTIN_DIR", "DEFAULT_ACTIONS", "POLICY_CHOICES", "POLICY_DEFAULTS", "POLICY_KEYS",
+    "BUILTIN_DIR", "DEFAULT_ACTIONS", "POLICY_CHOICES", "POLICY_KEYS",
     "MatchBatch", "Matcher", "ProgressMark", "RankFailure", "Rule", "RuleSet", "RuleTest",
     "StageMark", "builtin_paths", "check_files", "classify", "load_ruleset",
     "parse_child_failed", "pick_root", "run_rule_tests", "split_prefixed", "strip_rank",

@@ -5,22 +5,15 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from faultwatch.core.events import STDERR, Line, Match
+from faultwatch.core.events import STDERR, Line
+from faultwatch.core.root import DEFAULT_ACTIONS, pick_root
 from faultwatch.rules.engine import Matcher
-from faultwatch.rules.model import DEFAULT_ACTIONS, RuleSet
+from faultwatch.rules.model import RuleSet
 from faultwatch.rules.torchrun import parse_child_failed
 
 _WORKER_FAILED = re.compile(r"failed \(exitcode: (-?\d+)\)")
 
 _MATCHERS: dict[tuple[int, str], Matcher] = {}
-
-
-def pick_root(matches: Sequence[Match]) -> Match | None:
-    """The earliest (ts, then seq) non-cascade match; else the earliest cascade one."""
-    if not matches:
-        return None
-    roots = [m for m in matches if not m.cascade]
-    return min(roots or matches, key=lambda m: (m.ts, m.seq))
 
 
 def _summary_exit_codes(raw: Sequence[str]) -> list[int]:

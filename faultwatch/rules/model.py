@@ -7,12 +7,11 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from faultwatch.core.events import Match
+from faultwatch.core.root import DEFAULT_ACTIONS as _CORE_DEFAULT_ACTIONS
 
 KINDS: tuple[str, ...] = ("error", "progress", "stage")
 STREAMS: tuple[str, ...] = ("stdout", "stderr", "exit")
-DEFAULT_ACTIONS: Mapping[str, str] = MappingProxyType(
-    {"retryable": "restart", "hardware": "blacklist", "fatal": "fail"}
-)
+DEFAULT_ACTIONS: Mapping[str, str] = MappingProxyType(dict(_CORE_DEFAULT_ACTIONS))
 DEFAULT_PRIORITY = 50
 
 # policy key -> type (float keys accept ints); enumerations and bounds live in validate.py
@@ -49,21 +48,6 @@ POLICY_KEYS: Mapping[str, type] = MappingProxyType({
 POLICY_CHOICES: Mapping[str, tuple[str, ...]] = MappingProxyType({
     "execution_mode": ("sync", "async"),
     "fault_tolerant_policy": ("on_failure", "exit_code_and_error_msg", "never"),
-})
-# AIMaster's defaults, in faultwatch's names (the lead's config layer may apply them)
-POLICY_DEFAULTS: Mapping[str, object] = MappingProxyType({
-    "execution_mode": "sync",
-    "enable_restart": False,
-    "max_restarts": 3,
-    "hang_detection": False,
-    "hang_window_s": 1800.0,
-    "exit_hang_detection": False,
-    "exit_hang_window_s": 600.0,
-    "fault_tolerant_policy": "exit_code_and_error_msg",
-    "max_same_error": 10,
-    "max_failure_rate": -1.0,
-    "settle_s": 5.0,
-    "retryable_errors": [],
 })
 
 
