@@ -146,7 +146,8 @@ class Fleet:
         lo, hi = a.nodes_lo, a.nodes_hi
         kinds = [k for k in ("retryable", "fatal", "hang")]
         for j in range(a.jobs):
-            job = Job(name=f"{a.job_prefix}job-{j:05d}", step_s=rng.uniform(a.step_lo_s, a.step_hi_s),
+            job = Job(name=f"{a.job_prefix}job-{j:05d}",
+                      step_s=rng.uniform(a.step_lo_s, a.step_hi_s),
                       ckpt_every=rng.randint(20, 40), eval_every=rng.randint(15, 35))
             job.step = rng.randint(0, 5000)
             job.total = job.step + 100000
@@ -615,7 +616,8 @@ async def main_async(a: argparse.Namespace) -> dict[str, Any]:
             "by_type": {k: v for k, v in fleet.sent.items() if k != "lines"},
             "lines": total_lines, "bytes": fleet.bytes,
             "records_per_s": round(sum(v for k, v in fleet.sent.items() if k != "lines") / gen_s),
-            "lines_per_s": round(total_lines / gen_s), "mb_per_s": round(fleet.bytes / gen_s / 1e6, 2),
+            "lines_per_s": round(total_lines / gen_s),
+            "mb_per_s": round(fleet.bytes / gen_s / 1e6, 2),
             "avg_lines_per_record": round(total_lines / max(1, fleet.sent["lines_records"]), 1),
             "cpu_s": round(gen_cpu, 1), "cpu_pct": round(100 * gen_cpu / gen_s, 1),
             "event_lateness_p50_s": percentile(fleet.lateness, 50),

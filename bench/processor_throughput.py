@@ -56,7 +56,8 @@ WARN = ("/usr/local/lib/python3.10/dist-packages/torch/utils/checkpoint.py:464: 
 def make_records(a: argparse.Namespace) -> tuple[list[tuple[bytes, bytes]], int]:
     """(key, value) records in agent order, and the number of lines in them."""
     rng = random.Random(a.seed)
-    nodes = [(f"tp-job-{j:04d}", f"node-{i}") for j in range(a.jobs) for i in range(a.nodes_per_job)]
+    nodes = [(f"tp-job-{j:04d}", f"node-{i}")
+             for j in range(a.jobs) for i in range(a.nodes_per_job)]
     recs: list[tuple[bytes, bytes]] = []
     t = time.time() - 3600
     for job, node in nodes:
@@ -98,7 +99,8 @@ def make_records(a: argparse.Namespace) -> tuple[list[tuple[bytes, bytes]], int]
     return recs, lines_total
 
 
-async def fill(a: argparse.Namespace, topic: str, recs: list[tuple[bytes, bytes]]) -> dict[str, Any]:
+async def fill(a: argparse.Namespace, topic: str,
+               recs: list[tuple[bytes, bytes]]) -> dict[str, Any]:
     from aiokafka import AIOKafkaProducer
     p = AIOKafkaProducer(bootstrap_servers=a.bootstrap, linger_ms=50, max_batch_size=1 << 20,
                          acks=1, max_request_size=16 << 20)

@@ -20,6 +20,9 @@ POLICY_FLAGS: tuple[tuple[str, type, str], ...] = (
     ("hang_window_s", float, "every rank silent this long -> hang (seconds)"),
     ("init_window_s", float, "silence allowed before an attempt's first output line "
                              "(default: max(hang window, 120 s))"),
+    ("hang_floor_s", float, "shortest learned (adaptive) hang window (seconds)"),
+    ("hang_ceiling_s", float, "longest learned hang window; used before anything is learned"),
+    ("node_lost_s", float, "no heartbeat from a node this long -> node lost (seconds)"),
     ("exit_hang_window_s", float, "one node finished, others still running this long (seconds)"),
     ("max_restarts", int, "restarts before the job is failed"),
     ("settle_s", float, "wait this long after a failure for other ranks' errors (seconds)"),
@@ -49,12 +52,15 @@ def _add_policy_flags(p: argparse.ArgumentParser) -> None:
                        help=help_)
     g.add_argument("--no-hang-detection", dest="hang_detection", action="store_const",
                    const=False, default=None, help="never decide a hang")
+    g.add_argument("--no-adaptive-hang", dest="adaptive_hang", action="store_const",
+                   const=False, default=None, help="never learn the hang window from the job")
     g.add_argument("--no-restart", dest="enable_restart", action="store_const", const=False,
                    default=None, help="never restart: every failure fails the job")
 
 
 def _policy_overrides(args: argparse.Namespace) -> dict[str, Any]:
-    names = [n for n, _, _ in POLICY_FLAGS] + ["hang_detection", "enable_restart"]
+    names = [n for n, _, _ in POLICY_FLAGS] + ["hang_detection", "enable_restart",
+                                                "adaptive_hang"]
     return {n: getattr(args, n) for n in names if getattr(args, n, None) is not None}
 
 

@@ -104,7 +104,7 @@ class EmbeddedRunner:
                 child = await self._spawn(attempt)
                 child_box.append(child)
                 status, decision = await self._supervise(child, attempt)
-                if stop_requested or decision is None or decision.action in ("fail", "notify"):
+                if stop_requested or decision is None or decision.action == "fail":
                     return status.exit_code
                 attempt += 1
         finally:
@@ -160,7 +160,9 @@ class EmbeddedRunner:
                 self._feed(Heartbeat(job=job, attempt=attempt, node=node, ts=now, alive=True,
                                      last_output_ts=self._last_output_ts, started_ts=started), now)
             self._tick(now)
-            decision = next((d for d in self.decisions if d.attempt == attempt), None)
+            # notify decisions are warnings: printed, never acted on
+            decision = next((d for d in self.decisions
+                             if d.attempt == attempt and d.action != "notify"), None)
             if decision is not None:
                 if status is None:
                     status = await child.stop(self.cfg.term_grace_s)

@@ -130,9 +130,6 @@ def test_two_processors_share_the_partitions(kafka_bootstrap: str, tmp_path: Pat
         assert all(p.poll() is None for p in procs)
     for i, job in enumerate(jobs):
         assert kinds(got[job]) == [("restart", "error" if i % 2 else "hang")], got[job]
-    logs = [(tmp_path / f"p{i}.log").read_text() for i in range(2)]
-    deciders = [lg.count('"decision"') for lg in logs]
-    print(f"\ndecisions per worker: {deciders}")
 
 
 def test_broker_restart(tmp_path: Path) -> None:
