@@ -13,11 +13,11 @@ banner() { printf '\n\033[1m== %s ==\033[0m\n' "$*"; }
 
 if [ "${1:-embedded}" = "embedded" ]; then
   banner "1/2 rank 1 raises a retryable network error in attempt 0: expect RESTART, then success"
-  FW_FAULT=retryable FW_FAULT_ATTEMPTS=0 $FW run --settle-s 1 --hang-window-s 10 -- "${JOB[@]}"
-  echo "exit code: $?"
+  rc=0; FW_FAULT=retryable FW_FAULT_ATTEMPTS=0 $FW run --settle-s 1 --hang-window-s 10 -- "${JOB[@]}" || rc=$?
+  echo "exit code: $rc"
   banner "2/2 rank 1 stops before an all-reduce in attempt 0: expect a HANG restart in ~5 s"
-  FW_FAULT=hang FW_FAULT_ATTEMPTS=0 $FW run --settle-s 1 --hang-window-s 5 -- "${JOB[@]}"
-  echo "exit code: $?"
+  rc=0; FW_FAULT=hang FW_FAULT_ATTEMPTS=0 $FW run --settle-s 1 --hang-window-s 5 -- "${JOB[@]}" || rc=$?
+  echo "exit code: $rc"
   exit 0
 fi
 
@@ -33,10 +33,10 @@ $FW process --bootstrap "$BOOT" --topic-prefix "$PREFIX" --settle-s 1 --hang-win
 PROC=$!
 trap 'kill $PROC 2>/dev/null; wait $PROC 2>/dev/null; $FW kafka down --port "$PORT" --data-dir "$DATA" >/dev/null' EXIT
 sleep 3
-banner "agent runs the job; rank 1 raises a retryable error"
-FW_FAULT=retryable $FW agent --bootstrap "$BOOT" --topic-prefix "$PREFIX" --job demo --node node-0 \
-  --no-follow-decisions -- "${JOB[@]}" || true
-sleep 3
+banner "agent runs the job; rank 1 raises a retryable error in attempt 0; the agent acts on the decision"
+FW_FAULT=retryable FW_FAULT_ATTEMPTS=0 $FW agent --bootstrap "$BOOT" --topic-prefix "$PREFIX" \
+  --job demo --node node-0 --follow-decisions -- "${JOB[@]}" || rc=$?
+echo "agent exit code: ${rc:-0}"
 banner "faultwatch decisions --job demo"
 $FW decisions --bootstrap "$BOOT" --topic-prefix "$PREFIX" --job demo
 banner "faultwatch logs demo (last lines)"

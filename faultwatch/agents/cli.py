@@ -35,6 +35,16 @@ def _env_flag(name: str) -> bool:
     return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
 
 
+def _follow_decisions(args: argparse.Namespace) -> bool:
+    """Node mode acts on decisions by default; rank mode (one agent per rank) does not."""
+    if args.follow_decisions is not None:
+        return bool(args.follow_decisions)
+    if os.environ.get("FAULTWATCH_FOLLOW_DECISIONS", "").strip():
+        return _env_flag("FAULTWATCH_FOLLOW_DECISIONS")
+    rank_mode = args.rank is not None or "RANK" in os.environ
+    return not rank_mode
+
+
 def add_common(p: argparse.ArgumentParser, job_required: bool) -> None:
     """Flags shared by `agent`, `agent tail` and `agent bootcheck`."""
     p.add_argument("--bootstrap", default=os.environ.get("FAULTWATCH_BOOTSTRAP"),
@@ -86,12 +96,12 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
                    help="SIGTERM to SIGKILL escalation when stopping the child")
     p.add_argument("--max-line-bytes", type=int, default=65536)
     p.add_argument("--follow-decisions", action=argparse.BooleanOptionalAction,
-                   default=_env_flag("FAULTWATCH_FOLLOW_DECISIONS"),
+                   default=None,
                    help="act on <prefix>decisions for the job: restart the child on `restart`, "
                         f"exit {EXIT_BLACKLISTED} on `blacklist` naming this node, stop on "
                         "`fail`; after a failure wait --decision-wait-s for the decision "
-                        "(default: $FAULTWATCH_FOLLOW_DECISIONS, else off: ship and exit "
-                        "with the child's code)")
+                        "(default: $FAULTWATCH_FOLLOW_DECISIONS if set, else on in node mode "
+                        "and off in rank mode, where torchrun or the scheduler restarts ranks)")
     p.add_argument("--decision-wait-s", type=float, default=60.0,
                    help="after the child failed, how long to wait for the job's decision")
     p.add_argument("--sdk", action=argparse.BooleanOptionalAction, default=True,
@@ -146,7 +156,7 @@ def config_from_args(args: argparse.Namespace) -> AgentConfig:
         spool_dir=args.spool_dir, rank=args.rank, nnodes=args.nnodes,
         term_grace_s=args.term_grace_s, exit_flush_timeout_s=args.exit_flush_timeout_s,
         max_line_bytes=args.max_line_bytes, spool_cap_bytes=args.spool_cap_mb << 20,
-        follow_decisions=args.follow_decisions, decision_wait_s=args.decision_wait_s,
+        follow_decisions=_follow_decisions(args), decision_wait_s=args.decision_wait_s,
         sdk=args.sdk, wait_for_nodes=args.wait_for_nodes,
         wait_for_nodes_timeout_s=args.wait_for_nodes_timeout_s, bootcheck=args.bootcheck,
         bootcheck_abort=args.bootcheck_abort, **bootcheck_kw(args))

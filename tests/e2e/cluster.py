@@ -39,7 +39,8 @@ def processor(bootstrap: str, prefix: str, log: Path,
 def agent_cmd(bootstrap: str, prefix: str, job: str, node: str, cmd: list[str],
               *flags: str) -> list[str]:
     return [faultwatch_exe(), "agent", "--bootstrap", bootstrap, "--topic-prefix", prefix,
-            "--job", job, "--node", node, "--heartbeat-s", "1", *flags, "--", *cmd]
+            "--job", job, "--node", node, "--heartbeat-s", "1",
+            "--no-follow-decisions", *flags, "--", *cmd]  # plain ship-and-exit unless flags say
 
 
 def decisions(bootstrap: str, prefix: str, job: str) -> list[dict[str, Any]]:

@@ -80,4 +80,4 @@ def test_demo_command_from_readme_prints_hang_decision(tmp_path: Path) -> None:
     elapsed = time.time() - t0
     assert "decision FAIL" in proc.stderr and "kind=hang" in proc.stderr, proc.stderr
     assert "hello" in proc.stdout
-    assert elapsed < 15
+    assert elapsed < 20  # window 3 s; generous for a loaded CI box
