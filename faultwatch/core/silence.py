@@ -111,7 +111,10 @@ def _stall(st: JobState, now_ev: float, policy: Policy, rv: str) -> Result | Non
     if window is None:
         return None
     stalled = now_ev - st.step_ts
-    flowing = st.last_output_ts > st.step_ts and now_ev - st.last_output_ts < window
+    # Output must still be flowing *now* (seen within the last half window), not just a line
+    # printed after the last step: a job that went silent right after its last step is hung,
+    # and the hang detector decides it (kind `hang`, with the culprit rank).
+    flowing = st.last_output_ts > st.step_ts and now_ev - st.last_output_ts < window / 2
     if stalled < window or not flowing:
         return None
     last = sorted(st.progress.items(), key=lambda kv: kv[1].ts)[:8]
