@@ -102,7 +102,7 @@ class Agent:
     # ---- records -------------------------------------------------------------------------
     def _encode_lines(self, lines: list[Line]) -> bytes:
         c = self.cfg
-        return wire.encode_lines(c.job, self.attempt, c.node, self.run_id, lines)
+        return wire.encode_lines(c.job, self.attempt, c.node, self.run_id, lines, rank=c.rank)
 
     def note(self, kind: str, data: dict[str, Any], ts: float | None = None) -> None:
         """Ship a `note` record (progress, stage, notify, bootcheck, hello, gap, ...)."""

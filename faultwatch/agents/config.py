@@ -89,8 +89,6 @@ class AgentConfig:
             kw["bootstrap"] = e.get("FAULTWATCH_BOOTSTRAP") or ""
         if not kw["bootstrap"]:
             raise ConfigError("bootstrap", "no --bootstrap and FAULTWATCH_BOOTSTRAP is unset")
-        if kw.get("node") is None:
-            kw["node"] = e.get("FAULTWATCH_NODE") or socket.gethostname()
         if kw.get("topic_prefix") is None:
             kw["topic_prefix"] = e.get("FAULTWATCH_TOPIC_PREFIX", DEFAULT_PREFIX)
         if kw.get("spool_dir") is None:
@@ -100,6 +98,13 @@ class AgentConfig:
             kw["rank"] = rank
         if kw.get("world_size") is None:
             kw["world_size"] = world
+        if kw.get("node") is None:
+            # Rank mode: every rank's agent is its own instance of the job (its own exit and
+            # heartbeats), so the default instance name carries the rank; the host is in the
+            # run-start record.
+            host = socket.gethostname()
+            kw["node"] = e.get("FAULTWATCH_NODE") or (
+                host if kw["rank"] is None else f"{host}-rank{kw['rank']}")
         local = _env_int(e, "LOCAL_RANK")
         if not kw.get("local_ranks") and local is not None:
             kw["local_ranks"] = (local,)
