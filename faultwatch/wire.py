@@ -196,38 +196,78 @@ def exit_of(d: dict[str, Any]) -> Exit:
 
 # ---- signals topic (matcher -> job processor) ---------------------------------------------
 
-def encode_signal(sig: Signal) -> bytes:
-    if isinstance(sig, RunStart):
-        return encode_run_start(sig)
-    if isinstance(sig, Heartbeat):
-        return encode_heartbeat(sig)
-    if isinstance(sig, Exit):
-        return encode_exit(sig)
-    if isinstance(sig, Hit):
-        return orjson.dumps({"v": SCHEMA_VERSION, "t": "hit", "job": sig.job,
-                             "attempt": sig.attempt, "node": sig.node, "m": asdict(sig.match)})
+_MATCH_FIELDS = ("rule", "category", "cascade", "ts", "line", "rank", "stream", "seq", "action",
+                 "context")
+
+
+def signal_dict(sig: Signal) -> dict[str, Any]:
+    """A signal as a plain dict (without the schema version): one element of a bundle, or,
+    with `v` added, a signals-topic record of its own (encode_signal)."""
     if isinstance(sig, Output):
-        return orjson.dumps({"v": SCHEMA_VERSION, "t": "out", "job": sig.job,
-                             "attempt": sig.attempt, "node": sig.node, "ts": sig.ts,
-                             "count": sig.count, "ranks": [list(x) for x in sig.rank_last_ts],
-                             "tail": [[t.rank, t.ts, t.text] for t in sig.tail]})
+        return {"t": "out", "job": sig.job, "attempt": sig.attempt, "node": sig.node,
+                "ts": sig.ts, "count": sig.count, "ranks": sig.rank_last_ts,
+                "tail": [(t.rank, t.ts, t.text) for t in sig.tail]}
+    if isinstance(sig, Heartbeat):
+        return {"t": "hb", "job": sig.job, "attempt": sig.attempt, "node": sig.node,
+                "ts": sig.ts, "alive": sig.alive, "last_output_ts": sig.last_output_ts,
+                "started_ts": sig.started_ts, "run_id": "", "stats": {}}
+    if isinstance(sig, Hit):
+        m = sig.match
+        return {"t": "hit", "job": sig.job, "attempt": sig.attempt, "node": sig.node,
+                "m": {f: getattr(m, f) for f in _MATCH_FIELDS}}
+    if isinstance(sig, Exit):
+        return {"t": "exit", "job": sig.job, "attempt": sig.attempt, "node": sig.node,
+                "ts": sig.ts, "exit_code": sig.exit_code, "signal": sig.signal, "run_id": ""}
+    if isinstance(sig, RunStart):
+        d = asdict(sig)
+        d["local_ranks"] = list(sig.local_ranks)
+        d["cmd"] = list(sig.cmd)
+        return {"t": "start", **d}
     if isinstance(sig, Progress):
-        d = {"v": SCHEMA_VERSION, "t": "prog", "job": sig.job, "attempt": sig.attempt,
+        d = {"t": "prog", "job": sig.job, "attempt": sig.attempt,
              "node": sig.node, "ts": sig.ts, "rank": sig.rank, "step": sig.step,
              "src": sig.source}
         if sig.total is not None:
             d["total"] = sig.total
         if sig.step_time_s is not None:
             d["step_time_s"] = sig.step_time_s
-        return orjson.dumps(d)
+        return d
     if isinstance(sig, Stage):
-        return orjson.dumps({"v": SCHEMA_VERSION, "t": "stage", "job": sig.job,
-                             "attempt": sig.attempt, "node": sig.node, "ts": sig.ts,
-                             "rank": sig.rank, "stage": sig.stage, "opens": sig.opens,
-                             "hang_window_s": sig.hang_window_s, "src": sig.source})
+        return {"t": "stage", "job": sig.job, "attempt": sig.attempt, "node": sig.node,
+                "ts": sig.ts, "rank": sig.rank, "stage": sig.stage, "opens": sig.opens,
+                "hang_window_s": sig.hang_window_s, "src": sig.source}
     if isinstance(sig, Notice):
-        return encode_notice(sig.job, sig.attempt, sig.node, sig.ts, sig.kind, dict(sig.data))
+        return {"t": "note", "job": sig.job, "attempt": sig.attempt, "node": sig.node,
+                "ts": sig.ts, "kind": sig.kind, "data": dict(sig.data)}
     raise TypeError(f"not a signal: {sig!r}")
+
+
+def encode_signal(sig: Signal) -> bytes:
+    """One signal as a signals-topic record."""
+    return orjson.dumps({"v": SCHEMA_VERSION, **signal_dict(sig)})
+
+
+def encode_bundle(job: str, sigs: Sequence[Signal | dict[str, Any]]) -> bytes:
+    """Several signals of one job, in order, as ONE signals-topic record (`t: bundle`).
+    The matcher sends one per job per batch instead of one record per signal; consumers
+    unpack it with signals_of_record. Elements may be signals or signal_dict()s."""
+    return orjson.dumps({"v": SCHEMA_VERSION, "t": "bundle", "job": job,
+                         "sigs": [s if isinstance(s, dict) else signal_dict(s) for s in sigs]})
+
+
+def signals_of_record(d: dict[str, Any]) -> list[Signal]:
+    """The signals of a decoded signals-topic record: a bundle's, or the single one."""
+    if d["t"] != "bundle":
+        return [signal_of(d)]
+    sigs = d.get("sigs")
+    if not isinstance(sigs, list):
+        raise DecodeError("malformed bundle: 'sigs' is not a list")
+    out = []
+    for x in sigs:
+        if not isinstance(x, dict) or "t" not in x:
+            raise DecodeError("malformed bundle element")
+        out.append(signal_of(x))
+    return out
 
 
 def _opt_int(x: Any) -> int | None:

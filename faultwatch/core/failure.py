@@ -1,5 +1,15 @@
 """Failures: rule hits and non-zero exits, settled, classified and turned into a decision.
 
+Settling is decided in event time (DESIGN.md "Ordering"): a node's lines precede its exit
+and its later heartbeats on the same logs partition, and the matcher keeps that order per
+job on the signals topic. So every root error that can matter is in once (a) every node
+of the job (nnodes from run-start records if known, else those seen) has exited, or
+(b) every node that has not exited sent a heartbeat stamped at least `settle_s` after the
+first failure (agent time). (c) A processor-time fallback covers nodes that stopped
+heart-beating: `settle_s + node_lost_s` after the failure was seen, only while the shell
+says it is caught up. A lagging processor therefore never settles on a cascade because
+the culprit's partition is behind.
+
 Classification order: the root error (earliest non-cascade hit, core/root.py); the job's
 retryable patterns (policy `retryable_errors` and the SDK's `retryable_errors` notes)
 turn a non-hardware failure whose lines contain one of them into a retryable one; then
@@ -31,8 +41,41 @@ def on_hit(st: JobState, hit: Hit, now: float) -> JobState:
     st = dataclasses.replace(st, hits=st.hits + (hit,))
     m = hit.match
     if m.category == "hardware" and not m.cascade and st.phase == RUNNING:
-        st = dataclasses.replace(st, phase=SETTLING, failure_seen_at=now)
+        st = dataclasses.replace(st, phase=SETTLING, failure_seen_at=now, failure_ts=m.ts)
     return st
+
+
+def settled_by(st: JobState, policy: Policy) -> str | None:
+    """Why every node's evidence up to the settle horizon is in (event time), or None."""
+    nodes = list(st.nodes.values())
+    if not nodes or (st.expected_nodes and len(nodes) < st.expected_nodes):
+        return None  # a node that has not shown itself may still be on its way
+    if all(n.exit_ts is not None for n in nodes):
+        return "all-exited"
+    if st.failure_ts is None:
+        return None
+    horizon = st.failure_ts + policy.settle_s
+    if all(n.exit_ts is not None or (n.last_hb_ts is not None and n.last_hb_ts >= horizon)
+           for n in nodes):
+        return "heartbeats"
+    return None
+
+
+def settle(st: JobState, now: float, policy: Policy, rv: str, *, caught_up: bool = True,
+           timer: bool = False) -> tuple[JobState, list[Decision]]:
+    """Decide a settling failure once its evidence is complete (see the module doc)."""
+    basis = settled_by(st, policy)
+    seen = st.failure_seen_at
+    if basis is None and timer and seen is not None:
+        if st.failure_ts is None and now >= seen + policy.settle_s:
+            basis = "processor-time"  # a state written before event-time settling
+        elif caught_up and now >= seen + policy.settle_s + policy.node_lost_s:
+            basis = "timeout"
+    if basis is None:
+        return st, []
+    return decide(st, now, policy, rv, settle={
+        "basis": basis, "failure_ts": st.failure_ts,
+        "waited_s": None if seen is None else round(max(0.0, now - seen), 3)})
 
 
 def _retryable_pattern(st: JobState, policy: Policy, root: Match | None) -> str | None:
@@ -49,7 +92,8 @@ def _retryable_pattern(st: JobState, policy: Policy, root: Match | None) -> str 
     return None
 
 
-def decide(st: JobState, now: float, policy: Policy, rv: str) -> tuple[JobState, list[Decision]]:
+def decide(st: JobState, now: float, policy: Policy, rv: str,
+           settle: dict[str, Any] | None = None) -> tuple[JobState, list[Decision]]:
     matches = [h.match for h in st.hits]
     root = pick_root(matches)
     root_hit = next((h for h in st.hits if h.match is root), None)
@@ -66,6 +110,8 @@ def decide(st: JobState, now: float, policy: Policy, rv: str) -> tuple[JobState,
                     for h in st.hits[:10]],
         "expected": st.expected_evidence(),
     }
+    if settle is not None:
+        evidence["settle"] = settle
     if root is not None and root_hit is not None:
         evidence["first_error"] = {
             "node": root_hit.node, "rank": root.rank, "ts": root.ts, "rule": root.rule,

@@ -41,7 +41,7 @@ from faultwatch.core.windows import (
 __all__ = ["DECIDED", "DONE", "RUNNING", "SETTLING", "JobState", "NodeState", "decision_id"]
 
 MAX_HITS = 64  # hits kept per attempt (the earliest ones: the root is among them)
-MAX_TAIL = 32  # recent lines kept per job as silence evidence
+MAX_TAIL = 16  # recent lines kept per job as silence evidence (~2 kB of the state)
 MAX_CONTEXT = 40  # traceback lines carried in a decision's evidence
 MAX_DECIDED = 64  # decision ids remembered for dedupe
 MAX_NOTIFY = 100  # notify decisions per attempt (a chatty job cannot flood the topic)
@@ -68,6 +68,9 @@ class NodeState:
     seen_at: float | None = None  # processor time of the node's latest record (node lost)
 
 
+_NODE_FIELDS = tuple(f.name for f in dataclasses.fields(NodeState))
+
+
 @dataclass(frozen=True)
 class JobState:
     """One job's state; every transition returns a new value.
@@ -83,7 +86,8 @@ class JobState:
     hits: tuple[Hit, ...] = ()
     rank_last_ts: PMap[int, float] = field(default_factory=PMap)
     tail: tuple[TailLine, ...] = ()
-    failure_seen_at: float | None = None
+    failure_seen_at: float | None = None  # processor time the failure was seen (fallback)
+    failure_ts: float | None = None  # event time of the first failure (settle horizon)
     restarts_used: int = 0
     same_error: dict[str, int] = field(default_factory=dict)
     decided: tuple[str, ...] = ()
@@ -124,6 +128,8 @@ class JobState:
             return st._on_output(sig, now), []
         if isinstance(sig, Heartbeat):
             st = st._on_heartbeat(sig, now)
+            if st.phase == SETTLING:
+                return failure.settle(st, now, policy, rules_version)
             return silence.check(st, policy, rules_version)
         if isinstance(sig, Progress):
             return notices.on_progress(st._on_progress(sig), sig, policy, rules_version)
@@ -135,6 +141,8 @@ class JobState:
             st = st._on_exit(sig, now)
             if st.phase == RUNNING:
                 return silence.check(st, policy, rules_version)
+            if st.phase == SETTLING:
+                return failure.settle(st, now, policy, rules_version)
             return st, []
         if isinstance(sig, Stage):
             return st._on_stage(sig), []
@@ -143,14 +151,16 @@ class JobState:
         return st, []
 
     def tick(self, now: float, policy: Policy, rules_version: str = "", *,
-             live_clock: bool = False) -> tuple[JobState, list[Decision]]:
-        """Advance processor time: settle timers, and node-lost checks when the shell says
-        its clock may be trusted (caught up, past the grace after assignment/recovery)."""
+             live_clock: bool = False, caught_up: bool = True
+             ) -> tuple[JobState, list[Decision]]:
+        """Advance processor time: the settle fallback when the shell says it is caught up
+        (failure.settle), and node-lost checks when the shell says its clock may be trusted
+        (caught up, past the grace after assignment/recovery)."""
         from faultwatch.core import failure, silence
 
-        if self.phase == SETTLING and self.failure_seen_at is not None \
-                and now >= self.failure_seen_at + policy.settle_s:
-            return failure.decide(self, now, policy, rules_version)
+        if self.phase == SETTLING:
+            return failure.settle(self, now, policy, rules_version, caught_up=caught_up,
+                                  timer=True)
         if live_clock and self.phase == RUNNING and policy.node_lost_detection:
             return silence.check_lost(self, now, policy, rules_version)
         return self, []
@@ -167,9 +177,9 @@ class JobState:
     def _new_attempt(self, attempt: int) -> JobState:
         return dataclasses.replace(
             self, attempt=attempt, phase=RUNNING, nodes=PMap(), hits=(), rank_last_ts=PMap(),
-            tail=(), failure_seen_at=None, expected_world=None, expected_nodes=None,
-            last_output_ts=None, outputs=0, stages=PMap(), progress=PMap(), step_ts=None,
-            steps=0, slow_check_ts=None, stage_ts=None, flags=frozenset(), notified=0)
+            tail=(), failure_seen_at=None, failure_ts=None, expected_world=None,
+            expected_nodes=None, last_output_ts=None, outputs=0, stages=PMap(), progress=PMap(),
+            step_ts=None, steps=0, slow_check_ts=None, stage_ts=None, flags=frozenset(), notified=0)
 
     def _on_start(self, ev: RunStart, now: float) -> JobState:
         ns = NodeState(node=ev.node, started_ts=ev.ts, run_id=ev.run_id,
@@ -232,10 +242,13 @@ class JobState:
         ns = dataclasses.replace(self.node(ev.node, ev.ts), alive=False, exit_code=ev.exit_code,
                                  signal=ev.signal, exit_ts=ev.ts, seen_at=now)
         st = dataclasses.replace(self, nodes=self.nodes.set(ev.node, ns))
+        if st.phase == SETTLING and ev.exit_code != 0 and st.failure_ts is not None \
+                and ev.ts < st.failure_ts:
+            return dataclasses.replace(st, failure_ts=ev.ts)  # an earlier failure, seen later
         if st.phase != RUNNING:
             return st
         if ev.exit_code != 0:
-            return dataclasses.replace(st, phase=SETTLING, failure_seen_at=now)
+            return dataclasses.replace(st, phase=SETTLING, failure_seen_at=now, failure_ts=ev.ts)
         if all(not n.alive and n.exit_code == 0 for n in st.nodes.values()):
             return dataclasses.replace(st, phase=DONE)
         return st
@@ -377,11 +390,12 @@ class JobState:
     def to_dict(self) -> dict[str, Any]:
         return {
             "job": self.job, "attempt": self.attempt, "phase": self.phase,
-            "nodes": {k: dataclasses.astuple(v) for k, v in self.nodes.items()},
+            "nodes": {k: [getattr(v, f) for f in _NODE_FIELDS] for k, v in self.nodes.items()},
             "hits": [{"node": h.node, "m": dataclasses.asdict(h.match)} for h in self.hits],
             "rank_last_ts": [[k, v] for k, v in self.rank_last_ts.items()],
             "tail": [[t.rank, t.ts, t.text] for t in self.tail],
-            "failure_seen_at": self.failure_seen_at, "restarts_used": self.restarts_used,
+            "failure_seen_at": self.failure_seen_at, "failure_ts": self.failure_ts,
+            "restarts_used": self.restarts_used,
             "same_error": dict(self.same_error), "decided": list(self.decided),
             "expected_world": self.expected_world, "expected_nodes": self.expected_nodes,
             "last_output_ts": self.last_output_ts, "outputs": self.outputs,
@@ -414,7 +428,7 @@ class JobState:
             job=job, attempt=attempt, phase=d["phase"], nodes=PMap(nodes), hits=tuple(hits),
             rank_last_ts=PMap(rank_last),
             tail=tuple(TailLine(r, float(ts), txt) for r, ts, txt in d.get("tail", [])),
-            failure_seen_at=d.get("failure_seen_at"),
+            failure_seen_at=d.get("failure_seen_at"), failure_ts=d.get("failure_ts"),
             restarts_used=int(d.get("restarts_used", 0)),
             same_error={k: int(v) for k, v in d.get("same_error", {}).items()},
             decided=tuple(d.get("decided", ())),

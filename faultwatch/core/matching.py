@@ -20,6 +20,7 @@ from faultwatch.errors import DecodeError
 from faultwatch.wire import exit_of, heartbeat_of, line_rows, notice_of, run_start_of
 
 TAIL_LINES = 8  # last lines of a batch forwarded as silence evidence
+TAIL_CHARS = 500  # ... each cut to this (retryable patterns are searched in the tail)
 # note kinds the job state uses as they are (progress and stage notes become signals)
 NOTICE_KINDS = ("notify", "retryable_errors", "bootcheck", "gap", "spawn_failed")
 
@@ -92,7 +93,8 @@ def signals_of_lines(job: str, attempt: int, node: str, lines: Sequence[Line],
         return []
     batch: BatchResult = matcher.match_lines(lines, default_rank=rank)
     ranks = batch.ranks
-    tail = tuple(TailLine(ranks[i] if i < len(ranks) else None, lines[i].ts, lines[i].text[:500])
+    tail = tuple(TailLine(ranks[i] if i < len(ranks) else None, lines[i].ts,
+                           lines[i].text[:TAIL_CHARS])
                  for i in range(max(0, len(lines) - TAIL_LINES), len(lines)))
     out: list[Signal] = [Output(job=job, attempt=attempt, node=node, ts=lines[-1].ts,
                                 count=len(lines), rank_last_ts=tuple(batch.rank_last_ts.items()),

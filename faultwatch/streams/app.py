@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import os
 import time
-from collections.abc import AsyncIterator
+import weakref
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import faust
+import faust.streams
 import orjson
 
 from faultwatch.core.events import Heartbeat, Output, Progress
@@ -24,10 +27,11 @@ from faultwatch.topics import DEFAULT_PARTITIONS, Topics
 from faultwatch.wire import (
     SCHEMA_VERSION,
     decode,
+    encode_bundle,
     encode_decision,
-    encode_signal,
     job_key,
-    signal_of,
+    signal_dict,
+    signals_of_record,
 )
 
 TICK_S = 0.5  # how often the settle timers of assigned partitions are advanced
@@ -37,6 +41,15 @@ TICK_GAP_S = 4 * TICK_S + CAUGHT_UP_S  # no tick for this long: the clock was no
 GRACE_S = 5.0  # extra grace (beyond node_lost_s) after assignment/recovery before node-lost
 ACTIVE = (RUNNING, SETTLING)
 LIVENESS = (Output, Heartbeat, Progress)
+BATCH = 1000  # records per take_events() batch, both stages
+BATCH_WITHIN_S = 0.05  # ... or whatever arrived within this long
+WRITE_BEHIND_S = 5.0  # a job whose only changes are liveness is written at most this often
+
+
+def _set_current_event(event: Any) -> None:
+    """Make `event` Faust's current event in this task: table writes take their partition
+    from it. take_events() batches do not set it for the consumer (faust-streaming 0.15)."""
+    faust.streams._current_event.set(weakref.ref(event))  # noqa: SLF001
 
 
 @dataclass
@@ -82,6 +95,7 @@ class _Partition:
     cache: dict[bytes, JobState] = field(default_factory=dict)
     dirty: set[bytes] = field(default_factory=set)
     active: set[bytes] = field(default_factory=set)
+    written: dict[bytes, float] = field(default_factory=dict)  # last table write (processor)
 
 
 @dataclass
@@ -92,12 +106,22 @@ class _Live:
     rules_version: str
 
 
+def _data_root() -> Path:
+    """Where Faust keeps its per-app metadata: $FAULTWATCH_PROCESSOR_DIR or the user cache."""
+    env = os.environ.get("FAULTWATCH_PROCESSOR_DIR")
+    root = Path(env) if env else Path.home() / ".cache" / "faultwatch" / "processor"
+    root.mkdir(parents=True, exist_ok=True)  # Faust creates only the last path component
+    return root
+
+
 def build_app(cfg: ProcessorConfig) -> faust.App:
     """A Faust app with both stages; several workers with the same config share partitions."""
     app = faust.App(
         cfg.group,
         broker=f"kafka://{cfg.bootstrap}",
         store="memory://",
+        # Faust's own metadata dir; state lives in the changelog topics (memory store)
+        datadir=str(_data_root() / cfg.group),
         topic_partitions=cfg.partitions,
         topic_replication_factor=1,
         key_serializer="raw",
@@ -106,6 +130,11 @@ def build_app(cfg: ProcessorConfig) -> faust.App:
         consumer_auto_offset_reset="earliest",
         producer_acks=-1,
         broker_commit_interval=1.0,
+        # bigger fetches and stream buffers: the agents batch lines, records are 1-15 kB
+        consumer_max_fetch_size=8 << 20,
+        stream_buffer_maxsize=16384,
+        producer_linger_ms=5,
+        producer_max_batch_size=1 << 20,
         # a SIGKILLed worker's partitions move to the others after this long (Faust's 60 s
         # default would stall every takeover for a minute)
         broker_session_timeout=cfg.session_timeout_s,
@@ -120,6 +149,10 @@ def build_app(cfg: ProcessorConfig) -> faust.App:
     jobs = app.Table("jobs", default=None, partitions=cfg.partitions, key_type=bytes,
                      value_type=bytes)
     metrics = Metrics()
+    # event-time lag of the latest record per logs partition, and whether this worker's
+    # logs partitions are caught up (for the settle fallback: a root line may sit there)
+    logs_lag: dict[int, float] = {}
+    logs_caught_up = [True]
     live = _Live(policy=cfg.policy, rules_version=cfg.ruleset.version)
     matcher = attach_rules_watcher(app, cfg, live)  # swaps rule sets pushed to the rules topic
 
@@ -129,28 +162,48 @@ def build_app(cfg: ProcessorConfig) -> faust.App:
         log_event("dead_letter", topic=msg.topic, partition=msg.partition, offset=msg.offset,
                   error=str(err))
         raw = event.value if isinstance(event.value, bytes) else b""
-        await dead_t.send(key=event.key, value=orjson.dumps({
+        await dead_t.send(key=event.key, force=True, value=orjson.dumps({
             "v": SCHEMA_VERSION, "topic": msg.topic, "partition": msg.partition,
             "offset": msg.offset, "error": str(err),
             "value_b64": base64.b64encode(raw[:1_000_000]).decode()}))
 
     @app.agent(logs_t)
-    async def match(stream: faust.StreamT) -> AsyncIterator[None]:
-        async for event in stream.events():
-            metrics.records += 1
-            try:
-                rec = decode(event.value)
-                if rec.get("t") == "lines" and rec.get("lines"):
-                    metrics.lines += len(rec["lines"])
-                    metrics.logs_event_lag_s = time.time() - float(rec["lines"][-1][2])
-                sigs = signals_of(rec, matcher)
-            except (DecodeError, KeyError, TypeError, ValueError) as e:
-                await dead_letter(event, e)
-                continue
-            for s in sigs:
-                metrics.signals += 1
-                await signals_t.send(key=job_key(s.job), value=encode_signal(s))
-            yield None
+    async def match(stream: faust.StreamT) -> None:
+        # Batches: all signals one batch implies for a job go out as ONE signals record (a
+        # bundle), in the order of the logs records, so each node's lines still precede its
+        # exit and its later heartbeats on the signals topic (core/failure.py relies on it).
+        async for events in stream.take_events(  # type: ignore[attr-defined]
+                BATCH, within=BATCH_WITHIN_S):
+            out: dict[str, list[dict[str, Any]]] = {}
+            for event in events:
+                metrics.records += 1
+                try:
+                    rec = decode(event.value)
+                    t = rec.get("t")
+                    if t == "lines" and rec.get("lines"):
+                        metrics.lines += len(rec["lines"])
+                        metrics.logs_event_lag_s = time.time() - float(rec["lines"][-1][2])
+                        logs_lag[event.message.partition] = metrics.logs_event_lag_s
+                    elif t == "hb":
+                        logs_lag[event.message.partition] = time.time() - float(rec["ts"])
+                    sigs = signals_of(rec, matcher)
+                    dicts = [signal_dict(x) for x in sigs]
+                except (DecodeError, KeyError, TypeError, ValueError) as e:
+                    await dead_letter(event, e)
+                    continue
+                for sig, d in zip(sigs, dicts, strict=True):
+                    out.setdefault(sig.job, []).append(d)
+            # sent at once (force: not held back until the source offsets are committed),
+            # then awaited together: the batch is acked (committable) only once delivered
+            futs = []
+            for job, ds in out.items():
+                metrics.signals += len(ds)
+                futs.append(await signals_t.send(key=job_key(job), value=encode_bundle(job, ds),
+                                                 force=True))
+            if futs:
+                await asyncio.gather(*futs)
+
+    pending: list[Any] = []  # decision deliveries of the current job-stage batch
 
     async def publish(decs: list[Any]) -> None:
         for d in decs:
@@ -158,7 +211,8 @@ def build_app(cfg: ProcessorConfig) -> faust.App:
             metrics.extra[f"decisions.{d.kind}"] = metrics.extra.get(f"decisions.{d.kind}", 0) + 1
             log_event("decision", id=d.id, job=d.job, attempt=d.attempt, action=d.action,
                       kind=d.kind, rule=d.rule)
-            await decisions_t.send(key=job_key(d.job), value=encode_decision(d))
+            pending.append(await decisions_t.send(key=job_key(d.job),
+                                                  value=encode_decision(d), force=True))
 
     # Live job states of this worker's partitions: the table (with its changelog) is the
     # durable copy. Lifecycle signals and decisions write through; liveness signals
@@ -190,56 +244,88 @@ def build_app(cfg: ProcessorConfig) -> faust.App:
         p.cache[key] = st
         return st
 
-    def write(key: bytes, st: JobState, partition: int) -> None:
+    def write(key: bytes, st: JobState, partition: int, p: _Partition) -> None:
         d = st.to_dict()
         d["_p"] = partition
-        jobs[key] = orjson.dumps(d)
+        raw = orjson.dumps(d)
+        jobs[key] = raw
+        p.written[key] = time.time()
         metrics.extra["table_writes"] = metrics.extra.get("table_writes", 0) + 1
+        metrics.extra["table_bytes"] = metrics.extra.get("table_bytes", 0) + len(raw)
 
     def save(key: bytes, st: JobState, partition: int, p: _Partition, durable: bool) -> None:
         p.cache[key] = st
         (p.active.add if st.phase in ACTIVE else p.active.discard)(key)
         if durable:
-            write(key, st, partition)
+            write(key, st, partition, p)
             p.dirty.discard(key)
         else:
             p.dirty.add(key)
 
     @app.agent(signals_t)
-    async def decide(stream: faust.StreamT) -> AsyncIterator[None]:
-        async for event in stream.events():
-            partition = event.message.partition
-            try:
-                d = decode(event.value)
-                if d["t"] == "tick":
-                    await tick_partition(partition, float(d["now"]))
+    async def decide(stream: faust.StreamT) -> None:
+        async for events in stream.take_events(  # type: ignore[attr-defined]
+                BATCH, within=BATCH_WITHIN_S):
+            for event in events:
+                partition = event.message.partition
+                _set_current_event(event)
+                try:
+                    d = decode(event.value)
+                    if d["t"] == "tick":
+                        await tick_partition(partition, float(d["now"]))
+                        continue
+                    sigs = signals_of_record(d)
+                except (DecodeError, KeyError, TypeError, ValueError) as e:
+                    await dead_letter(event, e)
                     continue
-                sig = signal_of(d)
-            except (DecodeError, KeyError, TypeError, ValueError) as e:
-                await dead_letter(event, e)
-                continue
-            metrics.jobs_signals += 1
-            p = part(partition)
-            key = job_key(sig.job)
-            old = load(key, p) or JobState(job=sig.job)
-            st, decs = old.apply(sig, time.time(), live.policy, live.rules_version)
-            if st is not old:
-                durable = bool(decs) or st.phase != old.phase or st.attempt != old.attempt \
-                    or not isinstance(sig, LIVENESS)
-                save(key, st, partition, p, durable)
-            await publish(decs)
-            yield None
+                if sigs:
+                    await fold(partition, sigs)
+            if pending:  # decisions delivered before the batch is acked (at least once)
+                futs = pending[:]
+                pending.clear()
+                await asyncio.gather(*futs)
+
+    async def fold(partition: int, sigs: list[Any]) -> None:
+        """Apply one record's signals (one job: a bundle is keyed by its job) in order."""
+        p = part(partition)
+        now = time.time()
+        metrics.jobs_signals += len(sigs)
+        key = b""
+        st: JobState | None = None
+        old: JobState | None = None
+        durable = False
+        for sig in sigs:
+            k = job_key(sig.job)
+            if k != key:  # a bundle holds one job; a hand-made one might not
+                if st is not None and old is not None and st is not old:
+                    save(key, st, partition, p, durable)
+                key, durable = k, False
+                old = st = load(key, p) or JobState(job=sig.job)
+            assert st is not None
+            prev = st
+            st, decs = st.apply(sig, now, live.policy, live.rules_version)
+            if st is not prev:
+                durable = durable or bool(decs) or st.phase != prev.phase \
+                    or st.attempt != prev.attempt or not isinstance(sig, LIVENESS)
+            if decs:
+                await publish(decs)
+        if st is not None and old is not None and st is not old:
+            save(key, st, partition, p, durable)
 
     async def tick_partition(partition: int, sent: float) -> None:
         p = part(partition)
         now = time.time()
         lag = max(0.0, now - sent)
         metrics.tick_lag_s[partition] = round(lag, 3)
+        # liveness-only changes are written behind, at most every WRITE_BEHIND_S per job
+        # (a crash loses at most that much liveness, which the next records restore)
         for key in list(p.dirty):
+            if now - p.written.get(key, 0.0) < WRITE_BEHIND_S:
+                continue
             st = p.cache.get(key)
             if st is not None:
-                write(key, st, partition)
-        p.dirty.clear()
+                write(key, st, partition, p)
+            p.dirty.discard(key)
         # processor time is trusted for node-lost only when this partition is caught up
         # (the tick came through the topic quickly) and every node had a full window to
         # show itself since the partition was assigned or recovered
@@ -249,12 +335,14 @@ def build_app(cfg: ProcessorConfig) -> faust.App:
             p.since = now
         p.last_tick = now
         live_clock = now - p.since >= live.policy.node_lost_s + GRACE_S
+        caught_up = lag < CAUGHT_UP_S and logs_caught_up[0]
         for key in list(p.active):
             st = load(key, p)
             if st is None:
                 p.active.discard(key)
                 continue
-            st2, decs = st.tick(now, live.policy, live.rules_version, live_clock=live_clock)
+            st2, decs = st.tick(now, live.policy, live.rules_version, live_clock=live_clock,
+                                caught_up=caught_up)
             if st2 is not st:
                 save(key, st2, partition, p, True)
             elif st.phase not in ACTIVE:
@@ -276,6 +364,13 @@ def build_app(cfg: ProcessorConfig) -> faust.App:
         if app.rebalancing or getattr(app, "in_recovery", False):
             return
         now = time.time()
+        behind = False
+        for tp in app.assignor.assigned_actives():
+            if tp.topic == topics.logs and logs_lag.get(tp.partition, 0.0) >= CAUGHT_UP_S:
+                hw = app.consumer.highwater(tp)
+                pos = await app.consumer.position(tp)
+                behind = behind or hw is None or pos is None or hw > pos
+        logs_caught_up[0] = not behind
         for tp in app.assignor.assigned_actives():
             if tp.topic == topics.signals:
                 await signals_t.send(key=None, partition=tp.partition,

@@ -211,8 +211,9 @@ def test_slow_rank_notifies_once_and_repeats_make_a_blacklist_candidate() -> Non
     st = start(("n0", "n1", "n2", "n3"), attempt=1, ts=300.0, st=st)
     st, decs = slow_run(st, 1, 301.0)
     assert decs[0].evidence["blacklist_candidate"] is True
-    st, _ = st.apply(Exit("j", 1, "n0", 400.0, 1), 400.0, AD)
-    st, decs = st.tick(400.0, Policy(settle_s=0, fault_tolerant_policy="on_failure"))
+    pf = Policy(settle_s=0, fault_tolerant_policy="on_failure")
+    st, _ = st.apply(Exit("j", 1, "n0", 400.0, 1), 400.0, pf)
+    st, decs = st.tick(400.0 + pf.node_lost_s, pf)  # the others went silent: fallback
     assert decs[0].action == "restart" and "n3" in decs[0].evidence["blacklist_candidates"]
 
 
@@ -270,17 +271,15 @@ def test_retryable_errors_note_makes_a_failure_retryable() -> None:
     st, _ = st.apply(Notice("j", 0, "n0", 100.5, "retryable_errors",
                             {"patterns": ["StoreTimeout"]}), 100.5, p)
     st = out(st, 101.0, text="RuntimeError: StoreTimeout waiting for rank 3", policy=p)
-    st, _ = st.apply(Exit("j", 0, "n0", 102.0, 1), 102.0, p)
-    _, decs = st.tick(102.0, p)
+    st, decs = st.apply(Exit("j", 0, "n0", 102.0, 1), 102.0, p)
     assert (decs[0].action, decs[0].category) == ("restart", "retryable")
     assert decs[0].evidence["retryable_pattern"] == "StoreTimeout"
     # and a policy-level pattern works the same; without any, unknown failures fail
     st = start(policy=p)
     st = out(st, 101.0, text="RuntimeError: StoreTimeout", policy=p)
-    st, _ = st.apply(Exit("j", 0, "n0", 102.0, 1), 102.0, p)
-    assert st.tick(102.0, p)[1][0].action == "fail"
+    assert st.apply(Exit("j", 0, "n0", 102.0, 1), 102.0, p)[1][0].action == "fail"
     p2 = Policy(settle_s=0, retryable_errors=("StoreTimeout",))
-    assert st.tick(102.0, p2)[1][0].action == "restart"
+    assert st.apply(Exit("j", 0, "n0", 102.0, 1), 102.0, p2)[1][0].action == "restart"
 
 
 def test_hardware_hit_blacklists_without_exit_and_backs_off() -> None:
@@ -288,14 +287,18 @@ def test_hardware_hit_blacklists_without_exit_and_backs_off() -> None:
     st = start(("a", "b"), policy=p)
     st, _ = st.apply(hit("nvidia-xid-79", "hardware", 101.0, node="b"), 101.0, p)
     assert st.phase == SETTLING
-    st, decs = st.tick(102.5, p)
+    # the process may hang instead of exiting: both nodes' heartbeats settle it
+    st, decs = st.apply(Heartbeat("j", 0, "a", 102.0, True, 101.0), 102.0, p)
+    assert decs == []
+    st, decs = st.apply(Heartbeat("j", 0, "b", 102.1, True, 101.0), 102.5, p)
     d = decs[0]
     assert (d.action, d.nodes) == ("blacklist", ("b",))
     assert d.evidence["blacklist"]["b"]["duration_s"] == 100
     assert d.evidence["restart_nodes"] == ["a", "b"]
     st = start(("a", "b"), attempt=1, ts=200.0, st=st, policy=p)
     st, _ = st.apply(hit("nvidia-xid-79", "hardware", 201.0, node="b", attempt=1), 201.0, p)
-    _, decs = st.tick(203.0, p)
+    st, _ = st.apply(Heartbeat("j", 1, "a", 202.5, True, 201.0), 203.0, p)
+    _, decs = st.apply(Heartbeat("j", 1, "b", 202.0, True, 201.0), 203.0, p)
     assert decs[0].evidence["blacklist"]["b"] == {"strikes": 2, "duration_s": 200,
                                                   "until": 403.0}
 
@@ -309,7 +312,7 @@ def test_node_in_repeated_short_failed_attempts_becomes_suspect() -> None:
         t = 100.0 + attempt * 100
         st = start(("a", "b"), attempt=attempt, ts=t, st=st, policy=p)
         st, _ = st.apply(Exit("j", attempt, "b", t + 10, 1), t + 10, p)
-        st, decs = st.tick(t + 10, p)
+        st, decs = st.apply(Heartbeat("j", attempt, "a", t + 10, True, t + 5), t + 10, p)
     assert decs[0].evidence["blacklist_candidates"] == ["b"]
     assert st.short_fails == {"b": 3}
 
@@ -322,8 +325,7 @@ def test_restart_storm_guard() -> None:
     for attempt in range(4):
         t = 100.0 + attempt
         st = start(attempt=attempt, ts=t, st=st, policy=p)
-        st, _ = st.apply(Exit("j", attempt, "n0", t + 1, 1), t + 1, p)
-        st, decs = st.tick(t + 1, p)
+        st, decs = st.apply(Exit("j", attempt, "n0", t + 1, 1), t + 1, p)
         actions.append(decs[0].action)
         hints.append(decs[0].evidence.get("restart_not_before"))
     assert actions == ["restart", "restart", "restart", "fail"]
@@ -336,8 +338,7 @@ def test_notify_rule_action_does_not_loop() -> None:
     st = start(policy=p)
     st, _ = st.apply(Hit("j", 0, "n0", Match("warn", "retryable", False, 101.0, "w",
                                              action="notify")), 101, p)
-    st, _ = st.apply(Exit("j", 0, "n0", 102.0, 1), 102, p)
-    st, decs = st.tick(102.0, p)
+    st, decs = st.apply(Exit("j", 0, "n0", 102.0, 1), 102, p)
     assert [d.action for d in decs] == ["notify"] and st.phase == DECIDED
 
 

@@ -23,15 +23,20 @@ def started(attempt: int = 0, nodes: tuple[str, ...] = ("n0",)) -> JobState:
 
 
 def test_retryable_root_beats_earlier_cascade_and_waits_for_settle() -> None:
-    st = started()
+    st = started(nodes=("n0", "n1"))
     st, _ = st.apply(hit("gloo-closed-by-peer", "retryable", 109.0, 0, cascade=True), 110, P)
     st, _ = st.apply(hit("connection-error", "retryable", 110.0, 1), 110, P)
     st, decs = st.apply(Exit("j", 0, "n0", 111.0, exit_code=1), now=111.0, policy=P)
-    assert decs == [] and st.phase == SETTLING
+    assert decs == [] and st.phase == SETTLING  # n1 still runs: its errors may be on the way
     st, decs = st.tick(112.0, P)
     assert decs == []  # still settling
-    st, decs = st.tick(113.1, P)
+    st, decs = st.apply(Heartbeat("j", 0, "n1", ts=112.5, alive=True, last_output_ts=105.0),
+                        112.5, P)
+    assert decs == []  # n1's heartbeat is not yet settle_s past the failure (agent time)
+    st, decs = st.apply(Heartbeat("j", 0, "n1", ts=113.1, alive=True, last_output_ts=105.0),
+                        113.1, P)
     assert len(decs) == 1
+    assert decs[0].evidence["settle"]["basis"] == "heartbeats"
     d = decs[0]
     assert (d.action, d.kind, d.rule, d.ranks) == ("restart", "error", "connection-error", (1,))
     assert d.evidence["first_error"]["rank"] == 1
@@ -43,20 +48,19 @@ def test_retryable_root_beats_earlier_cascade_and_waits_for_settle() -> None:
 def test_fatal_error_fails_without_restart() -> None:
     st = started()
     st, _ = st.apply(hit("python-module-not-found", "fatal", 101, 1), 101, P)
-    st, _ = st.apply(Exit("j", 0, "n0", 102, exit_code=1), 102, P)
-    st, decs = st.tick(105, P)
+    # the only node exited: every line is in, no need to wait settle_s
+    st, decs = st.apply(Exit("j", 0, "n0", 102, exit_code=1), 102, P)
     assert [d.action for d in decs] == ["fail"] and st.restarts_used == 0
+    assert decs[0].evidence["settle"]["basis"] == "all-exited"
 
 
 def test_unknown_failure_fails_under_default_policy_and_restarts_on_failure() -> None:
     st = started()
-    st, _ = st.apply(Exit("j", 0, "n0", 102, exit_code=3), 102, P)
-    _, decs = st.tick(105, P)
+    _, decs = st.apply(Exit("j", 0, "n0", 102, exit_code=3), 102, P)
     assert decs[0].action == "fail" and decs[0].kind == "exit"
     p2 = Policy(settle_s=0, fault_tolerant_policy="on_failure")
     st = started()
-    st, _ = st.apply(Exit("j", 0, "n0", 102, exit_code=3), 102, p2)
-    _, decs = st.tick(102, p2)
+    _, decs = st.apply(Exit("j", 0, "n0", 102, exit_code=3), 102, p2)
     assert decs[0].action == "restart"
 
 
@@ -90,8 +94,7 @@ def test_budget_exhausted_fails_and_attempts_reset_state() -> None:
         st, _ = st.apply(RunStart("j", attempt, "n0", ts=100.0 + attempt), 0, P)
         st, _ = st.apply(hit("connection-error", "retryable", 101 + attempt, 1,
                              attempt=attempt), 0, P)
-        st, _ = st.apply(Exit("j", attempt, "n0", 102 + attempt, exit_code=1), 0, P)
-        st, decs = st.tick(1000, P)
+        st, decs = st.apply(Exit("j", attempt, "n0", 102 + attempt, exit_code=1), 0, P)
         assert len(decs) == 1
         expected = "restart" if attempt < 2 else "fail"
         assert decs[0].action == expected, (attempt, decs[0].message)
@@ -128,8 +131,7 @@ def test_same_error_limit() -> None:
     for attempt in range(2):
         st, _ = st.apply(RunStart("j", attempt, "n0", ts=100.0), 0, p)
         st, _ = st.apply(hit("nccl-error", "retryable", 101, 0, attempt=attempt), 0, p)
-        st, _ = st.apply(Exit("j", attempt, "n0", 102, exit_code=1), 0, p)
-        st, decs = st.tick(103, p)
+        st, decs = st.apply(Exit("j", attempt, "n0", 102, exit_code=1), 0, p)
         actions.append(decs[0].action)
     assert actions == ["restart", "fail"]
 
@@ -159,10 +161,11 @@ def test_failure_rate_in_async_mode() -> None:
 
 
 def test_state_round_trips_through_dict() -> None:
-    st = started()
+    st = started(nodes=("n0", "n1"))
     st, _ = st.apply(hit("conn", "retryable", 101, 1), 0, P)
     st, _ = st.apply(Output("j", 0, "n0", 101, 1, ((1, 101.0),), (TailLine(1, 101, "x"),)), 0, P)
     st, _ = st.apply(Exit("j", 0, "n0", 102, exit_code=1), 50, P)
+    assert st.phase == SETTLING and st.failure_ts == 102 and st.failure_seen_at == 50
     again = JobState.from_dict(st.to_dict())
     assert again == st
     assert again.tick(1000, P)[1][0].id == st.tick(1000, P)[1][0].id

@@ -101,13 +101,12 @@ def all_kinds_of_decisions() -> list:
         st, d = st.apply(Notice("j", 0, "n0", 101.0, kind, data), 101.0, p)
         decs += d
     st, _ = st.apply(td.hit("nvidia-xid", "hardware", 101.0), 101.0, p)
-    decs += st.tick(102.0, p)[1]  # blacklist
+    decs += st.tick(102.0 + p.node_lost_s, p)[1]  # blacklist (no heartbeats: fallback)
     st = td.start(("a", "b"), policy=p)
     st, _ = st.apply(Exit("j", 0, "a", 110, 0), 110, p)
     decs += st.apply(Heartbeat("j", 0, "b", 1000, True, 999), 0, p)[1]  # exit-hang
     st = td.start(policy=p)
-    st, _ = st.apply(Exit("j", 0, "n0", 110, 3), 110, p)
-    decs += st.tick(111, p)[1]  # exit, fail
+    decs += st.apply(Exit("j", 0, "n0", 110, 3), 110, p)[1]  # exit, fail (all exited)
     return decs
 
 
