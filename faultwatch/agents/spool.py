@@ -83,16 +83,12 @@ def parse_frames(data: bytes) -> tuple[list[tuple[int, Record]], int]:
     corrupt = 0
     pos, n = 0, len(data)
     while pos < n:
-        if data[pos:pos + 4] != MAGIC or pos + _HEAD.size > n:
-            corrupt += 1
-            nxt = data.find(MAGIC, pos + 1)
-            if nxt < 0:
-                break
-            pos = nxt
-            continue
-        _, vlen, crc, rid, ts, flags, nlines, klen = _HEAD.unpack_from(data, pos)
-        end = pos + _HEAD.size + klen + vlen
-        if end > n or zlib.crc32(data[pos + _CRC_FROM:end]) != crc:
+        intact = data[pos:pos + 4] == MAGIC and pos + _HEAD.size <= n
+        if intact:
+            _, vlen, crc, rid, ts, flags, nlines, klen = _HEAD.unpack_from(data, pos)
+            end = pos + _HEAD.size + klen + vlen
+            intact = end <= n and zlib.crc32(data[pos + _CRC_FROM:end]) == crc
+        if not intact:  # torn or corrupt: count it and resync at the next magic
             corrupt += 1
             nxt = data.find(MAGIC, pos + 1)
             if nxt < 0:
