@@ -168,8 +168,10 @@ def run_start_of(d: dict[str, Any]) -> RunStart:
     try:
         return RunStart(job=str(d["job"]), attempt=int(d["attempt"]), node=str(d["node"]),
                         ts=float(d["ts"]), run_id=str(d.get("run_id", "")),
-                        world_size=d.get("world_size"), nnodes=d.get("nnodes"),
-                        rank=d.get("rank"), local_ranks=tuple(d.get("local_ranks") or ()),
+                        world_size=_opt_int(d.get("world_size"), "world_size"),
+                        nnodes=_opt_int(d.get("nnodes"), "nnodes"),
+                        rank=_opt_int(d.get("rank"), "rank"),
+                        local_ranks=tuple(int(r) for r in d.get("local_ranks") or ()),
                         host=str(d.get("host", "")), pid=int(d.get("pid", 0)),
                         cmd=tuple(d.get("cmd") or ()),
                         agent_version=str(d.get("agent_version", "")))
@@ -181,7 +183,8 @@ def heartbeat_of(d: dict[str, Any]) -> Heartbeat:
     try:
         return Heartbeat(job=str(d["job"]), attempt=int(d["attempt"]), node=str(d["node"]),
                          ts=float(d["ts"]), alive=bool(d["alive"]),
-                         last_output_ts=d.get("last_output_ts"), started_ts=d.get("started_ts"))
+                         last_output_ts=_opt_float(d.get("last_output_ts"), "last_output_ts"),
+                         started_ts=_opt_float(d.get("started_ts"), "started_ts"))
     except (KeyError, TypeError, ValueError) as e:
         raise DecodeError(f"malformed heartbeat record: {e!r}") from None
 
@@ -189,7 +192,8 @@ def heartbeat_of(d: dict[str, Any]) -> Heartbeat:
 def exit_of(d: dict[str, Any]) -> Exit:
     try:
         return Exit(job=str(d["job"]), attempt=int(d["attempt"]), node=str(d["node"]),
-                    ts=float(d["ts"]), exit_code=int(d["exit_code"]), signal=d.get("signal"))
+                    ts=float(d["ts"]), exit_code=int(d["exit_code"]),
+                    signal=_opt_int(d.get("signal"), "signal"))
     except (KeyError, TypeError, ValueError) as e:
         raise DecodeError(f"malformed exit record: {e!r}") from None
 
@@ -270,12 +274,24 @@ def signals_of_record(d: dict[str, Any]) -> list[Signal]:
     return out
 
 
-def _opt_int(x: Any) -> int | None:
-    return None if x is None else int(x)
+def _opt_int(x: Any, name: str = "value") -> int | None:
+    """An optional integer field; junk raises ValueError naming the field (-> DecodeError)."""
+    if x is None:
+        return None
+    try:
+        return int(x)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be an integer or null, got {x!r}") from None
 
 
-def _opt_float(x: Any) -> float | None:
-    return None if x is None else float(x)
+def _opt_float(x: Any, name: str = "value") -> float | None:
+    """An optional number field; junk raises ValueError naming the field (-> DecodeError)."""
+    if x is None:
+        return None
+    try:
+        return float(x)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be a number or null, got {x!r}") from None
 
 
 def notice_of(d: dict[str, Any]) -> Notice:
@@ -303,14 +319,16 @@ def signal_of(d: dict[str, Any]) -> Signal:
     try:
         if t == "prog":
             return Progress(job=str(d["job"]), attempt=int(d["attempt"]), node=str(d["node"]),
-                            ts=float(d["ts"]), rank=_opt_int(d.get("rank")), step=int(d["step"]),
-                            total=_opt_int(d.get("total")),
-                            step_time_s=_opt_float(d.get("step_time_s")),
+                            ts=float(d["ts"]), rank=_opt_int(d.get("rank"), "rank"),
+                            step=int(d["step"]),
+                            total=_opt_int(d.get("total"), "total"),
+                            step_time_s=_opt_float(d.get("step_time_s"), "step_time_s"),
                             source=str(d.get("src", "log")))
         if t == "stage":
             return Stage(job=str(d["job"]), attempt=int(d["attempt"]), node=str(d["node"]),
-                         ts=float(d["ts"]), rank=_opt_int(d.get("rank")), stage=str(d["stage"]),
-                         opens=bool(d["opens"]), hang_window_s=_opt_float(d.get("hang_window_s")),
+                         ts=float(d["ts"]), rank=_opt_int(d.get("rank"), "rank"),
+                         stage=str(d["stage"]), opens=bool(d["opens"]),
+                         hang_window_s=_opt_float(d.get("hang_window_s"), "hang_window_s"),
                          source=str(d.get("src", "log")))
         if t == "hit":
             m = dict(d["m"])

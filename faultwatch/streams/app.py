@@ -159,12 +159,13 @@ def build_app(cfg: ProcessorConfig) -> faust.App:
     async def dead_letter(event: Any, err: Exception) -> None:
         msg = event.message
         metrics.dead_letters += 1
+        err_text = str(err) if isinstance(err, DecodeError) else f"{type(err).__name__}: {err}"
         log_event("dead_letter", topic=msg.topic, partition=msg.partition, offset=msg.offset,
-                  error=str(err))
+                  error=err_text)
         raw = event.value if isinstance(event.value, bytes) else b""
         await dead_t.send(key=event.key, force=True, value=orjson.dumps({
             "v": SCHEMA_VERSION, "topic": msg.topic, "partition": msg.partition,
-            "offset": msg.offset, "error": str(err),
+            "offset": msg.offset, "error": err_text,
             "value_b64": base64.b64encode(raw[:1_000_000]).decode()}))
 
     @app.agent(logs_t)
@@ -188,7 +189,7 @@ def build_app(cfg: ProcessorConfig) -> faust.App:
                         logs_lag[event.message.partition] = time.time() - float(rec["ts"])
                     sigs = signals_of(rec, matcher)
                     dicts = [signal_dict(x) for x in sigs]
-                except (DecodeError, KeyError, TypeError, ValueError) as e:
+                except Exception as e:  # noqa: BLE001 - one bad record never stops the worker
                     await dead_letter(event, e)
                     continue
                 for sig, d in zip(sigs, dicts, strict=True):
@@ -275,11 +276,11 @@ def build_app(cfg: ProcessorConfig) -> faust.App:
                         await tick_partition(partition, float(d["now"]))
                         continue
                     sigs = signals_of_record(d)
-                except (DecodeError, KeyError, TypeError, ValueError) as e:
+                    if sigs:
+                        await fold(partition, sigs)
+                except Exception as e:  # noqa: BLE001 - one bad record never stops the worker
                     await dead_letter(event, e)
                     continue
-                if sigs:
-                    await fold(partition, sigs)
             if pending:  # decisions delivered before the batch is acked (at least once)
                 futs = pending[:]
                 pending.clear()

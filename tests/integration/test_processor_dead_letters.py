@@ -1,0 +1,85 @@
+"""Bad records never stop a processor: each goes to the dead-letter topic with its topic,
+partition and offset, and the next good job is still decided."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from pathlib import Path
+
+import orjson
+import pytest
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+
+from faultwatch import wire
+from faultwatch.core.events import Exit, Line, RunStart
+from tests.e2e.cluster import processor, wait_decisions
+
+pytestmark = pytest.mark.kafka
+
+BAD: list[bytes] = [
+    b"not json at all",
+    orjson.dumps({"v": 99, "t": "lines"}),  # a schema version we do not know
+    orjson.dumps({"v": 1, "t": "start", "job": "bad", "attempt": 0, "node": "n", "ts": 1.0,
+                  "world_size": "big"}),
+    orjson.dumps({"v": 1, "t": "hb", "job": "bad", "attempt": 0, "node": "n", "ts": 1.0,
+                  "alive": True, "last_output_ts": "yesterday"}),
+    orjson.dumps({"v": 1, "t": "lines", "job": "bad", "attempt": 0, "node": "n",
+                  "lines": [["o", "seq?", 1.0, "text", 0, 0]]}),
+]
+
+
+async def produce(bootstrap: str, topic: str, records: list[tuple[bytes, bytes]]) -> None:
+    p = AIOKafkaProducer(bootstrap_servers=bootstrap)
+    await p.start()
+    try:
+        for key, value in records:
+            await p.send_and_wait(topic, value, key=key)
+    finally:
+        await p.stop()
+
+
+async def read_all(bootstrap: str, topic: str, want: int, timeout_s: float) -> list[dict]:
+    c = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest",
+                         group_id=None)
+    await c.start()
+    out: list[dict] = []
+    try:
+        deadline = time.time() + timeout_s
+        while len(out) < want and time.time() < deadline:
+            batch = await c.getmany(timeout_ms=500)
+            out += [orjson.loads(m.value) for msgs in batch.values() for m in msgs]
+    finally:
+        await c.stop()
+    return out
+
+
+def test_bad_records_are_dead_lettered_and_the_processor_goes_on(kafka_bootstrap: str,
+                                                                 tmp_path: Path) -> None:
+    prefix = f"dl{uuid.uuid4().hex[:8]}."
+    with processor(kafka_bootstrap, prefix, tmp_path / "processor.log", "--settle-s", "0.5"
+                   ) as proc:
+        time.sleep(2.0)
+        asyncio.run(produce(kafka_bootstrap, f"{prefix}logs",
+                            [(wire.log_key("bad", "n"), v) for v in BAD]))
+        job, t = f"good-{uuid.uuid4().hex[:6]}", time.time()
+        key = wire.log_key(job, "n0")
+        good = [
+            wire.encode_run_start(RunStart(job, 0, "n0", t)),
+            wire.encode_lines(job, 0, "n0", "r", [
+                Line("stderr", 0, t, "[rank1]: Traceback (most recent call last):"),
+                Line("stderr", 1, t, "[rank1]: ModuleNotFoundError: No module named 'foo'")]),
+            wire.encode_exit(Exit(job, 0, "n0", t + 0.1, exit_code=1)),
+        ]
+        asyncio.run(produce(kafka_bootstrap, f"{prefix}logs", [(key, v) for v in good]))
+        decs = wait_decisions(kafka_bootstrap, prefix, job, timeout_s=60)
+        assert [d["action"] for d in decs] == ["fail"], decs
+        assert proc.poll() is None, (tmp_path / "processor.log").read_text()[-3000:]
+    dead = asyncio.run(read_all(kafka_bootstrap, f"{prefix}deadletter", len(BAD), 30))
+    assert len(dead) == len(BAD), dead
+    assert {d["topic"] for d in dead} == {f"{prefix}logs"}
+    assert all(isinstance(d["partition"], int) and isinstance(d["offset"], int) for d in dead)
+    errors = " | ".join(d["error"] for d in dead)
+    for needle in ("not JSON", "schema version", "world_size", "last_output_ts", "seq"):
+        assert needle in errors, errors
