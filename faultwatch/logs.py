@@ -22,9 +22,11 @@ def _fmt(v: Any) -> str:
     return s
 
 
-def format_event(event: str, fields: dict[str, Any], ts: float | None = None) -> str:
+def format_event(event: str, fields: dict[str, Any], ts: float | None = None,
+                 component: str | None = None) -> str:
+    """`ts=... component=... event=... k=v ...` (values with spaces or quotes are quoted)."""
     t = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ts if ts is not None else time.time()))
-    parts = [f"ts={t}Z", f"component={_COMPONENT}", f"event={event}"]
+    parts = [f"ts={t}Z", f"component={component or _COMPONENT}", f"event={event}"]
     parts += [f"{k}={_fmt(v)}" for k, v in fields.items() if v is not None]
     return " ".join(parts)
 

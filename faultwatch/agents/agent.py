@@ -29,23 +29,22 @@ from faultwatch.agents.shipper import Shipper
 from faultwatch.agents.spool import Spool
 from faultwatch.core.events import STDERR, STDOUT, Exit, Heartbeat, Line, RunStart
 from faultwatch.errors import ChildError, ConfigError
+from faultwatch.logs import format_event
 
 PIPE_DRAIN_AFTER_EXIT_S = 5.0  # grandchildren may hold the pipes open after the leader exits
 
 
 class AgentLog:
-    """The agent's own messages: one `faultwatch-agent event=... k=v` line each, on stderr."""
+    """The agent's own messages: one `ts=... component=agent event=... node=...` line each
+    (faultwatch.logs format), on stderr through the same tee as the child's stderr."""
 
     def __init__(self, node: str, tee: TeeWriter | None = None):
         self.node = node
         self.tee = tee
 
     def __call__(self, event: str, **kv: Any) -> None:
-        parts = [f"faultwatch-agent event={event} node={self.node}"]
-        for k, v in kv.items():
-            s = str(v)
-            parts.append(f"{k}={s!r}" if (" " in s or not s) else f"{k}={s}")
-        line = (" ".join(parts) + "\n").encode()
+        line = (format_event(event, {"node": self.node, **kv}, component="agent")
+                + "\n").encode()
         if self.tee is not None:
             self.tee.write(line)
         else:
