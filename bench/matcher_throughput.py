@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 from faultwatch.core.events import STDOUT, Line
-from faultwatch.core.matching import signals_of
+from faultwatch.matching import signals_of_record as signals_of
 from faultwatch.rules import Matcher, load_ruleset
 from faultwatch.wire import decode, encode_lines, encode_signal
 

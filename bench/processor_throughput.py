@@ -155,9 +155,9 @@ def core_stages(recs: list[tuple[bytes, bytes]], lines_total: int) -> dict[str, 
     change that the processor would write through (non-liveness) — and, separately, the old
     per-signal to_dict+orjson round trip for comparison."""
     from faultwatch.core.events import Heartbeat, Output, Progress
-    from faultwatch.core.job import JobState
-    from faultwatch.core.matching import signals_of
+    from faultwatch.core.job import JobState, apply
     from faultwatch.embedded import policy_for
+    from faultwatch.matching import signals_of_record as signals_of
     from faultwatch.rules import Matcher, load_ruleset
     from faultwatch.wire import decode, encode_bundle, job_key, signals_of_record
     rs = load_ruleset([])
@@ -181,7 +181,7 @@ def core_stages(recs: list[tuple[bytes, bytes]], lines_total: int) -> dict[str, 
         st = cache.get(key) or JobState(job=sigs[0].job)
         durable = False
         for sig in sigs:
-            st, _ = st.apply(sig, time.time(), policy, str(rs.version))
+            st, _ = apply(st, sig, time.time(), policy, str(rs.version))
             durable = durable or not isinstance(sig, Output | Heartbeat | Progress)
         cache[key] = st
         if durable:

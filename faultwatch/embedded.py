@@ -18,9 +18,9 @@ import orjson
 from faultwatch import __version__
 from faultwatch.agents.child import Child, ExitStatus
 from faultwatch.agents.reader import LineSplitter, pump
-from faultwatch.core.events import Decision, Heartbeat, Line, RunStart, Signal
-from faultwatch.core.job import DECIDED, DONE, JobState
-from faultwatch.core.matching import signals_of, signals_of_lines
+from faultwatch.core.events import Decision, Exit, Heartbeat, Line, RunStart, Signal
+from faultwatch.core.job import JobState, Phase, apply, tick
+from faultwatch.core.matching import signals_of_exit, signals_of_lines
 from faultwatch.core.policy import Policy
 from faultwatch.logs import log_event
 from faultwatch.render import render_decision
@@ -168,18 +168,18 @@ class EmbeddedRunner:
                     status = await child.stop(self.cfg.term_grace_s)
                     await asyncio.gather(*pumps, return_exceptions=True)
                 return status, decision
-            if status is not None and self.state.phase in (DONE, DECIDED):
+            if status is not None and self.state.phase in (Phase.DONE, Phase.DECIDED):
                 return status, None
-            if status is not None and self.state.phase == "running" and status.exit_code == 0:
+            if status is not None and self.state.phase == Phase.RUNNING and status.exit_code == 0:
                 return status, None
 
     def _feed(self, sig: Signal | list[Signal], now: float) -> None:
         for s in sig if isinstance(sig, list) else [sig]:
-            self.state, decs = self.state.apply(s, now, self.policy, self.rules.ruleset.version)
+            self.state, decs = apply(self.state, s, now, self.policy, self.rules.ruleset.version)
             self._publish(decs)
 
     def _tick(self, now: float) -> None:
-        self.state, decs = self.state.tick(now, self.policy, self.rules.ruleset.version)
+        self.state, decs = tick(self.state, now, self.policy, self.rules.ruleset.version)
         self._publish(decs)
 
     def _publish(self, decs: list[Decision]) -> None:
@@ -193,9 +193,8 @@ class EmbeddedRunner:
 
 def _exit_signal(job: str, attempt: int, node: str, now: float, status: ExitStatus,
                  matcher: Matcher) -> list[Signal]:
-    rec = {"t": "exit", "job": job, "attempt": attempt, "node": node, "ts": now,
-           "exit_code": status.exit_code, "signal": status.signal}
-    return signals_of(rec, matcher)
+    return signals_of_exit(Exit(job=job, attempt=attempt, node=node, ts=now,
+                                exit_code=status.exit_code, signal=status.signal), matcher)
 
 
 def policy_for(ruleset: RuleSet, overrides: dict[str, Any]) -> Policy:

@@ -305,6 +305,24 @@ def notice_of(d: dict[str, Any]) -> Notice:
         raise DecodeError(f"malformed note record: {e!r}") from None
 
 
+def note_signal(n: Notice) -> Progress | Stage | None:
+    """The Progress or Stage signal an SDK `progress`/`stage` note stands for, else None."""
+    d: dict[str, Any] = dict(n.data)
+    try:
+        if n.kind == "progress":
+            return Progress(n.job, n.attempt, n.node, n.ts, _opt_int(d.get("rank"), "rank"),
+                            int(d["step"]), total=_opt_int(d.get("total"), "total"),
+                            step_time_s=_opt_float(d.get("step_time_s"), "step_time_s"),
+                            source="sdk")
+        if n.kind == "stage":
+            return Stage(n.job, n.attempt, n.node, n.ts, _opt_int(d.get("rank"), "rank"),
+                         str(d["stage"]), bool(d.get("opens", True)),
+                         _opt_float(d.get("hang_window_s"), "hang_window_s"), source="sdk")
+    except (KeyError, TypeError, ValueError) as e:
+        raise DecodeError(f"malformed {n.kind} note: {e!r}") from None
+    return None
+
+
 def signal_of(d: dict[str, Any]) -> Signal:
     """The Signal object of a decoded signals-topic record."""
     t = d["t"]

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from dataclasses import dataclass
 from typing import Any
 
+from faultwatch.core.events import Decision
+from faultwatch.core.pmap import PMap
 from faultwatch.core.policy import Policy
+from faultwatch.core.state import MAX_DECIDED, MAX_NOTIFY, JobState, Phase
+
+Result = tuple[JobState, list[Decision]]
 
 BLACKLIST_MAX_S = 7 * 24 * 3600.0
 RESTART_HISTORY = 32  # restart times kept for the storm guard
@@ -56,14 +62,57 @@ def guard_restart(action: str, message: str, now: float, policy: Policy, restart
 
 
 def blacklist_terms(nodes: tuple[str, ...], now: float, policy: Policy,
-                    blacklist: dict[str, tuple[int, float]]
-                    ) -> tuple[dict[str, tuple[int, float]], dict[str, Any]]:
+                    blacklist: PMap[str, tuple[int, float]]
+                    ) -> tuple[PMap[str, tuple[int, float]], dict[str, Any]]:
     """Each blacklisting of a node doubles its duration (capped): strikes and expiry."""
-    out = dict(blacklist)
+    out = blacklist
     ev: dict[str, Any] = {}
     for n in nodes:
         strikes = out.get(n, (0, 0.0))[0] + 1
         dur = min(policy.blacklist_s * 2 ** (strikes - 1), BLACKLIST_MAX_S)
-        out[n] = (strikes, now + dur)
+        out = out.set(n, (strikes, now + dur))
         ev[n] = {"strikes": strikes, "duration_s": dur, "until": round(now + dur, 3)}
     return out, ev
+
+
+def emit(st: JobState, kind: str, episode: str, action: str, now: float, policy: Policy,
+         rv: str, *, nodes: tuple[str, ...], ranks: tuple[int, ...], rule: str | None,
+         category: str | None, message: str, evidence: dict[str, Any],
+         candidates: tuple[str, ...] = ()) -> Result:
+    """Budget and storm guard for restarts, then publish once per (attempt, kind, episode).
+    `notify` decisions leave the phase alone and cost no budget."""
+    did = decision_id(st.job, st.attempt, kind, episode)
+    if did in st.decided:
+        return (st if action == "notify" else dataclasses.replace(st, phase=Phase.DECIDED)), []
+    decided = (st.decided + (did,))[-MAX_DECIDED:]
+    if action == "notify":
+        if st.notified >= MAX_NOTIFY:
+            return st, []
+        st = dataclasses.replace(st, decided=decided, notified=st.notified + 1)
+        budgets: dict[str, object] = {"restarts_used": st.restarts_used,
+                                      "max_restarts": policy.max_restarts}
+        return st, [Decision(id=did, job=st.job, attempt=st.attempt, action=action, kind=kind,
+                             ts=now, nodes=nodes, ranks=ranks, rule=rule, category=category,
+                             message=message, evidence=evidence, budgets=budgets,
+                             rules_version=rv)]
+    g = guard_restart(action, message, now, policy, st.restarts_used, st.restart_times)
+    evidence = {**evidence, **g.evidence}
+    blacklist = st.blacklist
+    if g.action == "blacklist":
+        blacklist, terms = blacklist_terms(nodes, now, policy, st.blacklist)
+        evidence["blacklist"] = terms
+    if g.action in ("restart", "blacklist"):
+        cands = st.blacklist_candidates(policy, candidates)
+        if cands:
+            evidence["blacklist_candidates"] = cands
+    st = dataclasses.replace(st, phase=Phase.DECIDED, decided=decided,
+                             restarts_used=g.restarts_used, restart_times=g.restart_times,
+                             blacklist=blacklist)
+    budgets = {"restarts_used": st.restarts_used, "max_restarts": policy.max_restarts,
+               "max_same_error": policy.max_same_error,
+               "storm_max_restarts": policy.storm_max_restarts,
+               "storm_window_s": policy.storm_window_s}
+    dec = Decision(id=did, job=st.job, attempt=st.attempt, action=g.action, kind=kind, ts=now,
+                   nodes=nodes, ranks=ranks, rule=rule, category=category, message=g.message,
+                   evidence=evidence, budgets=budgets, rules_version=rv)
+    return st, [dec]

@@ -21,28 +21,15 @@ process hangs instead of exiting.
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from faultwatch.core.events import Decision, Hit, Match
+from faultwatch.core.decide import emit
+from faultwatch.core.events import Decision, Match
 from faultwatch.core.policy import Policy
 from faultwatch.core.root import default_action, pick_root
+from faultwatch.core.state import JobState, Phase
 
-if TYPE_CHECKING:
-    from faultwatch.core.job import JobState
-
-MAX_CONTEXT = 40
-
-
-def on_hit(st: JobState, hit: Hit, now: float) -> JobState:
-    from faultwatch.core.job import MAX_HITS, RUNNING, SETTLING
-
-    if len(st.hits) >= MAX_HITS:
-        return st
-    st = dataclasses.replace(st, hits=st.hits + (hit,))
-    m = hit.match
-    if m.category == "hardware" and not m.cascade and st.phase == RUNNING:
-        st = dataclasses.replace(st, phase=SETTLING, failure_seen_at=now, failure_ts=m.ts)
-    return st
+MAX_CONTEXT = 40  # traceback lines carried in a decision's evidence
 
 
 def settled_by(st: JobState, policy: Policy) -> str | None:
@@ -145,15 +132,14 @@ def decide(st: JobState, now: float, policy: Policy, rv: str,
     start = min((n.started_ts for n in st.nodes.values()), default=None)
     end = max((n.exit_ts for n in failed if n.exit_ts is not None), default=now)
     if start is not None and end - start < policy.short_attempt_s:
-        short_fails = dict(short_fails)
         for n in failed:
-            short_fails[n.node] = short_fails.get(n.node, 0) + 1
+            short_fails = short_fails.set(n.node, short_fails.get(n.node, 0) + 1)
         evidence["short_attempt_s"] = round(end - start, 3)
     st = dataclasses.replace(st, short_fails=short_fails)
     if root is not None and action in ("restart", "blacklist"):
         key = f"{root.rule}@{root_hit.node if root_hit else ''}#{root.rank}"
         count = st.same_error.get(key, 0) + 1
-        st = dataclasses.replace(st, same_error={**st.same_error, key: count})
+        st = dataclasses.replace(st, same_error=st.same_error.set(key, count))
         evidence["same_error_count"] = count
         if count > policy.max_same_error:
             action = "fail"
@@ -174,11 +160,10 @@ def decide(st: JobState, now: float, policy: Policy, rv: str,
         nodes = tuple(n.node for n in failed)
     else:
         nodes = tuple(sorted(st.nodes))
-    out, decs = st.emit(kind, "failure", action, now, policy, rv, nodes=nodes, ranks=ranks,
-                        rule=rule, category=category, message=message, evidence=evidence)
+    out, decs = emit(st, kind, "failure", action, now, policy, rv, nodes=nodes, ranks=ranks,
+                     rule=rule, category=category, message=message, evidence=evidence)
     if action == "notify":  # a rule that only notifies: the failure is not acted upon
-        from faultwatch.core.job import DECIDED
-        out = dataclasses.replace(out, phase=DECIDED)
+        out = dataclasses.replace(out, phase=Phase.DECIDED)
     return out, decs
 
 

@@ -1,4 +1,4 @@
-"""The matcher stage: one decoded logs-topic record in, the job signals it implies out."""
+"""Lines to signals: what a node's lines (or exit) imply for its job; pure, no record format."""
 
 from __future__ import annotations
 
@@ -6,23 +6,19 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 from faultwatch.core.events import (
+    Exit,
     Hit,
     Line,
     Match,
-    Notice,
     Output,
     Progress,
     Signal,
     Stage,
     TailLine,
 )
-from faultwatch.errors import DecodeError
-from faultwatch.wire import exit_of, heartbeat_of, line_rows, notice_of, run_start_of
 
 TAIL_LINES = 8  # last lines of a batch forwarded as silence evidence
 TAIL_CHARS = 500  # ... each cut to this (retryable patterns are searched in the tail)
-# note kinds the job state uses as they are (progress and stage notes become signals)
-NOTICE_KINDS = ("notify", "retryable_errors", "bootcheck", "gap", "spawn_failed")
 
 
 class ProgressLike(Protocol):
@@ -58,34 +54,6 @@ class LineMatcher(Protocol):
     def match_exit(self, exit_code: int, signal: int | None, ts: float) -> Match | None: ...
 
 
-def signals_of(record: dict[str, Any], matcher: LineMatcher) -> list[Signal]:
-    """Signals for one logs-topic record (already decoded); raises DecodeError if malformed."""
-    t = record["t"]
-    if t == "lines":
-        return _lines(record, matcher)
-    if t == "start":
-        return [run_start_of(record)]
-    if t == "hb":
-        return [heartbeat_of(record)]
-    if t == "exit":
-        ev = exit_of(record)
-        m = matcher.match_exit(ev.exit_code, ev.signal, ev.ts)
-        hit: list[Signal] = [] if m is None else [Hit(ev.job, ev.attempt, ev.node, m)]
-        return hit + [ev]
-    if t == "note":
-        return _note(notice_of(record))
-    raise DecodeError(f"unknown record type {t!r}")
-
-
-def _lines(record: dict[str, Any], matcher: LineMatcher) -> list[Signal]:
-    lines = line_rows(record)
-    try:
-        job, attempt, node = str(record["job"]), int(record["attempt"]), str(record["node"])
-    except (KeyError, TypeError, ValueError) as e:
-        raise DecodeError(f"malformed lines record: {e!r}") from None
-    return signals_of_lines(job, attempt, node, lines, matcher, rank=record.get("rank"))
-
-
 def signals_of_lines(job: str, attempt: int, node: str, lines: Sequence[Line],
                      matcher: LineMatcher, *, rank: int | None = None) -> list[Signal]:
     """An Output (liveness and tail) and one Hit per rule match for a batch of lines."""
@@ -107,25 +75,8 @@ def signals_of_lines(job: str, attempt: int, node: str, lines: Sequence[Line],
     return out
 
 
-def _note(n: Notice) -> list[Signal]:
-    """SDK/agent notes: progress and stage notes become signals; others pass through."""
-    d: dict[str, Any] = dict(n.data)
-    try:
-        if n.kind == "progress":
-            st = d.get("step_time_s")
-            rank = d.get("rank")
-            return [Progress(n.job, n.attempt, n.node, n.ts, None if rank is None else int(rank),
-                             int(d["step"]),
-                             total=None if d.get("total") is None else int(d["total"]),
-                             step_time_s=None if st is None else float(st), source="sdk")]
-        if n.kind == "stage":
-            hw = d.get("hang_window_s")
-            rank = d.get("rank")
-            return [Stage(n.job, n.attempt, n.node, n.ts, None if rank is None else int(rank),
-                          str(d["stage"]), bool(d.get("opens", True)),
-                          None if hw is None else float(hw), source="sdk")]
-    except (KeyError, TypeError, ValueError) as e:
-        raise DecodeError(f"malformed {n.kind} note: {e!r}") from None
-    if n.kind in NOTICE_KINDS:
-        return [n]
-    return []  # a note kind this processor does not know: newer agent, ignore
+def signals_of_exit(ev: Exit, matcher: LineMatcher) -> list[Signal]:
+    """The exit, preceded by the Hit of an exit rule that matches its status (if any)."""
+    m = matcher.match_exit(ev.exit_code, ev.signal, ev.ts)
+    out: list[Signal] = [] if m is None else [Hit(ev.job, ev.attempt, ev.node, m)]
+    return out + [ev]

@@ -14,16 +14,14 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from faultwatch.core.decide import Result, emit
 from faultwatch.core.events import Decision, Notice, Progress, RunStart
 from faultwatch.core.policy import Policy
 from faultwatch.core.progress import SLOW_CHECK_S, scan_slow
+from faultwatch.core.state import JobState
 
-if TYPE_CHECKING:
-    from faultwatch.core.job import JobState
-
-Result = tuple["JobState", list[Decision]]
 MAX_PATTERNS = 64
 
 
@@ -39,7 +37,7 @@ def on_start(st: JobState, ev: RunStart, policy: Policy, rv: str) -> Result:
     if spread < policy.skew_warn_s:
         return st, []
     st = dataclasses.replace(st, flags=st.flags | {"skew"})
-    return st.emit("skew", "start-skew", "notify", ev.ts, policy, rv,
+    return emit(st, "skew", "start-skew", "notify", ev.ts, policy, rv,
                    nodes=(starts[-1][1],), ranks=(), rule=None, category=None,
                    message=f"nodes started {spread:.0f}s apart: {starts[0][1]} first, "
                            f"{starts[-1][1]} last (warn at {policy.skew_warn_s:g}s)",
@@ -65,10 +63,10 @@ def on_progress(st: JobState, ev: Progress, policy: Policy, rv: str) -> Result:
         slow_nodes = st.slow_nodes
         if f"slownode:{node}" not in flags:
             flags = flags | {f"slownode:{node}"}
-            slow_nodes = {**slow_nodes, node: slow_nodes.get(node, 0) + 1}
+            slow_nodes = slow_nodes.set(node, slow_nodes.get(node, 0) + 1)
         st = dataclasses.replace(st, flags=flags, slow_nodes=slow_nodes)
         assert rp.step_time_s is not None
-        st, d = st.emit("slow", f"slow:{rank}", "notify", ev.ts, policy, rv, nodes=(node,),
+        st, d = emit(st, "slow", f"slow:{rank}", "notify", ev.ts, policy, rv, nodes=(node,),
                         ranks=(rank,), rule=None, category=None,
                         message=f"rank {rank} on {node} is slow: step {rp.step_time_s:.3f}s vs "
                                 f"median {med:.3f}s ({rp.step_time_s / med:.1f}x)"
@@ -99,7 +97,7 @@ def on_notice(st: JobState, ev: Notice, policy: Policy, rv: str) -> Result:
         msg = str(d.get("message", ""))[:2000]
         level = str(d.get("level", "info"))
         rank = d.get("rank")
-        return st.emit("custom", _episode(ev.node, ev.ts, msg), "notify", ev.ts, policy, rv,
+        return emit(st, "custom", _episode(ev.node, ev.ts, msg), "notify", ev.ts, policy, rv,
                        nodes=(ev.node,), ranks=() if rank is None else (int(rank),), rule=None,
                        category=level, message=msg,
                        evidence={"level": level, "node": ev.node, "ts": ev.ts})
@@ -110,14 +108,14 @@ def on_notice(st: JobState, ev: Notice, policy: Policy, rv: str) -> Result:
         bad = [c for c in checks if not c.get("ok", True)]
         st = dataclasses.replace(st, flags=st.flags | {f"boot:{ev.node}"})
         names = ", ".join(str(c.get("name")) for c in bad[:8]) or "?"
-        return st.emit("bootcheck", f"boot:{ev.node}", "notify", ev.ts, policy, rv,
+        return emit(st, "bootcheck", f"boot:{ev.node}", "notify", ev.ts, policy, rv,
                        nodes=(ev.node,), ranks=(), rule=None, category="hardware",
                        message=f"boot checks failed on {ev.node}: {names}",
                        evidence={"node": ev.node, "failed": bad[:32],
                                  "blacklist_candidate": True})
     if ev.kind == "gap":
         lines = d.get("dropped_lines", d.get("lines"))
-        return st.emit("gap", _episode(ev.node, ev.ts), "notify", ev.ts, policy, rv,
+        return emit(st, "gap", _episode(ev.node, ev.ts), "notify", ev.ts, policy, rv,
                        nodes=(ev.node,), ranks=(), rule=None, category=None,
                        message=f"{ev.node} dropped {lines if lines is not None else 'some'} "
                                f"output line(s) ({d.get('reason', 'gap')})",

@@ -13,22 +13,19 @@ node lost in processor time.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+import dataclasses
+from typing import Any
 
-from faultwatch.core.events import Decision
+from faultwatch.core.decide import Result, emit
+from faultwatch.core.pmap import PMap
 from faultwatch.core.policy import Policy
-from faultwatch.core.windows import DEFAULT_STAGE, choose_window
-
-if TYPE_CHECKING:
-    from faultwatch.core.job import JobState, NodeState
-
-Result = tuple["JobState", list[Decision]]
+from faultwatch.core.state import STEPS_HIST, JobState, NodeState, Phase
+from faultwatch.core.windows import DEFAULT_STAGE, WARMUP_STEPS, choose_window
 
 
 def check(st: JobState, policy: Policy, rv: str) -> Result:
-    from faultwatch.core.job import RUNNING
-
-    if st.phase != RUNNING:
+    """Exit hang, hang, progress stall and missing nodes, in event time (heartbeats)."""
+    if st.phase != Phase.RUNNING:
         return st, []
     alive = [n for n in st.nodes.values() if n.alive]
     if not alive or any(n.last_hb_ts is None for n in alive):
@@ -43,7 +40,7 @@ def check(st: JobState, policy: Policy, rv: str) -> Result:
                   "window_s": policy.exit_hang_window_s,
                   "last_lines": st.last_lines_per_rank()}
             first = min(finished, key=lambda n: n.exit_ts or 0.0)
-            return st.emit("exit-hang", "exit-hang", "restart", now_ev, policy, rv,
+            return emit(st, "exit-hang", "exit-hang", "restart", now_ev, policy, rv,
                            nodes=tuple(sorted(st.nodes)), ranks=(), rule=None, category=None,
                            evidence=ev, message=f"{len(alive)} node(s) still running "
                                                 f"{now_ev - first_done:.0f}s after "
@@ -95,18 +92,15 @@ def _hang(st: JobState, alive: list[NodeState], now_ev: float, policy: Policy,
           f"{basis['basis']})"
     if culprit is not None:
         msg += f"; rank {culprit} went quiet first"
-    return st.emit("hang", "hang", "restart", now_ev, policy, rv, nodes=tuple(sorted(st.nodes)),
+    return emit(st, "hang", "hang", "restart", now_ev, policy, rv, nodes=tuple(sorted(st.nodes)),
                    ranks=() if culprit is None else (culprit,), rule=None, category=None,
                    message=msg, evidence=evidence)
 
 
 def _stall(st: JobState, now_ev: float, policy: Policy, rv: str) -> Result | None:
-    from faultwatch.core.job import STEPS_HIST
-    from faultwatch.core.windows import WARMUP_STEPS
-
     if st.steps < WARMUP_STEPS or st.step_ts is None or st.last_output_ts is None:
         return None
-    hists = {DEFAULT_STAGE: st.hists[STEPS_HIST]} if STEPS_HIST in st.hists else {}
+    hists = PMap({DEFAULT_STAGE: st.hists[STEPS_HIST]} if STEPS_HIST in st.hists else {})
     window, basis = choose_window(policy, st.open_stages(), hists, True)
     if window is None:
         return None
@@ -125,14 +119,12 @@ def _stall(st: JobState, now_ev: float, policy: Policy, rv: str) -> Result | Non
         "last_lines": st.last_lines_per_rank(),
     }
     msg = f"no step advanced for {stalled:.1f}s while output continued (window {window:g}s)"
-    return st.emit("progress-stall", "progress-stall", "restart", now_ev, policy, rv,
+    return emit(st, "progress-stall", "progress-stall", "restart", now_ev, policy, rv,
                    nodes=tuple(sorted(st.nodes)), ranks=(), rule=None, category=None,
                    message=msg, evidence=evidence)
 
 
 def _missing_nodes(st: JobState, now_ev: float, policy: Policy, rv: str) -> Result:
-    import dataclasses
-
     expected = st.expected_nodes
     if not expected or len(st.nodes) >= expected or "missing" in st.flags:
         return st, []
@@ -141,7 +133,7 @@ def _missing_nodes(st: JobState, now_ev: float, policy: Policy, rv: str) -> Resu
         return st, []
     st = dataclasses.replace(st, flags=st.flags | {"missing"})
     missing = expected - len(st.nodes)
-    return st.emit("skew", "missing-nodes", "notify", now_ev, policy, rv, nodes=(), ranks=(),
+    return emit(st, "skew", "missing-nodes", "notify", now_ev, policy, rv, nodes=(), ranks=(),
                    rule=None, category=None,
                    message=f"{missing} of {expected} node(s) not started "
                            f"{now_ev - first:.0f}s after the first",
@@ -150,6 +142,7 @@ def _missing_nodes(st: JobState, now_ev: float, policy: Policy, rv: str) -> Resu
 
 
 def check_lost(st: JobState, now: float, policy: Policy, rv: str) -> Result:
+    """Node lost: a live node sent nothing for node_lost_s of processor time."""
     lost = [n for n in st.nodes.values() if n.alive and n.seen_at is not None
             and now - n.seen_at >= policy.node_lost_s]
     if not lost:
@@ -162,7 +155,7 @@ def check_lost(st: JobState, now: float, policy: Policy, rv: str) -> Result:
         "window_s": policy.node_lost_s, "last_lines": st.last_lines_per_rank(),
     }
     targets = tuple(sorted(st.nodes)) if policy.execution_mode == "sync" else names
-    return st.emit("node-lost", "node-lost", "restart", now, policy, rv, nodes=targets, ranks=(),
+    return emit(st, "node-lost", "node-lost", "restart", now, policy, rv, nodes=targets, ranks=(),
                    rule=None, category=None, candidates=names, evidence=evidence,
                    message=f"no heartbeat from {', '.join(names)} for "
                            f"{now - max(n.seen_at or now for n in lost):.0f}s "

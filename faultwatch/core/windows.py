@@ -10,9 +10,10 @@ log-bucketed histogram (a few dozen integers per job and stage).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
+from faultwatch.core.pmap import PMap
 from faultwatch.core.policy import Policy
 
 GAP_MIN_S = 1 / 16  # gaps below this are not samples (same batch, clock jitter)
@@ -36,9 +37,10 @@ def _upper(bucket: int) -> float:
 
 @dataclass(frozen=True, slots=True)
 class GapHist:
-    """Counts of observed gaps in log2 buckets (upper bounds are ~19% apart)."""
+    """Counts of observed gaps in log2 buckets (upper bounds are ~19% apart), as
+    (bucket, count) pairs sorted by bucket: immutable, a few dozen pairs at most."""
 
-    counts: dict[int, int] = field(default_factory=dict)
+    counts: tuple[tuple[int, int], ...] = ()
     n: int = 0
 
     def add(self, gap: float) -> GapHist:
@@ -51,21 +53,21 @@ class GapHist:
         if n > MAX_COUNT:
             counts = {k: v // 2 for k, v in counts.items() if v // 2}
             n = sum(counts.values())
-        return GapHist(counts, n)
+        return GapHist(tuple(sorted(counts.items())), n)
 
     def quantile(self, q: float) -> float | None:
         if self.n == 0:
             return None
         need = q * self.n
         seen = 0
-        for b in sorted(self.counts):
-            seen += self.counts[b]
+        for b, c in self.counts:
+            seen += c
             if seen >= need:
                 return _upper(b)
-        return _upper(max(self.counts))
+        return _upper(self.counts[-1][0])
 
     def max(self) -> float | None:
-        return _upper(max(self.counts)) if self.counts else None
+        return _upper(self.counts[-1][0]) if self.counts else None
 
     def learned(self, policy: Policy) -> float | None:
         """The adaptive window this histogram implies, or None before MIN_SAMPLES gaps."""
@@ -82,12 +84,12 @@ class GapHist:
                 "max_s": _r(self.max())}
 
     def to_list(self) -> list[list[int]]:
-        return [[k, v] for k, v in sorted(self.counts.items())]
+        return [[k, v] for k, v in self.counts]
 
     @classmethod
     def from_list(cls, rows: list[list[int]]) -> GapHist:
         counts = {int(k): int(v) for k, v in rows}
-        return cls(counts, sum(counts.values()))
+        return cls(tuple(sorted(counts.items())), sum(counts.values()))
 
 
 def _r(x: float | None) -> float | None:
@@ -103,7 +105,7 @@ class OpenStage:
     since: float
 
 
-def choose_window(policy: Policy, stages: list[OpenStage], hists: dict[str, GapHist],
+def choose_window(policy: Policy, stages: list[OpenStage], hists: PMap[str, GapHist],
                   warmed_up: bool) -> tuple[float | None, dict[str, Any]]:
     """The silence window in effect now, and how it was chosen (for the evidence).
 

@@ -16,11 +16,11 @@ import faust.streams
 import orjson
 
 from faultwatch.core.events import Heartbeat, Output, Progress
-from faultwatch.core.job import RUNNING, SETTLING, JobState
-from faultwatch.core.matching import signals_of
+from faultwatch.core.job import JobState, Phase, apply, tick
 from faultwatch.core.policy import Policy
 from faultwatch.errors import DecodeError
 from faultwatch.logs import log_event
+from faultwatch.matching import signals_of_record as signals_of_logs_record
 from faultwatch.rules import RuleSet
 from faultwatch.streams.rules_dist import attach_rules_watcher
 from faultwatch.topics import DEFAULT_PARTITIONS, Topics
@@ -39,7 +39,7 @@ REPORT_S = 10.0  # processor metrics interval
 CAUGHT_UP_S = 2.0  # a tick older than this when processed: the partition is lagging
 TICK_GAP_S = 4 * TICK_S + CAUGHT_UP_S  # no tick for this long: the clock was not watching
 GRACE_S = 5.0  # extra grace (beyond node_lost_s) after assignment/recovery before node-lost
-ACTIVE = (RUNNING, SETTLING)
+ACTIVE = (Phase.RUNNING, Phase.SETTLING)
 LIVENESS = (Output, Heartbeat, Progress)
 BATCH = 1000  # records per take_events() batch, both stages
 BATCH_WITHIN_S = 0.05  # ... or whatever arrived within this long
@@ -187,7 +187,7 @@ def build_app(cfg: ProcessorConfig) -> faust.App:
                         logs_lag[event.message.partition] = metrics.logs_event_lag_s
                     elif t == "hb":
                         logs_lag[event.message.partition] = time.time() - float(rec["ts"])
-                    sigs = signals_of(rec, matcher)
+                    sigs = signals_of_logs_record(rec, matcher)
                     dicts = [signal_dict(x) for x in sigs]
                 except Exception as e:  # noqa: BLE001 - one bad record never stops the worker
                     await dead_letter(event, e)
@@ -304,7 +304,7 @@ def build_app(cfg: ProcessorConfig) -> faust.App:
                 old = st = load(key, p) or JobState(job=sig.job)
             assert st is not None
             prev = st
-            st, decs = st.apply(sig, now, live.policy, live.rules_version)
+            st, decs = apply(st, sig, now, live.policy, live.rules_version)
             if st is not prev:
                 durable = durable or bool(decs) or st.phase != prev.phase \
                     or st.attempt != prev.attempt or not isinstance(sig, LIVENESS)
@@ -342,7 +342,7 @@ def build_app(cfg: ProcessorConfig) -> faust.App:
             if st is None:
                 p.active.discard(key)
                 continue
-            st2, decs = st.tick(now, live.policy, live.rules_version, live_clock=live_clock,
+            st2, decs = tick(st, now, live.policy, live.rules_version, live_clock=live_clock,
                                 caught_up=caught_up)
             if st2 is not st:
                 save(key, st2, partition, p, True)

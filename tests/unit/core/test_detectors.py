@@ -14,7 +14,7 @@ from faultwatch.core.events import (
     Stage,
     TailLine,
 )
-from faultwatch.core.job import DECIDED, RUNNING, SETTLING, JobState
+from faultwatch.core.job import DECIDED, RUNNING, SETTLING, JobState, apply, tick
 from faultwatch.core.policy import Policy
 from faultwatch.core.windows import GapHist
 
@@ -26,14 +26,14 @@ def start(nodes: tuple[str, ...] = ("n0",), attempt: int = 0, ts: float = 100.0,
           policy: Policy = AD) -> JobState:
     st = st or JobState(job="j")
     for n in nodes:
-        st, _ = st.apply(RunStart("j", attempt, n, ts=ts, world_size=world, nnodes=nnodes),
+        st, _ = apply(st, RunStart("j", attempt, n, ts=ts, world_size=world, nnodes=nnodes),
                          ts, policy)
     return st
 
 
 def out(st: JobState, ts: float, node: str = "n0", rank: int = 0, attempt: int = 0,
         text: str = "x", policy: Policy = AD) -> JobState:
-    st, decs = st.apply(Output("j", attempt, node, ts, 1, ((rank, ts),),
+    st, decs = apply(st, Output("j", attempt, node, ts, 1, ((rank, ts),),
                                (TailLine(rank, ts, text),)), ts, policy)
     assert decs == []
     return st
@@ -41,13 +41,13 @@ def out(st: JobState, ts: float, node: str = "n0", rank: int = 0, attempt: int =
 
 def hb(st: JobState, ts: float, last: float | None, node: str = "n0", attempt: int = 0,
        policy: Policy = AD) -> tuple[JobState, list]:
-    return st.apply(Heartbeat("j", attempt, node, ts, True, last), ts, policy)
+    return apply(st, Heartbeat("j", attempt, node, ts, True, last), ts, policy)
 
 
 def prog(st: JobState, ts: float, step: int, rank: int = 0, node: str = "n0",
          step_time: float | None = None, attempt: int = 0, policy: Policy = AD
          ) -> tuple[JobState, list]:
-    return st.apply(Progress("j", attempt, node, ts, rank, step, step_time_s=step_time,
+    return apply(st, Progress("j", attempt, node, ts, rank, step, step_time_s=step_time,
                              source="sdk" if step_time is not None else "log"), ts, policy)
 
 
@@ -109,10 +109,10 @@ def test_explicit_hang_window_is_fixed() -> None:
 def test_checkpoint_stage_longer_than_normal_window_is_no_hang() -> None:
     st = start()
     st, last = training(st, 101.0, 161.0)
-    st, _ = st.apply(Stage("j", 0, "n0", last, 0, "checkpoint", True, 300.0), last, AD)
+    st, _ = apply(st, Stage("j", 0, "n0", last, 0, "checkpoint", True, 300.0), last, AD)
     st, decs = hb(st, last + 200, last)
     assert decs == []
-    st, _ = st.apply(Stage("j", 0, "n0", last + 250, 0, "checkpoint", False), last, AD)
+    st, _ = apply(st, Stage("j", 0, "n0", last + 250, 0, "checkpoint", False), last, AD)
     st = out(st, last + 250)
     st, decs = hb(st, last + 255, last + 250)
     assert decs == []
@@ -123,12 +123,12 @@ def test_checkpoint_stage_longer_than_normal_window_is_no_hang() -> None:
 def test_stage_without_window_turns_hang_detection_off_and_sdk_window_applies() -> None:
     st = start()
     st, last = training(st, 101.0, 161.0)
-    st, _ = st.apply(Stage("j", 0, "n0", last, None, "eval", True, None, "sdk"), last, AD)
+    st, _ = apply(st, Stage("j", 0, "n0", last, None, "eval", True, None, "sdk"), last, AD)
     st, decs = hb(st, last + 5000, last)
     assert decs == []
     st2 = start()
     st2, last = training(st2, 101.0, 161.0)
-    st2, _ = st2.apply(Stage("j", 0, "n0", last, 0, "init", True, 40.0, "sdk"), last, AD)
+    st2, _ = apply(st2, Stage("j", 0, "n0", last, 0, "init", True, 40.0, "sdk"), last, AD)
     st2, decs = hb(st2, last + 30, last)
     assert decs == []  # declared 40 s, longer than the learned ~12 s
     st2, decs = hb(st2, last + 41, last)
@@ -169,19 +169,19 @@ def test_node_lost_only_on_a_trusted_clock_and_it_inhibits_hang() -> None:
     for t in range(102, 130):
         st, decs = hb(st, float(t), 100.5, node="a", policy=p)
         assert decs == [], (t, decs)
-    st2, decs = st.tick(135.0, p)
+    st2, decs = tick(st, 135.0, p)
     assert decs == []  # clock not trusted (lagging or in grace): nothing
-    st2, decs = st.tick(135.0, p, live_clock=True)
+    st2, decs = tick(st, 135.0, p, live_clock=True)
     assert [(d.kind, d.action) for d in decs] == [("node-lost", "restart")]
     assert decs[0].evidence["lost_nodes"].keys() == {"b"}
     assert decs[0].evidence["blacklist_candidates"] == ["b"]
-    assert st2.tick(136.0, p, live_clock=True)[1] == []
+    assert tick(st2, 136.0, p, live_clock=True)[1] == []
 
 
 def test_exit_hang_with_two_nodes() -> None:
     p = Policy(exit_hang_window_s=10, hang_window_s=1000)
     st = start(("a", "b"), policy=p)
-    st, _ = st.apply(Exit("j", 0, "a", 110, 0), 110, p)
+    st, _ = apply(st, Exit("j", 0, "a", 110, 0), 110, p)
     st, decs = hb(st, 119, 118, node="b", policy=p)
     assert decs == []
     st, decs = hb(st, 121, 120, node="b", policy=p)
@@ -212,15 +212,15 @@ def test_slow_rank_notifies_once_and_repeats_make_a_blacklist_candidate() -> Non
     st, decs = slow_run(st, 1, 301.0)
     assert decs[0].evidence["blacklist_candidate"] is True
     pf = Policy(settle_s=0, fault_tolerant_policy="on_failure")
-    st, _ = st.apply(Exit("j", 1, "n0", 400.0, 1), 400.0, pf)
-    st, decs = st.tick(400.0 + pf.node_lost_s, pf)  # the others went silent: fallback
+    st, _ = apply(st, Exit("j", 1, "n0", 400.0, 1), 400.0, pf)
+    st, decs = tick(st, 400.0 + pf.node_lost_s, pf)  # the others went silent: fallback
     assert decs[0].action == "restart" and "n3" in decs[0].evidence["blacklist_candidates"]
 
 
 def test_start_skew_notify() -> None:
     p = Policy(skew_warn_s=60)
     st = start(("a",), policy=p)
-    st, decs = st.apply(RunStart("j", 0, "b", ts=500.0), 500.0, p)
+    st, decs = apply(st, RunStart("j", 0, "b", ts=500.0), 500.0, p)
     assert [(d.kind, d.action, d.nodes) for d in decs] == [("skew", "notify", ("b",))]
     assert decs[0].evidence["spread_s"] == 400.0
 
@@ -228,7 +228,7 @@ def test_start_skew_notify() -> None:
 def test_missing_nodes_notify_and_never_printed_ranks() -> None:
     p = Policy(skew_warn_s=60, hang_window_s=5)
     st = start(("a",), world=4, nnodes=2, policy=p)
-    st, _ = st.apply(Output("j", 0, "a", 101, 2, ((0, 101.0), (1, 101.0))), 101, p)
+    st, _ = apply(st, Output("j", 0, "a", 101, 2, ((0, 101.0), (1, 101.0))), 101, p)
     st, decs = hb(st, 103.0, 101.0, node="a", policy=p)
     assert decs == []
     st, decs = hb(st, 106.5, 101.0, node="a", policy=p)
@@ -242,16 +242,16 @@ def test_missing_nodes_notify_and_never_printed_ranks() -> None:
 
 def test_custom_gap_and_bootcheck_notes_notify() -> None:
     st = start()
-    st, d1 = st.apply(Notice("j", 0, "n0", 101.0, "notify",
+    st, d1 = apply(st, Notice("j", 0, "n0", 101.0, "notify",
                              {"message": "loss is NaN", "level": "warning"}), 101.0, AD)
-    st, d2 = st.apply(Notice("j", 0, "n0", 102.0, "gap", {"dropped_lines": 12}), 102.0, AD)
-    st, d3 = st.apply(Notice("j", 0, "n0", 103.0, "bootcheck", {
+    st, d2 = apply(st, Notice("j", 0, "n0", 102.0, "gap", {"dropped_lines": 12}), 102.0, AD)
+    st, d3 = apply(st, Notice("j", 0, "n0", 103.0, "bootcheck", {
         "ok": False, "checks": [{"name": "gpu_count", "ok": False, "value": 7,
                                  "detail": "expected 8"}]}), 103.0, AD)
     assert [(d.kind, d.action) for d in d1 + d2 + d3] == [
         ("custom", "notify"), ("gap", "notify"), ("bootcheck", "notify")]
     assert d1[0].message == "loss is NaN" and "12" in d2[0].message
-    again, dup = st.apply(Notice("j", 0, "n0", 101.0, "notify",
+    again, dup = apply(st, Notice("j", 0, "n0", 101.0, "notify",
                                  {"message": "loss is NaN", "level": "warning"}), 101.0, AD)
     assert dup == []  # the same note replayed: same id, deduped
     assert st.phase == RUNNING and "n0" in st.blacklist_candidates(AD)
@@ -268,37 +268,37 @@ def hit(rule: str, cat: str, ts: float, node: str = "n0", attempt: int = 0,
 def test_retryable_errors_note_makes_a_failure_retryable() -> None:
     p = Policy(settle_s=0)
     st = start(policy=p)
-    st, _ = st.apply(Notice("j", 0, "n0", 100.5, "retryable_errors",
+    st, _ = apply(st, Notice("j", 0, "n0", 100.5, "retryable_errors",
                             {"patterns": ["StoreTimeout"]}), 100.5, p)
     st = out(st, 101.0, text="RuntimeError: StoreTimeout waiting for rank 3", policy=p)
-    st, decs = st.apply(Exit("j", 0, "n0", 102.0, 1), 102.0, p)
+    st, decs = apply(st, Exit("j", 0, "n0", 102.0, 1), 102.0, p)
     assert (decs[0].action, decs[0].category) == ("restart", "retryable")
     assert decs[0].evidence["retryable_pattern"] == "StoreTimeout"
     # and a policy-level pattern works the same; without any, unknown failures fail
     st = start(policy=p)
     st = out(st, 101.0, text="RuntimeError: StoreTimeout", policy=p)
-    assert st.apply(Exit("j", 0, "n0", 102.0, 1), 102.0, p)[1][0].action == "fail"
+    assert apply(st, Exit("j", 0, "n0", 102.0, 1), 102.0, p)[1][0].action == "fail"
     p2 = Policy(settle_s=0, retryable_errors=("StoreTimeout",))
-    assert st.apply(Exit("j", 0, "n0", 102.0, 1), 102.0, p2)[1][0].action == "restart"
+    assert apply(st, Exit("j", 0, "n0", 102.0, 1), 102.0, p2)[1][0].action == "restart"
 
 
 def test_hardware_hit_blacklists_without_exit_and_backs_off() -> None:
     p = Policy(settle_s=1, blacklist_s=100, max_restarts=10)
     st = start(("a", "b"), policy=p)
-    st, _ = st.apply(hit("nvidia-xid-79", "hardware", 101.0, node="b"), 101.0, p)
+    st, _ = apply(st, hit("nvidia-xid-79", "hardware", 101.0, node="b"), 101.0, p)
     assert st.phase == SETTLING
     # the process may hang instead of exiting: both nodes' heartbeats settle it
-    st, decs = st.apply(Heartbeat("j", 0, "a", 102.0, True, 101.0), 102.0, p)
+    st, decs = apply(st, Heartbeat("j", 0, "a", 102.0, True, 101.0), 102.0, p)
     assert decs == []
-    st, decs = st.apply(Heartbeat("j", 0, "b", 102.1, True, 101.0), 102.5, p)
+    st, decs = apply(st, Heartbeat("j", 0, "b", 102.1, True, 101.0), 102.5, p)
     d = decs[0]
     assert (d.action, d.nodes) == ("blacklist", ("b",))
     assert d.evidence["blacklist"]["b"]["duration_s"] == 100
     assert d.evidence["restart_nodes"] == ["a", "b"]
     st = start(("a", "b"), attempt=1, ts=200.0, st=st, policy=p)
-    st, _ = st.apply(hit("nvidia-xid-79", "hardware", 201.0, node="b", attempt=1), 201.0, p)
-    st, _ = st.apply(Heartbeat("j", 1, "a", 202.5, True, 201.0), 203.0, p)
-    _, decs = st.apply(Heartbeat("j", 1, "b", 202.0, True, 201.0), 203.0, p)
+    st, _ = apply(st, hit("nvidia-xid-79", "hardware", 201.0, node="b", attempt=1), 201.0, p)
+    st, _ = apply(st, Heartbeat("j", 1, "a", 202.5, True, 201.0), 203.0, p)
+    _, decs = apply(st, Heartbeat("j", 1, "b", 202.0, True, 201.0), 203.0, p)
     assert decs[0].evidence["blacklist"]["b"] == {"strikes": 2, "duration_s": 200,
                                                   "until": 403.0}
 
@@ -311,8 +311,8 @@ def test_node_in_repeated_short_failed_attempts_becomes_suspect() -> None:
     for attempt in range(3):
         t = 100.0 + attempt * 100
         st = start(("a", "b"), attempt=attempt, ts=t, st=st, policy=p)
-        st, _ = st.apply(Exit("j", attempt, "b", t + 10, 1), t + 10, p)
-        st, decs = st.apply(Heartbeat("j", attempt, "a", t + 10, True, t + 5), t + 10, p)
+        st, _ = apply(st, Exit("j", attempt, "b", t + 10, 1), t + 10, p)
+        st, decs = apply(st, Heartbeat("j", attempt, "a", t + 10, True, t + 5), t + 10, p)
     assert decs[0].evidence["blacklist_candidates"] == ["b"]
     assert st.short_fails == {"b": 3}
 
@@ -325,7 +325,7 @@ def test_restart_storm_guard() -> None:
     for attempt in range(4):
         t = 100.0 + attempt
         st = start(attempt=attempt, ts=t, st=st, policy=p)
-        st, decs = st.apply(Exit("j", attempt, "n0", t + 1, 1), t + 1, p)
+        st, decs = apply(st, Exit("j", attempt, "n0", t + 1, 1), t + 1, p)
         actions.append(decs[0].action)
         hints.append(decs[0].evidence.get("restart_not_before"))
     assert actions == ["restart", "restart", "restart", "fail"]
@@ -336,9 +336,9 @@ def test_restart_storm_guard() -> None:
 def test_notify_rule_action_does_not_loop() -> None:
     p = Policy(settle_s=0)
     st = start(policy=p)
-    st, _ = st.apply(Hit("j", 0, "n0", Match("warn", "retryable", False, 101.0, "w",
+    st, _ = apply(st, Hit("j", 0, "n0", Match("warn", "retryable", False, 101.0, "w",
                                              action="notify")), 101, p)
-    st, decs = st.apply(Exit("j", 0, "n0", 102.0, 1), 102, p)
+    st, decs = apply(st, Exit("j", 0, "n0", 102.0, 1), 102, p)
     assert [d.action for d in decs] == ["notify"] and st.phase == DECIDED
 
 
@@ -347,12 +347,12 @@ def test_notify_rule_action_does_not_loop() -> None:
 def test_full_state_round_trips() -> None:
     st = start(("n0", "n1", "n2", "n3"), world=4, nnodes=4)
     st, _ = slow_run(st, 0, 101.0)
-    st, _ = st.apply(Stage("j", 0, "n0", 170.0, 0, "checkpoint", True, 300.0), 170.0, AD)
-    st, _ = st.apply(Notice("j", 0, "n0", 171.0, "retryable_errors", {"patterns": ["x"]}),
+    st, _ = apply(st, Stage("j", 0, "n0", 170.0, 0, "checkpoint", True, 300.0), 170.0, AD)
+    st, _ = apply(st, Notice("j", 0, "n0", 171.0, "retryable_errors", {"patterns": ["x"]}),
                      171.0, AD)
     st = out(st, 172.0)
-    st, _ = st.apply(hit("nvidia-xid-79", "hardware", 173.0), 173.0, AD)
-    st, _ = st.tick(174.0, AD)
+    st, _ = apply(st, hit("nvidia-xid-79", "hardware", 173.0), 173.0, AD)
+    st, _ = tick(st, 174.0, AD)
     import orjson
 
     again = JobState.from_dict(orjson.loads(orjson.dumps(st.to_dict())))
@@ -362,9 +362,9 @@ def test_full_state_round_trips() -> None:
 def test_big_job_updates_copy_one_shard() -> None:
     st = start()
     ranks = tuple((r, 101.0) for r in range(10_000))
-    st, _ = st.apply(Output("j", 0, "n0", 101.0, 10_000, ranks), 101.0, AD)
+    st, _ = apply(st, Output("j", 0, "n0", 101.0, 10_000, ranks), 101.0, AD)
     assert len(st.rank_last_ts) == 10_000
-    st2, _ = st.apply(Output("j", 0, "n0", 102.0, 1, ((5, 102.0),)), 102.0, AD)
+    st2, _ = apply(st, Output("j", 0, "n0", 102.0, 1, ((5, 102.0),)), 102.0, AD)
     shared = sum(a is b for a, b in zip(st.rank_last_ts._shards, st2.rank_last_ts._shards,
                                         strict=True))
     assert shared == len(st.rank_last_ts._shards) - 1

@@ -11,9 +11,11 @@ import pytest
 
 import faultwatch
 from faultwatch.core.events import Line, Notice, Progress, Stage
-from faultwatch.core.matching import signals_of, signals_of_lines
+from faultwatch.core.job import apply, tick
+from faultwatch.core.matching import signals_of_lines
 from faultwatch.core.pmap import PMap
 from faultwatch.errors import DecodeError
+from faultwatch.matching import signals_of_record as signals_of
 from faultwatch.rules import Matcher, load_ruleset
 from faultwatch.wire import decision_to_dict, decode, encode_notice, encode_signal, signal_of
 from tests.unit.core import test_detectors as td
@@ -92,21 +94,21 @@ def all_kinds_of_decisions() -> list:
     decs += td.hb(st, last + 20, last)[1]  # hang (adaptive)
     p = Policy(skew_warn_s=60, settle_s=0, node_lost_s=30)
     st = td.start(("a",), policy=p)
-    st, d = st.apply(RunStart("j", 0, "b", ts=500.0), 500.0, p)
+    st, d = apply(st, RunStart("j", 0, "b", ts=500.0), 500.0, p)
     decs += d  # skew
-    decs += st.tick(600.0, p, live_clock=True)[1]  # node-lost
+    decs += tick(st, 600.0, p, live_clock=True)[1]  # node-lost
     st = td.start(policy=p)
     for kind, data in [("notify", {"message": "m", "level": "info"}), ("gap", {"lines": 2}),
                        ("bootcheck", {"ok": False, "checks": [{"name": "disk", "ok": False}]})]:
-        st, d = st.apply(Notice("j", 0, "n0", 101.0, kind, data), 101.0, p)
+        st, d = apply(st, Notice("j", 0, "n0", 101.0, kind, data), 101.0, p)
         decs += d
-    st, _ = st.apply(td.hit("nvidia-xid", "hardware", 101.0), 101.0, p)
-    decs += st.tick(102.0 + p.node_lost_s, p)[1]  # blacklist (no heartbeats: fallback)
+    st, _ = apply(st, td.hit("nvidia-xid", "hardware", 101.0), 101.0, p)
+    decs += tick(st, 102.0 + p.node_lost_s, p)[1]  # blacklist (no heartbeats: fallback)
     st = td.start(("a", "b"), policy=p)
-    st, _ = st.apply(Exit("j", 0, "a", 110, 0), 110, p)
-    decs += st.apply(Heartbeat("j", 0, "b", 1000, True, 999), 0, p)[1]  # exit-hang
+    st, _ = apply(st, Exit("j", 0, "a", 110, 0), 110, p)
+    decs += apply(st, Heartbeat("j", 0, "b", 1000, True, 999), 0, p)[1]  # exit-hang
     st = td.start(policy=p)
-    decs += st.apply(Exit("j", 0, "n0", 110, 3), 110, p)[1]  # exit, fail (all exited)
+    decs += apply(st, Exit("j", 0, "n0", 110, 3), 110, p)[1]  # exit, fail (all exited)
     return decs
 
 

@@ -1,0 +1,429 @@
+"""A job's state as plain immutable data, the pure folds of signals into it, its persistence."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from faultwatch.core.events import (
+    Exit,
+    Heartbeat,
+    Hit,
+    Match,
+    Output,
+    Progress,
+    RunStart,
+    Stage,
+    TailLine,
+)
+from faultwatch.core.pmap import PMap
+from faultwatch.core.policy import Policy
+from faultwatch.core.progress import RankProg, fold_step
+from faultwatch.core.windows import (
+    DEFAULT_STAGE,
+    WARMUP_OUTPUTS,
+    WARMUP_STEPS,
+    GapHist,
+    OpenStage,
+)
+
+__all__ = ["DECIDED", "DONE", "RUNNING", "SETTLING", "JobState", "NodeState", "Phase"]
+
+MAX_HITS = 64  # hits kept per attempt (the earliest ones: the root is among them)
+MAX_TAIL = 16  # recent lines kept per job as silence evidence (~2 kB of the state)
+MAX_DECIDED = 64  # decision ids remembered for dedupe
+MAX_NOTIFY = 100  # notify decisions per attempt (a chatty job cannot flood the topic)
+STEPS_HIST = "@steps"  # histogram key of the gaps between progress steps
+
+
+class Phase(StrEnum):
+    """Where a job's current attempt is: a `str`, so it compares and serialises as one."""
+
+    RUNNING = "running"
+    SETTLING = "settling"  # a failure was seen; waiting until every root error is in
+    DECIDED = "decided"  # a decision about this attempt was published
+    DONE = "done"  # every node exited 0
+
+
+RUNNING, SETTLING, DECIDED, DONE = Phase.RUNNING, Phase.SETTLING, Phase.DECIDED, Phase.DONE
+
+
+@dataclass(frozen=True, slots=True)
+class NodeState:
+    """What the job processor knows about one node's child in the current attempt."""
+
+    node: str
+    started_ts: float
+    run_id: str = ""
+    world_size: int | None = None
+    rank: int | None = None
+    alive: bool = True
+    exit_code: int | None = None
+    signal: int | None = None
+    exit_ts: float | None = None
+    last_output_ts: float | None = None
+    last_hb_ts: float | None = None
+    seen_at: float | None = None  # processor time of the node's latest record (node lost)
+
+
+_NODE_FIELDS = tuple(f.name for f in dataclasses.fields(NodeState))
+
+
+@dataclass(frozen=True)
+class JobState:
+    """One job's state; every transition returns a new value (folds here, detectors in
+    failure/silence/notices, dispatch in job.py).
+
+    Attempt-scoped fields reset on a new attempt; budgets, learned windows, blacklists,
+    suspects and dedupe ids live across attempts.
+    """
+
+    job: str
+    attempt: int = 0
+    phase: Phase = Phase.RUNNING
+    nodes: PMap[str, NodeState] = field(default_factory=PMap)
+    hits: tuple[Hit, ...] = ()
+    rank_last_ts: PMap[int, float] = field(default_factory=PMap)
+    tail: tuple[TailLine, ...] = ()
+    failure_seen_at: float | None = None  # processor time the failure was seen (fallback)
+    failure_ts: float | None = None  # event time of the first failure (settle horizon)
+    restarts_used: int = 0
+    same_error: PMap[str, int] = field(default_factory=PMap)
+    decided: tuple[str, ...] = ()
+    # attempt-scoped
+    expected_world: int | None = None
+    expected_nodes: int | None = None
+    last_output_ts: float | None = None
+    outputs: int = 0
+    stages: PMap[int, OpenStage] = field(default_factory=PMap)
+    progress: PMap[int, RankProg] = field(default_factory=PMap)
+    step_ts: float | None = None
+    steps: int = 0
+    slow_check_ts: float | None = None
+    stage_ts: float | None = None  # latest stage open/close (gaps spanning it are no samples)
+    flags: frozenset[str] = frozenset()  # one-shot notes of this attempt (skew, slow:r, boot:n)
+    notified: int = 0
+    # across attempts
+    hists: PMap[str, GapHist] = field(default_factory=PMap)
+    retryable: tuple[str, ...] = ()
+    blacklist: PMap[str, tuple[int, float]] = field(default_factory=PMap)
+    short_fails: PMap[str, int] = field(default_factory=PMap)
+    slow_nodes: PMap[str, int] = field(default_factory=PMap)
+    restart_times: tuple[float, ...] = ()
+
+    # ---- queries (evidence) -------------------------------------------------------------
+
+    @property
+    def warmed_up(self) -> bool:
+        return self.steps >= WARMUP_STEPS or (self.steps == 0 and self.outputs >= WARMUP_OUTPUTS)
+
+    def open_stages(self) -> list[OpenStage]:
+        return list(self.stages.values())
+
+    def node(self, node: str, ts: float) -> NodeState:
+        """The node's state, or a fresh one started at `ts`."""
+        ns: NodeState | None = self.nodes.get(node)
+        return ns or NodeState(node=node, started_ts=ts)
+
+    def quiet_first(self) -> int | None:
+        """The rank that went quiet first: a rank that never printed while others did, else
+        the rank whose last output is strictly the oldest."""
+        missing = self.never_printed(1)
+        if missing:
+            return missing[0]
+        ranked = sorted((ts, r) for r, ts in self.rank_last_ts.items() if r >= 0)
+        if len(ranked) < 2:
+            return None
+        return ranked[0][1] if ranked[0][0] < ranked[1][0] else None
+
+    def never_printed(self, limit: int = 32) -> list[int]:
+        """Expected ranks (from the run-start world size) with no output this attempt, when
+        rank prefixes show which ranks printed at all."""
+        if not self.expected_world or not any(r >= 0 for r in self.rank_last_ts):
+            return []
+        out = []
+        for r in range(self.expected_world):
+            if r not in self.rank_last_ts:
+                out.append(r)
+                if len(out) >= limit:
+                    break
+        return out
+
+    def expected_evidence(self) -> dict[str, Any]:
+        seen = sum(1 for r in self.rank_last_ts if r >= 0)
+        ev: dict[str, Any] = {"world_size": self.expected_world, "nnodes": self.expected_nodes,
+                              "nodes_started": len(self.nodes), "ranks_printed": seen}
+        missing = self.never_printed()
+        if missing:
+            ev["ranks_never_printed"] = missing
+        if self.expected_nodes and len(self.nodes) < self.expected_nodes:
+            ev["nodes_missing"] = self.expected_nodes - len(self.nodes)
+        return ev
+
+    def last_lines_per_rank(self, per_rank: int = 3) -> dict[str, list[str]]:
+        out: dict[str, list[str]] = {}
+        for t in reversed(self.tail):
+            key = "?" if t.rank is None else str(t.rank)
+            lines = out.setdefault(key, [])
+            if len(lines) < per_rank:
+                lines.insert(0, t.text)
+        return out
+
+    def blacklist_candidates(self, policy: Policy, extra: tuple[str, ...] = ()) -> list[str]:
+        """Nodes to avoid at the next restart: suspects of short failed attempts, nodes slow
+        in two attempts, failed boot checks, lost nodes."""
+        c = set(extra)
+        c.update(n for n, k in self.short_fails.items() if k >= policy.suspect_after)
+        c.update(n for n, k in self.slow_nodes.items() if k >= 2)
+        c.update(f[5:] for f in self.flags if f.startswith("boot:"))
+        return sorted(c)
+
+    # ---- persistence (Faust tables store plain dicts) -----------------------------------
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-able data, one entry per field (see _CODECS)."""
+        return {name: enc(getattr(self, name)) for name, (enc, _) in _CODECS.items()}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> JobState:
+        """The inverse of to_dict; a field missing from `d` (an older state) takes its
+        default. Unknown keys (`_p`, newer fields) are ignored."""
+        kw = {name: dec(d[name], d) for name, (_, dec) in _CODECS.items() if name in d}
+        return cls(**kw)
+
+
+# ---- folds: one signal into the state, no decisions ---------------------------------------
+
+def new_attempt(st: JobState, attempt: int) -> JobState:
+    """Reset every attempt-scoped field (and the dataclass default of each) for `attempt`."""
+    return dataclasses.replace(st, attempt=attempt, phase=Phase.RUNNING, **_ATTEMPT_RESET)
+
+
+def fold_start(st: JobState, ev: RunStart, now: float) -> JobState:
+    ns = NodeState(node=ev.node, started_ts=ev.ts, run_id=ev.run_id,
+                   world_size=ev.world_size, rank=ev.rank, seen_at=now)
+    phase = Phase.RUNNING if st.phase == Phase.DONE else st.phase
+    world = max(st.expected_world or 0, ev.world_size or 0) or None
+    nn = max(st.expected_nodes or 0, ev.nnodes or 0) or None
+    return dataclasses.replace(st, nodes=st.nodes.set(ev.node, ns), phase=phase,
+                               expected_world=world, expected_nodes=nn)
+
+
+def _stage_key(st: JobState) -> str | None:
+    """The histogram a gap belongs to: the default stage, or the single open stage."""
+    if not st.stages:
+        return DEFAULT_STAGE
+    names = {s.stage for s in st.stages.values()}
+    return names.pop() if len(names) == 1 else None
+
+
+def fold_output(st: JobState, ev: Output, now: float) -> JobState:
+    ns = st.node(ev.node, ev.ts)
+    last = max(ns.last_output_ts or ev.ts, ev.ts)
+    ranks = st.rank_last_ts
+    for rank, ts in ev.rank_last_ts:
+        key = -1 if rank is None else rank
+        old = ranks.get(key)
+        if old is None or ts > old:
+            ranks = ranks.set(key, ts)
+    tail = (st.tail + ev.tail)[-MAX_TAIL:] if ev.tail else st.tail
+    hists = st.hists
+    prev = st.last_output_ts
+    if prev is not None and ev.ts > prev and st.warmed_up \
+            and (st.stage_ts is None or st.stage_ts < prev):
+        skey = _stage_key(st)
+        if skey is not None:
+            hist = hists.get(skey, GapHist())
+            new = hist.add(ev.ts - prev)
+            if new is not hist:
+                hists = hists.set(skey, new)
+    job_last = ev.ts if prev is None else max(prev, ev.ts)
+    return dataclasses.replace(
+        st, nodes=st.nodes.set(ev.node, dataclasses.replace(ns, last_output_ts=last,
+                                                            seen_at=now)),
+        rank_last_ts=ranks, tail=tail, last_output_ts=job_last, outputs=st.outputs + 1,
+        hists=hists)
+
+
+def fold_heartbeat(st: JobState, ev: Heartbeat, now: float) -> JobState:
+    ns = st.node(ev.node, ev.started_ts or ev.ts)
+    last = ns.last_output_ts
+    if ev.last_output_ts is not None:
+        last = max(last or ev.last_output_ts, ev.last_output_ts)
+    alive = ev.alive and ns.exit_ts is None
+    ns = dataclasses.replace(ns, last_output_ts=last, last_hb_ts=ev.ts, alive=alive, seen_at=now)
+    return dataclasses.replace(st, nodes=st.nodes.set(ev.node, ns))
+
+
+def fold_exit(st: JobState, ev: Exit, now: float) -> JobState:
+    ns = dataclasses.replace(st.node(ev.node, ev.ts), alive=False, exit_code=ev.exit_code,
+                             signal=ev.signal, exit_ts=ev.ts, seen_at=now)
+    st = dataclasses.replace(st, nodes=st.nodes.set(ev.node, ns))
+    if st.phase == Phase.SETTLING and ev.exit_code != 0 and st.failure_ts is not None \
+            and ev.ts < st.failure_ts:
+        return dataclasses.replace(st, failure_ts=ev.ts)  # an earlier failure, seen later
+    if st.phase != Phase.RUNNING:
+        return st
+    if ev.exit_code != 0:
+        return dataclasses.replace(st, phase=Phase.SETTLING, failure_seen_at=now,
+                                   failure_ts=ev.ts)
+    if all(not n.alive and n.exit_code == 0 for n in st.nodes.values()):
+        return dataclasses.replace(st, phase=Phase.DONE)
+    return st
+
+
+def fold_progress(st: JobState, ev: Progress) -> JobState:
+    key = -1 if ev.rank is None else ev.rank
+    prev: RankProg | None = st.progress.get(key)
+    rp, advanced = fold_step(prev, ev.step, ev.ts, ev.step_time_s, ev.node)
+    st = dataclasses.replace(st, progress=st.progress.set(key, rp))
+    if advanced:
+        hists = st.hists
+        if st.step_ts is not None and ev.ts > st.step_ts and st.steps >= WARMUP_STEPS \
+                and not st.stages:
+            hists = hists.set(STEPS_HIST, hists.get(STEPS_HIST, GapHist()).add(ev.ts - st.step_ts))
+        step_ts = ev.ts if st.step_ts is None else max(st.step_ts, ev.ts)
+        st = dataclasses.replace(st, step_ts=step_ts, steps=st.steps + 1, hists=hists)
+    elif prev is None and st.step_ts is None:
+        st = dataclasses.replace(st, step_ts=ev.ts)
+    return st
+
+
+def fold_stage(st: JobState, ev: Stage) -> JobState:
+    key = -1 if ev.rank is None else ev.rank
+    if ev.opens:
+        return dataclasses.replace(st, stages=st.stages.set(
+            key, OpenStage(ev.stage, ev.hang_window_s, ev.ts)), stage_ts=ev.ts)
+    cur: OpenStage | None = st.stages.get(key)
+    if cur is None or cur.stage != ev.stage:
+        return st
+    # the step clock restarts when a stage ends (a long checkpoint is no stall)
+    step_ts = None if st.step_ts is None else max(st.step_ts, ev.ts)
+    return dataclasses.replace(st, stages=st.stages.remove(key), step_ts=step_ts,
+                               stage_ts=ev.ts)
+
+
+def fold_hit(st: JobState, hit: Hit, now: float) -> JobState:
+    """Keep the hit (the earliest MAX_HITS); a hardware root error starts settling."""
+    if len(st.hits) >= MAX_HITS:
+        return st
+    st = dataclasses.replace(st, hits=st.hits + (hit,))
+    m = hit.match
+    if m.category == "hardware" and not m.cascade and st.phase == Phase.RUNNING:
+        st = dataclasses.replace(st, phase=Phase.SETTLING, failure_seen_at=now, failure_ts=m.ts)
+    return st
+
+
+# ---- the field table: persistence and attempt reset derive from it -----------------------
+
+Enc = Callable[[Any], Any]
+Dec = Callable[[Any, Mapping[str, Any]], Any]
+
+
+def _same(x: Any) -> Any:
+    return x
+
+
+def _d(conv: Callable[[Any], Any]) -> Dec:
+    return lambda x, _d: conv(x)
+
+
+def _opt(conv: Callable[[Any], Any]) -> Dec:
+    return lambda x, _d: None if x is None else conv(x)
+
+
+def _str_map(conv: Callable[[Any], Any]) -> tuple[Enc, Dec]:
+    return (lambda m: {k: v for k, v in m.items()},
+            lambda x, _d: PMap({str(k): conv(v) for k, v in x.items()}))
+
+
+def _match_of(m: Mapping[str, Any]) -> Match:
+    return Match(**{**m, "context": tuple(m.get("context") or ())})
+
+
+def _dec_nodes(x: Any, _d: Mapping[str, Any]) -> PMap[str, NodeState]:
+    return PMap({k: NodeState(**v) if isinstance(v, dict) else NodeState(*v)
+                 for k, v in x.items()})
+
+
+def _dec_hits(x: Any, d: Mapping[str, Any]) -> tuple[Hit, ...]:
+    job, attempt = str(d["job"]), int(d["attempt"])
+    return tuple(Hit(job, attempt, h["node"], _match_of(h["m"])) for h in x)
+
+
+def _dec_rank_last(x: Any, _d: Mapping[str, Any]) -> PMap[int, float]:
+    rows = x.items() if isinstance(x, dict) else x
+    return PMap({int(k): float(v) for k, v in rows})
+
+
+def _enc_blacklist(m: PMap[str, tuple[int, float]]) -> dict[str, list[Any]]:
+    return {k: list(v) for k, v in m.items()}
+
+
+def _dec_blacklist(x: Any, _d: Mapping[str, Any]) -> PMap[str, tuple[int, float]]:
+    return PMap({str(k): (int(v[0]), float(v[1])) for k, v in x.items()})
+
+
+_CODECS: dict[str, tuple[Enc, Dec]] = {
+    "job": (_same, _d(str)),
+    "attempt": (_same, _d(int)),
+    "phase": (str, _d(Phase)),
+    "nodes": (lambda m: {k: [getattr(v, f) for f in _NODE_FIELDS] for k, v in m.items()},
+              _dec_nodes),
+    "hits": (lambda hs: [{"node": h.node, "m": dataclasses.asdict(h.match)} for h in hs],
+             _dec_hits),
+    "rank_last_ts": (lambda m: [[k, v] for k, v in m.items()], _dec_rank_last),
+    "tail": (lambda ts: [[t.rank, t.ts, t.text] for t in ts],
+             _d(lambda x: tuple(TailLine(r, float(ts), txt) for r, ts, txt in x))),
+    "failure_seen_at": (_same, _opt(float)),
+    "failure_ts": (_same, _opt(float)),
+    "restarts_used": (_same, _d(int)),
+    "same_error": _str_map(int),
+    "decided": (list, _d(tuple)),
+    "expected_world": (_same, _opt(int)),
+    "expected_nodes": (_same, _opt(int)),
+    "last_output_ts": (_same, _opt(float)),
+    "outputs": (_same, _d(int)),
+    "stages": (lambda m: [[k, s.stage, s.window_s, s.since] for k, s in m.items()],
+               _d(lambda x: PMap({int(k): OpenStage(s, w, float(t)) for k, s, w, t in x}))),
+    "progress": (lambda m: [[k, *p.to_list()] for k, p in m.items()],
+                 _d(lambda x: PMap({int(r[0]): RankProg.from_list(r[1:]) for r in x}))),
+    "step_ts": (_same, _opt(float)),
+    "steps": (_same, _d(int)),
+    "slow_check_ts": (_same, _opt(float)),
+    "stage_ts": (_same, _opt(float)),
+    "flags": (sorted, _d(frozenset)),
+    "notified": (_same, _d(int)),
+    "hists": (lambda m: {k: h.to_list() for k, h in m.items()},
+              _d(lambda x: PMap({str(k): GapHist.from_list(v) for k, v in x.items()}))),
+    "retryable": (list, _d(lambda x: tuple(str(p) for p in x))),
+    "blacklist": (_enc_blacklist, _dec_blacklist),
+    "short_fails": _str_map(int),
+    "slow_nodes": _str_map(int),
+    "restart_times": (list, _d(lambda x: tuple(float(t) for t in x))),
+}
+
+# attempt-scoped fields: reset to their defaults by new_attempt (see JobState's doc)
+_ATTEMPT_SCOPED = ("nodes", "hits", "rank_last_ts", "tail", "failure_seen_at", "failure_ts",
+                   "expected_world", "expected_nodes", "last_output_ts", "outputs", "stages",
+                   "progress", "step_ts", "steps", "slow_check_ts", "stage_ts", "flags",
+                   "notified")
+
+
+def _defaults() -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(JobState):
+        if f.name in _ATTEMPT_SCOPED:
+            out[f.name] = f.default_factory() if f.default_factory is not dataclasses.MISSING \
+                else f.default
+    return out
+
+
+_ATTEMPT_RESET = _defaults()
+
+_missing = {f.name for f in dataclasses.fields(JobState)} ^ set(_CODECS)
+if _missing:  # a field added without a codec (or a codec for a removed field)
+    raise AssertionError(f"JobState fields and _CODECS differ: {sorted(_missing)}")

@@ -1,0 +1,85 @@
+"""JobState as data: one field table drives persistence, no mutable value inside it, Phase
+is a str."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import orjson
+
+from faultwatch.core.events import Exit, Heartbeat, Hit, Match, Output, Progress, RunStart, Stage
+from faultwatch.core.job import apply
+from faultwatch.core.pmap import PMap
+from faultwatch.core.policy import Policy
+from faultwatch.core.state import JobState, Phase, new_attempt
+from faultwatch.core.windows import GapHist
+
+P = Policy(settle_s=0, max_restarts=3, skew_warn_s=1)
+
+
+def busy_state() -> JobState:
+    """A state with every field away from its default."""
+    st = JobState(job="j")
+    sigs = [RunStart("j", 2, "a", 1.0, run_id="r", world_size=2, nnodes=3, rank=0),
+            RunStart("j", 2, "b", 9.0, run_id="r", world_size=2, rank=1),
+            Output("j", 2, "a", 10.0, 1, rank_last_ts=((0, 10.0),)),
+            Progress("j", 2, "a", 11.0, 0, 5, step_time_s=0.5),
+            Progress("j", 2, "a", 12.0, 1, 6, step_time_s=0.9),
+            Stage("j", 2, "a", 13.0, 0, "eval", True, 30.0),
+            Heartbeat("j", 2, "a", 14.0, True, 10.0),
+            Hit("j", 2, "a", Match("r1", "retryable", False, 15.0, "boom", 0, context=("x",))),
+            Exit("j", 2, "a", 16.0, 1)]
+    for i, s in enumerate(sigs):
+        st, _ = apply(st, s, 10.0 + i, P)
+    return dataclasses.replace(
+        st, same_error=st.same_error.set("k", 2), hists=PMap({"": GapHist().add(1.0)}),
+        retryable=("oom",), blacklist=PMap({"a": (1, 99.0)}), short_fails=PMap({"a": 1}),
+        slow_nodes=PMap({"b": 2}), flags=frozenset({"skew"}), slow_check_ts=3.0, notified=1,
+        failure_seen_at=16.0, stage_ts=13.0, phase=Phase.DECIDED, restarts_used=1,
+        decided=("d1",), restart_times=(5.0,), steps=4)
+
+
+def test_every_field_round_trips_through_json() -> None:
+    st = busy_state()
+    defaults = JobState(job="j")
+    for f in dataclasses.fields(JobState):
+        if f.name not in ("job", "tail"):
+            assert getattr(st, f.name) != getattr(defaults, f.name), f.name
+    again = JobState.from_dict(orjson.loads(orjson.dumps(st.to_dict())))
+    assert again == st
+    assert isinstance(again.phase, Phase)
+
+
+def test_an_older_state_without_newer_fields_loads_with_defaults() -> None:
+    d = busy_state().to_dict()
+    for k in ("hists", "slow_nodes", "stage_ts", "flags"):
+        del d[k]
+    d["_p"] = 3  # the Faust shell's partition tag is ignored
+    st = JobState.from_dict(d)
+    assert st.hists == PMap() and st.stage_ts is None and st.flags == frozenset()
+
+
+def test_no_mutable_container_inside_a_state() -> None:
+    def walk(x: object, path: str) -> None:
+        assert not isinstance(x, dict | list | set), f"{path} is a mutable {type(x).__name__}"
+        if isinstance(x, tuple | frozenset):
+            for i, y in enumerate(x):
+                walk(y, f"{path}[{i}]")
+        elif isinstance(x, PMap):
+            for k, v in x.items():
+                walk(v, f"{path}[{k!r}]")
+        elif dataclasses.is_dataclass(x) and not isinstance(x, type):
+            for f in dataclasses.fields(x):
+                walk(getattr(x, f.name), f"{path}.{f.name}")
+
+    walk(busy_state(), "state")
+
+
+def test_phase_is_a_str_and_a_new_attempt_resets_attempt_fields_only() -> None:
+    st = busy_state()
+    assert st.phase == "decided" == Phase.DECIDED and f"{st.phase}" == "decided"
+    nxt = new_attempt(st, 1)
+    assert (nxt.attempt, nxt.phase, len(nxt.nodes), nxt.hits, nxt.flags) == \
+        (1, Phase.RUNNING, 0, (), frozenset())
+    assert (nxt.restarts_used, nxt.blacklist, nxt.decided) == \
+        (st.restarts_used, st.blacklist, st.decided)
