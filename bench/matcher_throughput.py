@@ -25,7 +25,7 @@ from pathlib import Path
 from faultwatch.core.events import STDOUT, Line
 from faultwatch.matching import signals_of_record as signals_of
 from faultwatch.rules import Matcher, load_ruleset
-from faultwatch.wire import decode, encode_lines, encode_signal
+from faultwatch.wire import decode_logs, encode_lines, encode_signal
 
 WARNINGS = [
     "/usr/lib/python3.11/site-packages/torch/utils/checkpoint.py:464: UserWarning: "
@@ -102,7 +102,7 @@ def run_stage(matcher: Matcher, texts: list[str], batch: int) -> tuple[float, in
         t0 = time.perf_counter()
         n_out = 0
         for rec in recs:
-            for sig in signals_of(decode(rec), matcher):
+            for sig in signals_of(decode_logs(rec), matcher):
                 encode_signal(sig)
                 n_out += 1
         best = min(best, time.perf_counter() - t0)

@@ -159,7 +159,7 @@ def core_stages(recs: list[tuple[bytes, bytes]], lines_total: int) -> dict[str, 
     from faultwatch.embedded import policy_for
     from faultwatch.matching import signals_of_record as signals_of
     from faultwatch.rules import Matcher, load_ruleset
-    from faultwatch.wire import decode, encode_bundle, job_key, signals_of_record
+    from faultwatch.wire import decode_logs, decode_signals, encode_bundle, job_key
     rs = load_ruleset([])
     matcher = Matcher(rs)
     policy = policy_for(rs, {"hang_window_s": 300, "settle_s": 1})
@@ -167,7 +167,7 @@ def core_stages(recs: list[tuple[bytes, bytes]], lines_total: int) -> dict[str, 
     bundles: list[bytes] = []
     n_signals = 0
     for _, v in recs:
-        sigs = signals_of(decode(v), matcher)
+        sigs = signals_of(decode_logs(v), matcher)
         if sigs:
             n_signals += len(sigs)
             bundles.append(encode_bundle(sigs[0].job, sigs))
@@ -176,7 +176,8 @@ def core_stages(recs: list[tuple[bytes, bytes]], lines_total: int) -> dict[str, 
     writes = 0
     t0 = time.process_time()
     for v in bundles:
-        sigs = signals_of_record(decode(v))
+        sigs = decode_signals(v)
+        assert isinstance(sigs, list)
         key = job_key(sigs[0].job)
         st = cache.get(key) or JobState(job=sigs[0].job)
         durable = False

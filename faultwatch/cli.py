@@ -124,23 +124,24 @@ def cmd_process(args: argparse.Namespace) -> int:
 
 
 def cmd_decisions(args: argparse.Namespace) -> int:
+    from faultwatch.core.events import Decision
     from faultwatch.reading import read_topic, run_reader
     from faultwatch.render import render_decision
-    from faultwatch.wire import decision_of, decode_decision, job_key
+    from faultwatch.wire import decision_to_dict, decode_decision, job_key
 
     bootstrap = _need_bootstrap(args)
     topic = Topics(args.topic_prefix).decisions
     seen: set[str] = set()
 
-    def emit(item: tuple[Any, dict[str, Any]]) -> None:
-        _, d = item
-        if d.get("id") in seen:  # decisions are idempotent: show each id once
+    def emit(item: tuple[Any, Decision]) -> None:
+        _, dec = item
+        if dec.id in seen:  # decisions are idempotent: show each id once
             return
-        seen.add(str(d.get("id")))
+        seen.add(dec.id)
         if args.json:
-            sys.stdout.write(orjson.dumps(d).decode() + "\n")
+            sys.stdout.write(orjson.dumps(decision_to_dict(dec)).decode() + "\n")
         else:
-            sys.stdout.write(render_decision(decision_of(d)) + "\n")
+            sys.stdout.write(render_decision(dec) + "\n")
         sys.stdout.flush()
 
     key = job_key(args.job) if args.job else None

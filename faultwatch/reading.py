@@ -15,12 +15,12 @@ from faultwatch.errors import DecodeError
 from faultwatch.logs import log_event
 from faultwatch.wire import decode
 
-Decoder = Callable[[bytes | None], dict[str, Any]]
+Decoder = Callable[[bytes | None], Any]  # wire.decode, decode_logs, decode_decision, ...
 
 
 async def read_topic(bootstrap: str, topic: str, *, follow: bool = False,
                      key: bytes | None = None, decoder: Decoder = decode,
-                     poll_ms: int = 500) -> AsyncIterator[tuple[Any, dict[str, Any]]]:
+                     poll_ms: int = 500) -> AsyncIterator[tuple[Any, Any]]:
     """Decoded records of a topic from the beginning; stop at the end unless following.
 
     Undecodable records are reported (topic, partition, offset) and skipped, never fatal.

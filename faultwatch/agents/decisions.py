@@ -84,10 +84,10 @@ class DecisionFollower:
         except asyncio.QueueEmpty:
             return None
 
-    def offer(self, d: dict[str, Any]) -> None:
+    def offer(self, d: dict[str, Any] | Decision) -> None:
         """Queue a decoded decision record unless its id was seen (also used by tests)."""
         try:
-            dec = wire.decision_of(d)
+            dec = d if isinstance(d, Decision) else wire.decision_of(d)
         except DecodeError as e:
             self._log("undecodable_decision", error=str(e))
             return

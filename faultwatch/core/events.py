@@ -76,6 +76,8 @@ class RunStart:
     pid: int = 0
     cmd: tuple[str, ...] = ()
     agent_version: str = ""
+    run_source: str = ""  # flag, slurm, torchrun, kubernetes, generated ("": unknown)
+    scheduler: dict[str, object] = field(default_factory=dict)  # the scheduler's identity
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +91,7 @@ class Output:
     count: int
     rank_last_ts: tuple[tuple[int | None, float], ...] = ()
     tail: tuple[TailLine, ...] = ()
+    run_id: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +102,7 @@ class Hit:
     attempt: int
     node: str
     match: Match
+    run_id: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,6 +116,7 @@ class Heartbeat:
     alive: bool
     last_output_ts: float | None
     started_ts: float | None = None
+    run_id: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,6 +129,7 @@ class Exit:
     ts: float
     exit_code: int
     signal: int | None = None
+    run_id: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,6 +145,7 @@ class Progress:
     total: int | None = None
     step_time_s: float | None = None
     source: str = "log"  # "log" (progress rule) or "sdk"
+    run_id: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,6 +161,7 @@ class Stage:
     opens: bool
     hang_window_s: float | None = None
     source: str = "log"
+    run_id: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,6 +174,7 @@ class Notice:
     ts: float
     kind: str
     data: dict[str, object] = field(default_factory=dict)
+    run_id: str = ""
 
 
 Signal = RunStart | Output | Hit | Heartbeat | Exit | Progress | Stage | Notice
@@ -189,3 +198,5 @@ class Decision:
     evidence: dict[str, object] = field(default_factory=dict)
     budgets: dict[str, object] = field(default_factory=dict)
     rules_version: str = ""
+    run_id: str = ""  # the job run decided about (see RunStart)
+    scheduler: dict[str, object] = field(default_factory=dict)  # that run's scheduler identity

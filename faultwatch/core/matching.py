@@ -55,7 +55,8 @@ class LineMatcher(Protocol):
 
 
 def signals_of_lines(job: str, attempt: int, node: str, lines: Sequence[Line],
-                     matcher: LineMatcher, *, rank: int | None = None) -> list[Signal]:
+                     matcher: LineMatcher, *, rank: int | None = None,
+                     run_id: str = "") -> list[Signal]:
     """An Output (liveness and tail) and one Hit per rule match for a batch of lines."""
     if not lines:
         return []
@@ -66,11 +67,11 @@ def signals_of_lines(job: str, attempt: int, node: str, lines: Sequence[Line],
                  for i in range(max(0, len(lines) - TAIL_LINES), len(lines)))
     out: list[Signal] = [Output(job=job, attempt=attempt, node=node, ts=lines[-1].ts,
                                 count=len(lines), rank_last_ts=tuple(batch.rank_last_ts.items()),
-                                tail=tail)]
-    out.extend(Hit(job, attempt, node, m) for m in batch.matches)
-    out.extend(Stage(job, attempt, node, st.ts, st.rank, st.stage, st.opens, st.hang_window_s)
-               for st in getattr(batch, "stages", ()))
-    out.extend(Progress(job, attempt, node, p.ts, p.rank, p.step, p.total)
+                                tail=tail, run_id=run_id)]
+    out.extend(Hit(job, attempt, node, m, run_id) for m in batch.matches)
+    out.extend(Stage(job, attempt, node, st.ts, st.rank, st.stage, st.opens, st.hang_window_s,
+                     run_id=run_id) for st in getattr(batch, "stages", ()))
+    out.extend(Progress(job, attempt, node, p.ts, p.rank, p.step, p.total, run_id=run_id)
                for p in getattr(batch, "progress", ()))
     return out
 
@@ -78,5 +79,5 @@ def signals_of_lines(job: str, attempt: int, node: str, lines: Sequence[Line],
 def signals_of_exit(ev: Exit, matcher: LineMatcher) -> list[Signal]:
     """The exit, preceded by the Hit of an exit rule that matches its status (if any)."""
     m = matcher.match_exit(ev.exit_code, ev.signal, ev.ts)
-    out: list[Signal] = [] if m is None else [Hit(ev.job, ev.attempt, ev.node, m)]
+    out: list[Signal] = [] if m is None else [Hit(ev.job, ev.attempt, ev.node, m, ev.run_id)]
     return out + [ev]

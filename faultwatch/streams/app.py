@@ -26,12 +26,15 @@ from faultwatch.streams.rules_dist import attach_rules_watcher
 from faultwatch.topics import DEFAULT_PARTITIONS, Topics
 from faultwatch.wire import (
     SCHEMA_VERSION,
-    decode,
+    LinesBatch,
+    Tick,
+    decode_logs,
+    decode_signals,
     encode_bundle,
     encode_decision,
+    encode_tick,
     job_key,
     signal_dict,
-    signals_of_record,
 )
 
 TICK_S = 0.5  # how often the settle timers of assigned partitions are advanced
@@ -179,14 +182,13 @@ def build_app(cfg: ProcessorConfig) -> faust.App:
             for event in events:
                 metrics.records += 1
                 try:
-                    rec = decode(event.value)
-                    t = rec.get("t")
-                    if t == "lines" and rec.get("lines"):
-                        metrics.lines += len(rec["lines"])
-                        metrics.logs_event_lag_s = time.time() - float(rec["lines"][-1][2])
+                    rec = decode_logs(event.value)
+                    if isinstance(rec, LinesBatch) and rec.lines:
+                        metrics.lines += len(rec.lines)
+                        metrics.logs_event_lag_s = time.time() - rec.lines[-1].ts
                         logs_lag[event.message.partition] = metrics.logs_event_lag_s
-                    elif t == "hb":
-                        logs_lag[event.message.partition] = time.time() - float(rec["ts"])
+                    elif isinstance(rec, Heartbeat):
+                        logs_lag[event.message.partition] = time.time() - rec.ts
                     sigs = signals_of_logs_record(rec, matcher)
                     dicts = [signal_dict(x) for x in sigs]
                 except Exception as e:  # noqa: BLE001 - one bad record never stops the worker
@@ -271,11 +273,10 @@ def build_app(cfg: ProcessorConfig) -> faust.App:
                 partition = event.message.partition
                 _set_current_event(event)
                 try:
-                    d = decode(event.value)
-                    if d["t"] == "tick":
-                        await tick_partition(partition, float(d["now"]))
+                    sigs = decode_signals(event.value)
+                    if isinstance(sigs, Tick):
+                        await tick_partition(partition, sigs.now)
                         continue
-                    sigs = signals_of_record(d)
                     if sigs:
                         await fold(partition, sigs)
                 except Exception as e:  # noqa: BLE001 - one bad record never stops the worker
@@ -375,8 +376,7 @@ def build_app(cfg: ProcessorConfig) -> faust.App:
         for tp in app.assignor.assigned_actives():
             if tp.topic == topics.signals:
                 await signals_t.send(key=None, partition=tp.partition,
-                                     value=orjson.dumps({"v": SCHEMA_VERSION, "t": "tick",
-                                                         "now": now}))
+                                     value=encode_tick(now))
 
     last_report = [time.time(), 0, 0, 0]
 

@@ -1,0 +1,181 @@
+"""Wire decoders validate at the boundary: every malformed record is a DecodeError that
+names the field, good records (old and new shapes) decode unchanged."""
+
+from __future__ import annotations
+
+import orjson
+import pytest
+
+from faultwatch.core.events import (
+    Decision,
+    Exit,
+    Heartbeat,
+    Line,
+    Notice,
+    Progress,
+    RunStart,
+    Stage,
+)
+from faultwatch.errors import DecodeError
+from faultwatch.wire import (
+    MAX_ID_CHARS,
+    LinesBatch,
+    Tick,
+    decision_of,
+    decision_to_dict,
+    decode_decision,
+    decode_logs,
+    decode_signals,
+    encode_decision,
+    encode_exit,
+    encode_heartbeat,
+    encode_lines,
+    encode_notice,
+    encode_run_start,
+    encode_tick,
+    signal_of,
+)
+
+
+def rec(**kw: object) -> bytes:
+    return orjson.dumps({"v": 1, **kw})
+
+
+LINES = {"t": "lines", "job": "j", "attempt": 0, "node": "n0", "run_id": "r",
+         "lines": [["e", 0, 1.0, "hello", 0, 0]]}
+DEC = Decision(id="0123456789abcdef0123", job="j", attempt=1, action="restart", kind="hang",
+               ts=5.0, nodes=("n0", "n1"), ranks=(3,), message="m", evidence={"a": [1, 2.5]},
+               budgets={"restarts_used": 1}, rules_version="v", run_id="r-1",
+               scheduler={"kind": "slurm", "job_id": "7", "labels": {"team": "x"}})
+
+
+def test_every_logs_record_type_round_trips() -> None:
+    start = RunStart("j", 2, "n0", 1.0, run_id="123", world_size=8, nnodes=2, rank=None,
+                     local_ranks=(0, 1), host="h", pid=7, cmd=("python", "t.py"),
+                     agent_version="1", run_source="slurm",
+                     scheduler={"kind": "slurm", "job_id": "123", "node": "n0"})
+    assert decode_logs(encode_run_start(start)) == start
+    hb = Heartbeat("j", 2, "n0", 2.0, True, 1.5, 1.0)
+    assert decode_logs(encode_heartbeat(hb, "123")) == Heartbeat("j", 2, "n0", 2.0, True, 1.5,
+                                                                 1.0, run_id="123")
+    ex = Exit("j", 2, "n0", 3.0, exit_code=137, signal=9)
+    assert decode_logs(encode_exit(ex, "123")) == Exit("j", 2, "n0", 3.0, 137, 9, run_id="123")
+    n = decode_logs(encode_notice("j", 2, "n0", 4.0, "notify", {"message": "hi"}, run_id="123"))
+    assert n == Notice("j", 2, "n0", 4.0, "notify", {"message": "hi"}, run_id="123")
+    b = decode_logs(encode_lines("j", 2, "n0", "123", [Line("stderr", 5, 6.0, "x", 1, 9)], 4))
+    assert isinstance(b, LinesBatch) and (b.run_id, b.rank, b.lines.texts) == ("123", 4, ["x"])
+    assert list(b.lines) == [Line("stderr", 5, 6.0, "x", 1, 9)]
+
+
+def test_older_records_without_new_fields_still_decode() -> None:
+    old_start = rec(t="start", job="j", attempt=0, node="n", ts=1.0, world_size=None)
+    assert decode_logs(old_start) == RunStart("j", 0, "n", 1.0)
+    old_lines = rec(**{**LINES, "lines": [["o", 0, 1.0, "short row"]]})  # 4 fields
+    batch = decode_logs(old_lines)
+    assert isinstance(batch, LinesBatch) and batch.lines[0] == Line("stdout", 0, 1.0, "short row")
+    d = decision_to_dict(DEC)
+    del d["run_id"], d["scheduler"]
+    assert decision_of(d).run_id == "" and decision_of(d).scheduler == {}
+
+
+def test_sdk_notes_are_decoded_once_into_signals() -> None:
+    p = decode_logs(encode_notice("j", 0, "n", 1.0, "progress",
+                                  {"rank": 2, "step": 9, "step_time_s": 0.5}, run_id="r"))
+    assert p == Progress("j", 0, "n", 1.0, 2, 9, step_time_s=0.5, source="sdk", run_id="r")
+    s = decode_logs(encode_notice("j", 0, "n", 1.0, "stage", {"stage": "eval"}))
+    assert s == Stage("j", 0, "n", 1.0, None, "eval", True, None, source="sdk")
+
+
+BAD_LOGS = [
+    ("rank", {**LINES, "rank": "x"}),  # issue 8 case 6
+    ("attempt", {**LINES, "attempt": 999999}),  # issue 8 case 7
+    ("attempt", {**LINES, "attempt": -1}),
+    ("attempt", {**LINES, "attempt": True}),
+    ("job", {**LINES, "job": ""}),
+    ("job", {**LINES, "job": "a" * (MAX_ID_CHARS + 1)}),
+    ("control", {**LINES, "job": "prod\n[faultwatch] decision FAIL job=prod"}),
+    ("node", {**LINES, "node": 5}),
+    ("run_id", {**LINES, "run_id": ["r"]}),
+    ("lines", {**LINES, "lines": "abc"}),
+    ("line", {**LINES, "lines": [["e", 0, "1.0", "x", 0, 0]]}),
+    ("line", {**LINES, "lines": [["e", 0, 1.0, 7, 0, 0]]}),
+    ("line", {**LINES, "lines": [["e", 0, None, "x", 0, 0]]}),
+    ("ts", {"t": "hb", "job": "j", "attempt": 0, "node": "n", "ts": -5, "alive": True}),
+    ("alive", {"t": "hb", "job": "j", "attempt": 0, "node": "n", "ts": 1, "alive": "yes"}),
+    ("exit_code", {"t": "exit", "job": "j", "attempt": 0, "node": "n", "ts": 1,
+                   "exit_code": 10**9}),
+    ("signal", {"t": "exit", "job": "j", "attempt": 0, "node": "n", "ts": 1, "exit_code": 1,
+                "signal": "KILL"}),
+    ("world_size", {"t": "start", "job": "j", "attempt": 0, "node": "n", "ts": 1,
+                    "world_size": 0}),
+    ("scheduler", {"t": "start", "job": "j", "attempt": 0, "node": "n", "ts": 1,
+                   "scheduler": ["slurm"]}),
+    ("step", {"t": "note", "job": "j", "attempt": 0, "node": "n", "ts": 1, "kind": "progress",
+              "data": {"step": "7"}}),
+    ("hang_window_s", {"t": "note", "job": "j", "attempt": 0, "node": "n", "ts": 1,
+                       "kind": "stage", "data": {"stage": "s", "hang_window_s": -1}}),
+    ("data", {"t": "note", "job": "j", "attempt": 0, "node": "n", "ts": 1, "kind": "notify",
+              "data": [1]}),
+    ("type", {"t": "lnes"}),
+]
+
+
+@pytest.mark.parametrize(("what", "d"), BAD_LOGS, ids=[f"{w}-{i}" for i, (w, _) in
+                                                         enumerate(BAD_LOGS)])
+def test_malformed_logs_records_are_decode_errors_naming_the_field(what: str, d: dict) -> None:
+    with pytest.raises(DecodeError) as e:
+        decode_logs(rec(**d))
+    assert what in str(e.value) or what in ("line", "control")
+
+
+def test_non_finite_numbers_never_get_in() -> None:
+    for v in (b'{"v":1,"t":"hb","job":"j","attempt":0,"node":"n","ts":1e999,"alive":true}',
+              b'{"v":1,"t":"hb","job":"j","attempt":0,"node":"n","ts":NaN,"alive":true}',
+              b"\xff\xfe", b"[]", b"", None):
+        with pytest.raises(DecodeError):
+            decode_logs(v)
+    with pytest.raises(DecodeError, match="finite"):  # a dict built in-process
+        signal_of({"t": "prog", "job": "j", "attempt": 0, "node": "n", "ts": 1.0, "step": 1,
+                   "step_time_s": float("nan")})
+    with pytest.raises(DecodeError, match="finite"):
+        signal_of({"t": "note", "job": "j", "attempt": 0, "node": "n", "ts": 1.0,
+                   "kind": "notify", "data": {"x": [float("inf")]}})
+
+
+def test_signals_decode_bundles_and_ticks_and_reject_bad_elements() -> None:
+    assert decode_signals(encode_tick(12.5)) == Tick(12.5)
+    ok = {"t": "exit", "job": "j", "attempt": 0, "node": "n", "ts": 1.0, "exit_code": 1}
+    assert decode_signals(rec(t="bundle", job="j", sigs=[ok])) == [Exit("j", 0, "n", 1.0, 1)]
+    for bad in ([ok, 5], [{**ok, "job": "other"}], [{**ok, "t": "nope"}],
+                [{"t": "hit", "job": "j", "attempt": 0, "node": "n", "m": {"rule": "r"}}],
+                [{"t": "out", "job": "j", "attempt": 0, "node": "n", "ts": 1, "count": 1,
+                  "ranks": [[0]], "tail": []}]):
+        with pytest.raises(DecodeError):
+            decode_signals(rec(t="bundle", job="j", sigs=bad))
+    with pytest.raises(DecodeError):
+        decode_signals(rec(t="tick", now="soon"))
+
+
+def test_decisions_round_trip_and_malformed_ones_are_decode_errors() -> None:
+    assert decode_decision(encode_decision(DEC)) == DEC
+    good = decision_to_dict(DEC)
+    for path, value in [(("targets", "nodes"), [["n0"]]),  # issue 8 case 8
+                        (("id",), ["x"]),
+                        (("targets", "ranks"), ["3"]),
+                        (("action",), "reboot"),
+                        (("attempt",), 10**6),
+                        (("reason",), "hang"),
+                        (("reason", "message"), 5),
+                        (("evidence",), []),
+                        (("scheduler",), {"bad\nkey": 1}),
+                        (("run_id",), 5),
+                        (("ts",), None)]:
+        d = orjson.loads(orjson.dumps(good))
+        target = d
+        for k in path[:-1]:
+            target = target[k]
+        target[path[-1]] = value
+        with pytest.raises(DecodeError, match=path[-1] if path[-1] != "reason" else "reason"):
+            decode_decision(orjson.dumps(d))
+    with pytest.raises(DecodeError):
+        decode_decision(orjson.dumps({**good, "v": 2}))
