@@ -80,6 +80,7 @@ class EmbeddedRunner:
         self.rules = _Rules(cfg.rule_paths, lambda ev, **kv: log_event(ev, **kv))
         self.policy = policy_for(self.rules.ruleset, cfg.policy_overrides)
         self.state = JobState(job=cfg.job)
+        self.run_id = f"g-{uuid.uuid4().hex}"  # one run: stable across its attempts
         self.decisions: list[Decision] = []
         self._wake = asyncio.Event()
         self._last_output_ts: float | None = None
@@ -119,8 +120,9 @@ class EmbeddedRunner:
         now = time.time()
         self._last_output_ts = None
         self._feed(RunStart(job=self.cfg.job, attempt=attempt, node=self.cfg.node, ts=now,
-                            run_id=uuid.uuid4().hex, host=os.uname().nodename, pid=child.pid,
-                            cmd=self.cfg.cmd, agent_version=__version__), now)
+                            run_id=self.run_id, run_source="generated",
+                            host=os.uname().nodename, pid=child.pid, cmd=self.cfg.cmd,
+                            agent_version=__version__), now)
         log_event("child_started", attempt=attempt, pid=child.pid)
         return child
 
@@ -132,7 +134,8 @@ class EmbeddedRunner:
             if not lines:
                 return
             self._last_output_ts = lines[-1].ts
-            self._feed(signals_of_lines(job, attempt, node, lines, self.rules.matcher),
+            self._feed(signals_of_lines(job, attempt, node, lines, self.rules.matcher,
+                                        run_id=self.run_id),
                        time.time())
 
         pumps = [
@@ -155,10 +158,12 @@ class EmbeddedRunner:
             if waiter.done() and status is None:
                 status = waiter.result()
                 await asyncio.gather(*pumps, return_exceptions=True)
-                self._feed(_exit_signal(job, attempt, node, now, status, self.rules.matcher), now)
+                self._feed(_exit_signal(job, attempt, node, now, status, self.rules.matcher,
+                                        self.run_id), now)
             elif status is None:
                 self._feed(Heartbeat(job=job, attempt=attempt, node=node, ts=now, alive=True,
-                                     last_output_ts=self._last_output_ts, started_ts=started), now)
+                                     last_output_ts=self._last_output_ts, started_ts=started,
+                                     run_id=self.run_id), now)
             self._tick(now)
             # notify decisions are warnings: printed, never acted on
             decision = next((d for d in self.decisions
@@ -192,9 +197,10 @@ class EmbeddedRunner:
 
 
 def _exit_signal(job: str, attempt: int, node: str, now: float, status: ExitStatus,
-                 matcher: Matcher) -> list[Signal]:
+                 matcher: Matcher, run_id: str) -> list[Signal]:
     return signals_of_exit(Exit(job=job, attempt=attempt, node=node, ts=now,
-                                exit_code=status.exit_code, signal=status.signal), matcher)
+                                exit_code=status.exit_code, signal=status.signal,
+                                run_id=run_id), matcher)
 
 
 def policy_for(ruleset: RuleSet, overrides: dict[str, Any]) -> Policy:

@@ -10,7 +10,7 @@ from typing import Any
 from faultwatch.core.events import Decision
 from faultwatch.core.pmap import PMap
 from faultwatch.core.policy import Policy
-from faultwatch.core.state import MAX_DECIDED, MAX_NOTIFY, JobState, Phase
+from faultwatch.core.state import MAX_DECIDED, MAX_NOTIFY, JobState, Phase, thaw
 
 Result = tuple[JobState, list[Decision]]
 
@@ -18,9 +18,11 @@ BLACKLIST_MAX_S = 7 * 24 * 3600.0
 RESTART_HISTORY = 32  # restart times kept for the storm guard
 
 
-def decision_id(job: str, attempt: int, kind: str, episode: str) -> str:
-    """A deterministic id: the same decision made twice (after a crash) has the same id."""
-    return hashlib.sha256(f"{job}\x1f{attempt}\x1f{kind}\x1f{episode}".encode()).hexdigest()[:20]
+def decision_id(job: str, attempt: int, kind: str, episode: str, run_id: str = "") -> str:
+    """A deterministic id: the same decision made twice (after a crash) has the same id;
+    the same failure in another run of a reused job name has another."""
+    key = f"{job}\x1f{attempt}\x1f{kind}\x1f{episode}" + (f"\x1f{run_id}" if run_id else "")
+    return hashlib.sha256(key.encode()).hexdigest()[:20]
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,7 +83,8 @@ def emit(st: JobState, kind: str, episode: str, action: str, now: float, policy:
          candidates: tuple[str, ...] = ()) -> Result:
     """Budget and storm guard for restarts, then publish once per (attempt, kind, episode).
     `notify` decisions leave the phase alone and cost no budget."""
-    did = decision_id(st.job, st.attempt, kind, episode)
+    did = decision_id(st.job, st.attempt, kind, episode, st.run_id)
+    run: dict[str, Any] = {"run_id": st.run_id, "scheduler": thaw(st.scheduler)}
     if did in st.decided:
         return (st if action == "notify" else dataclasses.replace(st, phase=Phase.DECIDED)), []
     decided = (st.decided + (did,))[-MAX_DECIDED:]
@@ -94,7 +97,7 @@ def emit(st: JobState, kind: str, episode: str, action: str, now: float, policy:
         return st, [Decision(id=did, job=st.job, attempt=st.attempt, action=action, kind=kind,
                              ts=now, nodes=nodes, ranks=ranks, rule=rule, category=category,
                              message=message, evidence=evidence, budgets=budgets,
-                             rules_version=rv)]
+                             rules_version=rv, **run)]
     g = guard_restart(action, message, now, policy, st.restarts_used, st.restart_times)
     evidence = {**evidence, **g.evidence}
     blacklist = st.blacklist
@@ -107,12 +110,12 @@ def emit(st: JobState, kind: str, episode: str, action: str, now: float, policy:
             evidence["blacklist_candidates"] = cands
     st = dataclasses.replace(st, phase=Phase.DECIDED, decided=decided,
                              restarts_used=g.restarts_used, restart_times=g.restart_times,
-                             blacklist=blacklist)
+                             blacklist=blacklist, failed=g.action == "fail")
     budgets = {"restarts_used": st.restarts_used, "max_restarts": policy.max_restarts,
                "max_same_error": policy.max_same_error,
                "storm_max_restarts": policy.storm_max_restarts,
                "storm_window_s": policy.storm_window_s}
     dec = Decision(id=did, job=st.job, attempt=st.attempt, action=g.action, kind=kind, ts=now,
                    nodes=nodes, ranks=ranks, rule=rule, category=category, message=g.message,
-                   evidence=evidence, budgets=budgets, rules_version=rv)
+                   evidence=evidence, budgets=budgets, rules_version=rv, **run)
     return st, [dec]

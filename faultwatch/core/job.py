@@ -24,6 +24,7 @@ from faultwatch.core.events import (
     Stage,
 )
 from faultwatch.core.policy import Policy
+from faultwatch.core.runs import MAX_ATTEMPT_STEP, admit, count_drop, new_state
 from faultwatch.core.state import (
     DECIDED,
     DONE,
@@ -42,15 +43,23 @@ from faultwatch.core.state import (
     new_attempt,
 )
 
-__all__ = ["DECIDED", "DONE", "RUNNING", "SETTLING", "JobState", "NodeState", "Phase", "apply",
-           "decision_id", "tick"]
+__all__ = ["DECIDED", "DONE", "MAX_ATTEMPT_STEP", "RUNNING", "SETTLING", "JobState", "NodeState",
+           "Phase", "apply", "decision_id", "new_state", "tick"]
 
 Result = tuple[JobState, list[Decision]]
 
 
 def apply(st: JobState, sig: Signal, now: float, policy: Policy,
           rules_version: str = "") -> Result:
-    """Fold one signal into the state; may decide from its evidence (event time)."""
+    """Fold one signal into the state; may decide from its evidence (event time).
+
+    The state is of the job's current run (core/runs.py): a run-start of a new run returns
+    a fresh state; a record of a retired or unknown run, or of an attempt no run-start
+    announced, is refused (counted in `dropped`). A job with no state starts one with
+    new_state(sig), which is None unless `sig` is a run-start."""
+    st, refused = admit(st, sig)
+    if refused is not None:
+        return count_drop(st, refused), []
     if sig.attempt < st.attempt:
         return st, []  # a late record of an attempt that was already replaced
     if sig.attempt > st.attempt:

@@ -113,6 +113,14 @@ class JobState:
     short_fails: PMap[str, int] = field(default_factory=PMap)
     slow_nodes: PMap[str, int] = field(default_factory=PMap)
     restart_times: tuple[float, ...] = ()
+    # the run (core/runs.py): the state is of the job's current run only
+    run_id: str = ""  # the run's identity (its first run-start's); "" before any
+    run_source: str = ""  # where the agent took it from: flag, slurm, torchrun, ...
+    scheduler: PMap[str, Any] = field(default_factory=PMap)  # frozen (see freeze)
+    run_ids: frozenset[str] = frozenset()  # run ids of this run (generated ones that joined)
+    retired: tuple[str, ...] = ()  # earlier runs of this job name, newest last (bounded)
+    dropped: PMap[str, int] = field(default_factory=PMap)  # records refused, by reason
+    failed: bool = False  # this attempt was decided `fail` (the run is over)
 
     # ---- queries (evidence) -------------------------------------------------------------
 
@@ -193,6 +201,24 @@ class JobState:
         default. Unknown keys (`_p`, newer fields) are ignored."""
         kw = {name: dec(d[name], d) for name, (_, dec) in _CODECS.items() if name in d}
         return cls(**kw)
+
+
+def freeze(x: Any) -> Any:
+    """A JSON value made immutable: objects become PMaps, lists tuples."""
+    if isinstance(x, dict):
+        return PMap({str(k): freeze(v) for k, v in x.items()})
+    if isinstance(x, list | tuple):
+        return tuple(freeze(v) for v in x)
+    return x
+
+
+def thaw(x: Any) -> Any:
+    """The plain JSON value of a frozen one (freeze's inverse)."""
+    if isinstance(x, PMap):
+        return {k: thaw(v) for k, v in x.items()}
+    if isinstance(x, tuple):
+        return [thaw(v) for v in x]
+    return x
 
 
 # ---- folds: one signal into the state, no decisions ---------------------------------------
@@ -404,13 +430,20 @@ _CODECS: dict[str, tuple[Enc, Dec]] = {
     "short_fails": _str_map(int),
     "slow_nodes": _str_map(int),
     "restart_times": (list, _d(lambda x: tuple(float(t) for t in x))),
+    "run_id": (_same, _d(str)),
+    "run_source": (_same, _d(str)),
+    "scheduler": (lambda m: thaw(m), _d(lambda x: freeze(dict(x)))),
+    "run_ids": (sorted, _d(lambda x: frozenset(str(r) for r in x))),
+    "retired": (list, _d(lambda x: tuple(str(r) for r in x))),
+    "dropped": _str_map(int),
+    "failed": (_same, _d(bool)),
 }
 
 # attempt-scoped fields: reset to their defaults by new_attempt (see JobState's doc)
 _ATTEMPT_SCOPED = ("nodes", "hits", "rank_last_ts", "tail", "failure_seen_at", "failure_ts",
                    "expected_world", "expected_nodes", "last_output_ts", "outputs", "stages",
                    "progress", "step_ts", "steps", "slow_check_ts", "stage_ts", "flags",
-                   "notified")
+                   "notified", "failed")
 
 
 def _defaults() -> dict[str, Any]:

@@ -16,7 +16,7 @@ import faust.streams
 import orjson
 
 from faultwatch.core.events import Heartbeat, Output, Progress
-from faultwatch.core.job import JobState, Phase, apply, tick
+from faultwatch.core.job import JobState, Phase, apply, new_state, tick
 from faultwatch.core.policy import Policy
 from faultwatch.errors import DecodeError
 from faultwatch.logs import log_event
@@ -299,11 +299,16 @@ def build_app(cfg: ProcessorConfig) -> faust.App:
         for sig in sigs:
             k = job_key(sig.job)
             if k != key:  # a bundle holds one job; a hand-made one might not
-                if st is not None and old is not None and st is not old:
+                if st is not None and st is not old:
                     save(key, st, partition, p, durable)
                 key, durable = k, False
-                old = st = load(key, p) or JobState(job=sig.job)
-            assert st is not None
+                old = st = load(key, p)
+            if st is None:  # only a run-start starts a job's state (no phantom jobs)
+                st = new_state(sig)
+                if st is None:
+                    metrics.extra["dropped.no-run"] = metrics.extra.get("dropped.no-run", 0) + 1
+                    continue
+                old = None
             prev = st
             st, decs = apply(st, sig, now, live.policy, live.rules_version)
             if st is not prev:
@@ -311,7 +316,7 @@ def build_app(cfg: ProcessorConfig) -> faust.App:
                     or st.attempt != prev.attempt or not isinstance(sig, LIVENESS)
             if decs:
                 await publish(decs)
-        if st is not None and old is not None and st is not old:
+        if st is not None and st is not old:
             save(key, st, partition, p, durable)
 
     async def tick_partition(partition: int, sent: float) -> None:

@@ -20,7 +20,8 @@ P = Policy(settle_s=0, max_restarts=3, skew_warn_s=1)
 def busy_state() -> JobState:
     """A state with every field away from its default."""
     st = JobState(job="j")
-    sigs = [RunStart("j", 2, "a", 1.0, run_id="r", world_size=2, nnodes=3, rank=0),
+    sigs = [RunStart("j", 2, "a", 1.0, run_id="r", world_size=2, nnodes=3, rank=0,
+                     run_source="slurm", scheduler={"kind": "slurm", "labels": {"t": ["x"]}}),
             RunStart("j", 2, "b", 9.0, run_id="r", world_size=2, rank=1),
             Output("j", 2, "a", 10.0, 1, rank_last_ts=((0, 10.0),)),
             Progress("j", 2, "a", 11.0, 0, 5, step_time_s=0.5),
@@ -36,7 +37,8 @@ def busy_state() -> JobState:
         retryable=("oom",), blacklist=PMap({"a": (1, 99.0)}), short_fails=PMap({"a": 1}),
         slow_nodes=PMap({"b": 2}), flags=frozenset({"skew"}), slow_check_ts=3.0, notified=1,
         failure_seen_at=16.0, stage_ts=13.0, phase=Phase.DECIDED, restarts_used=1,
-        decided=("d1",), restart_times=(5.0,), steps=4)
+        decided=("d1",), restart_times=(5.0,), steps=4, retired=("r0",),
+        dropped=PMap({"unknown-run": 1}), failed=True)
 
 
 def test_every_field_round_trips_through_json() -> None:
@@ -48,6 +50,7 @@ def test_every_field_round_trips_through_json() -> None:
     again = JobState.from_dict(orjson.loads(orjson.dumps(st.to_dict())))
     assert again == st
     assert isinstance(again.phase, Phase)
+    assert again.scheduler["labels"]["t"] == ("x",)  # frozen all the way down
 
 
 def test_an_older_state_without_newer_fields_loads_with_defaults() -> None:
