@@ -226,9 +226,9 @@ def _row_line(r: Any) -> Line:
     if type(r) is not list or not 4 <= len(r) <= 6:
         raise _bad("line row", "must be [stream, seq, ts, text, flags, orig_len]", r)
     code, seq, ts, text, flags, orig_len = (r + [0, 0])[:6]
-    stream = _CODE_STREAM.get(code, code)
-    if type(stream) is not str or len(stream) > 16:
+    if type(code) is not str or len(code) > 16:
         raise _bad("line row stream", "must be a short string", code)
+    stream = _CODE_STREAM.get(code, code)
     return Line(stream, _int(seq, "line row seq", -1, 2**63 - 1), _num(ts, "line row ts"),
                 _text(text, "line row text"), _int(flags, "line row flags", 0, 2**16),
                 _int(orig_len, "line row orig_len", 0, 2**62))

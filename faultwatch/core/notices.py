@@ -23,6 +23,8 @@ from faultwatch.core.progress import SLOW_CHECK_S, scan_slow
 from faultwatch.core.state import JobState
 
 MAX_PATTERNS = 64
+MAX_TOKEN = 64
+MAX_RANK = 10_000_000
 
 
 def _episode(*parts: object) -> str:
@@ -67,17 +69,22 @@ def on_progress(st: JobState, ev: Progress, policy: Policy, rv: str) -> Result:
         st = dataclasses.replace(st, flags=flags, slow_nodes=slow_nodes)
         assert rp.step_time_s is not None
         st, d = emit(st, "slow", f"slow:{rank}", "notify", ev.ts, policy, rv, nodes=(node,),
-                        ranks=(rank,), rule=None, category=None,
+                        ranks=(rank,) if rank >= 0 else (), rule=None, category=None,
                         message=f"rank {rank} on {node} is slow: step {rp.step_time_s:.3f}s vs "
                                 f"median {med:.3f}s ({rp.step_time_s / med:.1f}x)"
                                 if med > 0 else f"rank {rank} on {node} is slow",
-                        evidence={"rank": rank, "node": node,
+                        evidence={"rank": rank if rank >= 0 else None, "node": node,
                                   "step_time_s": round(rp.step_time_s, 4),
                                   "median_s": round(med, 4), "factor": policy.slow_factor,
                                   "attempts_slow": slow_nodes.get(node, 0),
                                   "blacklist_candidate": slow_nodes.get(node, 0) >= 2})
         decs.extend(d)
     return st, decs
+
+
+def _token(x: object, default: str) -> str:
+    """A short printable word from free-form SDK data (a level), else the default."""
+    return x if isinstance(x, str) and 0 < len(x) <= MAX_TOKEN and x.isprintable() else default
 
 
 def _node_of_rank(st: JobState, rank: int) -> str | None:
@@ -95,10 +102,11 @@ def on_notice(st: JobState, ev: Notice, policy: Policy, rv: str) -> Result:
         return dataclasses.replace(st, retryable=merged), []
     if ev.kind == "notify":
         msg = str(d.get("message", ""))[:2000]
-        level = str(d.get("level", "info"))
+        level = _token(d.get("level"), "info")
         rank = d.get("rank")
+        ranks = (rank,) if type(rank) is int and 0 <= rank <= MAX_RANK else ()
         return emit(st, "custom", _episode(ev.node, ev.ts, msg), "notify", ev.ts, policy, rv,
-                       nodes=(ev.node,), ranks=() if rank is None else (int(rank),), rule=None,
+                       nodes=(ev.node,), ranks=ranks, rule=None,
                        category=level, message=msg,
                        evidence={"level": level, "node": ev.node, "ts": ev.ts})
     if ev.kind == "bootcheck":

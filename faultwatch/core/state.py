@@ -377,7 +377,8 @@ def _dec_nodes(x: Any, _d: Mapping[str, Any]) -> PMap[str, NodeState]:
 
 def _dec_hits(x: Any, d: Mapping[str, Any]) -> tuple[Hit, ...]:
     job, attempt = str(d["job"]), int(d["attempt"])
-    return tuple(Hit(job, attempt, h["node"], _match_of(h["m"])) for h in x)
+    return tuple(Hit(job, attempt, h["node"], _match_of(h["m"]), h.get("run_id", ""))
+                 for h in x)
 
 
 def _dec_rank_last(x: Any, _d: Mapping[str, Any]) -> PMap[int, float]:
@@ -399,8 +400,8 @@ _CODECS: dict[str, tuple[Enc, Dec]] = {
     "phase": (str, _d(Phase)),
     "nodes": (lambda m: {k: [getattr(v, f) for f in _NODE_FIELDS] for k, v in m.items()},
               _dec_nodes),
-    "hits": (lambda hs: [{"node": h.node, "m": dataclasses.asdict(h.match)} for h in hs],
-             _dec_hits),
+    "hits": (lambda hs: [{"node": h.node, "m": dataclasses.asdict(h.match), "run_id": h.run_id}
+                         for h in hs], _dec_hits),
     "rank_last_ts": (lambda m: [[k, v] for k, v in m.items()], _dec_rank_last),
     "tail": (lambda ts: [[t.rank, t.ts, t.text] for t in ts],
              _d(lambda x: tuple(TailLine(r, float(ts), txt) for r, ts, txt in x))),
