@@ -35,9 +35,13 @@ def new_state(sig: Signal) -> JobState | None:
 
 
 def run_over(st: JobState) -> bool:
-    """The current run ended: done, decided `fail`, or every node that started exited."""
-    return st.phase == Phase.DONE or (st.phase == Phase.DECIDED and st.failed) or (
-        len(st.nodes) > 0 and all(n.exit_ts is not None for n in st.nodes.values()))
+    """The current run ended: done, decided `fail`, or every node exited (and no node the
+    run-starts announced, nnodes, is still to come)."""
+    if st.phase == Phase.DONE or (st.phase == Phase.DECIDED and st.failed):
+        return True
+    if not st.nodes or (st.expected_nodes and len(st.nodes) < st.expected_nodes):
+        return False
+    return all(n.exit_ts is not None for n in st.nodes.values())
 
 
 def admit(st: JobState, sig: Signal) -> tuple[JobState, str | None]:

@@ -133,3 +133,16 @@ def test_the_retired_list_is_bounded() -> None:
     st, _ = feed(None, *[start(f"r{i}", ts=100.0 + i) for i in range(MAX_RETIRED + 10)])
     assert st is not None and len(st.retired) == MAX_RETIRED
     assert st.retired[-1] == f"r{MAX_RETIRED + 8}" and st.run_id == f"r{MAX_RETIRED + 9}"
+
+
+def test_a_late_node_of_an_announced_multi_node_run_joins_after_the_first_one_exited() -> None:
+    """nnodes=2, generated run ids: n0 fails at once; n1's run-start (another generated id)
+    arrives later. The run is not over while an announced node is missing: n1 joins, and
+    the failure is decided with both nodes' evidence."""
+    st, decs = feed(None, start("g-a", source="generated", nnodes=2),
+                    Exit("j", 0, "n0", 101.0, 1, run_id="g-a"))
+    assert decs == []  # settling: n1 may still report the root error
+    st, decs = feed(st, start("g-b", node="n1", ts=102.0, source="generated", nnodes=2),
+                    Exit("j", 0, "n1", 103.0, 1, run_id="g-b"))
+    assert st is not None and st.run_ids == {"g-a", "g-b"} and st.retired == ()
+    assert [(d.action, sorted(d.evidence["exits"])) for d in decs] == [("fail", ["n0", "n1"])]
