@@ -1,8 +1,8 @@
 """Failures: rule hits and non-zero exits, settled, classified and turned into a decision.
 
-Settling is decided in event time (DESIGN.md "Ordering"): a node's lines precede its exit
-and its later heartbeats on the same logs partition, and the matcher keeps that order per
-job on the signals topic. So every root error that can matter is in once (a) every node
+Settling is decided in event time (docs/decisions.md, "Failures"): a node's lines precede
+its exit and its later heartbeats on the same logs partition, and the matcher keeps that
+order per job on the signals topic. So every root error that can matter is in once (a) every node
 of the job (nnodes from run-start records if known, else those seen) has exited, or
 (b) every node that has not exited sent a heartbeat stamped at least `settle_s` after the
 first failure (agent time). (c) A processor-time fallback covers nodes that stopped
