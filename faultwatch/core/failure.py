@@ -30,6 +30,12 @@ from faultwatch.core.root import default_action, pick_root
 from faultwatch.core.state import JobState, Phase
 
 MAX_CONTEXT = 40  # traceback lines carried in a decision's evidence
+MAX_EVIDENCE_LINE = 2000  # characters of one line in evidence and messages (a decision stays
+# far below the broker's record limit: at most ~50 lines of evidence)
+
+
+def _cut(text: str) -> str:
+    return text if len(text) <= MAX_EVIDENCE_LINE else text[:MAX_EVIDENCE_LINE] + "…"
 
 
 def settled_by(st: JobState, policy: Policy) -> str | None:
@@ -93,7 +99,7 @@ def decide(st: JobState, now: float, policy: Policy, rv: str,
         "exits": {n.node: {"exit_code": n.exit_code, "signal": n.signal, "ts": n.exit_ts}
                   for n in st.nodes.values() if n.exit_ts is not None},
         "matches": [{"node": h.node, "rank": h.match.rank, "rule": h.match.rule,
-                     "cascade": h.match.cascade, "ts": h.match.ts, "line": h.match.line}
+                     "cascade": h.match.cascade, "ts": h.match.ts, "line": _cut(h.match.line)}
                     for h in st.hits[:10]],
         "expected": st.expected_evidence(),
     }
@@ -102,8 +108,9 @@ def decide(st: JobState, now: float, policy: Policy, rv: str,
     if root is not None and root_hit is not None:
         evidence["first_error"] = {
             "node": root_hit.node, "rank": root.rank, "ts": root.ts, "rule": root.rule,
-            "stream": root.stream, "line": root.line,
-            "traceback": list(root.context[-MAX_CONTEXT:]), "cascade_only": root.cascade}
+            "stream": root.stream, "line": _cut(root.line),
+            "traceback": [_cut(c) for c in root.context[-MAX_CONTEXT:]],
+            "cascade_only": root.cascade}
     if root is None and first is not None:
         evidence["first_error"] = {"node": first.node, "rank": first.rank, "ts": first.exit_ts,
                                    "rule": None, "line": None, "traceback": [],
@@ -114,7 +121,7 @@ def decide(st: JobState, now: float, policy: Policy, rv: str,
         desc = f"{root.rule} ({category})" + (" [cascade only]" if root.cascade else "")
         where = f" on {root_hit.node if root_hit else '?'}"
         where += f" rank {root.rank}" if root.rank is not None else ""
-        message = f"{desc}{where}: {root.line}"
+        message = f"{desc}{where}: {_cut(root.line)}"
     elif first is not None:
         message = f"{first.node} exited with code {first.exit_code}, no rule matched"
     else:

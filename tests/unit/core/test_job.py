@@ -184,3 +184,20 @@ def test_silence_before_first_output_uses_init_window() -> None:
     st, decs = apply(st, Heartbeat("j", 0, "n0", ts=131.0, alive=True, last_output_ts=None), 0, p)
     assert [d.kind for d in decs] == ["hang"]
     assert Policy(hang_window_s=5).effective_init_window_s == 120.0
+
+
+def test_a_decision_stays_small_whatever_the_lines_it_quotes() -> None:
+    """Evidence quotes at most MAX_EVIDENCE_LINE characters of a line: a 64 KiB line and
+    traceback cannot push a decision past the broker's record limit."""
+    from faultwatch.wire import encode_decision
+
+    big = "E" * 65536
+    st = started()
+    for i in range(20):
+        m = Match(rule="r", category="fatal", cascade=False, ts=101 + i, line=big, rank=0,
+                  seq=i, context=tuple(big for _ in range(60)))
+        st, _ = apply(st, Hit("j", 0, "n0", m), 101 + i, P)
+    st, decs = apply(st, Exit("j", 0, "n0", 130, exit_code=1), 130, P)
+    assert [d.action for d in decs] == ["fail"]
+    assert len(encode_decision(decs[0])) < 200_000
+    assert decs[0].evidence["first_error"]["line"].startswith("EEEE")
