@@ -509,6 +509,49 @@ def encode_bundle(job: str, sigs: Sequence[Signal | dict[str, Any]]) -> bytes:
                          "sigs": [s if isinstance(s, dict) else signal_dict(s) for s in sigs]})
 
 
+MAX_RECORD_BYTES = 900_000  # what faultwatch produces stays below the broker's 1 MB default
+_CUT_CHARS = 2000  # a signal too large for a record keeps this much of each quoted line
+
+
+def _cut_element(d: dict[str, Any]) -> dict[str, Any]:
+    """A signal dict with its quoted lines cut (tails, match lines and tracebacks)."""
+    if d.get("t") == "hit":
+        m = d["m"]
+        return {**d, "m": {**m, "line": m["line"][:_CUT_CHARS],
+                           "context": [c[:_CUT_CHARS] for c in list(m["context"])[-40:]]}}
+    if d.get("t") == "out":
+        return {**d, "tail": [(r, ts, text[:_CUT_CHARS]) for r, ts, text in d["tail"]]}
+    return d
+
+
+def encode_bundles(job: str, sigs: Sequence[Signal | dict[str, Any]],
+                   max_bytes: int = MAX_RECORD_BYTES) -> list[bytes]:
+    """The signals of one job as bundles (encode_bundle) of at most max_bytes each, in
+    order: a backlog's batch never makes a record the broker refuses. A signal too large
+    on its own has its quoted lines cut; one still too large raises ValueError."""
+    head = orjson.dumps({"v": SCHEMA_VERSION, "t": "bundle", "job": job})[:-1] + b',"sigs":['
+    room = max_bytes - len(head) - 2
+    out: list[bytes] = []
+    chunk: list[bytes] = []
+    size = 0
+    for s in sigs:
+        d = s if isinstance(s, dict) else signal_dict(s)
+        e = orjson.dumps(d)
+        if len(e) > room:
+            e = orjson.dumps(_cut_element(d))
+            if len(e) > room:
+                raise ValueError(f"a {d.get('t')} signal of job {job!r} is {len(e)} bytes, "
+                                 f"more than a record holds ({max_bytes})")
+        if chunk and size + len(e) + 1 > room:
+            out.append(head + b",".join(chunk) + b"]}")
+            chunk, size = [], 0
+        chunk.append(e)
+        size += len(e) + 1
+    if chunk:
+        out.append(head + b",".join(chunk) + b"]}")
+    return out
+
+
 def match_of(m: Any, where: str = "hit.m") -> Match:
     """A rule match as the matcher sent it (the `m` of a hit signal)."""
     m = _obj(m, where)
