@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import random
 from typing import Any
 
@@ -186,7 +187,7 @@ class Gen:
             elif r.random() < 0.2:
                 del x[key]
             else:
-                x[key] = r.choice(JUNK)
+                x[key] = copy.deepcopy(r.choice(JUNK))  # never share (mutated later)
         elif isinstance(x, list) and x:
             i = r.randrange(len(x))
             if isinstance(x[i], dict | list) and x[i] and r.random() < 0.6 and depth < 6:
@@ -194,4 +195,4 @@ class Gen:
             elif r.random() < 0.2:
                 del x[i]
             else:
-                x[i] = r.choice(JUNK)
+                x[i] = copy.deepcopy(r.choice(JUNK))
