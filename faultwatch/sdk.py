@@ -33,6 +33,8 @@ from typing import Any, TypeVar
 
 import orjson
 
+from faultwatch import rank_dumps
+
 SOCKET_ENV = "FAULTWATCH_SDK_SOCKET"
 MAX_MESSAGE = 60 * 1024
 RECONNECT_S = 1.0  # without an agent, try to connect at most once a second
@@ -142,6 +144,7 @@ class _Channel:
 
 _channel = _Channel()
 atexit.register(lambda: _channel.flush())
+rank_dumps.arm()  # answers the agent's dump requests (stacks, Flight Recorder), if enabled
 
 
 def _rank() -> int | None:

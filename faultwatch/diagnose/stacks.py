@@ -1,0 +1,152 @@
+"""Reading the ranks' Python stacks: who is inside a collective, a checkpoint write, or elsewhere.
+
+Input: per global rank, the threads of its process as `py-spy dump --json` prints them (a list
+of {"thread_name", "frames": [{"name", "filename", "line"}, ...innermost first]}) or as the
+SDK's faulthandler-style dump writes them (same shape). Pure: no I/O, no torch import.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+# torch.distributed's collective and point-to-point entry points (distributed_c10d.py) and the
+# wrappers frameworks put around them (DeepSpeed's comm, Megatron's parallel_state users call
+# torch.distributed directly).
+COLLECTIVES = frozenset({
+    "all_reduce", "all_gather", "all_gather_into_tensor", "all_gather_object", "all_to_all",
+    "all_to_all_single", "barrier", "monitored_barrier", "broadcast", "broadcast_object_list",
+    "gather", "gather_object", "reduce", "reduce_scatter", "reduce_scatter_tensor", "scatter",
+    "scatter_object_list", "send", "recv", "isend", "irecv", "batch_isend_irecv",
+    "_all_gather_base", "_reduce_scatter_base", "wait", "synchronize",
+})
+_DIST_FILE = re.compile(r"torch/distributed/(distributed_c10d|_functional_collectives|"
+                        r"c10d_logger)\.py$|deepspeed/comm/")
+# checkpoint and file writes: torch.save, safetensors, torch.distributed.checkpoint, the
+# frameworks' save paths, plain file I/O.
+_CKPT_FILE = re.compile(r"torch/serialization\.py$|safetensors/|torch/distributed/checkpoint/|"
+                        r"transformers/modeling_utils\.py$|lightning/.*checkpoint|"
+                        r"huggingface_hub/.*serialization")
+_CKPT_FUNC = re.compile(r"^(_?save(_checkpoint|_model|_pretrained|_file|_state_dict)?|"
+                        r"_save_checkpoint|save_checkpoint|dump|write|flush|fsync|"
+                        r"_write_item|write_data|_legacy_save|_save)$")
+_DATA_FILE = re.compile(r"torch/utils/data/(dataloader|_utils/fetch)\.py$")
+_LIBRARY = re.compile(r"/(site|dist)-packages/|/lib/python3\.\d+/|^<frozen |^<string>")
+
+COLLECTIVE, CHECKPOINT, DATA, ELSEWHERE, UNKNOWN = (
+    "collective", "checkpoint", "data", "elsewhere", "unknown")
+
+
+@dataclass(frozen=True, slots=True)
+class Frame:
+    name: str
+    filename: str
+    line: int
+
+    def where(self) -> str:
+        return f"{self.filename.rsplit('/', 1)[-1]}:{self.line} in {self.name}"
+
+
+@dataclass(frozen=True, slots=True)
+class RankActivity:
+    """What one rank's main thread is doing."""
+
+    rank: int
+    state: str  # collective | checkpoint | data | elsewhere | unknown
+    op: str | None  # the collective or save function, when known
+    at: str | None  # innermost frame of the user's code ("train.py:42 in step")
+    frames: tuple[str, ...] = ()  # a few innermost frames, innermost first
+
+
+def _frames(thread: Mapping[str, Any]) -> list[Frame]:
+    out = []
+    for f in thread.get("frames") or ():
+        if isinstance(f, Mapping):
+            try:
+                out.append(Frame(str(f.get("name", "?")), str(f.get("filename", "?")),
+                                 int(f.get("line") or 0)))
+            except (TypeError, ValueError):
+                continue
+    return out
+
+
+def main_thread(threads: Sequence[Mapping[str, Any]]) -> list[Frame]:
+    """The main thread's frames (py-spy names it MainThread; the SDK dump marks `main`)."""
+    for t in threads:
+        if t.get("main") or t.get("thread_name") == "MainThread":
+            return _frames(t)
+    return _frames(threads[0]) if threads else []
+
+
+def classify(rank: int, threads: Sequence[Mapping[str, Any]]) -> RankActivity:
+    """The state of a rank from its threads' stacks (main thread decides)."""
+    frames = main_thread(threads)
+    if not frames:
+        return RankActivity(rank, UNKNOWN, None, None)
+    user = next((f for f in frames if not _LIBRARY.search(f.filename)), None)
+    at = user.where() if user else frames[0].where()
+    shown = tuple(f.where() for f in frames[:6])
+    for f in frames:
+        if _DIST_FILE.search(f.filename) and f.name in COLLECTIVES:
+            return RankActivity(rank, COLLECTIVE, f.name, at, shown)
+    for f in frames:
+        if _CKPT_FILE.search(f.filename) or (_CKPT_FUNC.match(f.name) and "save" in f.name):
+            return RankActivity(rank, CHECKPOINT, f.name, at, shown)
+    for f in frames:
+        if _DATA_FILE.search(f.filename):
+            return RankActivity(rank, DATA, f.name, at, shown)
+    return RankActivity(rank, ELSEWHERE, None, at, shown)
+
+
+@dataclass(frozen=True)
+class StackFindings:
+    """Every rank's activity and what it implies for a hang decision."""
+
+    ranks: dict[int, RankActivity]
+    in_collective: tuple[int, ...]
+    in_checkpoint: tuple[int, ...]
+    culprits: tuple[int, ...]  # ranks not in the collective the others wait in
+    summary: str
+
+    @property
+    def checkpointing(self) -> bool:
+        """A rank writes a checkpoint: silence may be legitimate (extend, do not decide)."""
+        return bool(self.in_checkpoint)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"summary": self.summary, "culprit_ranks": list(self.culprits),
+                "in_collective": list(self.in_collective),
+                "in_checkpoint": list(self.in_checkpoint),
+                "ranks": {str(r): {"state": a.state, "op": a.op, "at": a.at,
+                                   "frames": list(a.frames)}
+                          for r, a in sorted(self.ranks.items())}}
+
+
+def analyse(stacks: Mapping[int, Sequence[Mapping[str, Any]]]) -> StackFindings:
+    """Compare the ranks: the ones outside a collective that others wait in are culprits."""
+    acts = {r: classify(r, th) for r, th in stacks.items()}
+    coll = tuple(sorted(r for r, a in acts.items() if a.state == COLLECTIVE))
+    ckpt = tuple(sorted(r for r, a in acts.items() if a.state == CHECKPOINT))
+    culprits: tuple[int, ...] = ()
+    if coll:
+        culprits = tuple(sorted(r for r, a in acts.items()
+                                if a.state not in (COLLECTIVE, UNKNOWN)))
+    parts = []
+    if coll:
+        ops = sorted({acts[r].op or "?" for r in coll})
+        parts.append(f"{_ranks(coll)} in {'/'.join(ops)}")
+    for r in culprits:
+        a = acts[r]
+        what = {CHECKPOINT: "writing a checkpoint", DATA: "loading data"}.get(a.state, "")
+        parts.append(f"rank {r} is at {a.at}" + (f" ({what})" if what else ""))
+    if not culprits and ckpt:
+        parts.append(f"{_ranks(ckpt)} writing a checkpoint")
+    if not parts:
+        parts.append("no rank is inside a collective")
+    return StackFindings(acts, coll, ckpt, culprits, "; ".join(parts))
+
+
+def _ranks(rs: tuple[int, ...]) -> str:
+    return ("rank " if len(rs) == 1 else "ranks ") + ", ".join(str(r) for r in rs)
