@@ -43,7 +43,7 @@ def python_stacks() -> list[dict[str, Any]]:
     main = threading.main_thread().ident
     out = []
     for ident, frame in sys._current_frames().items():  # noqa: SLF001 - the stdlib way
-        frames = []
+        frames: list[dict[str, Any]] = []
         f: Any = frame
         while f is not None and len(frames) < MAX_FRAMES:
             co = f.f_code

@@ -59,7 +59,7 @@ def rank_pids(root: int) -> dict[int, int]:
     out: dict[int, int] = {}
     frontier = [root]
     while frontier:
-        nxt = []
+        nxt: list[int] = []
         for pid in frontier:
             rank = _environ(pid).get("RANK", "")
             if rank.isdigit() and int(rank) not in out and pid != root:

@@ -1,4 +1,4 @@
-"""Comparing every rank's PyTorch Flight Recorder dump: who waits in which collective, who is missing.
+"""Comparing every rank's Flight Recorder dump: who waits in which collective, who is missing.
 
 Input: one decoded dump per global rank, as `torch._C._distributed_c10d._dump_fr_trace_json()`
 returns it (or the unpickled `_dump_nccl_trace()` dict). Per process group we take, for each
