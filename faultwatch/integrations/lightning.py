@@ -1,0 +1,77 @@
+"""A Lightning `Callback` reporting steps, validation and checkpoint saves to faultwatch."""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any
+
+try:
+    from lightning.pytorch import Callback  # type: ignore[import-not-found,unused-ignore]
+except ImportError:  # the standalone pytorch_lightning package
+    from pytorch_lightning import Callback  # type: ignore[import-not-found,no-redef,unused-ignore]
+
+from faultwatch import sdk
+
+EVAL, CHECKPOINT = "eval", "checkpoint"
+
+
+class FaultwatchCallback(Callback):  # type: ignore[misc,unused-ignore]
+    """Progress after every training batch (global step and step time), an `eval` stage
+    around validation, a `checkpoint` stage from a save until training continues, and a
+    notify on a non-finite loss. Windows in seconds; None: no hang detection in the stage."""
+
+    def __init__(self, *, eval_window_s: float | None = None,
+                 checkpoint_window_s: float | None = 1800.0) -> None:
+        self.eval_window_s = eval_window_s
+        self.checkpoint_window_s = checkpoint_window_s
+        self._last: float | None = None
+        self._open: dict[str, sdk.stage] = {}
+
+    def _enter(self, name: str, window_s: float | None) -> None:
+        if name not in self._open:
+            st = sdk.stage(name, hang_window_s=window_s)
+            st.__enter__()
+            self._open[name] = st
+
+    def _leave(self, name: str) -> None:
+        st = self._open.pop(name, None)
+        if st is not None:
+            st.__exit__(None, None, None)
+
+    def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any,
+                             batch_idx: int) -> None:
+        self._leave(CHECKPOINT)  # Lightning has no "saved" hook: training went on
+
+    def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any,
+                           batch_idx: int) -> None:
+        now = time.monotonic()
+        dt = None if self._last is None else now - self._last
+        self._last = now
+        sdk.progress(int(trainer.global_step), step_time_s=dt)
+        loss = outputs.get("loss") if isinstance(outputs, dict) else outputs
+        try:
+            value = float(loss.item() if hasattr(loss, "item") else loss)
+        except (TypeError, ValueError):
+            return
+        if not math.isfinite(value):
+            sdk.notify(f"loss is {value} at step {trainer.global_step}", "error")
+
+    def on_validation_start(self, trainer: Any, pl_module: Any) -> None:
+        self._leave(CHECKPOINT)
+        self._enter(EVAL, self.eval_window_s)
+
+    def on_validation_end(self, trainer: Any, pl_module: Any) -> None:
+        self._leave(EVAL)
+        self._last = None
+
+    def on_save_checkpoint(self, trainer: Any, pl_module: Any, checkpoint: Any) -> None:
+        self._enter(CHECKPOINT, self.checkpoint_window_s)
+        self._last = None
+
+    def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:
+        self._leave(CHECKPOINT)
+
+    def on_train_end(self, trainer: Any, pl_module: Any) -> None:
+        for name in list(self._open):
+            self._leave(name)
