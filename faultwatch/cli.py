@@ -99,10 +99,12 @@ def cmd_process(args: argparse.Namespace) -> int:
     from faultwatch.embedded import policy_for
     from faultwatch.logs import log_event, set_component
     from faultwatch.rules import load_ruleset
-    from faultwatch.streams.app import ProcessorConfig, build_app
+    from faultwatch.streams.app import ProcessorConfig, build_processor
+    from faultwatch.streams.worker import ProcessorWorker, exit_on_early_signal
     from faultwatch.topics import ensure_topics
 
     set_component("process")
+    exit_on_early_signal()
     bootstrap = _need_bootstrap(args)
     ruleset = load_ruleset(args.rules or ())
     policy = policy_for(ruleset, _policy_overrides(args))
@@ -112,13 +114,12 @@ def cmd_process(args: argparse.Namespace) -> int:
     cfg = ProcessorConfig(bootstrap=bootstrap, ruleset=ruleset, policy=policy, topics=topics,
                           partitions=args.partitions, app_id=args.app_id or "",
                           policy_overrides=_policy_overrides(args))
-    app = build_app(cfg)
+    proc = build_processor(cfg)
     log_event("processor_starting", bootstrap=bootstrap, group=cfg.group,
               rules_version=ruleset.version, rules=len(ruleset.rules),
               hang_window_s=policy.hang_window_s, settle_s=policy.settle_s)
-    from faust.worker import Worker
-
-    worker = Worker(app, loglevel=args.loglevel, quiet=True)
+    worker = ProcessorWorker(proc, stop_timeout_s=args.stop_timeout_s, loglevel=args.loglevel,
+                             quiet=True)
     worker.execute_from_commandline()  # exits the process when the worker stops
     return 0
 
@@ -247,6 +248,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="partitions of the logs/signals topics and the job table")
     p.add_argument("--app-id", help="consumer group / app id (default '<prefix>processor')")
     p.add_argument("--loglevel", default="warning", help="Faust worker log level")
+    p.add_argument("--stop-timeout-s", type=float, default=10.0,
+                   help="on SIGTERM/SIGINT, flush and exit within this long (seconds)")
     _add_policy_flags(p)
     p.set_defaults(func=cmd_process)
 

@@ -6,13 +6,11 @@ import asyncio
 import base64
 import os
 import time
-import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import faust
-import faust.streams
 import orjson
 
 from faultwatch.core.events import Heartbeat, Output, Progress
@@ -22,7 +20,9 @@ from faultwatch.errors import DecodeError
 from faultwatch.logs import log_event
 from faultwatch.matching import signals_of_record as signals_of_logs_record
 from faultwatch.rules import RuleSet
+from faultwatch.streams.faust_compat import set_current_event
 from faultwatch.streams.rules_dist import attach_rules_watcher
+from faultwatch.streams.stopping import StopGate
 from faultwatch.topics import DEFAULT_PARTITIONS, Topics
 from faultwatch.wire import (
     SCHEMA_VERSION,
@@ -47,12 +47,6 @@ LIVENESS = (Output, Heartbeat, Progress)
 BATCH = 1000  # records per take_events() batch, both stages
 BATCH_WITHIN_S = 0.05  # ... or whatever arrived within this long
 WRITE_BEHIND_S = 5.0  # a job whose only changes are liveness is written at most this often
-
-
-def _set_current_event(event: Any) -> None:
-    """Make `event` Faust's current event in this task: table writes take their partition
-    from it. take_events() batches do not set it for the consumer (faust-streaming 0.15)."""
-    faust.streams._current_event.set(weakref.ref(event))  # noqa: SLF001
 
 
 @dataclass
@@ -117,8 +111,24 @@ def _data_root() -> Path:
     return root
 
 
+@dataclass
+class Processor:
+    """A worker's Faust app and what its bounded stop needs: the gate both stages' batches
+    pass, and a function writing the job states only cached so far (write-behind)."""
+
+    app: faust.App
+    gate: StopGate
+    flush_states: Any  # () -> int: states written
+    dirty_states: Any  # () -> int: states not yet written
+
+
 def build_app(cfg: ProcessorConfig) -> faust.App:
     """A Faust app with both stages; several workers with the same config share partitions."""
+    return build_processor(cfg).app
+
+
+def build_processor(cfg: ProcessorConfig) -> Processor:
+    """The Faust app with both stages and its stop hooks (see Processor)."""
     app = faust.App(
         cfg.group,
         broker=f"kafka://{cfg.bootstrap}",
@@ -142,7 +152,10 @@ def build_app(cfg: ProcessorConfig) -> faust.App:
         # default would stall every takeover for a minute)
         broker_session_timeout=cfg.session_timeout_s,
         broker_heartbeat_interval=max(0.5, cfg.session_timeout_s / 6),
+        # our stop waits for the gate, not for every fetched event to be acknowledged
+        stream_wait_empty=False,
     )
+    gate = StopGate()
     topics = cfg.topics
     logs_t = app.topic(topics.logs, key_type=bytes, value_type=bytes, partitions=cfg.partitions)
     signals_t = app.topic(topics.signals, key_type=bytes, value_type=bytes,
@@ -178,6 +191,11 @@ def build_app(cfg: ProcessorConfig) -> faust.App:
         # exit and its later heartbeats on the signals topic (core/failure.py relies on it).
         async for events in stream.take_events(  # type: ignore[attr-defined]
                 BATCH, within=BATCH_WITHIN_S):
+            async with gate.batch():
+                await match_batch(events)
+
+    async def match_batch(events: list[Any]) -> None:
+        if True:
             out: dict[str, list[dict[str, Any]]] = {}
             for event in events:
                 metrics.records += 1
@@ -269,9 +287,14 @@ def build_app(cfg: ProcessorConfig) -> faust.App:
     async def decide(stream: faust.StreamT) -> None:
         async for events in stream.take_events(  # type: ignore[attr-defined]
                 BATCH, within=BATCH_WITHIN_S):
+            async with gate.batch():
+                await decide_batch(events)
+
+    async def decide_batch(events: list[Any]) -> None:
+        if True:
             for event in events:
                 partition = event.message.partition
-                _set_current_event(event)
+                set_current_event(event)
                 try:
                     sigs = decode_signals(event.value)
                     if isinstance(sigs, Tick):
@@ -356,19 +379,44 @@ def build_app(cfg: ProcessorConfig) -> faust.App:
                 p.active.discard(key)
             await publish(decs)
 
+    def flush_states() -> int:
+        """Write every dirty (write-behind) state now; no current event is needed."""
+        n = 0
+        for partition, p in list(parts.items()):
+            for key in list(p.dirty):
+                st = p.cache.get(key)
+                if st is not None:
+                    d = st.to_dict()
+                    d["_p"] = partition
+                    jobs.send_changelog(partition, key, orjson.dumps(d))
+                    n += 1
+                p.dirty.discard(key)
+        return n
+
+    def dirty_states() -> int:
+        return sum(len(p.dirty) for p in parts.values())
+
+    def _tps(args: tuple[Any, ...]) -> str:
+        tps = args[0] if args else ()
+        return ",".join(sorted(f"{tp.topic.rsplit('.', 1)[-1]}/{tp.partition}" for tp in tps
+                               if tp.topic in (topics.logs, topics.signals))) or "-"
+
     @app.on_partitions_revoked.connect  # type: ignore[arg-type]
     async def on_revoked(sender: Any, *args: Any, signal: Any = None, **kwargs: Any) -> None:
+        written = flush_states()  # the write-behind states go with the partitions
+        log_event("partitions_revoked", partitions=_tps(args), states_written=written)
         parts.clear()
 
     @app.on_partitions_assigned.connect  # type: ignore[arg-type]
     async def on_assigned(sender: Any, *args: Any, signal: Any = None, **kwargs: Any) -> None:
+        log_event("partitions_assigned", partitions=_tps(args))
         parts.clear()  # rebuilt (grace restarts) after recovery, on the first record
 
     @app.timer(interval=TICK_S)
     async def ticker() -> None:
         # Timers fire on every worker and during rebalances: only tick partitions this
         # worker actively owns, and not while rebalancing or recovering tables.
-        if app.rebalancing or getattr(app, "in_recovery", False):
+        if app.rebalancing or getattr(app, "in_recovery", False) or gate.stopping:
             return
         now = time.time()
         behind = False
@@ -412,4 +460,4 @@ def build_app(cfg: ProcessorConfig) -> faust.App:
                   jobs_active=sum(len(p.active) for p in parts.values()),
                   rates=rates, counters=dict(metrics.extra))
 
-    return app
+    return Processor(app=app, gate=gate, flush_states=flush_states, dirty_states=dirty_states)
