@@ -36,3 +36,23 @@ async def leave_group(app: faust.App) -> bool:
     consumer, loop = found
     await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(consumer.stop(), loop))
     return True
+
+
+class TableStore:
+    """A job stage StateStore over a Faust table: reads from the table, writes to its local
+    store and its changelog with the partition given (no current event needed, so timers,
+    revocation and stop can write too)."""
+
+    def __init__(self, table: Any) -> None:
+        self.table = table
+
+    def get(self, key: bytes) -> bytes | None:
+        value: bytes | None = self.table.get(key)
+        return value
+
+    def put(self, partition: int, key: bytes, value: bytes) -> None:
+        self.table.data[key] = value  # the local store, without Faust's changelog hook
+        self.table.send_changelog(partition, key, value)
+
+    def items(self) -> Any:
+        return list(self.table.items())

@@ -15,7 +15,8 @@ from faust.worker import Worker
 
 from faultwatch.logs import log_event
 from faultwatch.streams import faust_compat
-from faultwatch.streams.app import Processor
+from faultwatch.streams.faust_app import Processor, ProcessorConfig, build_processor
+from faultwatch.streams.records import LiveRules
 from faultwatch.streams.stopping import StopReport, run_steps
 
 DEFAULT_STOP_TIMEOUT_S = 10.0  # well under Kubernetes' 30 s grace period
@@ -154,3 +155,31 @@ class ProcessorWorker(Worker):
         self._gave_up(round(time.monotonic() - self._stop_t0, 3), step,
                       "event loop did not finish the stop in time", skipped)
         exit_now(0)
+
+
+def run_worker(cfg: ProcessorConfig, *, stop_timeout_s: float = DEFAULT_STOP_TIMEOUT_S,
+               loglevel: str = "warning") -> None:
+    """Create the topics, load the rules topic's current set, then run the worker until a
+    stop signal (exits the process)."""
+    from faultwatch.rules import Matcher
+    from faultwatch.streams.rules_watch import RulesWatcher, cli_overrides
+    from faultwatch.topics import ensure_topics
+
+    exit_on_early_signal()
+    live = LiveRules(Matcher(cfg.ruleset), cfg.policy, cfg.ruleset.version)
+    overrides = cfg.policy_overrides or cli_overrides(cfg.ruleset, cfg.policy)
+    watcher = RulesWatcher(cfg.bootstrap, cfg.topics.rules, live, cfg.ruleset, overrides)
+
+    async def prepare() -> None:
+        await ensure_topics(cfg.bootstrap, cfg.topics, cfg.partitions)
+        await watcher.catch_up_bounded()
+
+    asyncio.run(prepare())
+    asyncio.set_event_loop(asyncio.new_event_loop())
+    proc = build_processor(cfg, live=live, watcher=watcher)
+    log_event("processor_starting", bootstrap=cfg.bootstrap, group=cfg.group,
+              rules_version=live.rules_version, rules=len(cfg.ruleset.rules),
+              hang_window_s=live.policy.hang_window_s, settle_s=live.policy.settle_s)
+    worker = ProcessorWorker(proc, stop_timeout_s=stop_timeout_s, loglevel=loglevel,
+                             quiet=True)
+    worker.execute_from_commandline()  # exits the process when the worker stops
