@@ -27,7 +27,7 @@ from faultwatch.streams.records import InRecord, LiveRules
 from faultwatch.streams.rules_watch import RulesWatcher, cli_overrides
 from faultwatch.streams.stopping import StopGate
 from faultwatch.topics import DEFAULT_PARTITIONS, Topics
-from faultwatch.wire import SCHEMA_VERSION, encode_decision, job_key
+from faultwatch.wire import SCHEMA_VERSION, encode_decision, encode_tick, job_key
 
 REPORT_S = 10.0  # processor metrics interval
 BATCH = 1000  # records per take_events() batch, both stages
@@ -265,9 +265,7 @@ def build_processor(cfg: ProcessorConfig, live: LiveRules | None = None,
         jobs.logs_caught_up = not behind
         for tp in app.assignor.assigned_actives():
             if tp.topic == topics.signals:
-                await signals_t.send(key=None, partition=tp.partition,
-                                     value=orjson.dumps({"v": SCHEMA_VERSION, "t": "tick",
-                                                         "now": now}))
+                await signals_t.send(key=None, partition=tp.partition, value=encode_tick(now))
 
     last_report = [time.time(), 0, 0, 0]
 

@@ -12,12 +12,11 @@ from typing import Any, Protocol
 import orjson
 
 from faultwatch.core.events import Decision, Heartbeat, Output, Progress, Signal
-from faultwatch.core.job import JobState, Phase, apply, tick
-from faultwatch.errors import DecodeError
+from faultwatch.core.job import JobState, Phase, apply, new_state, tick
 from faultwatch.logs import log_event
 from faultwatch.streams.metrics import Metrics
 from faultwatch.streams.records import MAX_RECORD_BYTES, DeadLetter, InRecord, LiveRules
-from faultwatch.wire import decode, encode_decision, job_key, signals_of_record
+from faultwatch.wire import Tick, decode_signals, encode_decision, job_key
 
 TICK_S = 0.5  # how often the shell sends a tick to each signals partition it owns
 CAUGHT_UP_S = 2.0  # a tick older than this when processed: the partition is lagging
@@ -124,15 +123,11 @@ class JobStage:
         out: list[Decision] = []
         for rec in records:
             try:
-                d = decode(rec.value)
-                if d.get("t") == "tick":
-                    sent = d.get("now")
-                    if not isinstance(sent, int | float) or isinstance(sent, bool):
-                        raise DecodeError("malformed tick: 'now' is not a number")
-                    out += self.tick(rec.partition, float(sent), now)
-                    continue
-                sigs = signals_of_record(d)
-                out += self.fold(rec.partition, sigs, now)
+                sigs = decode_signals(rec.value)
+                if isinstance(sigs, Tick):
+                    out += self.tick(rec.partition, sigs.now, now)
+                elif sigs:
+                    out += self.fold(rec.partition, sigs, now)
             except Exception as e:  # noqa: BLE001 - one bad record never stops the stage
                 self.metrics.dead_letters += 1
                 self.dead_letter(rec, e)
@@ -152,7 +147,12 @@ class JobStage:
                 st, old, durable = staged[key]
             else:
                 old = self.load(key, p)
-                st, durable = old or JobState(job=sig.job), False
+                durable = False
+                fresh = new_state(sig) if old is None else old
+                if fresh is None:  # only a run-start starts a job's state (no phantom jobs)
+                    self.metrics.count("dropped.no-run")
+                    continue
+                st = fresh
             prev = st
             st, new_decs = apply(st, sig, now, live.policy, live.rules_version)
             if st is not prev:

@@ -8,10 +8,11 @@ from typing import Any
 
 import orjson
 
+from faultwatch.core.events import Heartbeat
 from faultwatch.matching import signals_of_record
 from faultwatch.streams.metrics import Metrics
 from faultwatch.streams.records import MAX_RECORD_BYTES, DeadLetter, InRecord, LiveRules
-from faultwatch.wire import SCHEMA_VERSION, decode, job_key, signal_dict
+from faultwatch.wire import SCHEMA_VERSION, LinesBatch, decode_logs, job_key, signal_dict
 
 # one signal's text is cut to these before it is bundled (a hit's line and traceback context,
 # an output's tail lines): evidence stays readable, records and job states stay small
@@ -116,16 +117,15 @@ class MatcherStage:
 
     def signal_dicts(self, rec: InRecord, now: float) -> list[tuple[str, bytes]]:
         """(job, encoded capped signal dict) for one logs record; raises DecodeError on a
-        malformed record and ValueError on a signal that cannot fit a record."""
-        d = decode(rec.value)
-        t = d.get("t")
-        if t == "lines" and isinstance(d.get("lines"), list) and d["lines"]:
-            self.metrics.lines += len(d["lines"])
-            self.metrics.logs_event_lag_s = now - float(d["lines"][-1][2])
+        record wire.decode_logs refuses and ValueError on a signal that cannot fit a record."""
+        lr = decode_logs(rec.value)
+        if isinstance(lr, LinesBatch) and lr.lines:
+            self.metrics.lines += len(lr.lines)
+            self.metrics.logs_event_lag_s = now - lr.lines[-1].ts
             self.logs_lag_s[rec.partition] = self.metrics.logs_event_lag_s
-        elif t == "hb":
-            self.logs_lag_s[rec.partition] = now - float(d["ts"])
-        sigs = signals_of_record(d, self.live.matcher)
+        elif isinstance(lr, Heartbeat):
+            self.logs_lag_s[rec.partition] = now - lr.ts
+        sigs = signals_of_record(lr, self.live.matcher)
         out = []
         for s in sigs:
             raw = orjson.dumps(cap_signal(signal_dict(s)))
