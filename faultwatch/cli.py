@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 import sys
 from collections.abc import Sequence
@@ -97,29 +96,18 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def cmd_process(args: argparse.Namespace) -> int:
     from faultwatch.embedded import policy_for
-    from faultwatch.logs import log_event, set_component
+    from faultwatch.logs import set_component
     from faultwatch.rules import load_ruleset
-    from faultwatch.streams.app import ProcessorConfig, build_app
-    from faultwatch.topics import ensure_topics
+    from faultwatch.streams.faust_app import ProcessorConfig
+    from faultwatch.streams.worker import run_worker
 
     set_component("process")
-    bootstrap = _need_bootstrap(args)
     ruleset = load_ruleset(args.rules or ())
-    policy = policy_for(ruleset, _policy_overrides(args))
-    topics = Topics(args.topic_prefix)
-    asyncio.run(ensure_topics(bootstrap, topics, args.partitions))
-    asyncio.set_event_loop(asyncio.new_event_loop())
-    cfg = ProcessorConfig(bootstrap=bootstrap, ruleset=ruleset, policy=policy, topics=topics,
-                          partitions=args.partitions, app_id=args.app_id or "",
-                          policy_overrides=_policy_overrides(args))
-    app = build_app(cfg)
-    log_event("processor_starting", bootstrap=bootstrap, group=cfg.group,
-              rules_version=ruleset.version, rules=len(ruleset.rules),
-              hang_window_s=policy.hang_window_s, settle_s=policy.settle_s)
-    from faust.worker import Worker
-
-    worker = Worker(app, loglevel=args.loglevel, quiet=True)
-    worker.execute_from_commandline()  # exits the process when the worker stops
+    cfg = ProcessorConfig(bootstrap=_need_bootstrap(args), ruleset=ruleset,
+                          policy=policy_for(ruleset, _policy_overrides(args)),
+                          topics=Topics(args.topic_prefix), partitions=args.partitions,
+                          app_id=args.app_id or "", policy_overrides=_policy_overrides(args))
+    run_worker(cfg, stop_timeout_s=args.stop_timeout_s, loglevel=args.loglevel)
     return 0
 
 
@@ -247,6 +235,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="partitions of the logs/signals topics and the job table")
     p.add_argument("--app-id", help="consumer group / app id (default '<prefix>processor')")
     p.add_argument("--loglevel", default="warning", help="Faust worker log level")
+    p.add_argument("--stop-timeout-s", type=float, default=10.0,
+                   help="on SIGTERM/SIGINT, flush and exit within this long (seconds)")
     _add_policy_flags(p)
     p.set_defaults(func=cmd_process)
 

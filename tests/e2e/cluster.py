@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -16,14 +17,15 @@ from tests.e2e.conftest import faultwatch_exe, job_env
 
 
 @contextmanager
-def processor(bootstrap: str, prefix: str, log: Path,
-              *flags: str) -> Iterator[subprocess.Popen[bytes]]:
-    """A `faultwatch process` worker; stopped with SIGTERM (then SIGKILL) at the end."""
+def processor(bootstrap: str, prefix: str, log: Path, *flags: str,
+              env: dict[str, str] | None = None) -> Iterator[subprocess.Popen[bytes]]:
+    """A `faultwatch process` worker; stopped with SIGTERM (then SIGKILL) at the end.
+    `--partitions 2` unless the flags say otherwise; `env` adds environment variables."""
     with open(log, "wb") as out:
         proc = subprocess.Popen([faultwatch_exe(), "process", "--bootstrap", bootstrap,
                                  "--topic-prefix", prefix, "--partitions", "2", *flags],
-                                stdout=out, stderr=subprocess.STDOUT, env=job_env(),
-                                start_new_session=True)
+                                stdout=out, stderr=subprocess.STDOUT,
+                                env=job_env(**(env or {})), start_new_session=True)
     try:
         yield proc
     finally:
@@ -34,6 +36,33 @@ def processor(bootstrap: str, prefix: str, log: Path,
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait(10)
+
+
+def events(log: Path, name: str) -> list[dict[str, str]]:
+    """The structured `event=<name>` lines of a processor log, as dicts of their fields."""
+    out = []
+    text = log.read_text(errors="replace") if log.exists() else ""
+    for line in text.splitlines():
+        at = line.find("ts=")
+        if at < 0 or f"event={name} " not in line + " ":
+            continue
+        out.append(dict(re.findall(r'(\w+)=("(?:[^"\\]|\\.)*"|\S+)', line[at:])))
+    return out
+
+
+def wait_event(log: Path, name: str, timeout_s: float = 60.0,
+               where: Callable[[dict[str, str]], bool] = lambda e: True,
+               proc: subprocess.Popen[bytes] | None = None) -> dict[str, str]:
+    """The first `name` event of the log matching `where`, waiting up to `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        for e in events(log, name):
+            if where(e):
+                return e
+        if proc is not None and proc.poll() is not None:
+            break
+        time.sleep(0.1)
+    raise AssertionError(f"no {name} event in {log}:\n" + log.read_text(errors="replace")[-3000:])
 
 
 def agent_cmd(bootstrap: str, prefix: str, job: str, node: str, cmd: list[str],

@@ -1,0 +1,304 @@
+"""The Faust shell: topics, a table, two agents and two timers calling the stage methods."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import os
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import faust
+import orjson
+
+from faultwatch.core.events import Decision
+from faultwatch.core.policy import Policy
+from faultwatch.errors import DecodeError
+from faultwatch.logs import log_event
+from faultwatch.rules import Matcher, RuleSet
+from faultwatch.streams.faust_compat import TableStore
+from faultwatch.streams.job_stage import CAUGHT_UP_S, TICK_S, JobStage
+from faultwatch.streams.matcher_stage import MatcherStage
+from faultwatch.streams.metrics import Metrics
+from faultwatch.streams.records import InRecord, LiveRules
+from faultwatch.streams.rules_watch import RulesWatcher, cli_overrides
+from faultwatch.streams.stopping import StopGate
+from faultwatch.topics import DEFAULT_PARTITIONS, Topics
+from faultwatch.wire import SCHEMA_VERSION, encode_decision, encode_tick, job_key
+
+REPORT_S = 10.0  # processor metrics interval
+BATCH = 1000  # records per take_events() batch, both stages
+BATCH_WITHIN_S = 0.05  # ... or whatever arrived within this long
+RETRY_FIRST_S, RETRY_MAX_S = 0.5, 30.0  # backoff of a batch whose outputs were not delivered
+
+Send = Callable[[], Awaitable[Any]]  # starts one send; its result is awaited for delivery
+
+
+@dataclass
+class ProcessorConfig:
+    """Runtime knobs of `faultwatch process` (pipeline behaviour lives in rule files)."""
+
+    bootstrap: str
+    ruleset: RuleSet
+    policy: Policy
+    topics: Topics = field(default_factory=Topics)
+    partitions: int = DEFAULT_PARTITIONS
+    app_id: str = ""
+    session_timeout_s: float = field(
+        default_factory=lambda: float(os.environ.get("FAULTWATCH_SESSION_TIMEOUT_S", "10")))
+    policy_overrides: dict[str, Any] = field(default_factory=dict)  # flags, kept on push
+
+    @property
+    def group(self) -> str:
+        return self.app_id or f"{self.topics.prefix}processor"
+
+
+@dataclass
+class Processor:
+    """A worker: its Faust app, both stages, the rules in effect and their watcher, and the
+    gate every batch passes (for a bounded stop)."""
+
+    app: faust.App
+    matcher: MatcherStage
+    jobs: JobStage
+    live: LiveRules
+    watcher: RulesWatcher
+    gate: StopGate
+    metrics: Metrics
+
+    def flush_states(self) -> int:
+        return self.jobs.flush(time.time())
+
+    def dirty_states(self) -> int:
+        return self.jobs.dirty
+
+
+def _data_root() -> Path:
+    """Where Faust keeps its per-app metadata: $FAULTWATCH_PROCESSOR_DIR or the user cache."""
+    env = os.environ.get("FAULTWATCH_PROCESSOR_DIR")
+    root = Path(env) if env else Path.home() / ".cache" / "faultwatch" / "processor"
+    root.mkdir(parents=True, exist_ok=True)  # Faust creates only the last path component
+    return root
+
+
+def _record(event: Any) -> InRecord:
+    msg = event.message
+    value = event.value if isinstance(event.value, bytes | None) else None
+    return InRecord(msg.topic, msg.partition, msg.offset, event.key, value)
+
+
+async def deliver(sends: list[Send], what: str) -> None:
+    """Start every send in order and wait until all are delivered. A failure retries the
+    failed sends (in order) with backoff until they are delivered: the batch stays in
+    progress, so its source events are not acknowledged and their offsets are never
+    committed past what was delivered (at least once; consumers dedupe)."""
+    backoff = RETRY_FIRST_S
+    todo = sends
+    while todo:
+        futs: list[Any] = []
+        failed_at: int | None = None
+        err: BaseException | None = None
+        for i, send in enumerate(todo):
+            try:
+                futs.append(await send())
+            except Exception as e:  # noqa: BLE001 - raised at send time (size, closed)
+                failed_at, err = i, e
+                break  # later sends wait: they would overtake this one
+        for i, r in enumerate(await asyncio.gather(*futs, return_exceptions=True)):
+            if isinstance(r, BaseException):
+                failed_at, err = i, r
+                break
+        if failed_at is None:
+            return
+        log_event("produce_failed", what=what, pending=len(todo) - failed_at,
+                  retry_in_s=backoff, error=f"{type(err).__name__}: {err}")
+        await asyncio.sleep(backoff)
+        backoff = min(RETRY_MAX_S, backoff * 2)
+        todo = todo[failed_at:]  # resent from the first failure on: order per key is kept
+
+
+def _sender(topic: Any, key: bytes | None, value: bytes) -> Send:
+    """A send of one record, started when called (force: not held until a commit)."""
+    async def send() -> Any:
+        return await topic.send(key=key, value=value, force=True)
+    return send
+
+
+def build_app(cfg: ProcessorConfig) -> faust.App:
+    """A Faust app with both stages; several workers with the same config share partitions."""
+    return build_processor(cfg).app
+
+
+def build_processor(cfg: ProcessorConfig, live: LiveRules | None = None,
+                    watcher: RulesWatcher | None = None) -> Processor:
+    """The worker's app wired to the stages. `live`/`watcher` come from the caller when it
+    already loaded the rules topic's current set (worker.run_worker does)."""
+    app = faust.App(
+        cfg.group,
+        broker=f"kafka://{cfg.bootstrap}",
+        store="memory://",
+        # Faust's own metadata dir; state lives in the changelog topics (memory store)
+        datadir=str(_data_root() / cfg.group),
+        topic_partitions=cfg.partitions,
+        topic_replication_factor=1,
+        key_serializer="raw",
+        value_serializer="raw",
+        web_enabled=False,
+        consumer_auto_offset_reset="earliest",
+        producer_acks=-1,
+        broker_commit_interval=1.0,
+        # bigger fetches and stream buffers: the agents batch lines, records are 1-15 kB
+        consumer_max_fetch_size=8 << 20,
+        stream_buffer_maxsize=16384,
+        producer_linger_ms=5,
+        producer_max_batch_size=1 << 20,
+        # a SIGKILLed worker's partitions move to the others after this long (Faust's 60 s
+        # default would stall every takeover for a minute)
+        broker_session_timeout=cfg.session_timeout_s,
+        broker_heartbeat_interval=max(0.5, cfg.session_timeout_s / 6),
+        # our stop waits for the gate, not for every fetched event to be acknowledged
+        stream_wait_empty=False,
+    )
+    topics = cfg.topics
+    logs_t = app.topic(topics.logs, key_type=bytes, value_type=bytes, partitions=cfg.partitions)
+    signals_t = app.topic(topics.signals, key_type=bytes, value_type=bytes,
+                          partitions=cfg.partitions)
+    decisions_t = app.topic(topics.decisions, key_type=bytes, value_type=bytes)
+    dead_t = app.topic(topics.deadletter, key_type=bytes, value_type=bytes)
+    table = app.Table("jobs", default=None, partitions=cfg.partitions, key_type=bytes,
+                      value_type=bytes)
+    metrics = Metrics()
+    if live is None:
+        live = LiveRules(Matcher(cfg.ruleset), cfg.policy, cfg.ruleset.version)
+    if watcher is None:
+        overrides = cfg.policy_overrides or cli_overrides(cfg.ruleset, cfg.policy)
+        watcher = RulesWatcher(cfg.bootstrap, topics.rules, live, cfg.ruleset, overrides)
+    dead: list[Send] = []  # dead letters of the batch in progress
+
+    def dead_letter(rec: InRecord, err: Exception) -> None:
+        err_text = str(err) if isinstance(err, DecodeError) else f"{type(err).__name__}: {err}"
+        log_event("dead_letter", topic=rec.topic, partition=rec.partition, offset=rec.offset,
+                  error=err_text)
+        value = orjson.dumps({
+            "v": SCHEMA_VERSION, "topic": rec.topic, "partition": rec.partition,
+            "offset": rec.offset, "error": err_text[:4096],
+            "value_b64": base64.b64encode((rec.value or b"")[:600_000]).decode()})
+        dead.append(_sender(dead_t, rec.key, value))
+
+    matcher = MatcherStage(live, dead_letter, metrics)
+    jobs = JobStage(live, TableStore(table), dead_letter, metrics)
+    gate = StopGate()
+    proc = Processor(app=app, matcher=matcher, jobs=jobs, live=live, watcher=watcher,
+                     gate=gate, metrics=metrics)
+
+    def take_dead() -> list[Send]:
+        out = dead[:]
+        dead.clear()
+        return out
+
+    @app.agent(logs_t)
+    async def match(stream: faust.StreamT) -> None:
+        async for events in stream.take_events(  # type: ignore[attr-defined]
+                BATCH, within=BATCH_WITHIN_S):
+            async with gate.batch():
+                out = matcher.process_batch([_record(e) for e in events], time.time())
+                sends = [_sender(signals_t, k, v) for k, v in out]
+                await deliver(sends + take_dead(), "signals")
+
+    def publish(decs: list[Decision]) -> list[Send]:
+        sends: list[Send] = []
+        for d in decs:
+            metrics.decisions += 1
+            metrics.count(f"decisions.{d.kind}")
+            log_event("decision", id=d.id, job=d.job, attempt=d.attempt, action=d.action,
+                      kind=d.kind, rule=d.rule)
+            sends.append(_sender(decisions_t, job_key(d.job), encode_decision(d)))
+        return sends
+
+    @app.agent(signals_t)
+    async def decide(stream: faust.StreamT) -> None:
+        async for events in stream.take_events(  # type: ignore[attr-defined]
+                BATCH, within=BATCH_WITHIN_S):
+            async with gate.batch():
+                decs = jobs.process_batch([_record(e) for e in events], time.time())
+                # decisions delivered before the batch is acknowledged (at least once)
+                await deliver(publish(decs) + take_dead(), "decisions")
+
+    def _tps(args: tuple[Any, ...], topic: str | None = None) -> list[Any]:
+        tps = args[0] if args else ()
+        return [tp for tp in tps if tp.topic in ((topic,) if topic else
+                                                 (topics.logs, topics.signals))]
+
+    def _names(tps: list[Any]) -> str:
+        return ",".join(sorted(f"{tp.topic.rsplit('.', 1)[-1]}/{tp.partition}"
+                               for tp in tps)) or "-"
+
+    @app.on_partitions_revoked.connect  # type: ignore[arg-type]
+    async def on_revoked(sender: Any, *args: Any, signal: Any = None, **kwargs: Any) -> None:
+        matcher.on_revoked(tp.partition for tp in _tps(args, topics.logs))
+        written = jobs.on_revoked([tp.partition for tp in _tps(args, topics.signals)],
+                                  time.time())
+        log_event("partitions_revoked", partitions=_names(_tps(args)), states_written=written)
+
+    @app.on_partitions_assigned.connect  # type: ignore[arg-type]
+    async def on_assigned(sender: Any, *args: Any, signal: Any = None, **kwargs: Any) -> None:
+        matcher.on_assigned(tp.partition for tp in _tps(args, topics.logs))
+        jobs.on_assigned(tp.partition for tp in _tps(args, topics.signals))
+        log_event("partitions_assigned", partitions=_names(_tps(args)))
+
+    @app.timer(interval=TICK_S)
+    async def ticker() -> None:
+        # Timers fire on every worker and during rebalances: only tick partitions this
+        # worker actively owns, and not while rebalancing, recovering or stopping.
+        if app.rebalancing or getattr(app, "in_recovery", False) or gate.stopping:
+            return
+        now = time.time()
+        behind = False
+        for tp in app.assignor.assigned_actives():
+            if tp.topic == topics.logs and matcher.logs_lag_s.get(tp.partition, 0.0) >= CAUGHT_UP_S:
+                hw = app.consumer.highwater(tp)
+                pos = await app.consumer.position(tp)
+                behind = behind or hw is None or pos is None or hw > pos
+        jobs.logs_caught_up = not behind
+        for tp in app.assignor.assigned_actives():
+            if tp.topic == topics.signals:
+                await signals_t.send(key=None, partition=tp.partition, value=encode_tick(now))
+
+    last_report = [time.time(), 0, 0, 0]
+
+    @app.timer(interval=REPORT_S)
+    async def report() -> None:
+        now = time.time()
+        dt = max(1e-6, now - last_report[0])
+        rates = {"records_per_s": round((metrics.records - last_report[1]) / dt, 1),
+                 "lines_per_s": round((metrics.lines - last_report[2]) / dt, 1),
+                 "signals_per_s": round((metrics.jobs_signals - last_report[3]) / dt, 1)}
+        last_report[:] = [now, metrics.records, metrics.lines, metrics.jobs_signals]
+        lag: dict[str, int] = {}
+        try:
+            for tp in app.assignor.assigned_actives():
+                if tp.topic in (topics.logs, topics.signals):
+                    pos = await app.consumer.position(tp)
+                    hw = app.consumer.highwater(tp)
+                    if pos is not None and hw is not None:
+                        lag[f"{tp.topic.rsplit('.', 1)[-1]}/{tp.partition}"] = max(0, hw - pos)
+        except Exception:  # noqa: BLE001 - metrics must never stop the worker
+            pass
+        log_event("processor_metrics", records=metrics.records, lines=metrics.lines,
+                  signals=metrics.signals, signals_records=metrics.signals_records,
+                  job_signals=metrics.jobs_signals, decisions=metrics.decisions,
+                  dead_letters=metrics.dead_letters, consumer_lag=lag,
+                  tick_lag_s=dict(metrics.tick_lag_s),
+                  logs_event_lag_s=round(metrics.logs_event_lag_s, 3),
+                  jobs_cached=sum(len(p.cache) for p in jobs.parts.values()),
+                  jobs_active=sum(len(p.active) for p in jobs.parts.values()),
+                  rates=rates, counters=dict(metrics.extra))
+
+    async def rules_watcher() -> None:
+        await watcher.run()
+
+    app.task(rules_watcher)
+    return proc

@@ -1,0 +1,58 @@
+"""Every use of a private faust-streaming 0.15 / aiokafka API, in one place (tested loudly)."""
+
+from __future__ import annotations
+
+import asyncio
+import weakref
+from typing import Any
+
+import faust
+import faust.streams
+
+
+def set_current_event(event: Any) -> None:
+    """Make `event` Faust's current event in this task: table writes take their partition
+    from it, and take_events() batches do not set it for the consumer's body."""
+    faust.streams._current_event.set(weakref.ref(event))  # noqa: SLF001
+
+
+def aiokafka_consumer(app: faust.App) -> tuple[Any, asyncio.AbstractEventLoop] | None:
+    """The aiokafka consumer under Faust's consumer thread and the loop it runs on, or None
+    when the worker has not started one."""
+    thread = getattr(app.consumer, "_thread", None)
+    consumer = getattr(thread, "_consumer", None) if thread is not None else None
+    if consumer is None:
+        return None
+    return consumer, thread.thread_loop  # type: ignore[union-attr]
+
+
+async def leave_group(app: faust.App) -> bool:
+    """Close the worker's Kafka consumer on its own thread: aiokafka sends LeaveGroup, so the
+    group rebalances at once instead of after the session timeout. Offsets are not committed
+    here (Faust disables auto-commit); False when there was no consumer to close."""
+    found = aiokafka_consumer(app)
+    if found is None:
+        return False
+    consumer, loop = found
+    await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(consumer.stop(), loop))
+    return True
+
+
+class TableStore:
+    """A job stage StateStore over a Faust table: reads from the table, writes to its local
+    store and its changelog with the partition given (no current event needed, so timers,
+    revocation and stop can write too)."""
+
+    def __init__(self, table: Any) -> None:
+        self.table = table
+
+    def get(self, key: bytes) -> bytes | None:
+        value: bytes | None = self.table.get(key)
+        return value
+
+    def put(self, partition: int, key: bytes, value: bytes) -> None:
+        self.table.data[key] = value  # the local store, without Faust's changelog hook
+        self.table.send_changelog(partition, key, value)
+
+    def items(self) -> Any:
+        return list(self.table.items())

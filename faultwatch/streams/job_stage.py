@@ -1,0 +1,289 @@
+"""The job stage: signals records in, decisions out. Per-partition job states with a
+write-behind cache over a store (the Faust table, or a dict in embedded mode); one bad
+record or one broken job state never stops a batch, a tick or the other jobs."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Iterator, MutableMapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import orjson
+
+from faultwatch.core.events import Decision, Heartbeat, Output, Progress, Signal
+from faultwatch.core.job import JobState, Phase, apply, new_state, tick
+from faultwatch.logs import log_event
+from faultwatch.streams.metrics import Metrics
+from faultwatch.streams.records import MAX_RECORD_BYTES, DeadLetter, InRecord, LiveRules
+from faultwatch.wire import Tick, decode_signals, encode_decision, job_key
+
+TICK_S = 0.5  # how often the shell sends a tick to each signals partition it owns
+CAUGHT_UP_S = 2.0  # a tick older than this when processed: the partition is lagging
+TICK_GAP_S = 4 * TICK_S + CAUGHT_UP_S  # no tick for this long: the clock was not watching
+GRACE_S = 5.0  # extra grace (beyond node_lost_s) after assignment/recovery before node-lost
+WRITE_BEHIND_S = 5.0  # a job whose only changes are liveness is written at most this often
+ACTIVE = (Phase.RUNNING, Phase.SETTLING)
+LIVENESS = (Output, Heartbeat, Progress)
+PARTITION_FIELD = "_p"  # stored beside a state: the signals partition it belongs to
+MAX_EVIDENCE_STR = 4096  # evidence strings of a too-big decision are cut to this
+MAX_EVIDENCE_ITEMS = 64  # ... and its lists to this many items
+
+
+class StateStore(Protocol):
+    """Where job states live durably: raw encoded states by job key."""
+
+    def get(self, key: bytes) -> bytes | None: ...
+
+    def put(self, partition: int, key: bytes, value: bytes) -> None: ...
+
+    def items(self) -> Iterable[tuple[bytes, bytes | None]]: ...
+
+
+class DictStore:
+    """A StateStore in memory (embedded mode, tests)."""
+
+    def __init__(self, data: MutableMapping[bytes, bytes] | None = None) -> None:
+        self.data: MutableMapping[bytes, bytes] = {} if data is None else data
+
+    def get(self, key: bytes) -> bytes | None:
+        return self.data.get(key)
+
+    def put(self, partition: int, key: bytes, value: bytes) -> None:
+        self.data[key] = value
+
+    def items(self) -> Iterator[tuple[bytes, bytes | None]]:
+        return iter(list(self.data.items()))
+
+
+@dataclass
+class PartitionCache:
+    """A signals partition this worker owns: cached job states, dirty and active keys."""
+
+    since: float  # when this worker (re)started serving the partition, or caught up
+    last_tick: float | None = None
+    cache: dict[bytes, JobState] = field(default_factory=dict)
+    dirty: set[bytes] = field(default_factory=set)
+    active: set[bytes] = field(default_factory=set)
+    written: dict[bytes, float] = field(default_factory=dict)  # last store write (processor)
+    broken: set[bytes] = field(default_factory=set)  # jobs whose state failed a tick
+
+
+def _cut(x: Any, depth: int = 0) -> Any:
+    if isinstance(x, str):
+        return x if len(x) <= MAX_EVIDENCE_STR else x[:MAX_EVIDENCE_STR] + "...[cut]"
+    if depth > 8:
+        return None
+    if isinstance(x, dict):
+        return {str(k)[:256]: _cut(v, depth + 1) for k, v in list(x.items())[:MAX_EVIDENCE_ITEMS]}
+    if isinstance(x, list | tuple):
+        return [_cut(v, depth + 1) for v in list(x)[:MAX_EVIDENCE_ITEMS]]
+    return x
+
+
+def bounded_decision(dec: Decision, max_bytes: int = MAX_RECORD_BYTES) -> Decision:
+    """The decision, with its evidence cut (and `evidence.truncated` set) if its record would
+    pass `max_bytes`; the id, action, targets and reason never change."""
+    if len(encode_decision(dec)) <= max_bytes:
+        return dec
+    ev = _cut(dict(dec.evidence))
+    ev["truncated"] = True
+    small = dataclasses.replace(dec, evidence=ev)
+    if len(encode_decision(small)) > max_bytes:  # still too big: keep only what acts
+        small = dataclasses.replace(dec, evidence={"truncated": True},
+                                    message=dec.message[:MAX_EVIDENCE_STR])
+    return small
+
+
+class JobStage:
+    """Signals records -> decisions, per signals partition.
+
+    Lifecycle signals and decisions write the job's state through to the store at once;
+    liveness signals (output, heartbeats, progress) of big jobs arrive constantly, so they
+    only mark the job dirty and a tick of its partition writes it at most every
+    WRITE_BEHIND_S. flush() writes every dirty state (revocation, stop). A tick record
+    (`{"t": "tick", "now": sent}`) advances processor time for its partition.
+    """
+
+    def __init__(self, live: LiveRules, store: StateStore, dead_letter: DeadLetter,
+                 metrics: Metrics | None = None, max_record_bytes: int = MAX_RECORD_BYTES
+                 ) -> None:
+        self.live = live
+        self.store = store
+        self.dead_letter = dead_letter
+        self.metrics = metrics or Metrics()
+        self.max_record_bytes = max_record_bytes
+        self.parts: dict[int, PartitionCache] = {}
+        self.logs_caught_up = True  # set by the shell: its logs partitions have no backlog
+
+    # ---- batches ------------------------------------------------------------------------
+
+    def process_batch(self, records: Iterable[InRecord], now: float) -> list[Decision]:
+        """Decisions of a batch of signals records (ticks included), in order."""
+        out: list[Decision] = []
+        for rec in records:
+            try:
+                sigs = decode_signals(rec.value)
+                if isinstance(sigs, Tick):
+                    out += self.tick(rec.partition, sigs.now, now)
+                elif sigs:
+                    out += self.fold(rec.partition, sigs, now)
+            except Exception as e:  # noqa: BLE001 - one bad record never stops the stage
+                self.metrics.dead_letters += 1
+                self.dead_letter(rec, e)
+        return out
+
+    def fold(self, partition: int, sigs: list[Signal], now: float) -> list[Decision]:
+        """Apply one record's signals in order, all or nothing: if one raises, no state of
+        this record is kept and its decisions are not published (the caller dead-letters)."""
+        p = self.partition(partition, now)
+        self.metrics.jobs_signals += len(sigs)
+        live = self.live
+        staged: dict[bytes, tuple[JobState, JobState | None, bool]] = {}  # key -> new, old, durable
+        decs: list[Decision] = []
+        for sig in sigs:
+            key = job_key(sig.job)
+            if key in staged:
+                st, old, durable = staged[key]
+            else:
+                old = self.load(key, p)
+                durable = False
+                fresh = new_state(sig) if old is None else old
+                if fresh is None:  # only a run-start starts a job's state (no phantom jobs)
+                    self.metrics.count("dropped.no-run")
+                    continue
+                st = fresh
+            prev = st
+            st, new_decs = apply(st, sig, now, live.policy, live.rules_version)
+            if st is not prev:
+                durable = durable or bool(new_decs) or st.phase != prev.phase \
+                    or st.attempt != prev.attempt or not isinstance(sig, LIVENESS)
+            staged[key] = (st, old, durable)
+            decs += new_decs
+        for key, (st, old, durable) in staged.items():
+            if st is not old:
+                self.save(key, st, partition, p, durable, now)
+        return [bounded_decision(d, self.max_record_bytes) for d in decs]
+
+    # ---- processor time -----------------------------------------------------------------
+
+    def tick(self, partition: int, sent: float, now: float) -> list[Decision]:
+        """Advance processor time on one partition: write-behind, settle fallbacks, node-lost
+        (only when the clock may be trusted). A job whose tick raises is set aside (logged
+        once), never retried on every tick, and the partition's other jobs go on."""
+        p = self.partition(partition, now)
+        lag = max(0.0, now - sent)
+        self.metrics.tick_lag_s[partition] = round(lag, 3)
+        for key in list(p.dirty):
+            if now - p.written.get(key, 0.0) >= WRITE_BEHIND_S:
+                self._write(key, partition, p, now)
+        # processor time is trusted for node-lost only when this partition is caught up (the
+        # tick came through the topic quickly) and every node had a full window to show
+        # itself since the partition was assigned or recovered. A lagging partition, or one
+        # that went without ticks (broker outage, a stalled loop), restarts the grace.
+        if lag >= CAUGHT_UP_S or (p.last_tick is not None and now - p.last_tick > TICK_GAP_S):
+            p.since = now
+        p.last_tick = now
+        live = self.live
+        live_clock = now - p.since >= live.policy.node_lost_s + GRACE_S
+        caught_up = lag < CAUGHT_UP_S and self.logs_caught_up
+        out: list[Decision] = []
+        for key in list(p.active):
+            try:
+                st = self.load(key, p)
+                if st is None:
+                    p.active.discard(key)
+                    continue
+                st2, decs = tick(st, now, live.policy, live.rules_version,
+                                 live_clock=live_clock, caught_up=caught_up)
+                if st2 is not st:
+                    self.save(key, st2, partition, p, True, now)
+                elif st.phase not in ACTIVE:
+                    p.active.discard(key)
+                out += [bounded_decision(d, self.max_record_bytes) for d in decs]
+            except Exception as e:  # noqa: BLE001 - one broken state never stops a tick
+                p.active.discard(key)
+                p.broken.add(key)
+                self.metrics.count("jobs_broken")
+                log_event("job_tick_failed", job=key.decode(errors="replace"),
+                          partition=partition, error=f"{type(e).__name__}: {e}")
+        return out
+
+    # ---- states -------------------------------------------------------------------------
+
+    def partition(self, partition: int, now: float) -> PartitionCache:
+        """The cache of a partition, built (active jobs found in the store) on first use
+        after an assignment."""
+        p = self.parts.get(partition)
+        if p is None:
+            p = self.parts[partition] = PartitionCache(since=now)
+            for k, raw in self.store.items():
+                if raw is None:
+                    continue
+                try:
+                    d = orjson.loads(raw)
+                    if d.get(PARTITION_FIELD) == partition and d.get("phase") in ACTIVE:
+                        p.active.add(k)
+                except (orjson.JSONDecodeError, AttributeError):
+                    continue
+        return p
+
+    def load(self, key: bytes, p: PartitionCache) -> JobState | None:
+        st = p.cache.get(key)
+        if st is not None:
+            return st
+        raw = self.store.get(key)
+        if raw is None:
+            return None
+        st = JobState.from_dict(orjson.loads(raw))
+        p.cache[key] = st
+        return st
+
+    def save(self, key: bytes, st: JobState, partition: int, p: PartitionCache, durable: bool,
+             now: float) -> None:
+        p.cache[key] = st
+        p.broken.discard(key)
+        (p.active.add if st.phase in ACTIVE else p.active.discard)(key)
+        p.dirty.add(key)
+        if durable:
+            self._write(key, partition, p, now)
+
+    def _write(self, key: bytes, partition: int, p: PartitionCache, now: float) -> None:
+        st = p.cache.get(key)
+        p.dirty.discard(key)
+        if st is None:
+            return
+        d = st.to_dict()
+        d[PARTITION_FIELD] = partition
+        raw = orjson.dumps(d)
+        self.store.put(partition, key, raw)
+        p.written[key] = now
+        self.metrics.count("table_writes")
+        self.metrics.count("table_bytes", len(raw))
+
+    def flush(self, now: float) -> int:
+        """Write every dirty (write-behind) state now; returns how many."""
+        n = 0
+        for partition, p in list(self.parts.items()):
+            for key in list(p.dirty):
+                self._write(key, partition, p, now)
+                n += 1
+        return n
+
+    @property
+    def dirty(self) -> int:
+        return sum(len(p.dirty) for p in self.parts.values())
+
+    # ---- assignment ---------------------------------------------------------------------
+
+    def on_assigned(self, partitions: Iterable[int]) -> None:
+        """Caches are rebuilt (and the node-lost grace restarts) on the first record after
+        an assignment: the states may have moved or been recovered meanwhile."""
+        self.parts.clear()
+
+    def on_revoked(self, partitions: Iterable[int], now: float) -> int:
+        """Write the dirty states of every partition (they go with the partitions), then
+        drop the caches; returns how many states were written."""
+        n = self.flush(now)
+        self.parts.clear()
+        return n

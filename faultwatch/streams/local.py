@@ -1,0 +1,54 @@
+"""Embedded mode's in-process processor: the matcher stage and the job stage of cluster mode,
+chained directly (one partition, states in memory, no Kafka, no Faust)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from faultwatch.core.events import Decision
+from faultwatch.core.policy import Policy
+from faultwatch.errors import DecodeError
+from faultwatch.logs import log_event
+from faultwatch.rules import Matcher, RuleSet
+from faultwatch.streams.job_stage import DictStore, JobStage
+from faultwatch.streams.matcher_stage import MatcherStage
+from faultwatch.streams.metrics import Metrics
+from faultwatch.streams.records import DeadLetter, InRecord, LiveRules
+
+LOGS, SIGNALS = "local.logs", "local.signals"  # topic names in dead letters
+
+
+def log_dead_letter(rec: InRecord, err: Exception) -> None:
+    """Embedded mode's dead letters: one structured event each."""
+    err_text = str(err) if isinstance(err, DecodeError) else f"{type(err).__name__}: {err}"
+    log_event("dead_letter", topic=rec.topic, partition=rec.partition, offset=rec.offset,
+              error=err_text)
+
+
+class LocalPipeline:
+    """submit() a logs-topic record (key, value) and get the decisions it leads to; tick()
+    advances processor time (settle fallback, node-lost once the grace has passed)."""
+
+    def __init__(self, ruleset: RuleSet, policy: Policy, *,
+                 dead_letter: DeadLetter = log_dead_letter,
+                 matcher: Callable[[RuleSet], Matcher] = Matcher) -> None:
+        self.live = LiveRules(matcher(ruleset), policy, ruleset.version)
+        self.metrics = Metrics()
+        self.store = DictStore()
+        self.matcher = MatcherStage(self.live, dead_letter, self.metrics)
+        self.jobs = JobStage(self.live, self.store, dead_letter, self.metrics)
+        self._logs_offset = 0
+        self._signals_offset = 0
+
+    def submit(self, key: bytes, value: bytes, now: float) -> list[Decision]:
+        rec = InRecord(LOGS, 0, self._logs_offset, key, value)
+        self._logs_offset += 1
+        out = self.matcher.process_batch([rec], now)
+        sigs = []
+        for k, v in out:
+            sigs.append(InRecord(SIGNALS, 0, self._signals_offset, k, v))
+            self._signals_offset += 1
+        return self.jobs.process_batch(sigs, now)
+
+    def tick(self, now: float) -> list[Decision]:
+        return self.jobs.tick(0, now, now)

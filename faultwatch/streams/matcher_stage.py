@@ -1,0 +1,149 @@
+"""The matcher stage: a batch of logs records in, per-job signal bundles out (bounded in size),
+bad records to the dead-letter callback. No Faust, no Kafka: the shell does the I/O."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import orjson
+
+from faultwatch.core.events import Heartbeat
+from faultwatch.matching import signals_of_record
+from faultwatch.streams.metrics import Metrics
+from faultwatch.streams.records import MAX_RECORD_BYTES, DeadLetter, InRecord, LiveRules
+from faultwatch.wire import SCHEMA_VERSION, LinesBatch, decode_logs, job_key, signal_dict
+
+# one signal's text is cut to these before it is bundled (a hit's line and traceback context,
+# an output's tail lines): evidence stays readable, records and job states stay small
+MAX_LINE_CHARS = 2048
+MAX_CONTEXT_LINE_CHARS = 512
+MAX_CONTEXT_CHARS = 6144
+_BUNDLE_OVERHEAD = 64  # {"v":1,"t":"bundle","job":...,"sigs":[...]} around the elements
+
+
+def cap_signal(d: dict[str, Any]) -> dict[str, Any]:
+    """The signal dict with its free texts cut to the caps above (a copy when cut)."""
+    if d.get("t") == "hit":
+        m = d["m"]
+        line = m.get("line")
+        ctx = m.get("context") or ()
+        if (isinstance(line, str) and len(line) > MAX_LINE_CHARS) or \
+                sum(len(c) for c in ctx if isinstance(c, str)) > MAX_CONTEXT_CHARS or \
+                any(isinstance(c, str) and len(c) > MAX_CONTEXT_LINE_CHARS for c in ctx):
+            kept: list[str] = []
+            total = 0
+            for c in ctx:
+                c = c[:MAX_CONTEXT_LINE_CHARS] if isinstance(c, str) else c
+                total += len(c) if isinstance(c, str) else 0
+                if total > MAX_CONTEXT_CHARS:
+                    break
+                kept.append(c)
+            m = {**m, "context": kept}
+            if isinstance(line, str):
+                m["line"] = line[:MAX_LINE_CHARS]
+            return {**d, "m": m}
+    if d.get("t") == "out":
+        tail = d.get("tail") or ()
+        if any(isinstance(t[2], str) and len(t[2]) > MAX_LINE_CHARS for t in tail):
+            return {**d, "tail": [(r, ts, txt[:MAX_LINE_CHARS]) for r, ts, txt in tail]}
+    return d
+
+
+def bundle_head_bytes(job: str) -> int:
+    """Bytes a bundle of `job` takes besides its elements (an upper bound)."""
+    return len(orjson.dumps(job)) + _BUNDLE_OVERHEAD
+
+
+def encode_bundles(job: str, signals: Sequence[bytes],
+                   max_bytes: int = MAX_RECORD_BYTES) -> list[bytes]:
+    """One job's encoded signal dicts, in order, as as few bundle records (the same format
+    as wire.encode_bundle) as fit `max_bytes` each. Each element must fit on its own."""
+    head = bundle_head_bytes(job)
+    out: list[bytes] = []
+    chunk: list[bytes] = []
+    size = head
+
+    def close() -> None:
+        out.append(b'{"v":%d,"t":"bundle","job":%s,"sigs":[%s]}' % (
+            SCHEMA_VERSION, orjson.dumps(job), b",".join(chunk)))
+
+    for raw in signals:
+        if len(raw) + head > max_bytes:
+            raise ValueError(f"a signal of job {job!r} is {len(raw)} bytes (limit {max_bytes})")
+        if chunk and size + len(raw) + 1 > max_bytes:
+            close()
+            chunk, size = [], head
+        chunk.append(raw)
+        size += len(raw) + 1
+    if chunk:
+        close()
+    return out
+
+
+class MatcherStage:
+    """Logs records -> signals records. Per batch, every signal a job's records imply goes
+    out in the order of those records, in one bundle per job (several when one would pass
+    the size bound), so each node's lines still precede its exit on the signals topic."""
+
+    def __init__(self, live: LiveRules, dead_letter: DeadLetter, metrics: Metrics | None = None,
+                 max_record_bytes: int = MAX_RECORD_BYTES) -> None:
+        self.live = live
+        self.dead_letter = dead_letter
+        self.metrics = metrics or Metrics()
+        self.max_record_bytes = max_record_bytes
+        self.logs_lag_s: dict[int, float] = {}  # event-time lag of the latest record, by partition
+
+    def process_batch(self, records: Iterable[InRecord], now: float) -> list[tuple[bytes, bytes]]:
+        """The (key, value) signals records for a batch of logs records, in send order."""
+        out: dict[str, list[bytes]] = {}
+        m = self.metrics
+        for rec in records:
+            m.records += 1
+            try:
+                dicts = self.signal_dicts(rec, now)
+            except Exception as e:  # noqa: BLE001 - one bad record never stops the stage
+                self._dead(rec, e)
+                continue
+            for job, raw in dicts:
+                out.setdefault(job, []).append(raw)
+        sent: list[tuple[bytes, bytes]] = []
+        for job, ds in out.items():
+            m.signals += len(ds)
+            for value in encode_bundles(job, ds, self.max_record_bytes):
+                sent.append((job_key(job), value))
+        m.signals_records += len(sent)
+        return sent
+
+    def signal_dicts(self, rec: InRecord, now: float) -> list[tuple[str, bytes]]:
+        """(job, encoded capped signal dict) for one logs record; raises DecodeError on a
+        record wire.decode_logs refuses and ValueError on a signal that cannot fit a record."""
+        lr = decode_logs(rec.value)
+        if isinstance(lr, LinesBatch) and lr.lines:
+            self.metrics.lines += len(lr.lines)
+            self.metrics.logs_event_lag_s = now - lr.lines[-1].ts
+            self.logs_lag_s[rec.partition] = self.metrics.logs_event_lag_s
+        elif isinstance(lr, Heartbeat):
+            self.logs_lag_s[rec.partition] = now - lr.ts
+        sigs = signals_of_record(lr, self.live.matcher)
+        out = []
+        for s in sigs:
+            raw = orjson.dumps(cap_signal(signal_dict(s)))
+            if len(raw) + bundle_head_bytes(s.job) > self.max_record_bytes:
+                raise ValueError(f"a {type(s).__name__} signal of job {s.job!r} is {len(raw)} "
+                                 f"bytes after capping (limit {self.max_record_bytes})")
+            out.append((s.job, raw))
+        return out
+
+    def _dead(self, rec: InRecord, err: Exception) -> None:
+        self.metrics.dead_letters += 1
+        self.dead_letter(rec, err)
+
+    def on_assigned(self, partitions: Iterable[int]) -> None:
+        """Lag is measured afresh on partitions this worker (re)gets."""
+        for p in partitions:
+            self.logs_lag_s.pop(p, None)
+
+    def on_revoked(self, partitions: Iterable[int]) -> None:
+        for p in partitions:
+            self.logs_lag_s.pop(p, None)

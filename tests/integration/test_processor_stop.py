@@ -1,0 +1,185 @@
+"""SIGTERM stops a processor worker cleanly and in time: with the broker up its partitions
+move to the other worker at once and no decision is lost or duplicated; with the broker
+gone it gives up the flush, says so once, and still exits within the bound."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import threading
+import time
+import uuid
+from collections import defaultdict
+from collections.abc import Iterator
+from pathlib import Path
+
+import orjson
+import pytest
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+
+from faultwatch import kafka_local, wire
+from faultwatch.core.events import Exit, Line, RunStart
+from tests.e2e.cluster import processor, wait_event
+
+pytestmark = pytest.mark.kafka
+
+PARTITIONS = 4
+SESSION_TIMEOUT_S = 30.0  # a worker that did not leave the group keeps its partitions so long
+STOP_TIMEOUT_S = 8.0
+
+
+def all_assigned(e: dict[str, str]) -> bool:
+    return len(e.get("partitions", "-").split(",")) == 2 * PARTITIONS
+
+
+def failing_job(job: str) -> list[bytes]:
+    t = time.time()
+    return [wire.encode_run_start(RunStart(job, 0, "n0", t)),
+            wire.encode_lines(job, 0, "n0", "r", [
+                Line("stderr", 0, t, "Traceback (most recent call last):"),
+                Line("stderr", 1, t, "ModuleNotFoundError: No module named 'foo'")]),
+            wire.encode_exit(Exit(job, 0, "n0", t + 0.05, exit_code=1))]
+
+
+async def produce_jobs(bootstrap: str, topic: str, jobs: list[str], per_s: float,
+                       spread: bool = False) -> None:
+    """Each job's records in order; `spread`: job i on logs partition i (probes)."""
+    p = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all")
+    await p.start()
+    try:
+        t0 = time.monotonic()
+        for i, job in enumerate(jobs):
+            for v in failing_job(job):
+                await p.send(topic, v, key=wire.log_key(job, "n0"),
+                             partition=i if spread else None)
+            await asyncio.sleep(max(0.0, t0 + (i + 1) / per_s - time.monotonic()))
+        await p.flush()
+    finally:
+        await p.stop()
+
+
+async def decisions_by_job(bootstrap: str, topic: str, jobs: set[str], timeout_s: float,
+                           linger_s: float) -> dict[str, set[str]]:
+    """Decision ids per job (deduped by id); reads until every job has one, then `linger_s`
+    more to catch late duplicates."""
+    c = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest",
+                         group_id=None)
+    await c.start()
+    ids: dict[str, set[str]] = defaultdict(set)
+    try:
+        deadline = time.monotonic() + timeout_s
+        done_at: float | None = None
+        while time.monotonic() < (deadline if done_at is None else done_at + linger_s):
+            batch = await c.getmany(timeout_ms=500)
+            for msgs in batch.values():
+                for m in msgs:
+                    d = orjson.loads(m.value)
+                    ids[d["job"]].add(f"{d['id']}:{d['action']}:{d['reason']['kind']}")
+            if done_at is None and jobs <= set(ids):
+                done_at = time.monotonic()
+    finally:
+        await c.stop()
+    return ids
+
+
+def test_sigterm_under_load_hands_partitions_over_at_once_nothing_lost(
+        kafka_bootstrap: str, topic_prefix: str, tmp_path: Path) -> None:
+    env = {"FAULTWATCH_SESSION_TIMEOUT_S": str(SESSION_TIMEOUT_S)}
+    flags = ("--partitions", str(PARTITIONS), "--settle-s", "0.5",
+             "--stop-timeout-s", str(STOP_TIMEOUT_S))
+    log_a, log_b = tmp_path / "a.log", tmp_path / "b.log"
+    jobs = [f"load-{i:03d}-{uuid.uuid4().hex[:4]}" for i in range(240)]
+    with processor(kafka_bootstrap, topic_prefix, log_a, *flags, env=env) as a:
+        wait_event(log_a, "partitions_assigned", 90, all_assigned, proc=a)
+        with processor(kafka_bootstrap, topic_prefix, log_b, *flags, env=env) as b:
+            # B has joined when it got a share (A keeps the rest)
+            wait_event(log_b, "partitions_assigned", 90,
+                       lambda e: e.get("partitions", "-") != "-", proc=b)
+            # both workers consume: one probe job on each logs partition gets decided
+            probes = [f"probe-{i}-{uuid.uuid4().hex[:4]}" for i in range(PARTITIONS)]
+            asyncio.run(produce_jobs(kafka_bootstrap, f"{topic_prefix}logs", probes, 100,
+                                     spread=True))
+            probed = asyncio.run(decisions_by_job(kafka_bootstrap, f"{topic_prefix}decisions",
+                                                  set(probes), timeout_s=60, linger_s=0))
+            assert set(probes) <= set(probed), (probed, log_a.read_text()[-2000:])
+            load = threading.Thread(target=lambda: asyncio.run(produce_jobs(
+                kafka_bootstrap, f"{topic_prefix}logs", jobs, per_s=30)))
+            load.start()
+            time.sleep(3.0)  # load running on both workers
+            assert a.poll() is None, log_a.read_text()[-3000:]
+            t_term = time.monotonic()
+            os.killpg(a.pid, signal.SIGTERM)
+            rc = a.wait(STOP_TIMEOUT_S + 5)
+            stop_s = time.monotonic() - t_term
+            wait_event(log_b, "partitions_assigned", SESSION_TIMEOUT_S + 30,
+                       all_assigned, proc=b)
+            takeover_s = time.monotonic() - t_term
+            load.join(60)
+            got = asyncio.run(decisions_by_job(kafka_bootstrap, f"{topic_prefix}decisions",
+                                               set(jobs), timeout_s=120, linger_s=5))
+            assert b.poll() is None, log_b.read_text()[-3000:]
+    print(f"stop_s={stop_s:.2f} takeover_s={takeover_s:.2f}")
+    assert rc == 0, log_a.read_text()[-3000:]
+    assert stop_s < STOP_TIMEOUT_S, stop_s
+    stopped = wait_event(log_a, "processor_stopped", 1)
+    assert "leave_group" in stopped["steps"], stopped
+    # B took over well before the 30 s session timeout would have handed it the partitions
+    assert takeover_s < SESSION_TIMEOUT_S / 3, takeover_s
+    missing = [j for j in jobs if j not in got]
+    assert not missing, f"{len(missing)} job(s) without a decision: {missing[:5]}"
+    dup = {j: ids for j, ids in got.items() if j in set(jobs) and len(ids) != 1}
+    assert not dup, dup
+    assert all(next(iter(got[j])).endswith(":fail:error") for j in jobs), got[jobs[0]]
+
+
+@pytest.fixture
+def own_broker(tmp_path: Path) -> Iterator[tuple[str, Path, int]]:
+    port = kafka_local.free_port()
+    data = tmp_path / "kafka"
+    bootstrap = kafka_local.up(port=port, data_dir=data)
+    try:
+        yield bootstrap, data, port
+    finally:
+        kafka_local.down(data, port)
+
+
+def test_sigterm_with_the_broker_gone_exits_in_time_and_says_what_it_gave_up(
+        own_broker: tuple[str, Path, int], topic_prefix: str, tmp_path: Path) -> None:
+    bootstrap, data, port = own_broker
+    flags = ("--stop-timeout-s", "5", "--settle-s", "0.5")
+    log_1, log_2 = tmp_path / "p1.log", tmp_path / "p2.log"
+    with processor(bootstrap, topic_prefix, log_1, *flags) as p1, \
+            processor(bootstrap, f"x{topic_prefix}", log_2, *flags) as p2:
+        for log, p in ((log_1, p1), (log_2, p2)):
+            wait_event(log, "partitions_assigned", 90,
+                       lambda e: e.get("partitions", "-") != "-", proc=p)
+        # positive control: the worker is live on this broker (a job gets decided)
+        job = f"ok-{uuid.uuid4().hex[:6]}"
+        asyncio.run(produce_jobs(bootstrap, f"{topic_prefix}logs", [job], per_s=100))
+        wait_event(log_1, "decision", 60, lambda e: e.get("job") == job, proc=p1)
+        kafka_local.down(data, port)
+        time.sleep(2.0)  # the workers notice: ticks and heartbeats now fail
+        # one SIGTERM: the flush is given up, one event says so, exit 0 within the bound
+        t_term = time.monotonic()
+        os.killpg(p1.pid, signal.SIGTERM)
+        rc1 = p1.wait(15)
+        stop_1 = time.monotonic() - t_term
+        # SIGTERM then SIGINT: the second signal exits at once
+        os.killpg(p2.pid, signal.SIGTERM)
+        wait_event(log_2, "processor_stopping", 5)
+        t_int = time.monotonic()
+        os.killpg(p2.pid, signal.SIGINT)
+        rc2 = p2.wait(15)
+        forced_s = time.monotonic() - t_int
+    print(f"broker down: stop_s={stop_1:.2f} second signal exit_s={forced_s:.2f}")
+    assert rc1 == 0, log_1.read_text()[-3000:]
+    assert stop_1 < 5.0 + 0.5, stop_1
+    gave_up = wait_event(log_1, "processor_stop_gave_up", 1)
+    assert gave_up["step"] in ("finish_batches", "deliver", "commit", "leave_group"), gave_up
+    assert "processor_stopped" not in log_1.read_text()
+    assert len([ln for ln in log_1.read_text().splitlines()
+                if "event=processor_stop_gave_up" in ln]) == 1
+    assert rc2 == 128 + signal.SIGINT, log_2.read_text()[-3000:]
+    assert forced_s < 1.5, forced_s
+    wait_event(log_2, "processor_stop_forced", 1)
