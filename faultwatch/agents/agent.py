@@ -32,6 +32,9 @@ from faultwatch.errors import ChildError, ConfigError
 from faultwatch.logs import format_event
 
 PIPE_DRAIN_AFTER_EXIT_S = 5.0  # grandchildren may hold the pipes open after the leader exits
+PIPE_QUIET_S = 0.3  # ... reading stops earlier once they were quiet this long
+PIPE_POLL_S = 0.1
+LEFTOVER_GRACE_S = 2.0  # group members left after the leader: SIGTERM, then SIGKILL
 
 
 class AgentLog:
@@ -209,15 +212,8 @@ class Agent:
         hb = asyncio.create_task(self.heartbeats())
         try:
             st = await child.wait()
-            _, pending = await asyncio.wait(pumps, timeout=PIPE_DRAIN_AFTER_EXIT_S)
-            if pending:
-                killed = await child.kill_leftovers(0.0, term_first=False)
-                self.log("pipes_held_open", leftovers_killed=killed)
-                _, pending = await asyncio.wait(pumps, timeout=2.0)
-                for t in pending:
-                    t.cancel()
-            elif child.group_alive():
-                await child.kill_leftovers(min(2.0, c.term_grace_s))
+            self.heartbeat()  # alive=False at once: the exit is not held up by the pipes
+            await self._drain_after_exit(child, pumps)
         finally:
             hb.cancel()
             if self._kill_timer is not None:
@@ -228,6 +224,37 @@ class Agent:
         self.heartbeat()
         self.exit_event(st)
         return st
+
+    async def _drain_after_exit(self, child: Child, pumps: list[asyncio.Task[None]]) -> None:
+        """The leader exited: read what is left in the pipes, for a bounded time.
+
+        The pipes normally close with the leader. Processes it left behind may hold them
+        open: reading stops once the pipes were quiet for PIPE_QUIET_S (or after
+        PIPE_DRAIN_AFTER_EXIT_S of output), then the child's group members are stopped
+        (SIGTERM, SIGKILL after a short grace) and our pipe ends are closed. Processes that
+        left the group (setsid, daemons) are not killed: their later output is not read."""
+        loop = asyncio.get_running_loop()
+        exit_ts = time.time()
+        deadline = loop.time() + PIPE_DRAIN_AFTER_EXIT_S
+        while True:
+            _, pending = await asyncio.wait(pumps, timeout=PIPE_POLL_S)
+            if not pending:
+                break
+            last = max(exit_ts, self.last_output_ts() or 0.0)
+            if loop.time() >= deadline or time.time() - last >= PIPE_QUIET_S:
+                break
+        held_open = bool(pending)
+        killed = False
+        if child.group_alive():
+            killed = await child.kill_leftovers(min(LEFTOVER_GRACE_S, self.cfg.term_grace_s))
+        if held_open:
+            _, pending = await asyncio.wait(pumps, timeout=PIPE_POLL_S * 5)
+            child.close_pipes()
+            await asyncio.wait(pumps, timeout=1.0)
+            self.log("pipes_held_open", leftovers_killed=killed,
+                     outside_group=bool(pending))
+        for t in pumps:
+            t.cancel()
 
     async def finish(self) -> None:
         c = self.cfg

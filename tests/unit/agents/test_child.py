@@ -131,3 +131,27 @@ def test_signal_group_after_exit_is_ignored() -> None:
         assert await ch.stop(grace_s=0.1) == ExitStatus(0, None)
 
     _run(main())
+
+
+def test_wait_returns_at_the_exit_while_a_setsid_grandchild_holds_the_pipes() -> None:
+    # `setsid sleep 60 &` keeps stdout/stderr open in another session; the exit is the
+    # leader's exit, not the pipes' closing (the control: the pipes are still open).
+    async def main() -> tuple[ExitStatus, float, int, bool]:
+        ch = await Child.spawn(["sh", "-c", "setsid sleep 60 & echo $!; exit 3"])
+        gpid = int(await ch.stdout.readline())
+        t0 = time.monotonic()
+        st = await ch.wait()
+        took = time.monotonic() - t0
+        still_open = not ch.stdout.at_eof()
+        ch.close_pipes()
+        assert await asyncio.wait_for(ch.stdout.read(), 5) == b""
+        return st, took, gpid, still_open
+
+    st, took, gpid, still_open = _run(main())
+    try:
+        assert st == ExitStatus(3, None)
+        assert took < 5
+        assert still_open
+        os.kill(gpid, 0)  # not ours to kill: it left the group
+    finally:
+        os.kill(gpid, signal.SIGKILL)
