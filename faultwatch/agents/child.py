@@ -31,6 +31,24 @@ class _ExitProtocol(asyncio.subprocess.SubprocessStreamProtocol):
             self.exited.set_result(None)
 
 
+def _live_member(pgid: int) -> bool | None:
+    """Whether a non-zombie process is in group pgid; None when /proc cannot tell."""
+    try:
+        pids = [e for e in os.listdir("/proc") if e.isdigit()]
+    except OSError:
+        return None
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue  # gone meanwhile
+        fields = stat[stat.rfind(b")") + 2:].split()  # state ppid pgrp ...
+        if len(fields) > 2 and fields[2] == str(pgid).encode() and fields[0] != b"Z":
+            return True
+    return False
+
+
 @dataclass(frozen=True)
 class ExitStatus:
     """How the child ended: exit_code as a shell reports it (128+N when killed by signal N)."""
@@ -111,12 +129,16 @@ class Child:
             pass
 
     def group_alive(self) -> bool:
-        """Whether any process (the leader or a leftover) is still in the child's group."""
+        """Whether a live process (the leader or a leftover) is still in the child's group.
+
+        Zombies do not count: an orphan reparented to an init that reaps slowly (as in many
+        containers) would otherwise look alive until it is reaped."""
         try:
             os.killpg(self.pgid, 0)
         except (ProcessLookupError, PermissionError):
             return False
-        return True
+        live = _live_member(self.pgid)
+        return True if live is None else live
 
     async def stop(self, grace_s: float = 10.0) -> ExitStatus:
         """SIGTERM the group; SIGKILL it after grace_s; also reap leftovers after the leader."""
