@@ -25,25 +25,29 @@ from faultwatch.agents.config import (  # noqa: F401 - re-exported for callers a
 )
 from faultwatch.agents.reader import LineSplitter, TeeWriter, pump
 from faultwatch.agents.sdk_server import SdkServer
-from faultwatch.agents.shipper import Shipper
-from faultwatch.agents.spool import Spool
+from faultwatch.agents.transport import KafkaTransport, Transport
 from faultwatch.core.events import STDERR, STDOUT, Exit, Heartbeat, Line, RunStart
 from faultwatch.errors import ChildError, ConfigError
 from faultwatch.logs import format_event
 
 PIPE_DRAIN_AFTER_EXIT_S = 5.0  # grandchildren may hold the pipes open after the leader exits
+PIPE_QUIET_S = 0.3  # ... reading stops earlier once they were quiet this long
+PIPE_POLL_S = 0.1
+DECISIONS_READY_S = 5.0  # the first launch waits this long at most for the decisions feed
+LEFTOVER_GRACE_S = 2.0  # group members left after the leader: SIGTERM, then SIGKILL
 
 
 class AgentLog:
     """The agent's own messages: one `ts=... component=agent event=... node=...` line each
     (faultwatch.logs format), on stderr through the same tee as the child's stderr."""
 
-    def __init__(self, node: str, tee: TeeWriter | None = None):
+    def __init__(self, node: str, tee: TeeWriter | None = None, component: str = "agent"):
         self.node = node
         self.tee = tee
+        self.component = component
 
     def __call__(self, event: str, **kv: Any) -> None:
-        line = (format_event(event, {"node": self.node, **kv}, component="agent")
+        line = (format_event(event, {"node": self.node, **kv}, component=self.component)
                 + "\n").encode()
         if self.tee is not None:
             self.tee.write(line)
@@ -53,35 +57,36 @@ class AgentLog:
 
 
 class Agent:
-    """The agent process: the spool and shipper live as long as it; runs come and go.
+    """The supervisor of one command: the transport lives as long as it; attempts come and go.
 
-    A run is one attempt of the child: its run id, line splitters (sequence numbers),
-    batcher, heartbeats and exit. restart() begins the next attempt's run."""
+    The same class runs `faultwatch agent` (KafkaTransport) and `faultwatch run` (a
+    LocalTransport over the in-process pipeline). The run id is the job run's, the same
+    for every attempt; each attempt (one launch of the child) has its own line splitters
+    (sequence numbers), batcher, heartbeats and exit. restart() begins the next attempt."""
 
-    def __init__(self, cfg: AgentConfig):
+    def __init__(self, cfg: AgentConfig, transport: Transport | None = None,
+                 component: str = "agent"):
         self.cfg = cfg
         self.attempt = cfg.attempt
         self.tee_out = TeeWriter(1)
         self.tee_err = TeeWriter(2)
-        self.log = AgentLog(cfg.node, self.tee_err)
-        self.spool = Spool(cfg.spool_path, cap_bytes=cfg.spool_cap_bytes)
-        if self.spool.stats.replayed or self.spool.stats.corrupt:
-            self.log("spool_replay", records=self.spool.pending,
-                     corrupt=self.spool.stats.corrupt, dir=cfg.spool_path)
-        self.shipper = Shipper(cfg.bootstrap, cfg.topic, wire.log_key(cfg.job, cfg.node),
-                               self.spool, self.log, compression=cfg.compression)
-        self.shipper.on_gap(self._gap)
+        self.log = AgentLog(cfg.node, self.tee_err, component)
+        self.transport: Transport = transport or KafkaTransport(cfg, self.log)
+        self.transport.on_gap(self._gap)
         self.stopping = asyncio.Event()  # the agent was signalled: no more runs
         self.signals: list[int] = []
         self.extra_env: dict[str, str] = {}
         self.sdk: SdkServer | None = None
         self.born_ts = time.time()
+        # The job run's identity: stable across this agent's attempts (restarts do not make
+        # a new run). Generated per agent process until a flag or scheduler names the run.
+        self.run_id = f"g-{uuid.uuid4().hex}"
+        self.run_source = "generated"
         self._new_run()
 
     def _new_run(self) -> None:
         c = self.cfg
-        self.run_id = uuid.uuid4().hex
-        self.batcher = LineBatcher(self._encode_lines, self.shipper.submit)
+        self.batcher = LineBatcher(self._encode_lines, self.transport.submit)
         self.split = {s: LineSplitter(s, c.max_line_bytes, c.progress_interval_s)
                       for s in (STDOUT, STDERR)}
         self.child: Child | None = None
@@ -106,8 +111,9 @@ class Agent:
     def note(self, kind: str, data: dict[str, Any], ts: float | None = None) -> None:
         """Ship a `note` record (progress, stage, notify, bootcheck, hello, gap, ...)."""
         c = self.cfg
-        self.shipper.submit_lifecycle(wire.encode_notice(
-            c.job, self.attempt, c.node, time.time() if ts is None else ts, kind, data))
+        self.transport.submit_lifecycle(wire.encode_notice(
+            c.job, self.attempt, c.node, time.time() if ts is None else ts, kind, data,
+            run_id=self.run_id))
 
     def _gap(self, records: int, lines: int, kept: int) -> None:
         self.note("gap", {"run_id": self.run_id, "records": records, "dropped_lines": lines,
@@ -122,12 +128,7 @@ class Agent:
         return max(ts) if ts else None
 
     def stats(self) -> dict[str, Any]:
-        s = self.shipper.stats
-        return {"lines_read": self.lines_read, "lines_acked": s.lines_acked,
-                "spool_depth": self.shipper.spool_depth(),
-                "spool_bytes": self.shipper.spool_bytes(),
-                "drops": s.drops, "ack_lag_s": round(self.shipper.ack_lag_s, 3),
-                "broker_up": self.shipper.broker_up,
+        return {"lines_read": self.lines_read, **self.transport.stats(),
                 "tee_dropped_bytes": self.tee_out.dropped_bytes + self.tee_err.dropped_bytes}
 
     def heartbeat(self) -> None:
@@ -135,7 +136,7 @@ class Agent:
         alive = self.child is not None and self.child.returncode is None
         hb = Heartbeat(c.job, self.attempt, c.node, time.time(), alive, self.last_output_ts(),
                        self.started_ts)
-        self.shipper.submit_lifecycle(wire.encode_heartbeat(hb, self.run_id, self.stats()))
+        self.transport.submit_lifecycle(wire.encode_heartbeat(hb, self.run_id, self.stats()))
 
     async def heartbeats(self) -> None:
         while True:
@@ -145,15 +146,16 @@ class Agent:
     def run_start(self, pid: int) -> None:
         c = self.cfg
         ev = RunStart(job=c.job, attempt=self.attempt, node=c.node, ts=time.time(),
-                      run_id=self.run_id, world_size=c.world_size, nnodes=c.nnodes,
+                      run_id=self.run_id, run_source=self.run_source,
+                      world_size=c.world_size, nnodes=c.nnodes,
                       rank=c.rank, local_ranks=c.local_ranks, host=socket.gethostname(),
                       pid=pid, cmd=c.cmd, agent_version=faultwatch.__version__)
-        self.shipper.submit_lifecycle(wire.encode_run_start(ev))
+        self.transport.submit_lifecycle(wire.encode_run_start(ev))
 
     def exit_event(self, st: ExitStatus) -> None:
         c = self.cfg
         ev = Exit(c.job, self.attempt, c.node, time.time(), st.exit_code, st.signal)
-        self.shipper.submit_lifecycle(wire.encode_exit(ev, self.run_id))
+        self.transport.submit_lifecycle(wire.encode_exit(ev, self.run_id))
 
     # ---- signals -------------------------------------------------------------------------
     def on_signal(self, sig: int) -> None:
@@ -200,6 +202,7 @@ class Agent:
             return st
         child = self.child
         self.run_start(child.pid)
+        self.log("child_started", attempt=self.attempt, pid=child.pid)
         if self.signals:  # a signal arrived while spawning
             self.on_signal(self.signals[-1])
         pumps = [asyncio.create_task(pump(child.stdout, self.split[STDOUT], None, self.sink,
@@ -209,15 +212,8 @@ class Agent:
         hb = asyncio.create_task(self.heartbeats())
         try:
             st = await child.wait()
-            _, pending = await asyncio.wait(pumps, timeout=PIPE_DRAIN_AFTER_EXIT_S)
-            if pending:
-                killed = await child.kill_leftovers(0.0, term_first=False)
-                self.log("pipes_held_open", leftovers_killed=killed)
-                _, pending = await asyncio.wait(pumps, timeout=2.0)
-                for t in pending:
-                    t.cancel()
-            elif child.group_alive():
-                await child.kill_leftovers(min(2.0, c.term_grace_s))
+            self.heartbeat()  # alive=False at once: the exit is not held up by the pipes
+            await self._drain_after_exit(child, pumps)
         finally:
             hb.cancel()
             if self._kill_timer is not None:
@@ -229,12 +225,40 @@ class Agent:
         self.exit_event(st)
         return st
 
+    async def _drain_after_exit(self, child: Child, pumps: list[asyncio.Task[None]]) -> None:
+        """The leader exited: read what is left in the pipes, for a bounded time.
+
+        The pipes normally close with the leader. Processes it left behind may hold them
+        open: reading stops once the pipes were quiet for PIPE_QUIET_S (or after
+        PIPE_DRAIN_AFTER_EXIT_S of output), then the child's group members are stopped
+        (SIGTERM, SIGKILL after a short grace) and our pipe ends are closed. Processes that
+        left the group (setsid, daemons) are not killed: their later output is not read."""
+        loop = asyncio.get_running_loop()
+        exit_ts = time.time()
+        deadline = loop.time() + PIPE_DRAIN_AFTER_EXIT_S
+        while True:
+            _, pending = await asyncio.wait(pumps, timeout=PIPE_POLL_S)
+            if not pending:
+                break
+            last = max(exit_ts, self.last_output_ts() or 0.0)
+            if loop.time() >= deadline or time.time() - last >= PIPE_QUIET_S:
+                break
+        held_open = bool(pending)
+        killed = False
+        if child.group_alive():
+            killed = await child.kill_leftovers(min(LEFTOVER_GRACE_S, self.cfg.term_grace_s))
+            if pending:
+                _, pending = await asyncio.wait(pumps, timeout=PIPE_POLL_S * 5)
+        if pending:  # held by processes outside the group: stop reading
+            child.close_pipes()
+            await asyncio.wait(pumps, timeout=1.0)
+        if held_open:
+            self.log("pipes_held_open", leftovers_killed=killed, outside_group=bool(pending))
+        for t in pumps:
+            t.cancel()
+
     async def finish(self) -> None:
-        c = self.cfg
-        if not await self.shipper.drain(c.exit_flush_timeout_s):
-            self.log("flush_timeout", unsent_records=self.shipper.spool_depth(),
-                     timeout_s=c.exit_flush_timeout_s, spool=c.spool_path)
-        await self.shipper.close()
+        await self.transport.finish(self.cfg.exit_flush_timeout_s)
         await self.tee_out.aclose(2.0)
         await self.tee_err.aclose(2.0)
 
@@ -242,18 +266,22 @@ class Agent:
 _Agent = Agent  # the earlier name
 
 
-async def run_agent(cfg: AgentConfig) -> int:
-    """Run cfg.cmd under the agent; returns its exit code (128+N when killed by signal N)."""
+async def run_agent(cfg: AgentConfig, transport: Transport | None = None,
+                    component: str = "agent") -> int:
+    """Run cfg.cmd under the agent; returns its exit code (128+N when killed by signal N).
+
+    transport None: Kafka (`faultwatch agent`); embedded mode passes a LocalTransport."""
     from faultwatch.agents.supervisor import supervise_job
 
     if not cfg.cmd:
         raise ConfigError("cmd", "no command to run")
-    agent = Agent(cfg)
+    agent = Agent(cfg, transport, component)
     loop = asyncio.get_running_loop()
     sigs = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
     for s in sigs:
         loop.add_signal_handler(s, agent.on_signal, s)
-    agent.shipper.start()
+    agent.transport.start()
+    await agent.transport.ready(DECISIONS_READY_S)
     sdk = await _start_sdk(agent) if cfg.sdk else None
     try:
         return await supervise_job(agent)
@@ -281,6 +309,9 @@ async def _start_sdk(agent: Agent) -> SdkServer | None:
 
 async def flush_spool(cfg: AgentConfig) -> int:
     """Deliver what an earlier agent left in cfg's spool; 0 when all of it was acked."""
+    from faultwatch.agents.shipper import Shipper
+    from faultwatch.agents.spool import Spool
+
     log = AgentLog(cfg.node)
     spool = Spool(cfg.spool_path, cap_bytes=cfg.spool_cap_bytes)
     log("spool_replay", records=spool.pending, corrupt=spool.stats.corrupt, dir=cfg.spool_path)
@@ -296,8 +327,9 @@ async def flush_spool(cfg: AgentConfig) -> int:
     return 0 if ok else 1
 
 
-def main_sync(cfg: AgentConfig, flush_only: bool = False) -> int:
-    """asyncio.run wrapper used by the CLI."""
+def main_sync(cfg: AgentConfig, flush_only: bool = False,
+              transport: Transport | None = None, component: str = "agent") -> int:
+    """asyncio.run wrapper used by the CLI (`faultwatch agent`, and `faultwatch run`)."""
     # aiokafka warns on stderr (e.g. "Topic ... not found" before auto-creation): that is the
     # child's stderr we tee, so keep only its errors unless logging was configured.
     if not logging.getLogger().handlers:
@@ -306,7 +338,8 @@ def main_sync(cfg: AgentConfig, flush_only: bool = False) -> int:
     # thread take it back within a fraction of a millisecond (default 5 ms).
     sys.setswitchinterval(float(os.environ.get("FAULTWATCH_SWITCH_INTERVAL_S", "0.0005")))
     try:
-        return asyncio.run(flush_spool(cfg) if flush_only else run_agent(cfg))
+        return asyncio.run(flush_spool(cfg) if flush_only
+                           else run_agent(cfg, transport, component))
     except KeyboardInterrupt:
         return 130
     finally:

@@ -15,6 +15,40 @@ _READ_LIMIT = 1 << 20
 _GROUP_POLL_S = 0.05
 
 
+class _ExitProtocol(asyncio.subprocess.SubprocessStreamProtocol):
+    """The stock stream protocol plus a future resolved when the process itself exits.
+
+    asyncio's Process.wait() resolves only once the pipes are closed too, so a grandchild
+    holding them (`setsid sleep 60 &`) would delay the exit for as long as it lives."""
+
+    def __init__(self, limit: int, loop: asyncio.AbstractEventLoop):
+        super().__init__(limit=limit, loop=loop)
+        self.exited: asyncio.Future[None] = loop.create_future()
+
+    def process_exited(self) -> None:
+        super().process_exited()
+        if not self.exited.done():
+            self.exited.set_result(None)
+
+
+def _live_member(pgid: int) -> bool | None:
+    """Whether a non-zombie process is in group pgid; None when /proc cannot tell."""
+    try:
+        pids = [e for e in os.listdir("/proc") if e.isdigit()]
+    except OSError:
+        return None
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue  # gone meanwhile
+        fields = stat[stat.rfind(b")") + 2:].split()  # state ppid pgrp ...
+        if len(fields) > 2 and fields[2] == str(pgid).encode() and fields[0] != b"Z":
+            return True
+    return False
+
+
 @dataclass(frozen=True)
 class ExitStatus:
     """How the child ended: exit_code as a shell reports it (128+N when killed by signal N)."""
@@ -32,8 +66,11 @@ class ExitStatus:
 class Child:
     """A command running in its own session/process group with stdout and stderr piped."""
 
-    def __init__(self, proc: asyncio.subprocess.Process, cmd: Sequence[str]):
+    def __init__(self, proc: asyncio.subprocess.Process, cmd: Sequence[str],
+                 transport: asyncio.SubprocessTransport, protocol: _ExitProtocol):
         self._proc = proc
+        self._transport = transport
+        self._exited = protocol.exited
         self.cmd: tuple[str, ...] = tuple(cmd)
         self.pid: int = proc.pid
         self.pgid: int = proc.pid  # start_new_session=True makes the child its group's leader
@@ -47,22 +84,24 @@ class Child:
         """Start cmd with piped stdout/stderr, stdin from /dev/null, in a new session."""
         if not cmd:
             raise ChildError("cannot start child: empty command")
+        loop = asyncio.get_running_loop()
         try:
-            proc = await asyncio.create_subprocess_exec(
+            transport, protocol = await loop.subprocess_exec(
+                lambda: _ExitProtocol(_READ_LIMIT, loop),
                 *cmd,
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,
                 env=dict(env) if env is not None else None,
                 start_new_session=True,
-                limit=_READ_LIMIT,
             )
         except OSError as e:
             shown = repr(list(cmd))
             if len(shown) > 300:
                 shown = shown[:300] + "...]"
             raise ChildError(f"cannot start {shown}: {e}") from e
-        return cls(proc, cmd)
+        proc = asyncio.subprocess.Process(transport, protocol, loop)
+        return cls(proc, cmd, transport, protocol)
 
     @property
     def returncode(self) -> int | None:
@@ -70,11 +109,17 @@ class Child:
         return self._proc.returncode
 
     async def wait(self) -> ExitStatus:
-        """Wait for the group leader to exit and return its status."""
-        rc = await self._proc.wait()
+        """Wait for the group leader to exit and return its status (pipes may stay open)."""
+        await asyncio.shield(self._exited)
+        rc = self._proc.returncode
+        assert rc is not None
         if self._status is None:
             self._status = ExitStatus.from_returncode(rc)
         return self._status
+
+    def close_pipes(self) -> None:
+        """Stop reading: close our ends of the pipes (a writer left behind gets EPIPE)."""
+        self._transport.close()
 
     def signal_group(self, sig: int) -> None:
         """Send sig to every process of the child's group (gone groups are ignored)."""
@@ -84,12 +129,16 @@ class Child:
             pass
 
     def group_alive(self) -> bool:
-        """Whether any process (the leader or a leftover) is still in the child's group."""
+        """Whether a live process (the leader or a leftover) is still in the child's group.
+
+        Zombies do not count: an orphan reparented to an init that reaps slowly (as in many
+        containers) would otherwise look alive until it is reaped."""
         try:
             os.killpg(self.pgid, 0)
         except (ProcessLookupError, PermissionError):
             return False
-        return True
+        live = _live_member(self.pgid)
+        return True if live is None else live
 
     async def stop(self, grace_s: float = 10.0) -> ExitStatus:
         """SIGTERM the group; SIGKILL it after grace_s; also reap leftovers after the leader."""

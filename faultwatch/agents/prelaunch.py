@@ -38,7 +38,7 @@ def _signalled_code(agent: Agent) -> int:
 async def _wait_nodes(agent: Agent) -> int | None:
     c = agent.cfg
     want = c.wait_for_nodes
-    agent.shipper.submit_lifecycle(
+    agent.transport.submit_lifecycle(
         wire.encode_notice(c.job, agent.attempt, c.node, time.time(), "hello",
                            hello_data(agent.run_id, c.node, c.rank, socket.gethostname(),
                                       agent.born_ts)),

@@ -119,8 +119,35 @@ def test_stop_kills_leftover_group_members() -> None:
         return gpid
 
     gpid = _run(main())
-    with pytest.raises(ProcessLookupError):
-        os.kill(gpid, 0)
+    assert _dead(gpid)
+
+
+def _dead(pid: int) -> bool:
+    """Gone, or a zombie waiting for an init that reaps slowly (it no longer runs)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except FileNotFoundError:
+        return True
+    return stat[stat.rfind(b")") + 2:].split()[0] == b"Z"
+
+
+def test_group_alive_ignores_zombies_of_a_slow_init() -> None:
+    # The leader exits; its SIGKILLed member lingers as a zombie until init reaps it.
+    async def main() -> tuple[bool, bool]:
+        ch = await Child.spawn(["sh", "-c", "sleep 60 & echo $!; exit 0"])
+        gpid = int(await ch.stdout.readline())
+        await ch.wait()
+        before = ch.group_alive()  # control: the member really runs
+        os.kill(gpid, signal.SIGKILL)
+        for _ in range(100):
+            if _dead(gpid):
+                break
+            await asyncio.sleep(0.02)
+        return before, ch.group_alive()
+
+    before, after = _run(main())
+    assert before and not after
 
 
 def test_signal_group_after_exit_is_ignored() -> None:
@@ -131,3 +158,27 @@ def test_signal_group_after_exit_is_ignored() -> None:
         assert await ch.stop(grace_s=0.1) == ExitStatus(0, None)
 
     _run(main())
+
+
+def test_wait_returns_at_the_exit_while_a_setsid_grandchild_holds_the_pipes() -> None:
+    # `setsid sleep 60 &` keeps stdout/stderr open in another session; the exit is the
+    # leader's exit, not the pipes' closing (the control: the pipes are still open).
+    async def main() -> tuple[ExitStatus, float, int, bool]:
+        ch = await Child.spawn(["sh", "-c", "setsid sleep 60 & echo $!; sleep 0.5; exit 3"])
+        gpid = int(await ch.stdout.readline())
+        t0 = time.monotonic()
+        st = await ch.wait()
+        took = time.monotonic() - t0
+        still_open = not ch.stdout.at_eof()
+        ch.close_pipes()
+        assert await asyncio.wait_for(ch.stdout.read(), 5) == b""
+        return st, took, gpid, still_open
+
+    st, took, gpid, still_open = _run(main())
+    try:
+        assert st == ExitStatus(3, None)
+        assert took < 5
+        assert still_open
+        os.kill(gpid, 0)  # not ours to kill: it left the group
+    finally:
+        os.kill(gpid, signal.SIGKILL)
