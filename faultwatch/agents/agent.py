@@ -298,10 +298,11 @@ async def flush_spool(cfg: AgentConfig) -> int:
 
 def main_sync(cfg: AgentConfig, flush_only: bool = False) -> int:
     """asyncio.run wrapper used by the CLI."""
-    # aiokafka warns on stderr (e.g. "Topic ... not found" before auto-creation): that is the
-    # child's stderr we tee, so keep only its errors unless logging was configured.
+    # aiokafka logs every retry on stderr (hundreds of lines a minute while the broker is
+    # down): that is the child's stderr we tee. Our own events report each state change
+    # (broker_down/up, decisions_unavailable/following), so silence it unless configured.
     if not logging.getLogger().handlers:
-        logging.getLogger("aiokafka").setLevel(logging.ERROR)
+        logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
     # The delivery thread holds the GIL while it batches and compresses: let the reading
     # thread take it back within a fraction of a millisecond (default 5 ms).
     sys.setswitchinterval(float(os.environ.get("FAULTWATCH_SWITCH_INTERVAL_S", "0.0005")))

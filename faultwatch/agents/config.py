@@ -69,6 +69,7 @@ class AgentConfig:
     env: Mapping[str, str] | None = field(default=None, repr=False)  # child env (None: ours)
     follow_decisions: bool = False
     decision_wait_s: float = 60.0
+    decisions_ready_timeout_s: float = 10.0  # broker down at start: launch anyway after this
     sdk: bool = True  # open the SDK socket for the training process
     wait_for_nodes: int = 0  # hold the launch until this many agents of the job are up
     wait_for_nodes_timeout_s: float = 900.0

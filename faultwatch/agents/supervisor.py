@@ -99,6 +99,7 @@ async def supervise_job(agent: Agent) -> int:
     if cfg.follow_decisions:
         follower = DecisionFollower(cfg.bootstrap, cfg.decisions_topic, cfg.job, agent.log)
         follower.start()
+        await follower.wait_ready(cfg.decisions_ready_timeout_s)  # positioned before the child
     try:
         while True:
             code = await before_launch(agent)
