@@ -65,6 +65,10 @@ def decision_of_value(value: bytes | None) -> Decision:
         raise DecodeError("malformed decision: id, job and action must be strings")
     if not all(isinstance(n, str) for n in dec.nodes):
         raise DecodeError("malformed decision: targets.nodes must be a list of strings")
+    if not all(isinstance(r, int) and not isinstance(r, bool) for r in dec.ranks):
+        raise DecodeError("malformed decision: targets.ranks must be a list of integers")
+    if not isinstance(dec.evidence, dict) or not isinstance(dec.budgets, dict):
+        raise DecodeError("malformed decision: evidence and budgets must be objects")
     return dec
 
 
