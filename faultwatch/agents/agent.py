@@ -109,9 +109,9 @@ class Agent:
         self.shipper.submit_lifecycle(wire.encode_notice(
             c.job, self.attempt, c.node, time.time() if ts is None else ts, kind, data))
 
-    def _gap(self, records: int, lines: int, kept: int) -> None:
+    def _gap(self, records: int, lines: int, kept: int, reason: str = "spool_cap") -> None:
         self.note("gap", {"run_id": self.run_id, "records": records, "dropped_lines": lines,
-                          "lines": lines, "kept_records": kept, "reason": "spool_cap"})
+                          "lines": lines, "kept_records": kept, "reason": reason})
 
     def sink(self, lines: list[Line]) -> None:
         self.lines_read += len(lines)

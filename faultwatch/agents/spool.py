@@ -166,11 +166,19 @@ class Spool:
         rec = Record(self._next_id, key, value, flags, nlines, time.time() if ts is None else ts)
         frame = _frame(rec)
         seg = self._active_for(len(frame))
-        assert self._fd is not None
         try:
-            os.write(self._fd, frame)
+            self._write(seg, frame)
         except OSError as e:
-            raise SpoolError(f"cannot write spool segment {seg.path}: {e}") from e
+            if seg.pending or seg.size == 0:
+                raise SpoolError(f"cannot write spool segment {seg.path}: {e}") from e
+            # A full disk and an active segment holding only acked records: delete it and
+            # retry once in a fresh segment (a healthy broker then recovers the space).
+            self._close_active()
+            seg = self._active_for(len(frame))
+            try:
+                self._write(seg, frame)
+            except OSError as e2:
+                raise SpoolError(f"cannot write spool segment {seg.path}: {e2}") from e2
         self._next_id += 1
         seg.last_id = rec.id
         seg.size += len(frame)
@@ -180,6 +188,18 @@ class Spool:
         if not self.defer_cap and self.size_bytes > self.cap_bytes:
             self._enforce_cap(self.protect_below)
         return rec
+
+    def _write(self, seg: _Segment, frame: bytes) -> None:
+        """Append one whole frame, or nothing: a short write (a full disk) is cut back."""
+        assert self._fd is not None
+        try:
+            n = os.write(self._fd, frame)
+            if n != len(frame):
+                raise OSError(28, f"short write ({n} of {len(frame)} bytes): no space left")
+        except OSError:
+            with contextlib.suppress(OSError):
+                os.ftruncate(self._fd, seg.size)
+            raise
 
     @property
     def over_cap(self) -> bool:
