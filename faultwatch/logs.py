@@ -6,6 +6,8 @@ import sys
 import time
 from typing import Any, TextIO
 
+from faultwatch.render import clean
+
 _COMPONENT = "faultwatch"
 
 
@@ -16,10 +18,15 @@ def set_component(name: str) -> None:
 
 
 def _fmt(v: Any) -> str:
+    """A value as one token: quoted when it has spaces, quotes or `=`; control, format and
+    line-break characters always escaped (a value can never start a forged event line)."""
     s = str(v)
-    if not s or any(c in s for c in ' "=\n'):
-        return '"' + s.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
-    return s
+    if not s:
+        return '""'
+    if s.isprintable() and not any(c in s for c in ' "=\\'):
+        return s
+    return '"' + clean(s.replace("\\", "\\\\").replace('"', '\\"')) + '"'
+
 
 
 def format_event(event: str, fields: dict[str, Any], ts: float | None = None,

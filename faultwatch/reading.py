@@ -48,10 +48,11 @@ async def read_topic(bootstrap: str, topic: str, *, follow: bool = False,
                 for msg in msgs:
                     if key is None or msg.key == key:
                         try:
-                            yield msg, decoder(msg.value)
-                        except DecodeError as e:
-                            log_event("undecodable_record", topic=msg.topic,
-                                      partition=msg.partition, offset=msg.offset, error=str(e))
+                            d = decoder(msg.value)
+                        except Exception as e:  # noqa: BLE001 - one bad row never stops us
+                            report_bad_record(msg, e)
+                        else:
+                            yield msg, d
                     if msg.offset + 1 >= end[tp]:
                         done.add(tp)
             if not follow:
@@ -60,6 +61,13 @@ async def read_topic(bootstrap: str, topic: str, *, follow: bool = False,
                         done.add(tp)
     finally:
         await consumer.stop()
+
+
+def report_bad_record(msg: Any, error: BaseException) -> None:
+    """One `undecodable_record` event naming the topic, partition and offset of a bad row."""
+    text = str(error) if isinstance(error, DecodeError) else repr(error)
+    log_event("undecodable_record", topic=msg.topic, partition=msg.partition,
+              offset=msg.offset, error=text[:300])
 
 
 async def _partitions(consumer: AIOKafkaConsumer, topic: str) -> set[int]:
@@ -71,7 +79,15 @@ def run_reader(gen: AsyncIterator[Any], emit: Callable[[Any], None]) -> int:
     """Drive an async reader to completion from sync CLI code; Ctrl-C ends it quietly."""
     async def main() -> None:
         async for item in gen:
-            emit(item)
+            try:
+                emit(item)
+            except (BrokenPipeError, KeyboardInterrupt):
+                raise
+            except Exception as e:  # noqa: BLE001 - a row that decodes but cannot be shown
+                msg = item[0] if isinstance(item, tuple) and item else None
+                if msg is None or not hasattr(msg, "offset"):
+                    raise
+                report_bad_record(msg, e)
 
     try:
         asyncio.run(main())

@@ -3,9 +3,33 @@
 from __future__ import annotations
 
 import time
+import unicodedata
 from typing import Any
 
 from faultwatch.core.events import Decision
+
+
+def clean(value: object, keep_tab: bool = False) -> str:
+    """value as one line of terminal text: control, format and line-break characters are
+    shown escaped (\\n, \\x1b, \\u2028), so a name or a line cannot forge another line or
+    move the cursor."""
+    s = str(value)
+    if s.isprintable() or all(_printable(c, keep_tab) for c in s):
+        return s
+    return "".join(c if _printable(c, keep_tab) else _escape(c) for c in s)
+
+
+def _printable(c: str, keep_tab: bool) -> bool:
+    return (c == "\t" and keep_tab) or (
+        c.isprintable() or unicodedata.category(c) not in ("Cc", "Cf", "Zl", "Zp", "Cs"))
+
+
+def _escape(c: str) -> str:
+    named = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+    if c in named:
+        return named[c]
+    o = ord(c)
+    return f"\\x{o:02x}" if o < 0x100 else f"\\u{o:04x}" if o < 0x10000 else f"\\U{o:08x}"
 
 
 def _when(ts: float | None) -> str:
@@ -16,32 +40,34 @@ def _when(ts: float | None) -> str:
 
 def render_decision(d: Decision) -> str:
     """What was decided, why, and the evidence line, for a person to read."""
-    targets = ",".join(d.nodes) or "-"
+    targets = ",".join(str(n) for n in d.nodes) or "-"
     ranks = ",".join(str(r) for r in d.ranks)
     head = (f"[faultwatch] decision {d.action.upper()} job={d.job} attempt={d.attempt} "
             f"kind={d.kind} nodes={targets}" + (f" ranks={ranks}" if ranks else "")
             + f" id={d.id}")
     lines = [head, f"  why: {d.message}"]
-    ev: dict[str, Any] = d.evidence
+    ev: dict[str, Any] = d.evidence if isinstance(d.evidence, dict) else {}
     first = ev.get("first_error")
     if isinstance(first, dict) and first.get("line"):
         where = f"{first.get('node')}" + (f" rank {first['rank']}" if first.get("rank") is not None
                                           else "")
-        lines.append(f"  evidence ({where} at {_when(first.get('ts'))}): {first['line']}")
+        ts = first.get("ts")
+        lines.append(f"  evidence ({where} at {_when(ts if isinstance(ts, float | int) else None)})"
+                     f": {first['line']}")
     last = ev.get("last_lines")
     if isinstance(last, dict):
-        for rank, texts in sorted(last.items()):
-            if texts:
+        for rank, texts in sorted(last.items(), key=lambda kv: str(kv[0])):
+            if isinstance(texts, list) and texts:
                 lines.append(f"  last line of rank {rank}: {texts[-1]}")
     budgets = d.budgets
-    if budgets:
+    if isinstance(budgets, dict) and budgets:
         lines.append(f"  restarts used: {budgets.get('restarts_used')}/"
                      f"{budgets.get('max_restarts')}  rules: {d.rules_version or '-'}")
-    return "\n".join(lines)
+    return "\n".join(clean(ln) for ln in lines)  # one terminal line per entry, no more
 
 
 def render_line(node: str, rank: int | None, stream: str, text: str) -> str:
     """One shipped line with its node/rank prefix, as `faultwatch logs` prints it."""
-    who = node if rank is None else f"{node}/rank{rank}"
+    who = clean(node) if rank is None else f"{clean(node)}/rank{rank}"
     marker = "" if stream == "stdout" else " !"
-    return f"[{who}{marker}] {text}"
+    return f"[{who}{marker}] {clean(text, keep_tab=True)}"

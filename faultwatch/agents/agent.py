@@ -33,7 +33,6 @@ from faultwatch.logs import format_event
 PIPE_DRAIN_AFTER_EXIT_S = 5.0  # grandchildren may hold the pipes open after the leader exits
 PIPE_QUIET_S = 0.3  # ... reading stops earlier once they were quiet this long
 PIPE_POLL_S = 0.1
-DECISIONS_READY_S = 5.0  # the first launch waits this long at most for the decisions feed
 LEFTOVER_GRACE_S = 2.0  # group members left after the leader: SIGTERM, then SIGKILL
 
 
@@ -115,9 +114,9 @@ class Agent:
             c.job, self.attempt, c.node, time.time() if ts is None else ts, kind, data,
             run_id=self.run_id))
 
-    def _gap(self, records: int, lines: int, kept: int) -> None:
+    def _gap(self, records: int, lines: int, kept: int, reason: str = "spool_cap") -> None:
         self.note("gap", {"run_id": self.run_id, "records": records, "dropped_lines": lines,
-                          "lines": lines, "kept_records": kept, "reason": "spool_cap"})
+                          "lines": lines, "kept_records": kept, "reason": reason})
 
     def sink(self, lines: list[Line]) -> None:
         self.lines_read += len(lines)
@@ -281,7 +280,7 @@ async def run_agent(cfg: AgentConfig, transport: Transport | None = None,
     for s in sigs:
         loop.add_signal_handler(s, agent.on_signal, s)
     agent.transport.start()
-    await agent.transport.ready(DECISIONS_READY_S)
+    await agent.transport.ready(cfg.decisions_ready_timeout_s)
     sdk = await _start_sdk(agent) if cfg.sdk else None
     try:
         return await supervise_job(agent)
@@ -330,10 +329,11 @@ async def flush_spool(cfg: AgentConfig) -> int:
 def main_sync(cfg: AgentConfig, flush_only: bool = False,
               transport: Transport | None = None, component: str = "agent") -> int:
     """asyncio.run wrapper used by the CLI (`faultwatch agent`, and `faultwatch run`)."""
-    # aiokafka warns on stderr (e.g. "Topic ... not found" before auto-creation): that is the
-    # child's stderr we tee, so keep only its errors unless logging was configured.
+    # aiokafka logs every retry on stderr (hundreds of lines a minute while the broker is
+    # down): that is the child's stderr we tee. Our own events report each state change
+    # (broker_down/up, decisions_unavailable/following), so silence it unless configured.
     if not logging.getLogger().handlers:
-        logging.getLogger("aiokafka").setLevel(logging.ERROR)
+        logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
     # The delivery thread holds the GIL while it batches and compresses: let the reading
     # thread take it back within a fraction of a millisecond (default 5 ms).
     sys.setswitchinterval(float(os.environ.get("FAULTWATCH_SWITCH_INTERVAL_S", "0.0005")))

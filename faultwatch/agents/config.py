@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
-import re
 import socket
+import unicodedata
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,8 +41,40 @@ def default_spool_dir(env: Mapping[str, str]) -> Path:
     return Path(env.get("FAULTWATCH_SPOOL_DIR") or Path.home() / ".faultwatch" / "spool")
 
 
+_PLAIN = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-")
+_MAX_COMPONENT = 120  # bytes of one encoded path component (file systems allow 255)
+MAX_NAME_CHARS = 256
+
+
 def safe_name(s: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._-]", "_", s) or "_"
+    """One path component for a job or node name: injective and never `.`/`..`/empty.
+
+    Every character outside [A-Za-z0-9._-] is percent-encoded (UTF-8 bytes, `%` itself
+    included), so `x y` and `x_y` differ; a name of dots only is fully encoded; a long
+    result keeps a prefix plus `~` and a hash of the whole name (`~` appears nowhere else)."""
+    if not s:
+        return "%"
+    if set(s) == {"."}:
+        return "%2E" * len(s)
+    out = "".join(c if c in _PLAIN else "".join(f"%{b:02X}" for b in c.encode("utf-8",
+                                                                           "surrogatepass"))
+                  for c in s)
+    if len(out) > _MAX_COMPONENT:
+        digest = hashlib.sha256(s.encode("utf-8", "surrogatepass")).hexdigest()[:20]
+        out = out[:_MAX_COMPONENT - 21] + "~" + digest
+    return out
+
+
+def check_name(key: str, value: str) -> None:
+    """A job or node name: 1..MAX_NAME_CHARS characters, no control or line-break characters
+    (they would reach terminals and logs); ConfigError otherwise."""
+    if not value:
+        raise ConfigError(key, "must not be empty")
+    if len(value) > MAX_NAME_CHARS:
+        raise ConfigError(key, f"longer than {MAX_NAME_CHARS} characters")
+    bad = next((c for c in value if unicodedata.category(c) in ("Cc", "Cf", "Zl", "Zp")), None)
+    if bad is not None:
+        raise ConfigError(key, f"contains the control character {bad!r}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -69,6 +102,7 @@ class AgentConfig:
     env: Mapping[str, str] | None = field(default=None, repr=False)  # child env (None: ours)
     follow_decisions: bool = False
     decision_wait_s: float = 60.0
+    decisions_ready_timeout_s: float = 10.0  # broker down at start: launch anyway after this
     sdk: bool = True  # open the SDK socket for the training process
     wait_for_nodes: int = 0  # hold the launch until this many agents of the job are up
     wait_for_nodes_timeout_s: float = 900.0
@@ -80,6 +114,10 @@ class AgentConfig:
     bootcheck_expect_gpus: int | None = None
     bootcheck_timeout_s: float = 120.0
     spool_leaf: str | None = None  # overrides leaf (tail mode: "tail")
+
+    def __post_init__(self) -> None:
+        check_name("job", self.job)
+        check_name("node", self.node)
 
     @classmethod
     def from_env_defaults(cls, env: Mapping[str, str] | None = None, **kw: Any) -> AgentConfig:

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
+import random
 import time
 import uuid
 from collections.abc import Callable
 from typing import Any
+
+import orjson
 
 from faultwatch import wire
 from faultwatch.core.events import Decision
@@ -17,7 +21,10 @@ Log = Callable[..., None]
 
 # What the agent does about a decision (None: not for this node / nothing to do).
 RESTART, BLACKLISTED, FAIL, NOTIFY = "restart", "blacklisted", "fail", "notify"
-_START_MARGIN_S = 5.0  # read decisions published this long before the agent started
+START_MARGIN_S = 5.0  # also read decisions stamped this long before the start (clock skew)
+STALE_AFTER_S = 6.0  # no fetch answer for this long: the broker is unreachable
+MAX_BACKOFF_S = 10.0  # reconnect attempts while the broker is down: at most this far apart
+TOPIC_POLL_S = 1.0  # how often to look for a decisions topic that does not exist yet
 
 
 def verdict(dec: Decision, node: str, attempt: int) -> str | None:
@@ -28,9 +35,9 @@ def verdict(dec: Decision, node: str, attempt: int) -> str | None:
     (BLACKLISTED), the nodes in evidence.restart_nodes restart. fail: every node stops."""
     if dec.attempt != attempt:
         return None
-    nodes = set(dec.nodes)
+    nodes = {n for n in dec.nodes if isinstance(n, str)}
     if dec.action == "restart":
-        return RESTART if not nodes or node in nodes else None
+        return RESTART if not dec.nodes or node in nodes else None
     if dec.action == "blacklist":
         if node in nodes:
             return BLACKLISTED
@@ -43,27 +50,74 @@ def verdict(dec: Decision, node: str, attempt: int) -> str | None:
     return None
 
 
+def decision_of_value(value: bytes | None) -> Decision:
+    """The Decision of a decisions-topic record value, or DecodeError saying what is wrong."""
+    got: Any = wire.decode_decision(value)
+    try:
+        dec = got if isinstance(got, Decision) else wire.decision_of(got)
+    except DecodeError:
+        raise
+    except Exception as e:  # noqa: BLE001 - whatever the record holds, it is only a bad record
+        raise DecodeError(f"malformed decision: {e!r}"[:300]) from None
+    # What this module relies on, whatever the decoder checked.
+    if not isinstance(dec.id, str) or not isinstance(dec.job, str) \
+            or not isinstance(dec.action, str) or not isinstance(dec.attempt, int):
+        raise DecodeError("malformed decision: id, job and action must be strings")
+    if not all(isinstance(n, str) for n in dec.nodes):
+        raise DecodeError("malformed decision: targets.nodes must be a list of strings")
+    if not all(isinstance(r, int) and not isinstance(r, bool) for r in dec.ranks):
+        raise DecodeError("malformed decision: targets.ranks must be a list of integers")
+    if not isinstance(dec.evidence, dict) or not isinstance(dec.budgets, dict):
+        raise DecodeError("malformed decision: evidence and budgets must be objects")
+    return dec
+
+
 class DecisionFollower:
     """A group-less consumer of <prefix>decisions keeping the records keyed by one job.
 
-    It starts reading at the agent's start time (by timestamp, so a decision published
-    while the consumer was still connecting is not missed); a topic that does not exist yet
-    is waited for. Decisions are deduplicated by id and queued for get()."""
+    Positioning cannot miss a decision published after start(): it takes the partitions'
+    end offsets first and then looks up the offset for (start time - margin); it reads from
+    the smaller of the two, so a record landing between the two lookups is read, whatever
+    its timestamp. A topic that does not exist yet is read from its beginning once it
+    appears. `ready` is set once positioned (or once the topic is known not to exist): the
+    supervisor waits for it, bounded, before the child starts.
+
+    While the broker is unreachable the consumer is closed and retried with exponential
+    back-off (at most MAX_BACKOFF_S apart); one event is logged per state change. On
+    reconnection it resumes from the offsets it had reached. Decisions are deduplicated by
+    id and queued for get(); a record that does not decode is logged (partition, offset)
+    and skipped."""
 
     def __init__(self, bootstrap: str, topic: str, job: str, log: Log,
                  consumer_factory: Callable[..., Any] | None = None):
         self.bootstrap, self.topic, self.job = bootstrap, topic, job
         self.key = wire.job_key(job)
         self.start_ts = time.time()
-        self.ready = asyncio.Event()  # assigned and positioned
+        self.ready = asyncio.Event()  # assigned and positioned (or the topic is absent)
+        self.bad_records = 0
         self._log = log
         self._factory = consumer_factory
         self._seen: set[str] = set()
-        self._queue: asyncio.Queue[Decision] = asyncio.Queue()
+        self._pending: collections.deque[Decision] = collections.deque()
+        self._arrived = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self._next: dict[int, int] = {}  # partition -> next offset to read
+        self._topic_was_absent: bool | None = None  # at the first look
+        self._state = ""
+        self._stopping: set[asyncio.Future[Any]] = set()
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="faultwatch-decisions")
+
+    async def wait_ready(self, timeout_s: float) -> bool:
+        """Wait (bounded) until positioned; False (logged) when the broker did not answer."""
+        try:
+            await asyncio.wait_for(self.ready.wait(), timeout_s)
+            return True
+        except TimeoutError:
+            self._log("decisions_not_ready", waited_s=timeout_s,
+                      note="starting anyway; decisions since the start are read on reconnect")
+            return False
 
     async def close(self) -> None:
         if self._task is not None:
@@ -72,41 +126,67 @@ class DecisionFollower:
                 await self._task
 
     async def get(self, timeout: float | None = None) -> Decision | None:
-        """The next new decision for the job, or None after timeout seconds."""
-        try:
-            return await asyncio.wait_for(self._queue.get(), timeout)
-        except TimeoutError:
-            return None
+        """The next new decision for the job, or None after timeout seconds (cancel-safe:
+        a decision is never lost by a cancelled or timed-out get)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not self._pending:
+            self._arrived.clear()
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                return None
+            try:
+                await asyncio.wait_for(self._arrived.wait(), left)
+            except TimeoutError:
+                return None
+        return self._pending.popleft()
 
     def get_nowait(self) -> Decision | None:
-        try:
-            return self._queue.get_nowait()
-        except asyncio.QueueEmpty:
-            return None
+        return self._pending.popleft() if self._pending else None
 
     def offer(self, d: dict[str, Any] | Decision) -> None:
-        """Queue a decoded decision record unless its id was seen (also used by tests)."""
-        try:
-            dec = d if isinstance(d, Decision) else wire.decision_of(d)
-        except DecodeError as e:
-            self._log("undecodable_decision", error=str(e))
-            return
+        """Queue a decision (or a decoded decision dict) unless its id was seen."""
+        if isinstance(d, Decision):
+            dec = d
+        else:
+            try:
+                dec = decision_of_value(orjson.dumps(d))
+            except (DecodeError, TypeError) as e:
+                self._bad(None, None, str(e))
+                return
         if dec.job != self.job or dec.id in self._seen:
             return
         self._seen.add(dec.id)
-        self._queue.put_nowait(dec)
+        self._pending.append(dec)
+        self._arrived.set()
+
+    def _bad(self, partition: int | None, offset: int | None, error: str) -> None:
+        self.bad_records += 1
+        self._log("undecodable_decision", topic=self.topic, partition=partition, offset=offset,
+                  error=error[:300])
+
+    def _set_state(self, state: str, **kv: Any) -> None:
+        """Log a state change once (following, waiting_for_topic, unavailable)."""
+        if state != self._state:
+            self._state = state
+            self._log(f"decisions_{state}", topic=self.topic, **kv)
 
     async def _run(self) -> None:
         backoff = 0.5
         while True:
+            healthy = False
             try:
-                await self._consume()
+                healthy = await self._session()
             except asyncio.CancelledError:
                 raise
             except Exception as e:  # noqa: BLE001 - broker down: retry, never crash the agent
-                self._log("decisions_unavailable", error=repr(e)[:300])
-            await asyncio.sleep(backoff)
-            backoff = min(backoff * 2, 5.0)
+                self._set_state("unavailable", error=repr(e)[:300])
+            else:
+                self._set_state("unavailable", error="no answer from the broker for "
+                                f"{STALE_AFTER_S:.0f}s")
+            if healthy:
+                backoff = 0.5
+            await asyncio.sleep(backoff * random.uniform(0.8, 1.2))
+            backoff = min(backoff * 2, MAX_BACKOFF_S)
 
     def _consumer(self) -> Any:
         from aiokafka import AIOKafkaConsumer  # type: ignore[import-untyped,unused-ignore]
@@ -114,39 +194,95 @@ class DecisionFollower:
         factory = self._factory or AIOKafkaConsumer
         return factory(bootstrap_servers=self.bootstrap, group_id=None,
                        enable_auto_commit=False, request_timeout_ms=15000,
+                       auto_offset_reset="earliest",  # an offset gone by retention
                        client_id=f"faultwatch-agent-decisions-{uuid.uuid4().hex[:6]}")
 
-    async def _consume(self) -> None:
+    async def _session(self) -> bool:
+        """One consumer's life: connect, position, read until the broker stops answering.
+        Returns whether it got as far as reading (so the back-off starts afresh)."""
+        c = self._consumer()
+        try:
+            await asyncio.wait_for(c.start(), 20)
+            parts = await self._wait_for_topic(c)
+            if parts is None:
+                return False
+            await self._position(c, parts)
+            self.ready.set()
+            self._set_state("following", partitions=len(parts))
+            await self._read(c, parts)
+            return True
+        finally:
+            await self._stop(c)
+
+    async def _stop(self, c: Any) -> None:
+        """Stop a consumer, waiting at most 5 s: aiokafka's stop() can hang (and ignore
+        cancellation) while the broker is unreachable, so it finishes in the background."""
+        stop = asyncio.ensure_future(c.stop())
+        self._stopping.add(stop)
+        stop.add_done_callback(self._stopping.discard)
+        stop.add_done_callback(lambda t: t.cancelled() or t.exception())  # retrieve errors
+        await asyncio.wait({stop}, timeout=5.0)
+
+    async def _wait_for_topic(self, c: Any) -> list[int] | None:
+        """The topic's partitions once it exists; None when the broker stopped answering."""
+        while True:
+            ok = await asyncio.wait_for(c._client.force_metadata_update(),  # noqa: SLF001
+                                        STALE_AFTER_S)
+            if not ok:
+                return None
+            parts = sorted(c.partitions_for_topic(self.topic) or ())
+            if self._topic_was_absent is None:
+                self._topic_was_absent = not parts
+            if parts:
+                return parts
+            # The processor creates the topic; everything in it will postdate our start.
+            self.ready.set()
+            self._set_state("waiting_for_topic")
+            await asyncio.sleep(TOPIC_POLL_S)
+
+    async def _position(self, c: Any, parts: list[int]) -> None:
         from aiokafka import TopicPartition  # type: ignore[import-untyped,unused-ignore]
 
-        c = self._consumer()
-        await asyncio.wait_for(c.start(), 20)
+        tps = [TopicPartition(self.topic, p) for p in parts]
+        c.assign(tps)
+        new = [tp for tp in tps if tp.partition not in self._next]
+        if new and self._topic_was_absent:
+            for tp, o in (await c.beginning_offsets(new)).items():
+                self._next[tp.partition] = o
+        elif new:
+            ends = await c.end_offsets(new)  # first: a record after this is always read
+            since_ms = int((self.start_ts - START_MARGIN_S) * 1000)
+            by_time = await c.offsets_for_times({tp: since_ms for tp in new})
+            for tp in new:
+                found = by_time.get(tp)
+                self._next[tp.partition] = min(ends[tp], found.offset) if found else ends[tp]
+        for tp in tps:
+            c.seek(tp, self._next[tp.partition])
+
+    async def _read(self, c: Any, parts: list[int]) -> None:
+        from aiokafka import TopicPartition  # type: ignore[import-untyped,unused-ignore]
+
+        tps = [TopicPartition(self.topic, p) for p in parts]
+        since = time.time()
+        while True:
+            batch = await c.getmany(timeout_ms=500)
+            for tp, msgs in batch.items():
+                for m in msgs:
+                    self._next[tp.partition] = m.offset + 1
+                    if m.key == self.key:
+                        self._take(m)
+            polled = [c.last_poll_timestamp(tp) for tp in tps]
+            last = max([p / 1000 for p in polled if p is not None] + [since])
+            if time.time() - last > STALE_AFTER_S:
+                return
+
+    def _take(self, m: Any) -> None:
         try:
-            parts: set[int] = set()
-            while not parts:  # the processor creates the topic; do not auto-create it here
-                await c._client.force_metadata_update()  # noqa: SLF001
-                parts = c.partitions_for_topic(self.topic) or set()
-                if not parts:
-                    await asyncio.sleep(1.0)
-            tps = [TopicPartition(self.topic, p) for p in sorted(parts)]
-            c.assign(tps)
-            since_ms = int((self.start_ts - _START_MARGIN_S) * 1000)
-            offsets = await c.offsets_for_times({tp: since_ms for tp in tps})
-            ends = await c.end_offsets(tps)
-            for tp in tps:
-                o = offsets.get(tp)
-                c.seek(tp, o.offset if o is not None else ends[tp])
-            self.ready.set()
-            while True:
-                batch = await c.getmany(timeout_ms=500)
-                for msgs in batch.values():
-                    for m in msgs:
-                        if m.key != self.key:
-                            continue
-                        try:
-                            self.offer(wire.decode_decision(m.value))
-                        except DecodeError as e:
-                            self._log("undecodable_decision", offset=m.offset, error=str(e))
-        finally:
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(c.stop(), 5)
+            dec = decision_of_value(m.value)
+        except DecodeError as e:
+            self._bad(m.partition, m.offset, str(e))
+            return
+        except Exception as e:  # noqa: BLE001 - one bad record never blinds the follower
+            self._bad(m.partition, m.offset, repr(e))
+            return
+        self.offer(dec)

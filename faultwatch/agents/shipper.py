@@ -16,11 +16,12 @@ from aiokafka import AIOKafkaProducer  # type: ignore[import-untyped,unused-igno
 from aiokafka.codec import has_zstd  # type: ignore[import-untyped,unused-ignore]
 
 from faultwatch.agents.batcher import MAX_RECORD_BYTES, LineBatcher  # noqa: F401 - re-export
-from faultwatch.agents.spool import LIFECYCLE, Record, Spool, SpoolError
+from faultwatch.agents.spool import KEEP, LIFECYCLE, Record, Spool, SpoolError
 
 Log = Callable[..., None]
 _READ_MAX_BYTES = 1 << 20  # a spool read (under the lock) stays short: the reader waits on it
 _SYNC_INTERVAL_S = 1.0
+WRITE_DROP_REPORT_S = 5.0  # a full disk: one gap notice (and log event) per this period
 
 
 def compression_choice() -> str:
@@ -34,6 +35,7 @@ class ShipperStats:
     lines_acked: int = 0
     records_acked: int = 0
     drops: int = 0  # lines lost: spool write failures and the cap
+    unspooled: int = 0  # priority records sent from memory because the spool write failed
     send_failures: int = 0
     producer_restarts: int = 0
 
@@ -50,7 +52,7 @@ class Shipper:
     def __init__(self, bootstrap: str, topic: str, key: bytes, spool: Spool, log: Log,
                  compression: str | None = None, window: int = 256,
                  producer_factory: Callable[..., Any] | None = None,
-                 mem_max_bytes: int = 32 << 20):
+                 mem_max_bytes: int = 32 << 20, unspooled_max_bytes: int = 4 << 20):
         self.bootstrap, self.topic, self.key, self.spool = bootstrap, topic, key, spool
         self.compression = compression or compression_choice()
         self.window = window
@@ -66,7 +68,7 @@ class Shipper:
         self._mem_ok = spool.first_pending_id == spool.next_id  # replay reads the spool first
         self._idle = False  # the delivery waits for new records: submit() must wake it
         self._oldest_unacked_ts: float | None = None
-        self._notice: Callable[[int, int, int], None] | None = None
+        self._notice: Callable[[int, int, int, str], None] | None = None
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wake: asyncio.Event | None = None
@@ -76,6 +78,17 @@ class Shipper:
         self._unreported_drops = (0, 0, 0)
         self._last_drop_report = -1e18
         self._drop_timer = False
+        # A failed spool write (a full disk): priority records go from memory, ordinary
+        # lines are dropped and counted, reported as one gap notice every few seconds.
+        self._unspooled: collections.deque[Record] = collections.deque()
+        self._unspooled_bytes = 0
+        self._unspooled_max = unspooled_max_bytes
+        self._unspooled_next_id = -1  # negative ids: never in the spool, never acked there
+        self._spool_failing = False
+        self._write_drops = (0, 0)  # (records, lines) not yet reported
+        self._write_drop_lock = threading.Lock()
+        self._write_drop_timer = False
+        self._last_write_report = -1e18
 
     # ---- caller side (never blocks on Kafka) -------------------------------------------
     def submit(self, value: bytes, flags: int = 0, nlines: int = 0,
@@ -83,10 +96,15 @@ class Shipper:
         """Spool one record for delivery; returns None (and counts a drop) if it cannot."""
         self.stats.lines_submitted += nlines
         with self._lock:
+            err, sent_from_memory = "", False
             try:
                 rec: Record | None = self.spool.append(key or self.key, value, flags, nlines)
             except SpoolError as e:
-                rec, err = None, str(e)
+                rec, err = self._unspooled_record(key or self.key, value, flags, nlines), str(e)
+                sent_from_memory = rec is not None
+                rec = None
+            failing_changed = (err != "") != self._spool_failing
+            self._spool_failing = err != ""
             drops = self.spool.take_drops()
             if rec is not None:
                 if drops[0]:  # the cap dropped records that may sit in the memory queue
@@ -108,12 +126,63 @@ class Shipper:
                     self._loop.call_soon_threadsafe(self._wake.set)
                 if cap:
                     self._loop.call_soon_threadsafe(self._enforce_cap)
-        if rec is None:
+        if failing_changed:
+            if err:
+                self._log("spool_write_failed", error=err[:300],
+                          note="priority records go from memory; lines are dropped, counted")
+            else:
+                self._log("spool_writable")
+        if err and not sent_from_memory:
             self.stats.drops += nlines
-            self._log("spool_error", error=err)
+            self._count_write_drop(nlines)
         if drops[0]:
             self._report_drops(drops, force=True)
         return rec
+
+    def _unspooled_record(self, key: bytes, value: bytes, flags: int, nlines: int
+                          ) -> Record | None:
+        """Under the lock: queue a heartbeat, lifecycle or error record in memory when the
+        spool cannot take it (bounded); None for an ordinary record or when over the bound."""
+        if not flags & (LIFECYCLE | KEEP) \
+                or self._unspooled_bytes + len(value) > self._unspooled_max:
+            return None
+        rec = Record(self._unspooled_next_id, key, value, flags, nlines, time.time())
+        self._unspooled_next_id -= 1
+        self._unspooled.append(rec)
+        self._unspooled_bytes += len(value)
+        self.stats.unspooled += 1
+        return rec
+
+    def _count_write_drop(self, nlines: int) -> None:
+        """Count an ordinary record lost to a failed spool write; report at most every
+        WRITE_DROP_REPORT_S (the first at once) as one spool_write_drops event and gap."""
+        with self._write_drop_lock:
+            r, n = self._write_drops
+            self._write_drops = (r + 1, n + nlines)
+            due = time.monotonic() - self._last_write_report >= WRITE_DROP_REPORT_S
+            schedule = not due and not self._write_drop_timer and self._loop is not None
+            if schedule:
+                self._write_drop_timer = True
+        if due:
+            self.flush_write_drops()
+        elif schedule and self._loop is not None:
+            loop = self._loop
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(
+                    loop.call_later, WRITE_DROP_REPORT_S, self.flush_write_drops)
+
+    def flush_write_drops(self) -> None:
+        """Report the ordinary records dropped by failed spool writes since the last report."""
+        with self._write_drop_lock:
+            (records, lines), self._write_drops = self._write_drops, (0, 0)
+            self._write_drop_timer = False
+            if records:
+                self._last_write_report = time.monotonic()
+        if not records:
+            return
+        self._log("spool_write_drops", dropped_records=records, dropped_lines=lines)
+        if self._notice is not None:
+            self._notice(records, lines, 0, "spool_write_failed")
 
     def _enforce_cap(self) -> None:
         """On the delivery thread: compact the spool under its cap (file I/O off the lock)."""
@@ -150,13 +219,14 @@ class Shipper:
         self._log("spool_cap", dropped_records=drops[0], dropped_lines=drops[1],
                   spool_bytes=self.spool_bytes())
         if self._notice is not None:
-            self._notice(*drops)
+            self._notice(*drops, "spool_cap")
 
     def submit_lifecycle(self, value: bytes, key: bytes | None = None) -> Record | None:
         return self.submit(value, LIFECYCLE, 0, key)
 
-    def on_gap(self, notice: Callable[[int, int, int], None]) -> None:
-        """notice(records, lines, kept) is called when the cap dropped records."""
+    def on_gap(self, notice: Callable[[int, int, int, str], None]) -> None:
+        """notice(records, lines, kept, reason) is called when records were dropped (reason
+        "spool_cap": the cap; "spool_write_failed": the spool could not be written)."""
         self._notice = notice
 
     def spool_depth(self) -> int:
@@ -187,10 +257,12 @@ class Shipper:
 
     async def drain(self, timeout: float) -> bool:
         """Wait until everything spooled is acked; False on timeout (the rest stays spooled)."""
+        self.flush_write_drops()
         deadline = time.monotonic() + timeout
-        while self.spool_depth() and time.monotonic() < deadline and not self._delivery_dead:
+        while (self.spool_depth() or self._unspooled) and time.monotonic() < deadline \
+                and not self._delivery_dead:
             await asyncio.sleep(0.02)
-        return self.spool_depth() == 0
+        return self.spool_depth() == 0 and not self._unspooled
 
     async def close(self) -> None:
         """Stop the delivery thread, fsync and close the spool."""
@@ -253,6 +325,11 @@ class Shipper:
     def _next_batch(self, cursor: int) -> tuple[list[Record], int]:
         """The next records from cursor (memory queue, else the spool); (batch, cursor)."""
         with self._lock:
+            if self._unspooled:  # records the spool could not take go first
+                n = min(self.window, len(self._unspooled))
+                out = [self._unspooled.popleft() for _ in range(n)]
+                self._unspooled_bytes -= sum(len(r.value) for r in out)
+                return out, cursor
             mem = self._mem
             while mem and mem[0].id < cursor:
                 self._mem_bytes -= len(mem.popleft().value)
@@ -297,7 +374,8 @@ class Shipper:
                 backoff = min(backoff * 2, 5.0)
                 continue
             if await self._send_window([r for r in batch if r.id not in acked], acked):
-                cursor = batch[-1].id + 1
+                if batch[-1].id >= 0:  # not records sent from memory past a failed spool
+                    cursor = batch[-1].id + 1
                 batch = []
                 self._set_broker(True)
                 backoff, failures = 0.2, 0

@@ -24,6 +24,10 @@ _CRC_FROM = 12  # the crc covers everything after magic, length and crc
 KEEP = 1  # the record holds errors/tracebacks: dropped only after ordinary records
 LIFECYCLE = 2  # start / heartbeat / exit / notice records
 _SUFFIX = ".seg"
+ACKED_FILE = "acked"  # the ack watermark: every id <= it was delivered (or dropped)
+_ACKED = struct.Struct("<qI")  # watermark i64 | crc32 of it
+_MAX_ACKED_AHEAD = 1 << 16
+ACK_PERSIST_S = 0.1  # the watermark reaches the file at most this late (and at deletions)
 
 
 class SpoolError(FaultwatchError):
@@ -64,6 +68,7 @@ class SpoolStats:
     dropped_records: int = 0
     dropped_lines: int = 0
     replayed: int = 0
+    skipped_acked: int = 0  # records of an earlier run found acked (not sent again)
     fsyncs: int = 0
 
 
@@ -125,6 +130,11 @@ class Spool:
         self._unreported = (0, 0, 0)
         self.protect_below = 0  # the delivery's cursor: lower ids are in flight or acked
         self.defer_cap = False  # True: append() never compacts; enforce_cap() does, elsewhere
+        self.acked_upto = -1  # every id <= it is acked or dropped (persisted in ACKED_FILE)
+        self._acked_ahead: set[int] = set()  # acked ids above a gap in the watermark
+        self._ack_fd = -1
+        self._ack_persisted = -1
+        self._ack_persist_at = 0.0
         try:
             self.dir.mkdir(parents=True, exist_ok=True)
             self._lock_fd = os.open(self.dir / "lock", os.O_RDWR | os.O_CREAT, 0o644)
@@ -135,6 +145,9 @@ class Spool:
         except OSError:
             os.close(self._lock_fd)
             raise SpoolError(f"spool dir {self.dir} is in use by another agent") from None
+        self.acked_upto = self._ack_persisted = self._read_watermark()
+        with contextlib.suppress(OSError):  # without it, a restart resends acked records
+            self._ack_fd = os.open(self.dir / ACKED_FILE, os.O_RDWR | os.O_CREAT, 0o644)
         self._load()
 
     # ---- state -------------------------------------------------------------------------
@@ -156,7 +169,7 @@ class Spool:
         """The id from which a fresh reader must start (old runs' records included)."""
         for s in self._segs:
             if s.pending:
-                return s.first_id
+                return max(s.first_id, self.acked_upto + 1)
         return self._next_id
 
     # ---- writing -----------------------------------------------------------------------
@@ -166,11 +179,19 @@ class Spool:
         rec = Record(self._next_id, key, value, flags, nlines, time.time() if ts is None else ts)
         frame = _frame(rec)
         seg = self._active_for(len(frame))
-        assert self._fd is not None
         try:
-            os.write(self._fd, frame)
+            self._write(seg, frame)
         except OSError as e:
-            raise SpoolError(f"cannot write spool segment {seg.path}: {e}") from e
+            if seg.pending or seg.size == 0:
+                raise SpoolError(f"cannot write spool segment {seg.path}: {e}") from e
+            # A full disk and an active segment holding only acked records: delete it and
+            # retry once in a fresh segment (a healthy broker then recovers the space).
+            self._close_active()
+            seg = self._active_for(len(frame))
+            try:
+                self._write(seg, frame)
+            except OSError as e2:
+                raise SpoolError(f"cannot write spool segment {seg.path}: {e2}") from e2
         self._next_id += 1
         seg.last_id = rec.id
         seg.size += len(frame)
@@ -180,6 +201,18 @@ class Spool:
         if not self.defer_cap and self.size_bytes > self.cap_bytes:
             self._enforce_cap(self.protect_below)
         return rec
+
+    def _write(self, seg: _Segment, frame: bytes) -> None:
+        """Append one whole frame, or nothing: a short write (a full disk) is cut back."""
+        assert self._fd is not None
+        try:
+            n = os.write(self._fd, frame)
+            if n != len(frame):
+                raise OSError(28, f"short write ({n} of {len(frame)} bytes): no space left")
+        except OSError:
+            with contextlib.suppress(OSError):
+                os.ftruncate(self._fd, seg.size)
+            raise
 
     @property
     def over_cap(self) -> bool:
@@ -240,6 +273,10 @@ class Spool:
 
     def close(self) -> None:
         self._close_active()
+        self._persist_watermark(force=True)
+        if self._ack_fd >= 0:
+            os.close(self._ack_fd)
+            self._ack_fd = -1
         if self._lock_fd >= 0:
             os.close(self._lock_fd)  # releases the flock
             self._lock_fd = -1
@@ -285,15 +322,70 @@ class Spool:
 
     def ack(self, rec_id: int) -> None:
         """The broker acked rec_id: release it; delete its segment once fully released."""
+        if rec_id < 0:
+            return
+        self._done(rec_id)
         i = bisect.bisect_right(self._firsts, rec_id) - 1
         if i < 0:
+            self._persist_watermark()
             return
         seg = self._segs[i]
         if rec_id > seg.last_id or seg.pending == 0:
+            self._persist_watermark()
             return
         seg.pending -= 1
         if seg.pending == 0 and not (self._fd is not None and seg is self._segs[-1]):
             self._delete(seg)
+            self._persist_watermark(force=True)
+        else:
+            self._persist_watermark()
+
+    # ---- the ack watermark -------------------------------------------------------------
+    def _done(self, rec_id: int) -> None:
+        """rec_id is acked or dropped: move the watermark over every contiguous done id."""
+        if rec_id <= self.acked_upto:
+            return
+        if rec_id != self.acked_upto + 1:
+            if len(self._acked_ahead) >= _MAX_ACKED_AHEAD:  # bounded; segments still move it
+                self._acked_ahead.clear()
+            self._acked_ahead.add(rec_id)
+            return
+        self.acked_upto = rec_id
+        while self._acked_ahead and self.acked_upto + 1 in self._acked_ahead:
+            self.acked_upto += 1
+            self._acked_ahead.discard(self.acked_upto)
+
+    def _persist_watermark(self, force: bool = False) -> None:
+        """Write the watermark in place (16 bytes, no new blocks: works on a full disk) at
+        most every ACK_PERSIST_S; a SIGKILLed agent then resends only what was in flight."""
+        if self._ack_fd < 0:
+            return
+        now = time.monotonic()
+        if not force and now < self._ack_persist_at:
+            return
+        # Every id below the first segment still pending is done, whatever was tracked.
+        floor = next((sg.first_id for sg in self._segs if sg.pending), self._next_id) - 1
+        if floor > self.acked_upto:
+            self.acked_upto = floor - 1
+            self._acked_ahead = {i for i in self._acked_ahead if i > floor}
+            self._done(floor)  # and on over the ids acked above it
+        w = self.acked_upto
+        if w == self._ack_persisted:
+            return
+        with contextlib.suppress(OSError):
+            os.pwrite(self._ack_fd, _ACKED.pack(w, zlib.crc32(struct.pack("<q", w))), 0)
+            self._ack_persisted = w
+        self._ack_persist_at = now + ACK_PERSIST_S
+
+    def _read_watermark(self) -> int:
+        try:
+            data = (self.dir / ACKED_FILE).read_bytes()
+        except OSError:
+            return -1
+        if len(data) < _ACKED.size:
+            return -1
+        w, crc = _ACKED.unpack_from(data)
+        return w if crc == zlib.crc32(struct.pack("<q", w)) and w >= -1 else -1
 
     def _delete(self, seg: _Segment) -> None:
         with contextlib.suppress(OSError):
@@ -376,6 +468,8 @@ class Spool:
         self._gen += 1
         seg.size = size
         seg.pending = max(0, seg.pending - len(dropped))
+        for rec in dropped:
+            self._done(rec.id)
         seg.ordinary = ordinary_kept
         self.stats.dropped_records += len(dropped)
         self.stats.dropped_lines += sum(r.nlines for r in dropped)
@@ -403,12 +497,20 @@ class Spool:
                     path.unlink()
                 continue
             ids = [r.id for _, r in frames]
-            seg = _Segment(path, min(ids), max(ids), len(data), len(frames),
-                           sum(r.ordinary for _, r in frames))
+            self._next_id = max(self._next_id, max(ids) + 1)
+            live = [r for _, r in frames if r.id > self.acked_upto]  # acked before a crash
+            self.stats.skipped_acked += len(frames) - len(live)
+            if not live:
+                with contextlib.suppress(OSError):
+                    path.unlink()
+                continue
+            seg = _Segment(path, min(ids), max(ids), len(data), len(live),
+                           sum(r.ordinary for r in live))
             self._segs.append(seg)
             self._firsts.append(seg.first_id)
-            self._next_id = max(self._next_id, seg.last_id + 1)
-            self.stats.replayed += len(frames)
+            self.stats.replayed += len(live)
+        # Ids never go back below the watermark, even when every segment was deleted.
+        self._next_id = max(self._next_id, self.acked_upto + 1)
 
     def iter_all(self) -> Iterator[Record]:
         """Every pending record, in id order (for inspection and tests)."""

@@ -57,7 +57,8 @@ async def _wait_after_failure(agent: Agent, follower: Decisions) -> Action | Non
     """The child failed: wait (bounded) for the job's decision, or for a signal."""
     wait_s = agent.cfg.decision_wait_s
     agent.log("waiting_for_decision", timeout_s=wait_s, attempt=agent.attempt)
-    deadline = time.monotonic() + wait_s
+    started = time.monotonic()
+    deadline = started + wait_s
     while (left := deadline - time.monotonic()) > 0 and not agent.stopping.is_set():
         get = asyncio.create_task(follower.get(left))
         stop = asyncio.create_task(agent.stopping.wait())
@@ -72,7 +73,7 @@ async def _wait_after_failure(agent: Agent, follower: Decisions) -> Action | Non
         act = _consider(agent, dec)
         if act is not None:
             return act
-    agent.log("no_decision", waited_s=round(wait_s - max(0.0, left), 1))
+    agent.log("no_decision", waited_s=round(time.monotonic() - started, 1))
     return None
 
 

@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from faultwatch.agents.config import AgentConfig
 
 Log = Callable[..., None]
-GapNotice = Callable[[int, int, int], None]  # (records, lines, kept) dropped by the spool cap
+GapNotice = Callable[[int, int, int, str], None]  # (records, lines, kept, reason) dropped
 Clock = Callable[[], float]
 
 
@@ -77,12 +77,7 @@ class KafkaTransport:
     async def ready(self, timeout_s: float) -> bool:
         if self.decisions is None:
             return True
-        try:
-            await asyncio.wait_for(self.decisions.ready.wait(), timeout_s)
-        except TimeoutError:
-            self._log("decisions_not_ready", waited_s=timeout_s)
-            return False
-        return True
+        return await self.decisions.wait_ready(timeout_s)  # positioned before the child
 
     def submit(self, value: bytes, flags: int = 0, nlines: int = 0,
                key: bytes | None = None) -> object:

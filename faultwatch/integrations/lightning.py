@@ -49,7 +49,7 @@ class FaultwatchCallback(Callback):  # type: ignore[misc,unused-ignore]
         dt = None if self._last is None else now - self._last
         self._last = now
         sdk.progress(int(trainer.global_step), step_time_s=dt)
-        loss = outputs.get("loss") if isinstance(outputs, dict) else outputs
+        loss: Any = outputs.get("loss") if isinstance(outputs, dict) else outputs
         try:
             value = float(loss.item() if hasattr(loss, "item") else loss)
         except (TypeError, ValueError):

@@ -26,7 +26,7 @@ def test_from_env_defaults_in_rank_mode() -> None:
     assert (cfg.bootstrap, cfg.topic_prefix, cfg.topic) == ("k:9092", "x.", "x.logs")
     assert (cfg.rank, cfg.world_size, cfg.nnodes, cfg.local_ranks) == (5, 8, 2, (1,))
     assert cfg.cmd == ("a",)
-    assert cfg.spool_path == Path("/tmp/sp/j_1/n1/rank5")
+    assert cfg.spool_path == Path("/tmp/sp/j%2F1/n1/rank5")  # injective, one component
 
 
 def test_flags_win_over_env_and_bootstrap_required() -> None:

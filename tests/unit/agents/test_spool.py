@@ -29,7 +29,7 @@ def test_replay_after_crash_and_corrupt_record_skipped(tmp_path: Path) -> None:
     sp = Spool(tmp_path)
     for i in range(10):
         sp.append(b"job/n", b"record %d" % i, nlines=1)
-    sp.ack(0)
+    sp.ack(0)  # persisted at once (the first watermark write is not delayed)
     # simulate SIGKILL: no close(); corrupt one record's payload in the file
     seg = next(tmp_path.glob("*.seg"))
     data = bytearray(seg.read_bytes())
@@ -40,7 +40,8 @@ def test_replay_after_crash_and_corrupt_record_skipped(tmp_path: Path) -> None:
     sp2 = Spool(tmp_path)
     assert sp2.stats.corrupt == 2
     vals = [r.value for r in sp2.read(sp2.first_pending_id, 100)]
-    assert vals == [b"record %d" % i for i in range(10) if i != 4]
+    assert vals == [b"record %d" % i for i in range(1, 10) if i != 4]  # 0 was acked
+    assert sp2.stats.skipped_acked == 1
     assert sp2.next_id == 10
     assert sp2.append(b"job/n", b"new").id == 10
 
@@ -80,3 +81,22 @@ def test_cap_never_drops_what_the_delivery_already_took(tmp_path: Path) -> None:
     for _ in range(100):
         sp.append(b"k", b"y" * 1000)
     assert sp.take_drops() == (0, 0, 0)  # all in flight: over the cap rather than lost
+
+
+def test_ack_watermark_survives_a_kill_and_ids_never_go_back(tmp_path: Path) -> None:
+    sp = Spool(tmp_path, segment_bytes=4096)
+    for i in range(50):
+        sp.append(b"k", b"r%03d" % i + b"x" * 200, nlines=1)
+    for i in (0, 1, 2, 4, 5):  # 3 still in flight: the watermark stops at 2
+        sp.ack(i)
+    assert sp.acked_upto == 2
+    sp._persist_watermark(force=True)
+    os.close(sp._lock_fd)  # SIGKILL: no close()
+    sp2 = Spool(tmp_path)
+    ids = [r.id for r in sp2.read(sp2.first_pending_id, 100)]
+    assert ids == list(range(3, 50))  # 4 and 5 are resent (they were above the gap)
+    for i in ids:
+        sp2.ack(i)
+    sp2.close()
+    sp3 = Spool(tmp_path)
+    assert sp3.pending == 0 and sp3.append(b"k", b"new").id == 50  # no id reuse

@@ -1,0 +1,105 @@
+"""Malformed decisions and log records on real topics: the agent, `faultwatch decisions` and
+`faultwatch logs` skip and report each bad row (topic, partition, offset) and go on."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import orjson
+import pytest
+
+from faultwatch import wire
+from faultwatch.agents.config import EXIT_FAILED_BY_DECISION
+from faultwatch.core.events import Line
+from tests.integration.test_agent_decisions import FOREVER, decision, start_agent
+
+pytestmark = pytest.mark.kafka
+
+
+def bad_decisions(job: str) -> list[bytes]:
+    good = wire.decision_to_dict(decision(job, "restart", ("n1",)))
+    return [
+        orjson.dumps({**good, "id": "nested", "targets": {"nodes": [["n1"]], "ranks": []}}),
+        orjson.dumps({**good, "id": ["x"]}),
+        orjson.dumps({"v": 1, "id": "missing-fields", "job": job}),
+        orjson.dumps({**good, "id": "ranks", "targets": {"nodes": ["n1"], "ranks": "x"}}),
+        b"{not json",
+        b"[1, 2]",
+    ]
+
+
+def produce(bootstrap: str, topic: str, key: bytes, values: list[bytes]) -> None:
+    from aiokafka import AIOKafkaProducer
+
+    async def main() -> None:
+        p = AIOKafkaProducer(bootstrap_servers=bootstrap)
+        await p.start()
+        try:
+            for v in values:
+                await p.send_and_wait(topic, v, key=key)
+        finally:
+            await p.stop()
+
+    asyncio.run(main())
+
+
+def test_agent_survives_malformed_decisions_and_acts_on_the_next_good_one(
+        kafka_bootstrap: str, topic_prefix: str, tmp_path: Path) -> None:
+    job = "bad-dec"
+    p = start_agent(kafka_bootstrap, topic_prefix, tmp_path, job, FOREVER)
+    assert p.stdout is not None and p.stdout.readline() == b"running\n"
+    topic = f"{topic_prefix}decisions"
+    bad = bad_decisions(job)
+    produce(kafka_bootstrap, topic, wire.job_key(job), bad)
+    produce(kafka_bootstrap, topic, wire.job_key(job),
+            [wire.encode_decision(decision(job, "fail", ("n1",), did="good"))])
+    _, err = p.communicate(timeout=60)
+    text = err.decode()
+    assert p.returncode == EXIT_FAILED_BY_DECISION, text[-3000:]
+    reports = [ln for ln in text.splitlines() if "event=undecodable_decision" in ln]
+    assert len(reports) == len(bad), text[-3000:]
+    assert all(f"topic={topic}" in r and "partition=0" in r and "offset=" in r
+               for r in reports), reports
+    assert "Traceback" not in text
+
+
+def test_decisions_and_logs_readers_skip_bad_rows_and_go_on(
+        kafka_bootstrap: str, topic_prefix: str) -> None:
+    job = "bad-read"
+    dtopic, ltopic = f"{topic_prefix}decisions", f"{topic_prefix}logs"
+    produce(kafka_bootstrap, dtopic, wire.job_key(job),
+            [wire.encode_decision(decision(job, "notify", (), did="first")),
+             *bad_decisions(job),
+             wire.encode_decision(decision(job, "fail", ("n1",), did="last"))])
+    now = time.time()
+    good = wire.encode_lines(job, 0, "n1", "r1", [Line("stdout", 0, now, "hello")])
+    bad_rows = [
+        orjson.dumps({**orjson.loads(good), "lines": [["x", "y"]]}),  # a bad row
+        orjson.dumps({**orjson.loads(good), "lines": "nope"}),
+        b"\xff not json",
+    ]
+    last = wire.encode_lines(job, 0, "n1", "r1", [Line("stdout", 1, now, "world")])
+    produce(kafka_bootstrap, ltopic, wire.log_key(job, "n1"), [good, *bad_rows, last])
+
+    for args in (["decisions", "--topic-prefix", topic_prefix],
+                 ["decisions", "--json", "--topic-prefix", topic_prefix]):
+        res = subprocess.run([sys.executable, "-m", "faultwatch", *args,
+                              "--bootstrap", kafka_bootstrap],
+                             capture_output=True, timeout=60)
+        out, err = res.stdout.decode(), res.stderr.decode()
+        assert res.returncode == 0, err[-3000:]
+        assert "first" in out and "last" in out, (out, err)
+        assert err.count("event=undecodable_record") == len(bad_decisions(job)), err
+        assert f"topic={dtopic}" in err and "offset=" in err and "Traceback" not in err
+    res = subprocess.run([sys.executable, "-m", "faultwatch", "logs", job, "--topic-prefix",
+                          topic_prefix, "--bootstrap", kafka_bootstrap],
+                         capture_output=True, timeout=60)
+    out, err = res.stdout.decode(), res.stderr.decode()
+    assert res.returncode == 0, err[-3000:]
+    assert out.splitlines() == ["[n1] hello", "[n1] world"], (out, err)
+    assert err.count("event=undecodable_record") == len(bad_rows), err
+    assert f"topic={ltopic}" in err and "Traceback" not in err
