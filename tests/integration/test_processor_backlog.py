@@ -1,6 +1,6 @@
 """A chatty job's backlog (2,000 records of 10 long, rule-matching lines, waiting while no
-processor ran) reaches the signals topic whole, in records under the broker's 1 MB limit, and a failing job
-inside that backlog still gets its error decision (not a late node-lost)."""
+processor ran) reaches the signals topic whole, in records under the broker's 1 MB limit,
+and a failing job inside that backlog still gets its error decision (not a late node-lost)."""
 
 from __future__ import annotations
 
