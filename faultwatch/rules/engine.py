@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import logging
 from bisect import bisect_left, bisect_right
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
 from itertools import accumulate, filterfalse, repeat
 from operator import add
 from typing import Any
@@ -79,12 +81,18 @@ class Matcher:
                        if p.owner < 0 or self.rules[p.owner].kind != "progress"]
         self._p_ids = [i for i, p in enumerate(pats)
                        if p.owner >= 0 and self.rules[p.owner].kind == "progress"]
-        scan_e, pre_e, self.engine = build_scanner([scan_pats[i] for i in self._e_ids], engine)
+        self._owner = [p.owner for p in scan_pats]
+        self.timeouts: Counter[str] = Counter()
+        self._batch_timeouts: list[str] = []
+        scan_e, pre_e, self.engine = build_scanner(
+            [scan_pats[i] for i in self._e_ids], engine,
+            lambda i: self._timed_out(self._e_ids[i]))
         self._scan = self._remap(scan_e, self._e_ids)
         prefilter = {self._e_ids[i] for i in pre_e}
         self._scan_p = None
         if self._p_ids:
-            scan_p, pre_p, _ = build_scanner([scan_pats[i] for i in self._p_ids], self.engine)
+            scan_p, pre_p, _ = build_scanner([scan_pats[i] for i in self._p_ids], self.engine,
+                                             lambda i: self._timed_out(self._p_ids[i]))
             self._scan_p = self._remap(scan_p, self._p_ids)
             prefilter |= {self._p_ids[i] for i in pre_p}
         flags = regex.IGNORECASE
@@ -96,13 +104,24 @@ class Matcher:
                                     and self.rules[pats[pid].owner].kind != "error"
                                     and pats[pid].source in self.rules[pats[pid].owner].regex)}
         self._prefilter = prefilter
-        self._owner = [p.owner for p in scan_pats]
         self._kind = [self.rules[p.owner].kind if p.owner >= 0 else "" for p in scan_pats]
         self._bytes = self.engine == "hyperscan"
         # hyperscan reports where each prefix ends, which the fast path needs (re2 reports
         # lines); the fast path handles batches where nothing but prefixes and progress hit
         self._fast = self._bytes
         self._prefix_rank: dict[bytes, int] = {}
+
+    def _timed_out(self, pid: int) -> None:
+        """A regex-module search hit its timeout: never silent. Counted per rule id in
+        `timeouts` and in the batch's MatchBatch.timeouts, logged once per rule."""
+        owner = self._owner[pid] if pid < len(self._owner) else -1
+        rid = self.rules[owner].id if owner >= 0 else "<marker>"
+        if rid not in self.timeouts:
+            log.warning("regex_timeout rule=%s timeout_s=%s (this rule's hits on such lines "
+                        "are lost; later timeouts of it are only counted)", rid,
+                        REGEX_TIMEOUT_S)
+        self.timeouts[rid] += 1
+        self._batch_timeouts.append(rid)
 
     @staticmethod
     def _remap(scan: Any, ids: list[int]) -> Any:
@@ -140,6 +159,7 @@ class Matcher:
         try:
             return rx.search(text, timeout=REGEX_TIMEOUT_S) is not None
         except TimeoutError:
+            self._timed_out(pid)
             return False
 
     def match_lines(self, lines: Sequence[Line], *,
@@ -148,6 +168,13 @@ class Matcher:
         n = len(lines)
         if n == 0:
             return MatchBatch()
+        self._batch_timeouts = []
+        batch = self._match_lines(lines, default_rank)
+        if self._batch_timeouts:
+            batch = replace(batch, timeouts=tuple(self._batch_timeouts))
+        return batch
+
+    def _match_lines(self, lines: Sequence[Line], default_rank: int | None) -> MatchBatch:
         texts: list[str] | None = getattr(lines, "texts", None)  # wire.LineRows has them
         if texts is None:
             texts = [ln.text for ln in lines]
@@ -341,6 +368,7 @@ class Matcher:
         try:
             return rx.search(text, timeout=REGEX_TIMEOUT_S)
         except TimeoutError:
+            self._timed_out(pid)
             return None
 
     def _progress(self, lines: Sequence[Line], texts: list[str], lidx: Any,

@@ -16,6 +16,7 @@ from faultwatch.core.events import ACTIONS, CATEGORIES
 from faultwatch.errors import RuleError, RuleProblem
 from faultwatch.rules import validate as v
 from faultwatch.rules.model import DEFAULT_PRIORITY, KINDS, POLICY_KEYS, Rule, RuleSet, RuleTest
+from faultwatch.rules.patterns import fast_engine_error
 
 BUILTIN_DIR = Path(__file__).parent / "builtin"
 TOP_KEYS = ("version", "rules", "policy")
@@ -51,6 +52,50 @@ def _suggest(key: str, allowed: Iterable[str]) -> str:
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 
+class _BadValue:
+    """A value YAML could not construct (already reported); equal to nothing."""
+
+    def __repr__(self) -> str:
+        return "<invalid value>"
+
+
+BAD_VALUE = _BadValue()
+
+
+def shape_problem(text: str) -> tuple[int, str] | None:
+    """(line, message) when the YAML is too deep or its aliases expand too far, found by
+    one pass over the parser's events (no recursion, no expansion), else None."""
+    depth = 0
+    events = 0
+    expanded = 0
+    sizes: dict[str, int] = {}
+    open_anchors: list[tuple[str | None, int]] = []
+    try:
+        for ev in yaml.parse(text, Loader=yaml.SafeLoader):
+            events += 1
+            line = ev.start_mark.line + 1 if ev.start_mark else 1
+            if isinstance(ev, yaml.CollectionStartEvent):
+                depth += 1
+                if depth > v.MAX_YAML_DEPTH:
+                    return line, f"nesting deeper than {v.MAX_YAML_DEPTH} levels"
+                open_anchors.append((ev.anchor, expanded + events))
+            elif isinstance(ev, yaml.CollectionEndEvent):
+                depth -= 1
+                anchor, start = open_anchors.pop()
+                if anchor is not None:
+                    sizes[anchor] = expanded + events - start + 1
+            elif isinstance(ev, yaml.AliasEvent):
+                expanded += sizes.get(ev.anchor or "", 1)
+            elif isinstance(ev, yaml.ScalarEvent) and ev.anchor is not None:
+                sizes[ev.anchor] = 1
+            if expanded + events > v.MAX_YAML_NODES:
+                return line, (f"the document expands to more than {v.MAX_YAML_NODES} nodes "
+                              "(anchors and aliases)")
+    except yaml.YAMLError:
+        return None  # syntax errors are reported with their mark by the composer
+    return None
+
+
 class _FileParser:
     def __init__(self, path: str, text: str):
         self.res = FileResult(path)
@@ -62,7 +107,14 @@ class _FileParser:
         self.res.problems.append(RuleProblem(self.res.path, line, message, rule_id))
 
     def scalar(self, node: yaml.Node) -> Any:
-        return self.loader.construct_object(node, deep=True)
+        """The node's value; BAD_VALUE (and a problem) when YAML cannot construct it: an
+        impossible date, a python/* tag, anything SafeLoader refuses."""
+        try:
+            return self.loader.construct_object(node, deep=True)
+        except (yaml.YAMLError, ValueError, TypeError, OverflowError, RecursionError) as e:
+            what = e.problem if isinstance(e, yaml.MarkedYAMLError) and e.problem else str(e)
+            self.problem(node, f"invalid value: {what.splitlines()[0][:200]}")
+            return BAD_VALUE
 
     def mapping(self, node: yaml.Node, what: str, allowed: Sequence[str],
                 rule_id: str | None = None) -> dict[str, tuple[yaml.Node, yaml.Node]] | None:
@@ -84,12 +136,20 @@ class _FileParser:
         return out
 
     def parse(self) -> FileResult:
+        shape = shape_problem(self.text)
+        if shape is not None:
+            self.problem(*shape)
+            self.loader.dispose()
+            return self.res
         try:
             root = self.loader.get_single_node()
         except yaml.MarkedYAMLError as e:
             mark = e.problem_mark or e.context_mark
             line = mark.line + 1 if mark else 1
             self.problem(line, f"invalid YAML: {e.problem or e}")
+            return self.res
+        except (yaml.YAMLError, RecursionError) as e:
+            self.problem(1, f"invalid YAML: {str(e).splitlines()[0][:200]}")
             return self.res
         finally:
             self.loader.dispose()
@@ -101,7 +161,8 @@ class _FileParser:
             return self.res
         if "version" in top:
             vnode = top["version"][1]
-            if self.scalar(vnode) != 1:
+            version = self.scalar(vnode)
+            if version is not BAD_VALUE and version != 1:
                 self.problem(vnode, "version must be 1")
         else:
             self.problem(root, "missing key 'version' (use version: 1)")
@@ -115,6 +176,8 @@ class _FileParser:
         items = self.mapping(node, "policy", tuple(POLICY_KEYS))
         for key, (_knode, vnode) in (items or {}).items():
             value = self.scalar(vnode)
+            if value is BAD_VALUE:
+                continue
             err = v.policy_value_error(key, value)
             if err:
                 self.problem(vnode, err)
@@ -145,6 +208,8 @@ class _FileParser:
 
     def strings(self, node: yaml.Node, key: str, rid: str | None) -> tuple[str, ...] | None:
         value = self.scalar(node)
+        if value is BAD_VALUE:
+            return None
         if isinstance(value, str):
             value = [value]
         if not isinstance(value, list) or not all(isinstance(s, str) and s for s in value):
@@ -174,6 +239,8 @@ class _FileParser:
             if key not in m:
                 return None
             val = self.scalar(m[key][1])
+            if val is BAD_VALUE:
+                return None
             ok = isinstance(val, typ) and not (isinstance(val, bool) and typ in (int, (int, float)))
             if val is not None and not ok:
                 self.problem(m[key][1], f"{key} must be {what}", rid)
@@ -206,7 +273,9 @@ class _FileParser:
                 if vals is not None:
                     fields[key] = vals
         for pat in fields.get("regex", ()):
-            err = v.compile_error(pat) or v.backtracking_error(pat)
+            err = (v.compile_error(pat) or v.backtracking_error(pat)
+                   or v.repeat_cost_error(pat) or fast_engine_error(pat, "ignore_case" in m
+                                         and self.scalar(m["ignore_case"][1]) is True))
             if err:
                 self.problem(m["regex"][1], err, rid)
         for pat in fields.get("contains", ()):

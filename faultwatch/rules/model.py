@@ -154,6 +154,7 @@ class MatchBatch:
     stages: tuple[StageMark, ...] = ()
     rank_last_ts: dict[int | None, float] = field(default_factory=dict)
     ranks: tuple[int | None, ...] = ()
+    timeouts: tuple[str, ...] = ()  # ids of rules whose regex timed out on this batch
 
 
 @dataclass(frozen=True, slots=True)
