@@ -15,6 +15,11 @@ import regex
 
 from faultwatch.core.events import EXIT_STREAM, Line, Match
 from faultwatch.rules.model import MatchBatch, ProgressMark, Rule, RuleSet, StageMark
+from faultwatch.rules.normalise import (
+    ORIGIN_PREFIX_PATTERN,
+    has_other_prefix,
+    normalise_line,
+)
 from faultwatch.rules.patterns import (
     LINE_PREFIX_PATTERN,
     MID_PREFIX_PATTERN,
@@ -23,7 +28,7 @@ from faultwatch.rules.patterns import (
     build_scanner,
     lit_escape,
 )
-from faultwatch.rules.prefix import PREFIX_RE, split_prefixed, strip_fast, strip_rank
+from faultwatch.rules.prefix import PREFIX_RE, split_prefixed, strip_fast
 from faultwatch.rules.traceback import (
     CONTEXT_LINES,
     CPP_START,
@@ -36,6 +41,7 @@ from faultwatch.rules.validate import REGEX_TIMEOUT_S
 log = logging.getLogger(__name__)
 MARK_BLOCK = -1  # pattern owner for "a traceback / terminate block starts here"
 MARK_PREFIX = -2  # pattern owner for rank prefixes (where they are, not what they say)
+MARK_ORIGIN = -3  # owner for other prefixes naming a rank or node (srun -l, Ray, syslog...)
 USER_PRIORITY = 100
 PROGRESS_TAIL = 8  # lines per rank scanned first for its last step
 
@@ -74,7 +80,8 @@ class Matcher:
                      for p in pats]
         self._pid_line, self._pid_mid = len(pats), len(pats) + 1
         scan_pats += [Pattern(LINE_PREFIX_PATTERN, MARK_PREFIX),
-                      Pattern(MID_PREFIX_PATTERN, MARK_PREFIX)]
+                      Pattern(MID_PREFIX_PATTERN, MARK_PREFIX),
+                      Pattern(ORIGIN_PREFIX_PATTERN, MARK_ORIGIN)]
         # progress lines are common (every step), and only each rank's last one per batch
         # matters: they get their own database, scanned backwards in chunks (see _progress)
         self._e_ids = [i for i, p in enumerate(scan_pats)
@@ -205,8 +212,8 @@ class Matcher:
                 line_ends.append(to)
             elif pid == pid_mid:
                 mid_ends.append(to)
-            else:
-                return None  # a rule matched: the exact path names, groups and attributes
+            else:  # a rule matched (the exact path names, groups and attributes), or a
+                return None  # prefix naming a rank or node that only the exact path reads
         if mid_ends and not set(mid_ends) <= set(line_ends):
             return None  # a prefix in the middle of a line (merged output)
         if len(data) == len(joined):  # ASCII: bytes are characters
@@ -257,7 +264,8 @@ class Matcher:
                    for r, idx in by_rank.items()}
         lidx: Any = _same if seg_line is None else seg_line.__getitem__
         progress = self._progress(lines, seg_text, lidx, by_rank) if self._scan_p else ()
-        hits = [h for h in self._scan(joined) if self._owner[h[1]] != MARK_PREFIX]
+        hits = [h for h in self._scan(joined) if self._owner[h[1]] not in (MARK_PREFIX,
+                                                                           MARK_ORIGIN)]
         if not hits:
             return MatchBatch((), progress, (), last_ts, ranks)
         ends = self._ends(seg_text, joined)
@@ -285,6 +293,8 @@ class Matcher:
         """(joined, segment texts, segment ranks, segment -> line or None when 1:1, line
         ranks, segment indices per rank): rank prefixes stripped, merged lines split."""
         n = len(texts)
+        if has_other_prefix(joined):
+            return Matcher._normalised_segments(texts, default_rank)
         if not (joined.startswith("[") or "\n[" in joined):
             return (joined, texts, [default_rank] * n, None, (default_rank,) * n,
                     {default_rank: range(n)})
@@ -300,6 +310,30 @@ class Matcher:
         by_rank: dict[int | None, list[int]] = {}
         for i, t in enumerate(texts):
             segs = split_prefixed(t, default_rank) if t.startswith("[") else [(default_rank, t)]
+            line_rank.append(segs[0][0])
+            for r, st in segs:
+                by_rank.setdefault(r, []).append(len(seg_text))
+                seg_text.append(st)
+                seg_rank.append(r)
+                seg_line.append(i)
+        return ("\n".join(seg_text), seg_text, seg_rank, seg_line, tuple(line_rank),
+                dict(by_rank))
+
+    @staticmethod
+    def _normalised_segments(texts: list[str], default_rank: int | None
+                             ) -> tuple[str, list[str], list[int | None], list[int] | None,
+                                        tuple[int | None, ...],
+                                        dict[int | None, Sequence[int]]]:
+        """_segments() for batches with prefixes other than `[rank3]:` (timestamps, stream
+        tags, srun labels, Ray, syslog...): each line normalised, then split where a rank
+        prefix sits in its middle."""
+        seg_text: list[str] = []
+        seg_rank: list[int | None] = []
+        seg_line: list[int] = []
+        line_rank: list[int | None] = []
+        by_rank: dict[int | None, list[int]] = {}
+        for i, t in enumerate(texts):
+            segs = split_line(t, default_rank)
             line_rank.append(segs[0][0])
             for r, st in segs:
                 by_rank.setdefault(r, []).append(len(seg_text))
@@ -402,7 +436,7 @@ class Matcher:
                     if rank in found:
                         continue
                     seg = segs[k]
-                    text = strip_rank(texts[seg])[1] if strip else texts[seg]
+                    text = normalise_line(texts[seg]).text if strip else texts[seg]
                     mark = self._mark(pid, text, rank, lines[lidx(seg)].ts)
                     if mark is not None:
                         out.append((seg, mark))
@@ -443,7 +477,7 @@ class Matcher:
     # -- introspection (rule tests, explain) ---------------------------------
     def rules_matching(self, text: str) -> list[tuple[Rule, Any]]:
         """Every rule matching one line (prefix stripped), with the extractor match if any."""
-        segs = split_prefixed(text, None) if text.startswith("[") else [(None, text)]
+        segs = split_line(text, None)
         out: list[tuple[Rule, Any]] = []
         seen: set[int] = set()
         for _rank, seg in segs:
@@ -467,3 +501,16 @@ class Matcher:
 
 def _same(i: int) -> int:
     return i
+
+
+def split_line(text: str, default_rank: int | None) -> list[tuple[int | None, str]]:
+    """Segments (rank, text) of one physical line: its prefixes stripped (normalise.py),
+    then split where a rank prefix sits in its middle (two ranks' output merged)."""
+    norm = normalise_line(text, default_rank)
+    t = norm.text
+    m = PREFIX_RE.search(t) if "[" in t else None
+    if m is None:
+        return [(norm.rank, t)]
+    if m.start() == 0:
+        return split_prefixed(t, norm.rank)
+    return [(norm.rank, t[:m.start()]), *split_prefixed(t[m.start():], norm.rank)]

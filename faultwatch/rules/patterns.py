@@ -9,6 +9,7 @@ from typing import Any
 
 import regex
 
+from faultwatch.rules.normalise import PREFIX_RUN
 from faultwatch.rules.validate import REGEX_TIMEOUT_S
 
 log = logging.getLogger(__name__)
@@ -18,9 +19,9 @@ Scanner = Callable[[str], list[tuple[int, int]]]
 
 # rank prefixes as the scanner sees them (the `regex`-module form is prefix.PREFIX_RE)
 PREFIX_TOKEN = r"\[[A-Za-z_]{1,32}\d{1,7}\]:"
-PREFIX_RUN = r"(?:\[[A-Za-z_]{1,32}\d{1,7}\]: ?)*"
+RANK_RUN = r"(?:\[[A-Za-z_]{1,32}\d{1,7}\]: ?)*"
 # a line starting with one or more prefixes: reported at the end of each of them
-LINE_PREFIX_PATTERN = "^" + PREFIX_RUN + PREFIX_TOKEN
+LINE_PREFIX_PATTERN = "^" + RANK_RUN + PREFIX_TOKEN
 # a prefix after any other character (merged lines; also the inner ones of a stacked run)
 MID_PREFIX_PATTERN = "[^\n]" + PREFIX_TOKEN
 
@@ -32,8 +33,9 @@ def lit_escape(s: str) -> str:
 
 def anchor_after_prefix(source: str) -> str:
     """`source` with each line-start anchor `^` (outside character classes) also accepting
-    rank prefixes before it, so it matches lines that still carry `[rank3]:` as it would
-    match them stripped."""
+    a run of known line prefixes before it (normalise.PREFIX_KINDS: `[rank3]:`, timestamps,
+    `srun -l` labels...), so it matches lines that still carry them as it would match them
+    stripped."""
     out: list[str] = []
     i, n, in_class = 0, len(source), False
     while i < n:
@@ -57,7 +59,7 @@ def anchor_after_prefix(source: str) -> str:
                 i += 1
             continue
         elif c == "^":
-            out.append("^" + PREFIX_RUN)
+            out.append("^" + PREFIX_RUN)  # normalise.PREFIX_RUN
             i += 1
             continue
         out.append(c)
