@@ -54,12 +54,40 @@ def _policy_rules(ruleset: RuleSet) -> list[Rule]:
             for i, s in enumerate(extra)]
 
 
+EXCEPTION_RULE_PREFIX = "exception-class."
+EXCEPTION_PRIORITY = 4  # below every hand-written rule: specific rules win
+
+
+def _exception_rules(ruleset: RuleSet) -> list[Rule]:
+    """One rule per category from the rule set's exception table (`exceptions:` in rule
+    files): it matches a final exception line `pkg.mod.ClassName: message` of those
+    classes. Its matches are named `exception.ClassName` (see Matcher._match)."""
+    by_cat: dict[str, list[str]] = {}
+    for name, cat in sorted(ruleset.exceptions.items()):
+        by_cat.setdefault(cat, []).append(name)
+    return [Rule(id=EXCEPTION_RULE_PREFIX + cat, category=cat, priority=EXCEPTION_PRIORITY,
+                 regex=(exception_line_pattern(names),),
+                 description="default by exception class (rule files' exceptions: table)")
+            for cat, names in sorted(by_cat.items())]
+
+
+def exception_line_pattern(names: Sequence[str]) -> str:
+    """A final exception line of one of these classes: optional module path, the class,
+    then `:`, `(` (Ray's `RayTaskError(RuntimeError)`) or the end of the line."""
+    alts = "|".join(lit_escape(n) for n in sorted(names, key=lambda n: (-len(n), n)))
+    return r"^\s?(?:[A-Za-z_]\w*\.)*(?:RayTaskError\()?(" + alts + r")(?::|\(|\)|$)"
+
+
 class Matcher:
     """Matches lines and exit statuses against a rule set (stateless between batches)."""
 
     def __init__(self, ruleset: RuleSet, *, engine: str = "auto"):
         self.ruleset = ruleset
-        self.rules: list[Rule] = [*ruleset.rules, *_policy_rules(ruleset)]
+        exc_rules = _exception_rules(ruleset)
+        self.rules: list[Rule] = [*exc_rules, *ruleset.rules, *_policy_rules(ruleset)]
+        self._defaults = set(range(len(exc_rules)))  # rule indices of the exception table
+        self._exc_name = regex.compile(exception_line_pattern(list(ruleset.exceptions))) \
+            if ruleset.exceptions else None
         # higher priority first; on ties the later-defined rule wins (user files override)
         order = sorted(range(len(self.rules)), key=lambda i: (-self.rules[i].priority, -i))
         self._rank_of = {ri: k for k, ri in enumerate(order)}
@@ -343,11 +371,14 @@ class Matcher:
         return ("\n".join(seg_text), seg_text, seg_rank, seg_line, tuple(line_rank),
                 dict(by_rank))
 
-    def _best(self, pids: list[int], line: Line, text: str) -> Rule | None:
+    def _best(self, pids: list[int], line: Line, text: str,
+              defaults: bool = True) -> Rule | None:
         best: Rule | None = None
         best_k = 1 << 30
         for pid in pids:
             ri = self._owner[pid]
+            if not defaults and ri in self._defaults:
+                continue
             r = self.rules[ri]
             if r.stream is not None and r.stream != line.stream:
                 continue
@@ -373,26 +404,39 @@ class Matcher:
             if id(blk) in done:
                 continue
             done.add(id(blk))
-            # the final exception line first, then earlier chained ones, then any line
+            # the final exception line first, then earlier chained ones, then any line; the
+            # exception-class table only when no rule matched any line of the block
             order = [*reversed(blk.finals), *(m for m in reversed(blk.members)
                                               if m not in blk.finals)]
-            for s in order:
-                if s not in err:
-                    continue
-                r = self._best(err[s], lines[lidx(s)], texts[s])
-                if r is None:
-                    continue
+            found = None
+            for defaults in (False, True):
+                for s in order:
+                    if s not in err:
+                        continue
+                    r = self._best(err[s], lines[lidx(s)], texts[s], defaults)
+                    if r is not None:
+                        found = (r, s)
+                        break
+                if found is not None or not self._defaults:
+                    break
+            if found is not None:
+                r, s = found
                 rep = blk.report if blk.report is not None else s
                 ctx = tuple(texts[m] for m in blk.members[-CONTEXT_LINES:])
+                if r.id.startswith(EXCEPTION_RULE_PREFIX):
+                    rep = s  # the class named is that line's
                 out.append((rep, self._match(r, lines[lidx(rep)], texts[rep], ranks[rep], ctx)))
-                break
         out.sort(key=lambda x: x[0])
         return tuple(m for _, m in out)
 
-    @staticmethod
-    def _match(r: Rule, ln: Line, text: str, rank: int | None,
+    def _match(self, r: Rule, ln: Line, text: str, rank: int | None,
                ctx: tuple[str, ...]) -> Match:
-        return Match(r.id, r.category or "unknown", r.cascade, ln.ts, text, rank, ln.stream,
+        rid = r.id
+        if rid.startswith(EXCEPTION_RULE_PREFIX) and self._exc_name is not None:
+            m = self._exc_name.search(text)
+            if m is not None:
+                rid = "exception." + m.group(1)  # where the verdict came from
+        return Match(rid, r.category or "unknown", r.cascade, ln.ts, text, rank, ln.stream,
                      ln.seq, r.effective_action, ctx)
 
     def _extract(self, pid: int, text: str) -> Any:

@@ -19,7 +19,7 @@ from faultwatch.rules.model import DEFAULT_PRIORITY, KINDS, POLICY_KEYS, Rule, R
 from faultwatch.rules.patterns import fast_engine_error
 
 BUILTIN_DIR = Path(__file__).parent / "builtin"
-TOP_KEYS = ("version", "rules", "policy")
+TOP_KEYS = ("version", "rules", "policy", "exceptions")
 RULE_KEYS = ("id", "kind", "category", "contains", "regex", "exit_codes", "signals", "stream",
              "action", "cascade", "description", "tests", "disabled", "ignore_case", "priority",
              "stage", "opens", "hang_window_s")
@@ -40,6 +40,7 @@ class FileResult:
     rules: list[Rule] = field(default_factory=list)
     disabled: list[tuple[str, int]] = field(default_factory=list)
     policy: dict[str, object] = field(default_factory=dict)
+    exceptions: dict[str, str] = field(default_factory=dict)
     problems: list[RuleProblem] = field(default_factory=list)
 
 
@@ -170,7 +171,37 @@ class _FileParser:
             self.parse_policy(top["policy"][1])
         if "rules" in top:
             self.parse_rules(top["rules"][1])
+        if "exceptions" in top:
+            self.parse_exceptions(top["exceptions"][1])
         return self.res
+
+    def parse_exceptions(self, node: yaml.Node) -> None:
+        """`exceptions: {ClassName: category}`: the final exception of a traceback with no
+        more specific rule maps to that category (rule id `exception.ClassName`)."""
+        if not isinstance(node, yaml.MappingNode):
+            self.problem(node, "exceptions must be a mapping of exception class -> category")
+            return
+        if len(node.value) > v.MAX_RULES_PER_FILE:
+            self.problem(node, f"{len(node.value)} exception classes in one file, the limit "
+                         f"is {v.MAX_RULES_PER_FILE}")
+            return
+        for knode, vnode in node.value:
+            name = knode.value if isinstance(knode, yaml.ScalarNode) else None
+            if not isinstance(name, str) or not v.EXC_NAME_RE.match(name):
+                self.problem(knode, f"exceptions: {name!r} is not an exception class name "
+                             "(like ConnectionResetError or socket.timeout)")
+                continue
+            if name in self.res.exceptions:
+                self.problem(knode, f"exceptions: duplicate class {name!r}")
+                continue
+            cat = self.scalar(vnode)
+            if cat is BAD_VALUE:
+                continue
+            if cat not in CATEGORIES or cat == "unknown":
+                self.problem(vnode, f"exceptions.{name}: category must be one of "
+                             f"{', '.join(c for c in CATEGORIES if c != 'unknown')}")
+                continue
+            self.res.exceptions[name] = cat
 
     def parse_policy(self, node: yaml.Node) -> None:
         items = self.mapping(node, "policy", tuple(POLICY_KEYS))
@@ -422,9 +453,12 @@ def merge_texts(files: Sequence[tuple[str, str]], *, builtin: bool = True
     return merge(results)
 
 
-def _version(rules: Sequence[Rule], policy: dict[str, object]) -> str:
-    blob = json.dumps({"rules": [r.fingerprint() for r in rules], "policy": policy},
-                      sort_keys=True, separators=(",", ":"))
+def _version(rules: Sequence[Rule], policy: dict[str, object],
+             exceptions: dict[str, str] | None = None) -> str:
+    content: dict[str, object] = {"rules": [r.fingerprint() for r in rules], "policy": policy}
+    if exceptions:
+        content["exceptions"] = exceptions
+    blob = json.dumps(content, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
 
@@ -433,7 +467,9 @@ def merge(results: Sequence[FileResult]) -> tuple[RuleSet, list[RuleProblem]]:
     problems = [p for r in results for p in r.problems]
     rules: dict[str, Rule] = {}
     policy: dict[str, object] = {}
+    exceptions: dict[str, str] = {}
     for res in results:
+        exceptions.update(res.exceptions)
         for rule in res.rules:
             rules.pop(rule.id, None)
             rules[rule.id] = rule
@@ -443,8 +479,8 @@ def merge(results: Sequence[FileResult]) -> tuple[RuleSet, list[RuleProblem]]:
                                             f"{_suggest(rid, rules)}", rid))
         policy.update(res.policy)
     effective = tuple(rules.values())
-    rs = RuleSet(effective, policy, _version(effective, policy),
-                 tuple(r.path for r in results))
+    rs = RuleSet(effective, policy, _version(effective, policy, exceptions),
+                 tuple(r.path for r in results), exceptions)
     return rs, problems
 
 

@@ -113,6 +113,8 @@ class RuleSet:
     policy: Mapping[str, object] = field(default_factory=dict)
     version: str = ""
     sources: tuple[str, ...] = ()
+    # exception class name -> category: the default for a traceback's final exception
+    exceptions: Mapping[str, str] = field(default_factory=dict)
 
     def get(self, rule_id: str) -> Rule | None:
         """The rule with that id, or None."""

@@ -14,6 +14,7 @@ import regex
 from faultwatch.rules.model import POLICY_CHOICES, POLICY_KEYS
 
 ID_RE = re.compile(r"[a-z0-9][a-z0-9_.-]*\Z")
+EXC_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,99}(?:\.[A-Za-z_][A-Za-z0-9_]{0,99}){0,9}\Z")
 MAX_PATTERN_LEN = 2000
 MAX_FILE_BYTES = 1 << 20
 MAX_RULES_PER_FILE = 2000
