@@ -101,3 +101,22 @@ def test_anchored_rule_sees_through_prefix() -> None:
                 plain_b = MATCHER.match_lines([Line(STDERR, 0, 0.0, t.text)])
                 assert [m.rule for m in MATCHER.match_lines(lines).matches] == \
                     [m.rule for m in plain_b.matches]
+
+
+@pytest.mark.parametrize("lines", [
+    ["[ 5123.000001] NVRM: GPU at PCI:0000:3b:00: GPU-1a2b has fallen",
+     "[ 5123.000002] NVRM: off the bus."],
+    ["Apr  9 17:15:22 gpu-7 kernel: NVRM: GPU 0000:3b:00.0: GPU-1a2b has",
+     "Apr  9 17:15:22 gpu-7 kernel: NVRM: fallen off the bus."],
+])
+def test_nvrm_message_split_over_two_lines(lines: list[str]) -> None:
+    res = classify(RS, "\n".join(["step 5 ok", *lines]))
+    assert (res["category"], res["rule"]) == ("hardware", "nvidia-fallen-off-bus")
+    if lines[0].endswith("fallen"):  # the first half alone already says it
+        assert classify(RS, lines[0] + "\nstep 6 ok")["category"] == "hardware"
+
+
+def test_nccl_cuda_failure_802_through_prefix() -> None:
+    line = "0: host:12:12 [0] NCCL WARN Cuda failure 802 'system not yet initialized'"
+    res = classify(RS, "\n".join(["0: NCCL INFO Bootstrap : Using eth0", line]))
+    assert (res["category"], res["rule"]) == ("hardware", "cuda-system-not-ready")
