@@ -28,6 +28,8 @@ PREFIX_KINDS: tuple[tuple[str, str], ...] = (
     ("rank", r"\[[A-Za-z_]{1,32}?(?P<rank>\d{1,7})\]: ?"),
     # DeepSpeed / Megatron print helpers: "[Rank 0] "
     ("rank_word", r"\[Rank (?P<rank>\d{1,7})\] "),
+    # Open MPI mpirun --tag-output (Horovod): "[1,3]<stdout>:" (job, rank)
+    ("mpi_tag", r"\[\d{1,6},(?P<rank>\d{1,7})\]<(?:stdout|stderr)>: ?"),
     # srun -l / --label: the task id, padded with spaces to the widest one: " 3: "
     ("srun_label", r" {0,6}(?P<rank>\d{1,6}): "),
     # Ray workers and daemons: "(RayTrainWorker pid=123, ip=10.0.0.5) ", "(pid=123) "

@@ -30,6 +30,7 @@ MATCHER = Matcher(RS)
     ("[rank3]: boom", "boom", 3, None, ("rank",)),
     ("[default0]:[rank5]:boom", "boom", 5, None, ("rank", "rank")),
     ("[Rank 2] boom", "boom", 2, None, ("rank_word",)),
+    ("[1,3]<stderr>:Traceback", "Traceback", 3, None, ("mpi_tag",)),
     ("Apr  9 17:15:22 gpu-node-7 kernel: NVRM: Xid (PCI:0000:3b:00): 79, pid=1",
      "NVRM: Xid (PCI:0000:3b:00): 79, pid=1", None, "gpu-node-7", ("syslog",)),
     ("[12345.678901] NVRM: GPU has fallen off the bus.", "NVRM: GPU has fallen off the bus.",
