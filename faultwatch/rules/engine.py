@@ -22,6 +22,7 @@ from faultwatch.rules.normalise import (
 )
 from faultwatch.rules.patterns import (
     LINE_PREFIX_PATTERN,
+    LOOSE_ANCHOR,
     MID_PREFIX_PATTERN,
     Pattern,
     anchor_after_prefix,
@@ -101,11 +102,12 @@ class Matcher:
             for rx in r.regex:
                 pats.append(Pattern(rx, ri, r.ignore_case))
         self.patterns = pats  # as written (confirmation, introspection, benchmarks)
-        # the scanner sees lines with their rank prefixes still on (no stripped copy of a
-        # batch is made unless something matched): anchors also accept prefixes, and two
-        # more patterns say where prefixes are
-        scan_pats = [Pattern(anchor_after_prefix(p.source), p.owner, p.ignore_case)
-                     for p in pats]
+        # the fast scan sees lines with their prefixes still on (no stripped copy of a batch
+        # is made unless something matched): anchors also accept the end of a prefix
+        # (LOOSE_ANCHOR, a superset), and three more patterns say where prefixes are; the
+        # exact path scans stripped lines with the patterns as written
+        scan_pats = [Pattern(anchor_after_prefix(p.source, LOOSE_ANCHOR), p.owner,
+                             p.ignore_case) for p in pats]
         self._pid_line, self._pid_mid = len(pats), len(pats) + 1
         scan_pats += [Pattern(LINE_PREFIX_PATTERN, MARK_PREFIX),
                       Pattern(MID_PREFIX_PATTERN, MARK_PREFIX),
@@ -124,6 +126,14 @@ class Matcher:
             lambda i: self._timed_out(self._e_ids[i]))
         self._scan = self._remap(scan_e, self._e_ids)
         prefilter = {self._e_ids[i] for i in pre_e}
+        self._x_ids = [i for i in self._e_ids if i < len(pats)]
+        if any("^" in pats[i].source for i in self._x_ids):
+            scan_x, pre_x, _ = build_scanner([pats[i] for i in self._x_ids], self.engine,
+                                             lambda i: self._timed_out(self._x_ids[i]))
+            self._scan_exact = self._remap(scan_x, self._x_ids)
+            prefilter |= {self._x_ids[i] for i in pre_x}
+        else:
+            self._scan_exact = self._scan
         self._scan_p = None
         if self._p_ids:
             scan_p, pre_p, _ = build_scanner([scan_pats[i] for i in self._p_ids], self.engine,
@@ -292,8 +302,8 @@ class Matcher:
                    for r, idx in by_rank.items()}
         lidx: Any = _same if seg_line is None else seg_line.__getitem__
         progress = self._progress(lines, seg_text, lidx, by_rank) if self._scan_p else ()
-        hits = [h for h in self._scan(joined) if self._owner[h[1]] not in (MARK_PREFIX,
-                                                                           MARK_ORIGIN)]
+        hits = [h for h in self._scan_exact(joined)
+                if self._owner[h[1]] not in (MARK_PREFIX, MARK_ORIGIN)]
         if not hits:
             return MatchBatch((), progress, (), last_ts, ranks)
         ends = self._ends(seg_text, joined)
@@ -525,7 +535,7 @@ class Matcher:
         out: list[tuple[Rule, Any]] = []
         seen: set[int] = set()
         for _rank, seg in segs:
-            hits = self._scan(seg) + (self._scan_p(seg) if self._scan_p else [])
+            hits = self._scan_exact(seg) + (self._scan_p(seg) if self._scan_p else [])
             for _to, pid in hits:
                 ri = self._owner[pid]
                 if ri < 0 or ri in seen:

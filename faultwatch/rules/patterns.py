@@ -31,11 +31,18 @@ def lit_escape(s: str) -> str:
     return "".join("\\" + c if c in _SPECIAL else c for c in s)
 
 
-def anchor_after_prefix(source: str) -> str:
+# what ends every prefix of normalise.PREFIX_KINDS: `]`, `)`, `>`, `:`, `|` (and a space), or
+# a timestamp's `Z` / last digit and a space. The fast scan replaces `^` by "line start or
+# one of these": a superset of "after a run of prefixes" that costs the scan almost nothing
+# (the exact path then decides with plain `^` on stripped lines)
+LOOSE_ANCHOR = r"(?:^|[\])>:|] ?|[Z0-9] )"
+
+
+def anchor_after_prefix(source: str, anchor: str | None = None) -> str:
     """`source` with each line-start anchor `^` (outside character classes) also accepting
     a run of known line prefixes before it (normalise.PREFIX_KINDS: `[rank3]:`, timestamps,
     `srun -l` labels...), so it matches lines that still carry them as it would match them
-    stripped."""
+    stripped. `anchor`: what to put instead (LOOSE_ANCHOR for the fast scan)."""
     out: list[str] = []
     i, n, in_class = 0, len(source), False
     while i < n:
@@ -59,7 +66,7 @@ def anchor_after_prefix(source: str) -> str:
                 i += 1
             continue
         elif c == "^":
-            out.append("^" + PREFIX_RUN)  # normalise.PREFIX_RUN
+            out.append("^" + PREFIX_RUN if anchor is None else anchor)
             i += 1
             continue
         out.append(c)

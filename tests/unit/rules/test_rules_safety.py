@@ -99,3 +99,13 @@ def test_regex_timeout_counted_and_logged_once(caplog: pytest.LogCaptureFixture)
     assert len(logged) == 1 and "rule=slow-one" in logged[0].getMessage()
     assert [x.rule for x in b1.matches] == ["fine"]  # other rules unaffected
     assert m.match_lines([Line(STDERR, 3, 2.0, "ok")]).timeouts == ()
+
+
+def test_pushed_rule_text_checked_the_same_way() -> None:
+    # `rules push` and the processors' reload go through merge_texts
+    from faultwatch.rules.loader import merge_texts
+    text = "version: 1\nrules:\n" + RULE.format(r"(?|(.*a){12})$")
+    _rs, probs = merge_texts([("pushed.yaml", text)], builtin=False)
+    assert [str(p).split(": ")[0] for p in probs] == ["pushed.yaml:5"]
+    _rs, probs = merge_texts([("pushed.yaml", "version: 2020-02-30\n")], builtin=False)
+    assert str(probs[0]).startswith("pushed.yaml:1: invalid value")
