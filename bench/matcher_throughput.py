@@ -149,8 +149,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--lines", type=int, default=2_000_000)
     ap.add_argument("--batch", type=int, default=500)
     ap.add_argument("--engine", default="auto", choices=("auto", "hyperscan", "re2"))
+    ap.add_argument("--prefix", default="", help="put this before every line, e.g. a "
+                    "kubectl --timestamps stamp '2025-04-09T17:15:22.123456789Z ' or an "
+                    "srun -l label '3: ' (measures the line-prefix normaliser)")
     args = ap.parse_args(argv)
-    texts = gen_lines(args.lines)
+    texts = [args.prefix + t for t in gen_lines(args.lines)]
     matcher = Matcher(load_ruleset(), engine=args.engine)
     runs = [run_matcher(matcher, texts, args.batch) for _ in range(3)]
     secs, n_matches, n_progress = min(runs)

@@ -1,4 +1,5 @@
-"""Accuracy of the built-in rules' `classify` on the labelled public corpus (read in place)."""
+"""Accuracy of the built-in rules' `classify` on labelled failure logs: the shared public corpus
+(read in place) and our own held-out corpus (bench/corpus/heldout.jsonl), per class."""
 
 from __future__ import annotations
 
@@ -7,10 +8,13 @@ import json
 import sys
 from collections import Counter, defaultdict
 from pathlib import Path
+from typing import Any
 
 from faultwatch.rules import classify, load_ruleset
+from faultwatch.rules.model import RuleSet
 
-CORPUS = Path("/work/shared/corpus/public.jsonl")
+PUBLIC = Path("/work/shared/corpus/public.jsonl")
+HELDOUT = Path(__file__).parent / "corpus" / "heldout.jsonl"
 LABELS = ("retryable", "hardware", "fatal", "hang")
 
 
@@ -21,14 +25,9 @@ def correct(expected: str, got: str) -> bool:
     return got == expected
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--corpus", type=Path, default=CORPUS)
-    ap.add_argument("--rules", nargs="*", default=[], help="extra rule files")
-    ap.add_argument("--verbose", action="store_true", help="include the matched line")
-    args = ap.parse_args(argv)
-    rs = load_ruleset(args.rules)
-    cases = [json.loads(x) for x in args.corpus.read_text().splitlines() if x.strip()]
+def evaluate(rs: RuleSet, path: Path, verbose: bool = False) -> dict[str, Any]:
+    """Accuracy, per-class accuracy and confusion (expected -> got -> count) on one corpus."""
+    cases = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
     confusion: dict[str, Counter[str]] = defaultdict(Counter)
     wrong = []
     ok = 0
@@ -40,15 +39,33 @@ def main(argv: list[str] | None = None) -> int:
             ok += 1
         else:
             item = {"id": c["id"], "expected": c["category"], "got": got, "rule": res["rule"]}
-            if args.verbose:
+            if verbose:
                 item["line"] = res["line"]
             wrong.append(item)
-    print(json.dumps({
-        "cases": len(cases), "correct": ok, "accuracy": round(ok / max(1, len(cases)), 4),
-        "rules_version": rs.version,
+    per_class = {}
+    for label, row in sorted(confusion.items()):
+        n = sum(row.values())
+        right = sum(k for g, k in row.items() if correct(label, g))
+        per_class[label] = f"{right}/{n}"
+    return {
+        "corpus": str(path), "cases": len(cases), "correct": ok,
+        "accuracy": round(ok / max(1, len(cases)), 4), "per_class": per_class,
         "confusion": {k: dict(v) for k, v in sorted(confusion.items())},
         "misclassified": wrong,
-    }, indent=2))
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--corpus", type=Path, action="append",
+                    help=f"a labelled .jsonl (repeatable; default: {PUBLIC} and {HELDOUT})")
+    ap.add_argument("--rules", nargs="*", default=[], help="extra rule files")
+    ap.add_argument("--verbose", action="store_true", help="include the matched line")
+    args = ap.parse_args(argv)
+    rs = load_ruleset(args.rules)
+    paths = args.corpus or [p for p in (PUBLIC, HELDOUT) if p.exists()]
+    print(json.dumps({"rules_version": rs.version,
+                      "sets": [evaluate(rs, p, args.verbose) for p in paths]}, indent=2))
     return 0
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
@@ -48,6 +49,10 @@ class Policy:
     retryable_errors: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
+        for f in fields(self):  # a NaN window never fires, an infinite one never ends
+            value = getattr(self, f.name)
+            if isinstance(value, float) and not math.isfinite(value):
+                raise ConfigError(f.name, f"must be a finite number, got {value!r}")
         if self.execution_mode not in EXECUTION_MODES:
             raise ConfigError("execution_mode", f"must be one of {', '.join(EXECUTION_MODES)}")
         if self.fault_tolerant_policy not in FAULT_TOLERANT_POLICIES:

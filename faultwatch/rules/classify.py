@@ -9,6 +9,7 @@ from faultwatch.core.events import STDERR, Line
 from faultwatch.core.root import DEFAULT_ACTIONS, pick_root
 from faultwatch.rules.engine import Matcher
 from faultwatch.rules.model import RuleSet
+from faultwatch.rules.normalise import normalise_line
 from faultwatch.rules.torchrun import parse_child_failed
 
 _WORKER_FAILED = re.compile(r"failed \(exitcode: (-?\d+)\)")
@@ -23,6 +24,23 @@ def _summary_exit_codes(raw: Sequence[str]) -> list[int]:
     codes += [int(m.group(1)) for t in raw if "failed (exitcode:" in t
               for m in [_WORKER_FAILED.search(t)] if m]
     return sorted(dict.fromkeys(codes), key=lambda c: (c >= 0, c == -15))
+
+
+MAX_EXPLAINED_PREFIXES = 20
+
+
+def _stripped(raw: Sequence[str]) -> list[dict[str, object]]:
+    """What the normaliser took off the lines (the first MAX_EXPLAINED_PREFIXES), for
+    --explain: line number, the prefix text, its kinds, and the rank/node it named."""
+    out: list[dict[str, object]] = []
+    for i, t in enumerate(raw):
+        n = normalise_line(t)
+        if n.stripped:
+            out.append({"lineno": i + 1, "stripped": n.stripped, "kinds": list(n.kinds),
+                        "rank": n.rank, "node": n.node})
+            if len(out) >= MAX_EXPLAINED_PREFIXES:
+                break
+    return out
 
 
 def matcher_for(ruleset: RuleSet) -> Matcher:
@@ -56,6 +74,7 @@ def classify(ruleset: RuleSet, text: str, exit_code: int | None = None, *,
         out = {"category": root.category, "rule": root.rule,
                "action": root.action or DEFAULT_ACTIONS.get(root.category), "line": root.line}
     if explain:
+        out["prefixes"] = _stripped(raw)
         out["matches"] = [{"rule": m.rule, "category": m.category, "cascade": m.cascade,
                            "rank": m.rank, "line": m.line, "lineno": m.seq + 1}
                           for m in batch.matches]

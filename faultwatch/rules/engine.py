@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import logging
 from bisect import bisect_left, bisect_right
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
 from itertools import accumulate, filterfalse, repeat
 from operator import add
 from typing import Any
@@ -13,15 +15,21 @@ import regex
 
 from faultwatch.core.events import EXIT_STREAM, Line, Match
 from faultwatch.rules.model import MatchBatch, ProgressMark, Rule, RuleSet, StageMark
+from faultwatch.rules.normalise import (
+    ORIGIN_PREFIX_PATTERN,
+    has_other_prefix,
+    normalise_line,
+)
 from faultwatch.rules.patterns import (
     LINE_PREFIX_PATTERN,
+    LOOSE_ANCHOR,
     MID_PREFIX_PATTERN,
     Pattern,
     anchor_after_prefix,
     build_scanner,
     lit_escape,
 )
-from faultwatch.rules.prefix import PREFIX_RE, split_prefixed, strip_fast, strip_rank
+from faultwatch.rules.prefix import PREFIX_RE, split_prefixed, strip_fast
 from faultwatch.rules.traceback import (
     CONTEXT_LINES,
     CPP_START,
@@ -34,6 +42,7 @@ from faultwatch.rules.validate import REGEX_TIMEOUT_S
 log = logging.getLogger(__name__)
 MARK_BLOCK = -1  # pattern owner for "a traceback / terminate block starts here"
 MARK_PREFIX = -2  # pattern owner for rank prefixes (where they are, not what they say)
+MARK_ORIGIN = -3  # owner for other prefixes naming a rank or node (srun -l, Ray, syslog...)
 USER_PRIORITY = 100
 PROGRESS_TAIL = 8  # lines per rank scanned first for its last step
 
@@ -46,12 +55,40 @@ def _policy_rules(ruleset: RuleSet) -> list[Rule]:
             for i, s in enumerate(extra)]
 
 
+EXCEPTION_RULE_PREFIX = "exception-class."
+EXCEPTION_PRIORITY = 4  # below every hand-written rule: specific rules win
+
+
+def _exception_rules(ruleset: RuleSet) -> list[Rule]:
+    """One rule per category from the rule set's exception table (`exceptions:` in rule
+    files): it matches a final exception line `pkg.mod.ClassName: message` of those
+    classes. Its matches are named `exception.ClassName` (see Matcher._match)."""
+    by_cat: dict[str, list[str]] = {}
+    for name, cat in sorted(ruleset.exceptions.items()):
+        by_cat.setdefault(cat, []).append(name)
+    return [Rule(id=EXCEPTION_RULE_PREFIX + cat, category=cat, priority=EXCEPTION_PRIORITY,
+                 regex=(exception_line_pattern(names),),
+                 description="default by exception class (rule files' exceptions: table)")
+            for cat, names in sorted(by_cat.items())]
+
+
+def exception_line_pattern(names: Sequence[str]) -> str:
+    """A final exception line of one of these classes: optional module path, the class,
+    then `:`, `(` (Ray's `RayTaskError(RuntimeError)`) or the end of the line."""
+    alts = "|".join(lit_escape(n) for n in sorted(names, key=lambda n: (-len(n), n)))
+    return r"^\s?(?:[A-Za-z_]\w*\.)*(?:RayTaskError\()?(" + alts + r")(?::|\(|\)|$)"
+
+
 class Matcher:
     """Matches lines and exit statuses against a rule set (stateless between batches)."""
 
     def __init__(self, ruleset: RuleSet, *, engine: str = "auto"):
         self.ruleset = ruleset
-        self.rules: list[Rule] = [*ruleset.rules, *_policy_rules(ruleset)]
+        exc_rules = _exception_rules(ruleset)
+        self.rules: list[Rule] = [*exc_rules, *ruleset.rules, *_policy_rules(ruleset)]
+        self._defaults = set(range(len(exc_rules)))  # rule indices of the exception table
+        self._exc_name = regex.compile(exception_line_pattern(list(ruleset.exceptions))) \
+            if ruleset.exceptions else None
         # higher priority first; on ties the later-defined rule wins (user files override)
         order = sorted(range(len(self.rules)), key=lambda i: (-self.rules[i].priority, -i))
         self._rank_of = {ri: k for k, ri in enumerate(order)}
@@ -65,26 +102,42 @@ class Matcher:
             for rx in r.regex:
                 pats.append(Pattern(rx, ri, r.ignore_case))
         self.patterns = pats  # as written (confirmation, introspection, benchmarks)
-        # the scanner sees lines with their rank prefixes still on (no stripped copy of a
-        # batch is made unless something matched): anchors also accept prefixes, and two
-        # more patterns say where prefixes are
-        scan_pats = [Pattern(anchor_after_prefix(p.source), p.owner, p.ignore_case)
-                     for p in pats]
+        # the fast scan sees lines with their prefixes still on (no stripped copy of a batch
+        # is made unless something matched): anchors also accept the end of a prefix
+        # (LOOSE_ANCHOR, a superset), and three more patterns say where prefixes are; the
+        # exact path scans stripped lines with the patterns as written
+        scan_pats = [Pattern(anchor_after_prefix(p.source, LOOSE_ANCHOR), p.owner,
+                             p.ignore_case) for p in pats]
         self._pid_line, self._pid_mid = len(pats), len(pats) + 1
         scan_pats += [Pattern(LINE_PREFIX_PATTERN, MARK_PREFIX),
-                      Pattern(MID_PREFIX_PATTERN, MARK_PREFIX)]
+                      Pattern(MID_PREFIX_PATTERN, MARK_PREFIX),
+                      Pattern(ORIGIN_PREFIX_PATTERN, MARK_ORIGIN)]
         # progress lines are common (every step), and only each rank's last one per batch
         # matters: they get their own database, scanned backwards in chunks (see _progress)
         self._e_ids = [i for i, p in enumerate(scan_pats)
                        if p.owner < 0 or self.rules[p.owner].kind != "progress"]
         self._p_ids = [i for i, p in enumerate(pats)
                        if p.owner >= 0 and self.rules[p.owner].kind == "progress"]
-        scan_e, pre_e, self.engine = build_scanner([scan_pats[i] for i in self._e_ids], engine)
+        self._owner = [p.owner for p in scan_pats]
+        self.timeouts: Counter[str] = Counter()
+        self._batch_timeouts: list[str] = []
+        scan_e, pre_e, self.engine = build_scanner(
+            [scan_pats[i] for i in self._e_ids], engine,
+            lambda i: self._timed_out(self._e_ids[i]))
         self._scan = self._remap(scan_e, self._e_ids)
         prefilter = {self._e_ids[i] for i in pre_e}
+        self._x_ids = [i for i in self._e_ids if i < len(pats)]
+        if any("^" in pats[i].source for i in self._x_ids):
+            scan_x, pre_x, _ = build_scanner([pats[i] for i in self._x_ids], self.engine,
+                                             lambda i: self._timed_out(self._x_ids[i]))
+            self._scan_exact = self._remap(scan_x, self._x_ids)
+            prefilter |= {self._x_ids[i] for i in pre_x}
+        else:
+            self._scan_exact = self._scan
         self._scan_p = None
         if self._p_ids:
-            scan_p, pre_p, _ = build_scanner([scan_pats[i] for i in self._p_ids], self.engine)
+            scan_p, pre_p, _ = build_scanner([scan_pats[i] for i in self._p_ids], self.engine,
+                                             lambda i: self._timed_out(self._p_ids[i]))
             self._scan_p = self._remap(scan_p, self._p_ids)
             prefilter |= {self._p_ids[i] for i in pre_p}
         flags = regex.IGNORECASE
@@ -96,13 +149,24 @@ class Matcher:
                                     and self.rules[pats[pid].owner].kind != "error"
                                     and pats[pid].source in self.rules[pats[pid].owner].regex)}
         self._prefilter = prefilter
-        self._owner = [p.owner for p in scan_pats]
         self._kind = [self.rules[p.owner].kind if p.owner >= 0 else "" for p in scan_pats]
         self._bytes = self.engine == "hyperscan"
         # hyperscan reports where each prefix ends, which the fast path needs (re2 reports
         # lines); the fast path handles batches where nothing but prefixes and progress hit
         self._fast = self._bytes
         self._prefix_rank: dict[bytes, int] = {}
+
+    def _timed_out(self, pid: int) -> None:
+        """A regex-module search hit its timeout: never silent. Counted per rule id in
+        `timeouts` and in the batch's MatchBatch.timeouts, logged once per rule."""
+        owner = self._owner[pid] if pid < len(self._owner) else -1
+        rid = self.rules[owner].id if owner >= 0 else "<marker>"
+        if rid not in self.timeouts:
+            log.warning("regex_timeout rule=%s timeout_s=%s (this rule's hits on such lines "
+                        "are lost; later timeouts of it are only counted)", rid,
+                        REGEX_TIMEOUT_S)
+        self.timeouts[rid] += 1
+        self._batch_timeouts.append(rid)
 
     @staticmethod
     def _remap(scan: Any, ids: list[int]) -> Any:
@@ -140,6 +204,7 @@ class Matcher:
         try:
             return rx.search(text, timeout=REGEX_TIMEOUT_S) is not None
         except TimeoutError:
+            self._timed_out(pid)
             return False
 
     def match_lines(self, lines: Sequence[Line], *,
@@ -148,6 +213,13 @@ class Matcher:
         n = len(lines)
         if n == 0:
             return MatchBatch()
+        self._batch_timeouts = []
+        batch = self._match_lines(lines, default_rank)
+        if self._batch_timeouts:
+            batch = replace(batch, timeouts=tuple(self._batch_timeouts))
+        return batch
+
+    def _match_lines(self, lines: Sequence[Line], default_rank: int | None) -> MatchBatch:
         texts: list[str] | None = getattr(lines, "texts", None)  # wire.LineRows has them
         if texts is None:
             texts = [ln.text for ln in lines]
@@ -178,8 +250,8 @@ class Matcher:
                 line_ends.append(to)
             elif pid == pid_mid:
                 mid_ends.append(to)
-            else:
-                return None  # a rule matched: the exact path names, groups and attributes
+            else:  # a rule matched (the exact path names, groups and attributes), or a
+                return None  # prefix naming a rank or node that only the exact path reads
         if mid_ends and not set(mid_ends) <= set(line_ends):
             return None  # a prefix in the middle of a line (merged output)
         if len(data) == len(joined):  # ASCII: bytes are characters
@@ -230,7 +302,8 @@ class Matcher:
                    for r, idx in by_rank.items()}
         lidx: Any = _same if seg_line is None else seg_line.__getitem__
         progress = self._progress(lines, seg_text, lidx, by_rank) if self._scan_p else ()
-        hits = [h for h in self._scan(joined) if self._owner[h[1]] != MARK_PREFIX]
+        hits = [h for h in self._scan_exact(joined)
+                if self._owner[h[1]] not in (MARK_PREFIX, MARK_ORIGIN)]
         if not hits:
             return MatchBatch((), progress, (), last_ts, ranks)
         ends = self._ends(seg_text, joined)
@@ -258,6 +331,8 @@ class Matcher:
         """(joined, segment texts, segment ranks, segment -> line or None when 1:1, line
         ranks, segment indices per rank): rank prefixes stripped, merged lines split."""
         n = len(texts)
+        if has_other_prefix(joined):
+            return Matcher._normalised_segments(texts, default_rank)
         if not (joined.startswith("[") or "\n[" in joined):
             return (joined, texts, [default_rank] * n, None, (default_rank,) * n,
                     {default_rank: range(n)})
@@ -282,11 +357,38 @@ class Matcher:
         return ("\n".join(seg_text), seg_text, seg_rank, seg_line, tuple(line_rank),
                 dict(by_rank))
 
-    def _best(self, pids: list[int], line: Line, text: str) -> Rule | None:
+    @staticmethod
+    def _normalised_segments(texts: list[str], default_rank: int | None
+                             ) -> tuple[str, list[str], list[int | None], list[int] | None,
+                                        tuple[int | None, ...],
+                                        dict[int | None, Sequence[int]]]:
+        """_segments() for batches with prefixes other than `[rank3]:` (timestamps, stream
+        tags, srun labels, Ray, syslog...): each line normalised, then split where a rank
+        prefix sits in its middle."""
+        seg_text: list[str] = []
+        seg_rank: list[int | None] = []
+        seg_line: list[int] = []
+        line_rank: list[int | None] = []
+        by_rank: dict[int | None, list[int]] = {}
+        for i, t in enumerate(texts):
+            segs = split_line(t, default_rank)
+            line_rank.append(segs[0][0])
+            for r, st in segs:
+                by_rank.setdefault(r, []).append(len(seg_text))
+                seg_text.append(st)
+                seg_rank.append(r)
+                seg_line.append(i)
+        return ("\n".join(seg_text), seg_text, seg_rank, seg_line, tuple(line_rank),
+                dict(by_rank))
+
+    def _best(self, pids: list[int], line: Line, text: str,
+              defaults: bool = True) -> Rule | None:
         best: Rule | None = None
         best_k = 1 << 30
         for pid in pids:
             ri = self._owner[pid]
+            if not defaults and ri in self._defaults:
+                continue
             r = self.rules[ri]
             if r.stream is not None and r.stream != line.stream:
                 continue
@@ -312,26 +414,39 @@ class Matcher:
             if id(blk) in done:
                 continue
             done.add(id(blk))
-            # the final exception line first, then earlier chained ones, then any line
+            # the final exception line first, then earlier chained ones, then any line; the
+            # exception-class table only when no rule matched any line of the block
             order = [*reversed(blk.finals), *(m for m in reversed(blk.members)
                                               if m not in blk.finals)]
-            for s in order:
-                if s not in err:
-                    continue
-                r = self._best(err[s], lines[lidx(s)], texts[s])
-                if r is None:
-                    continue
+            found = None
+            for defaults in (False, True):
+                for s in order:
+                    if s not in err:
+                        continue
+                    r = self._best(err[s], lines[lidx(s)], texts[s], defaults)
+                    if r is not None:
+                        found = (r, s)
+                        break
+                if found is not None or not self._defaults:
+                    break
+            if found is not None:
+                r, s = found
                 rep = blk.report if blk.report is not None else s
                 ctx = tuple(texts[m] for m in blk.members[-CONTEXT_LINES:])
+                if r.id.startswith(EXCEPTION_RULE_PREFIX):
+                    rep = s  # the class named is that line's
                 out.append((rep, self._match(r, lines[lidx(rep)], texts[rep], ranks[rep], ctx)))
-                break
         out.sort(key=lambda x: x[0])
         return tuple(m for _, m in out)
 
-    @staticmethod
-    def _match(r: Rule, ln: Line, text: str, rank: int | None,
+    def _match(self, r: Rule, ln: Line, text: str, rank: int | None,
                ctx: tuple[str, ...]) -> Match:
-        return Match(r.id, r.category or "unknown", r.cascade, ln.ts, text, rank, ln.stream,
+        rid = r.id
+        if rid.startswith(EXCEPTION_RULE_PREFIX) and self._exc_name is not None:
+            m = self._exc_name.search(text)
+            if m is not None:
+                rid = "exception." + m.group(1)  # where the verdict came from
+        return Match(rid, r.category or "unknown", r.cascade, ln.ts, text, rank, ln.stream,
                      ln.seq, r.effective_action, ctx)
 
     def _extract(self, pid: int, text: str) -> Any:
@@ -341,6 +456,7 @@ class Matcher:
         try:
             return rx.search(text, timeout=REGEX_TIMEOUT_S)
         except TimeoutError:
+            self._timed_out(pid)
             return None
 
     def _progress(self, lines: Sequence[Line], texts: list[str], lidx: Any,
@@ -374,7 +490,7 @@ class Matcher:
                     if rank in found:
                         continue
                     seg = segs[k]
-                    text = strip_rank(texts[seg])[1] if strip else texts[seg]
+                    text = normalise_line(texts[seg]).text if strip else texts[seg]
                     mark = self._mark(pid, text, rank, lines[lidx(seg)].ts)
                     if mark is not None:
                         out.append((seg, mark))
@@ -415,11 +531,11 @@ class Matcher:
     # -- introspection (rule tests, explain) ---------------------------------
     def rules_matching(self, text: str) -> list[tuple[Rule, Any]]:
         """Every rule matching one line (prefix stripped), with the extractor match if any."""
-        segs = split_prefixed(text, None) if text.startswith("[") else [(None, text)]
+        segs = split_line(text, None)
         out: list[tuple[Rule, Any]] = []
         seen: set[int] = set()
         for _rank, seg in segs:
-            hits = self._scan(seg) + (self._scan_p(seg) if self._scan_p else [])
+            hits = self._scan_exact(seg) + (self._scan_p(seg) if self._scan_p else [])
             for _to, pid in hits:
                 ri = self._owner[pid]
                 if ri < 0 or ri in seen:
@@ -439,3 +555,16 @@ class Matcher:
 
 def _same(i: int) -> int:
     return i
+
+
+def split_line(text: str, default_rank: int | None) -> list[tuple[int | None, str]]:
+    """Segments (rank, text) of one physical line: its prefixes stripped (normalise.py),
+    then split where a rank prefix sits in its middle (two ranks' output merged)."""
+    norm = normalise_line(text, default_rank)
+    t = norm.text
+    m = PREFIX_RE.search(t) if "[" in t else None
+    if m is None:
+        return [(norm.rank, t)]
+    if m.start() == 0:
+        return split_prefixed(t, norm.rank)
+    return [(norm.rank, t[:m.start()]), *split_prefixed(t[m.start():], norm.rank)]

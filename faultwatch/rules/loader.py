@@ -16,9 +16,10 @@ from faultwatch.core.events import ACTIONS, CATEGORIES
 from faultwatch.errors import RuleError, RuleProblem
 from faultwatch.rules import validate as v
 from faultwatch.rules.model import DEFAULT_PRIORITY, KINDS, POLICY_KEYS, Rule, RuleSet, RuleTest
+from faultwatch.rules.patterns import fast_engine_error
 
 BUILTIN_DIR = Path(__file__).parent / "builtin"
-TOP_KEYS = ("version", "rules", "policy")
+TOP_KEYS = ("version", "rules", "policy", "exceptions")
 RULE_KEYS = ("id", "kind", "category", "contains", "regex", "exit_codes", "signals", "stream",
              "action", "cascade", "description", "tests", "disabled", "ignore_case", "priority",
              "stage", "opens", "hang_window_s")
@@ -39,6 +40,7 @@ class FileResult:
     rules: list[Rule] = field(default_factory=list)
     disabled: list[tuple[str, int]] = field(default_factory=list)
     policy: dict[str, object] = field(default_factory=dict)
+    exceptions: dict[str, str] = field(default_factory=dict)
     problems: list[RuleProblem] = field(default_factory=list)
 
 
@@ -49,6 +51,50 @@ def _line(node: yaml.Node) -> int:
 def _suggest(key: str, allowed: Iterable[str]) -> str:
     close = difflib.get_close_matches(key, list(allowed), n=1)
     return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+class _BadValue:
+    """A value YAML could not construct (already reported); equal to nothing."""
+
+    def __repr__(self) -> str:
+        return "<invalid value>"
+
+
+BAD_VALUE = _BadValue()
+
+
+def shape_problem(text: str) -> tuple[int, str] | None:
+    """(line, message) when the YAML is too deep or its aliases expand too far, found by
+    one pass over the parser's events (no recursion, no expansion), else None."""
+    depth = 0
+    events = 0
+    expanded = 0
+    sizes: dict[str, int] = {}
+    open_anchors: list[tuple[str | None, int]] = []
+    try:
+        for ev in yaml.parse(text, Loader=yaml.SafeLoader):
+            events += 1
+            line = ev.start_mark.line + 1 if ev.start_mark else 1
+            if isinstance(ev, yaml.CollectionStartEvent):
+                depth += 1
+                if depth > v.MAX_YAML_DEPTH:
+                    return line, f"nesting deeper than {v.MAX_YAML_DEPTH} levels"
+                open_anchors.append((ev.anchor, expanded + events))
+            elif isinstance(ev, yaml.CollectionEndEvent):
+                depth -= 1
+                anchor, start = open_anchors.pop()
+                if anchor is not None:
+                    sizes[anchor] = expanded + events - start + 1
+            elif isinstance(ev, yaml.AliasEvent):
+                expanded += sizes.get(ev.anchor or "", 1)
+            elif isinstance(ev, yaml.ScalarEvent) and ev.anchor is not None:
+                sizes[ev.anchor] = 1
+            if expanded + events > v.MAX_YAML_NODES:
+                return line, (f"the document expands to more than {v.MAX_YAML_NODES} nodes "
+                              "(anchors and aliases)")
+    except yaml.YAMLError:
+        return None  # syntax errors are reported with their mark by the composer
+    return None
 
 
 class _FileParser:
@@ -62,7 +108,14 @@ class _FileParser:
         self.res.problems.append(RuleProblem(self.res.path, line, message, rule_id))
 
     def scalar(self, node: yaml.Node) -> Any:
-        return self.loader.construct_object(node, deep=True)
+        """The node's value; BAD_VALUE (and a problem) when YAML cannot construct it: an
+        impossible date, a python/* tag, anything SafeLoader refuses."""
+        try:
+            return self.loader.construct_object(node, deep=True)
+        except (yaml.YAMLError, ValueError, TypeError, OverflowError, RecursionError) as e:
+            what = e.problem if isinstance(e, yaml.MarkedYAMLError) and e.problem else str(e)
+            self.problem(node, f"invalid value: {what.splitlines()[0][:200]}")
+            return BAD_VALUE
 
     def mapping(self, node: yaml.Node, what: str, allowed: Sequence[str],
                 rule_id: str | None = None) -> dict[str, tuple[yaml.Node, yaml.Node]] | None:
@@ -84,12 +137,20 @@ class _FileParser:
         return out
 
     def parse(self) -> FileResult:
+        shape = shape_problem(self.text)
+        if shape is not None:
+            self.problem(*shape)
+            self.loader.dispose()
+            return self.res
         try:
             root = self.loader.get_single_node()
         except yaml.MarkedYAMLError as e:
             mark = e.problem_mark or e.context_mark
             line = mark.line + 1 if mark else 1
             self.problem(line, f"invalid YAML: {e.problem or e}")
+            return self.res
+        except (yaml.YAMLError, RecursionError) as e:
+            self.problem(1, f"invalid YAML: {str(e).splitlines()[0][:200]}")
             return self.res
         finally:
             self.loader.dispose()
@@ -101,7 +162,8 @@ class _FileParser:
             return self.res
         if "version" in top:
             vnode = top["version"][1]
-            if self.scalar(vnode) != 1:
+            version = self.scalar(vnode)
+            if version is not BAD_VALUE and version != 1:
                 self.problem(vnode, "version must be 1")
         else:
             self.problem(root, "missing key 'version' (use version: 1)")
@@ -109,12 +171,44 @@ class _FileParser:
             self.parse_policy(top["policy"][1])
         if "rules" in top:
             self.parse_rules(top["rules"][1])
+        if "exceptions" in top:
+            self.parse_exceptions(top["exceptions"][1])
         return self.res
+
+    def parse_exceptions(self, node: yaml.Node) -> None:
+        """`exceptions: {ClassName: category}`: the final exception of a traceback with no
+        more specific rule maps to that category (rule id `exception.ClassName`)."""
+        if not isinstance(node, yaml.MappingNode):
+            self.problem(node, "exceptions must be a mapping of exception class -> category")
+            return
+        if len(node.value) > v.MAX_RULES_PER_FILE:
+            self.problem(node, f"{len(node.value)} exception classes in one file, the limit "
+                         f"is {v.MAX_RULES_PER_FILE}")
+            return
+        for knode, vnode in node.value:
+            name = knode.value if isinstance(knode, yaml.ScalarNode) else None
+            if not isinstance(name, str) or not v.EXC_NAME_RE.match(name):
+                self.problem(knode, f"exceptions: {name!r} is not an exception class name "
+                             "(like ConnectionResetError or socket.timeout)")
+                continue
+            if name in self.res.exceptions:
+                self.problem(knode, f"exceptions: duplicate class {name!r}")
+                continue
+            cat = self.scalar(vnode)
+            if cat is BAD_VALUE:
+                continue
+            if cat not in CATEGORIES or cat == "unknown":
+                self.problem(vnode, f"exceptions.{name}: category must be one of "
+                             f"{', '.join(c for c in CATEGORIES if c != 'unknown')}")
+                continue
+            self.res.exceptions[name] = cat
 
     def parse_policy(self, node: yaml.Node) -> None:
         items = self.mapping(node, "policy", tuple(POLICY_KEYS))
         for key, (_knode, vnode) in (items or {}).items():
             value = self.scalar(vnode)
+            if value is BAD_VALUE:
+                continue
             err = v.policy_value_error(key, value)
             if err:
                 self.problem(vnode, err)
@@ -145,6 +239,8 @@ class _FileParser:
 
     def strings(self, node: yaml.Node, key: str, rid: str | None) -> tuple[str, ...] | None:
         value = self.scalar(node)
+        if value is BAD_VALUE:
+            return None
         if isinstance(value, str):
             value = [value]
         if not isinstance(value, list) or not all(isinstance(s, str) and s for s in value):
@@ -174,6 +270,8 @@ class _FileParser:
             if key not in m:
                 return None
             val = self.scalar(m[key][1])
+            if val is BAD_VALUE:
+                return None
             ok = isinstance(val, typ) and not (isinstance(val, bool) and typ in (int, (int, float)))
             if val is not None and not ok:
                 self.problem(m[key][1], f"{key} must be {what}", rid)
@@ -206,7 +304,9 @@ class _FileParser:
                 if vals is not None:
                     fields[key] = vals
         for pat in fields.get("regex", ()):
-            err = v.compile_error(pat) or v.backtracking_error(pat)
+            err = (v.compile_error(pat) or v.backtracking_error(pat)
+                   or v.repeat_cost_error(pat) or fast_engine_error(pat, "ignore_case" in m
+                                         and self.scalar(m["ignore_case"][1]) is True))
             if err:
                 self.problem(m["regex"][1], err, rid)
         for pat in fields.get("contains", ()):
@@ -353,9 +453,12 @@ def merge_texts(files: Sequence[tuple[str, str]], *, builtin: bool = True
     return merge(results)
 
 
-def _version(rules: Sequence[Rule], policy: dict[str, object]) -> str:
-    blob = json.dumps({"rules": [r.fingerprint() for r in rules], "policy": policy},
-                      sort_keys=True, separators=(",", ":"))
+def _version(rules: Sequence[Rule], policy: dict[str, object],
+             exceptions: dict[str, str] | None = None) -> str:
+    content: dict[str, object] = {"rules": [r.fingerprint() for r in rules], "policy": policy}
+    if exceptions:
+        content["exceptions"] = exceptions
+    blob = json.dumps(content, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
 
@@ -364,7 +467,9 @@ def merge(results: Sequence[FileResult]) -> tuple[RuleSet, list[RuleProblem]]:
     problems = [p for r in results for p in r.problems]
     rules: dict[str, Rule] = {}
     policy: dict[str, object] = {}
+    exceptions: dict[str, str] = {}
     for res in results:
+        exceptions.update(res.exceptions)
         for rule in res.rules:
             rules.pop(rule.id, None)
             rules[rule.id] = rule
@@ -374,8 +479,8 @@ def merge(results: Sequence[FileResult]) -> tuple[RuleSet, list[RuleProblem]]:
                                             f"{_suggest(rid, rules)}", rid))
         policy.update(res.policy)
     effective = tuple(rules.values())
-    rs = RuleSet(effective, policy, _version(effective, policy),
-                 tuple(r.path for r in results))
+    rs = RuleSet(effective, policy, _version(effective, policy, exceptions),
+                 tuple(r.path for r in results), exceptions)
     return rs, problems
 
 

@@ -113,6 +113,8 @@ class RuleSet:
     policy: Mapping[str, object] = field(default_factory=dict)
     version: str = ""
     sources: tuple[str, ...] = ()
+    # exception class name -> category: the default for a traceback's final exception
+    exceptions: Mapping[str, str] = field(default_factory=dict)
 
     def get(self, rule_id: str) -> Rule | None:
         """The rule with that id, or None."""
@@ -154,6 +156,7 @@ class MatchBatch:
     stages: tuple[StageMark, ...] = ()
     rank_last_ts: dict[int | None, float] = field(default_factory=dict)
     ranks: tuple[int | None, ...] = ()
+    timeouts: tuple[str, ...] = ()  # ids of rules whose regex timed out on this batch
 
 
 @dataclass(frozen=True, slots=True)

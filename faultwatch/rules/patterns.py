@@ -9,6 +9,7 @@ from typing import Any
 
 import regex
 
+from faultwatch.rules.normalise import PREFIX_RUN
 from faultwatch.rules.validate import REGEX_TIMEOUT_S
 
 log = logging.getLogger(__name__)
@@ -18,9 +19,9 @@ Scanner = Callable[[str], list[tuple[int, int]]]
 
 # rank prefixes as the scanner sees them (the `regex`-module form is prefix.PREFIX_RE)
 PREFIX_TOKEN = r"\[[A-Za-z_]{1,32}\d{1,7}\]:"
-PREFIX_RUN = r"(?:\[[A-Za-z_]{1,32}\d{1,7}\]: ?)*"
+RANK_RUN = r"(?:\[[A-Za-z_]{1,32}\d{1,7}\]: ?)*"
 # a line starting with one or more prefixes: reported at the end of each of them
-LINE_PREFIX_PATTERN = "^" + PREFIX_RUN + PREFIX_TOKEN
+LINE_PREFIX_PATTERN = "^" + RANK_RUN + PREFIX_TOKEN
 # a prefix after any other character (merged lines; also the inner ones of a stacked run)
 MID_PREFIX_PATTERN = "[^\n]" + PREFIX_TOKEN
 
@@ -30,10 +31,18 @@ def lit_escape(s: str) -> str:
     return "".join("\\" + c if c in _SPECIAL else c for c in s)
 
 
-def anchor_after_prefix(source: str) -> str:
+# what ends every prefix of normalise.PREFIX_KINDS: `]`, `)`, `>`, `:`, `|` (and a space), or
+# a timestamp's `Z` / last digit and a space. The fast scan replaces `^` by "line start or
+# one of these": a superset of "after a run of prefixes" that costs the scan almost nothing
+# (the exact path then decides with plain `^` on stripped lines)
+LOOSE_ANCHOR = r"(?:^|[\])>:|] ?|[Z0-9] )"
+
+
+def anchor_after_prefix(source: str, anchor: str | None = None) -> str:
     """`source` with each line-start anchor `^` (outside character classes) also accepting
-    rank prefixes before it, so it matches lines that still carry `[rank3]:` as it would
-    match them stripped."""
+    a run of known line prefixes before it (normalise.PREFIX_KINDS: `[rank3]:`, timestamps,
+    `srun -l` labels...), so it matches lines that still carry them as it would match them
+    stripped. `anchor`: what to put instead (LOOSE_ANCHOR for the fast scan)."""
     out: list[str] = []
     i, n, in_class = 0, len(source), False
     while i < n:
@@ -57,12 +66,45 @@ def anchor_after_prefix(source: str) -> str:
                 i += 1
             continue
         elif c == "^":
-            out.append("^" + PREFIX_RUN)
+            out.append("^" + PREFIX_RUN if anchor is None else anchor)
             i += 1
             continue
         out.append(c)
         i += 1
     return "".join(out)
+
+
+def fast_engine_error(source: str, ignore_case: bool = False) -> str | None:
+    """A message when the pattern cannot run in the linear-time engine exactly (hyperscan,
+    else re2): it would be confirmed by the backtracking `regex` module on every candidate
+    line, so one such pattern can slow the whole matcher. None when it can (or when neither
+    engine is installed here: the matcher's per-match timeout then bounds it)."""
+    src = anchor_after_prefix(source)
+    hs: Any
+    try:
+        import hyperscan as hs
+    except ImportError:
+        hs = None
+    if hs is not None:
+        flags = hs.HS_FLAG_MULTILINE | (hs.HS_FLAG_CASELESS if ignore_case else 0)
+        try:
+            hs.Database().compile(expressions=[src.encode()], ids=[0], flags=[flags])
+            return None
+        except hs.error as e:
+            why = str(e) or "unsupported construct"
+    else:
+        try:
+            import re2
+        except ImportError:
+            return None
+        try:
+            re2.compile(("(?i)" if ignore_case else "") + src)
+            return None
+        except Exception as e:  # re2 raises its own error type
+            why = str(e) or "unsupported construct"
+    return (f"pattern {source!r} cannot run in the linear-time engine ({why}); it would "
+            "fall back to backtracking on every line. Use plain regex syntax without "
+            "backreferences, lookarounds, branch resets or huge counted repeats")
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,7 +151,8 @@ def _hyperscan_scanner(pats: Sequence[Pattern]) -> tuple[Scanner, set[int]]:
     return scan, prefilter
 
 
-def _re2_scanner(pats: Sequence[Pattern]) -> tuple[Scanner, set[int]]:
+def _re2_scanner(pats: Sequence[Pattern], on_timeout: Callable[[int], None] | None = None
+                 ) -> tuple[Scanner, set[int]]:
     """Fallback: one re2 alternation finds candidate lines, an re2 Set names the patterns."""
     import re2
 
@@ -152,18 +195,24 @@ def _re2_scanner(pats: Sequence[Pattern]) -> tuple[Scanner, set[int]]:
                     end = data.find("\n", m.end())
                     hits.append((len(data) if end < 0 else end, i))
             except TimeoutError:
-                log.warning("pattern %r timed out", pats[i].source)
+                if on_timeout is not None:
+                    on_timeout(i)
+                else:
+                    log.warning("pattern %r timed out", pats[i].source)
         hits.sort()
         return hits
 
     return scan, {i for i, _ in slow}
 
 
-def build_scanner(pats: Sequence[Pattern], engine: str = "auto") -> tuple[Scanner, set[int], str]:
+def build_scanner(pats: Sequence[Pattern], engine: str = "auto",
+                  on_timeout: Callable[[int], None] | None = None
+                  ) -> tuple[Scanner, set[int], str]:
     """(scan, ids that need confirming with the regex module, engine name).
 
     scan(joined) returns (end offset, pattern id) pairs; offsets are bytes for hyperscan
-    (`engine == "hyperscan"`) and characters for re2.
+    (`engine == "hyperscan"`) and characters for re2. `on_timeout(id)` hears of a
+    backtracking search that timed out (re2's fallback for patterns it cannot compile).
     """
     if engine in ("auto", "hyperscan"):
         try:
@@ -173,5 +222,5 @@ def build_scanner(pats: Sequence[Pattern], engine: str = "auto") -> tuple[Scanne
             if engine == "hyperscan":
                 raise
             log.info("hyperscan unavailable (%s); using re2", e)
-    scan, pre = _re2_scanner(pats)
+    scan, pre = _re2_scanner(pats, on_timeout)
     return scan, pre, "re2"

@@ -6,7 +6,7 @@ import re
 from collections.abc import Sequence
 
 from faultwatch.rules.model import RankFailure
-from faultwatch.rules.prefix import strip_rank
+from faultwatch.rules.normalise import normalise_line
 
 CHILD_FAILED = "ChildFailedError"
 _ENTRY = re.compile(r"\s*\[(\d+)\]:\s*$")
@@ -48,7 +48,7 @@ def parse_child_failed(lines: Sequence[str]) -> list[RankFailure]:
         end = min(n, i + _MAX_LINES)
         i += 1
         while i < end:
-            text = strip_rank(lines[i])[1]
+            text = normalise_line(lines[i]).text
             if CHILD_FAILED in text or "Traceback (most recent call last)" in text:
                 break
             if text.strip().startswith("Root Cause"):

