@@ -12,16 +12,14 @@ does, and swaps its matcher, policy and rules version when the set is valid. An 
 errors in a `rules_rejected` event, and the last good set stays in effect. A tombstone (the
 key with no value) reverts the worker to the rule files it was started with.
 
-Kafka and Faust are imported lazily: the CLI imports this module to register `rules push`.
+Kafka and Faust are imported lazily: `faultwatch rules push` (in faultwatch/cli.py) calls `push`.
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import dataclasses
 import os
-import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -36,7 +34,7 @@ from faultwatch.errors import BrokerError, DecodeError, FaultwatchError, RuleErr
 from faultwatch.logs import log_event
 from faultwatch.rules import Matcher, RuleSet
 from faultwatch.rules.loader import merge_texts
-from faultwatch.topics import DEFAULT_PREFIX, Topics
+from faultwatch.topics import Topics
 
 if TYPE_CHECKING:
     import faust
@@ -158,41 +156,6 @@ async def push(bootstrap: str, paths: Sequence[str | Path], *, topics: Topics | 
         raise BrokerError(f"could not publish the rule set to {topics.rules} at {bootstrap}: "
                           f"{type(e).__name__}: {e}") from None
     return ruleset
-
-
-def cmd_rules_push(args: argparse.Namespace) -> int:
-    """`faultwatch rules push FILE... --bootstrap B [--topic-prefix P]`."""
-    try:
-        build_record(args.files, builtin=not args.no_builtin)  # validate before needing Kafka
-    except RuleError as e:
-        for p in e.problems:
-            print(p, file=sys.stderr)
-        print(f"not pushed: {len(e.problems)} problem(s)", file=sys.stderr)
-        return 1
-    if not args.bootstrap:
-        raise FaultwatchError("no Kafka bootstrap: pass --bootstrap HOST:PORT or set "
-                              "FAULTWATCH_BOOTSTRAP")
-    topics = Topics(args.topic_prefix)
-    rs = asyncio.run(push(args.bootstrap, args.files, topics=topics,
-                          builtin=not args.no_builtin, timeout_s=args.timeout_s))
-    print(f"pushed rules version {rs.version} ({len(rs.rules)} rules, {len(args.files)} "
-          f"file(s)) to {topics.rules}")
-    return 0
-
-
-def register(rsub: Any) -> None:
-    """Adds `push` to the `faultwatch rules` subcommands."""
-    p = rsub.add_parser("push", help="validate rule files and publish them to every processor")
-    p.add_argument("files", nargs="+", metavar="FILE")
-    p.add_argument("--bootstrap", default=os.environ.get("FAULTWATCH_BOOTSTRAP"),
-                   help="Kafka bootstrap HOST:PORT (default $FAULTWATCH_BOOTSTRAP)")
-    p.add_argument("--topic-prefix", default=os.environ.get("FAULTWATCH_TOPIC_PREFIX",
-                                                            DEFAULT_PREFIX),
-                   help="topic name prefix (default $FAULTWATCH_TOPIC_PREFIX or 'faultwatch.')")
-    p.add_argument("--no-builtin", action="store_true",
-                   help="the files replace the built-in rule set instead of extending it")
-    p.add_argument("--timeout-s", type=float, default=30.0, help="Kafka timeout (seconds)")
-    p.set_defaults(func=cmd_rules_push)
 
 
 # ---- the processors' side -----------------------------------------------------------------
