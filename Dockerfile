@@ -1,4 +1,5 @@
-# The faultwatch image (processor and agent): `docker build -t faultwatch .`
+# The faultwatch image: `docker build -t faultwatch .` (processor and agent, with Faust);
+# `docker build --build-arg EXTRAS= -t faultwatch-node .` is the node side alone (no Faust).
 FROM python:3.11-slim
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
@@ -6,10 +7,11 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 
+ARG EXTRAS=processor
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY faultwatch ./faultwatch
-RUN pip install . && rm -rf /src
+RUN pip install ".${EXTRAS:+[$EXTRAS]}" && rm -rf /src
 
 RUN useradd --create-home --uid 10001 faultwatch
 USER faultwatch

@@ -1,19 +1,47 @@
-"""The `faultwatch` command line: a thin shell over the core, the agent and the processor."""
+"""The `faultwatch` command line: one argparse tree, one error handler, one exit-code table.
+
+Each command's function is a thin call into its implementation (embedded mode, the agent, the
+processor, the readers, the rules tooling, the local broker). Shared options are defined once
+below; commands that wrap a training command (`run`, `agent`) take it only after `--`.
+"""
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import importlib.util
+import json
 import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import orjson
 
 from faultwatch import __version__
-from faultwatch.errors import FaultwatchError
+from faultwatch.agents.config import (
+    EXIT_BLACKLISTED,
+    EXIT_BOOTCHECK_FAILED,
+    EXIT_FAILED_BY_DECISION,
+    EXIT_NODES_TIMEOUT,
+)
+from faultwatch.errors import (
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_RULES,
+    EXIT_USAGE,
+    BrokerError,
+    ConfigError,
+    FaultwatchError,
+    MissingExtraError,
+    RuleError,
+    UsageError,
+)
 from faultwatch.topics import DEFAULT_PARTITIONS, DEFAULT_PREFIX, Topics
+
+WRAPPERS = ("run", "agent")  # commands whose training command follows `--`
+AGENT_SUBCOMMANDS = ("tail", "bootcheck")
 
 POLICY_FLAGS: tuple[tuple[str, type, str], ...] = (
     ("hang_window_s", float, "every rank silent this long -> hang (seconds)"),
@@ -37,6 +65,7 @@ def _bootstrap_default() -> str | None:
 
 
 def _add_kafka_flags(p: argparse.ArgumentParser) -> None:
+    """--bootstrap and --topic-prefix, for every command that talks to Kafka."""
     p.add_argument("--bootstrap", default=_bootstrap_default(),
                    help="Kafka bootstrap HOST:PORT (default $FAULTWATCH_BOOTSTRAP)")
     p.add_argument("--topic-prefix", default=os.environ.get("FAULTWATCH_TOPIC_PREFIX",
@@ -44,7 +73,13 @@ def _add_kafka_flags(p: argparse.ArgumentParser) -> None:
                    help="topic name prefix (default $FAULTWATCH_TOPIC_PREFIX or 'faultwatch.')")
 
 
+def _add_rules_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--rules", action="append", metavar="FILE",
+                   help="rule file, added to the built-in rules (repeatable)")
+
+
 def _add_policy_flags(p: argparse.ArgumentParser) -> None:
+    """The policy overrides shared by `run` and `process`."""
     g = p.add_argument_group("policy (overrides the rule files' policy: sections)")
     for name, typ, help_ in POLICY_FLAGS:
         g.add_argument("--" + name.replace("_", "-"), dest=name, type=typ, default=None,
@@ -64,20 +99,23 @@ def _policy_overrides(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _command(args: argparse.Namespace) -> tuple[str, ...]:
-    cmd = list(args.cmd)
-    if cmd and cmd[0] == "--":
-        cmd = cmd[1:]
-    if not cmd:
-        raise FaultwatchError("no command given: put it after --, e.g. "
-                              "`faultwatch run -- torchrun ...`")
-    return tuple(cmd)
+    if not args.cmd:
+        raise UsageError(f"no command given: put it after --, e.g. "
+                         f"`faultwatch {args.command} -- torchrun ...`")
+    return tuple(args.cmd)
 
 
 def _need_bootstrap(args: argparse.Namespace) -> str:
     if not args.bootstrap:
-        raise FaultwatchError("no Kafka bootstrap: pass --bootstrap HOST:PORT or set "
-                              "FAULTWATCH_BOOTSTRAP (`faultwatch kafka up` starts a local broker)")
+        raise ConfigError("bootstrap", "no Kafka bootstrap: pass --bootstrap HOST:PORT or set "
+                          "FAULTWATCH_BOOTSTRAP (`faultwatch kafka up` starts a local broker)")
     return str(args.bootstrap)
+
+
+def _require_extra(extra: str, command: str, module: str) -> None:
+    """Fail with MissingExtraError when `module` (of the `extra` extra) is not installed."""
+    if importlib.util.find_spec(module) is None:
+        raise MissingExtraError(extra, command, module)
 
 
 # ---- commands -----------------------------------------------------------------------------
@@ -95,6 +133,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_process(args: argparse.Namespace) -> int:
+    _require_extra("processor", "process", "faust")  # the node side installs without Faust
     from faultwatch.embedded import policy_for
     from faultwatch.logs import set_component
     from faultwatch.rules import load_ruleset
@@ -180,7 +219,7 @@ def cmd_rules_check(args: argparse.Namespace) -> int:
         print(p, file=sys.stderr)
     if not problems:
         print(f"ok: {len(args.files)} file(s)")
-    return 1 if problems else 0
+    return EXIT_RULES if problems else EXIT_OK
 
 
 def cmd_rules_test(args: argparse.Namespace) -> int:
@@ -194,7 +233,7 @@ def cmd_rules_test(args: argparse.Namespace) -> int:
         print(p, file=sys.stderr)
     if not problems:
         print("ok: all inline rule tests passed")
-    return 1 if problems else 0
+    return EXIT_RULES if problems else EXIT_OK
 
 
 def cmd_rules_classify(args: argparse.Namespace) -> int:
@@ -210,28 +249,303 @@ def cmd_rules_classify(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_rules_push(args: argparse.Namespace) -> int:
+    from faultwatch.streams.rules_push import push
+    from faultwatch.streams.rules_record import build_record
+
+    try:
+        build_record(args.files, builtin=not args.no_builtin)  # validate before needing Kafka
+    except RuleError as e:
+        for p in e.problems:
+            print(p, file=sys.stderr)
+        print(f"not pushed: {len(e.problems)} problem(s)", file=sys.stderr)
+        return e.exit_code
+    bootstrap = _need_bootstrap(args)
+    topics = Topics(args.topic_prefix)
+    rs = asyncio.run(push(bootstrap, args.files, topics=topics, builtin=not args.no_builtin,
+                          timeout_s=args.timeout_s))
+    print(f"pushed rules version {rs.version} ({len(rs.rules)} rules, {len(args.files)} "
+          f"file(s)) to {topics.rules}")
+    return EXIT_OK
+
+
+def cmd_agent(args: argparse.Namespace) -> int:
+    from faultwatch.agents.agent import main_sync
+    from faultwatch.agents.cli import config_from_args
+
+    return main_sync(config_from_args(args), flush_only=bool(args.flush))
+
+
+def cmd_agent_tail(args: argparse.Namespace) -> int:
+    from faultwatch.agents.tail import tail_main
+
+    return tail_main(args)
+
+
+def cmd_agent_bootcheck(args: argparse.Namespace) -> int:
+    from faultwatch.agents.bootcheck import bootcheck_main
+
+    return bootcheck_main(args)
+
+
+def _broker_errors(exc: OSError) -> BrokerError:
+    return BrokerError(f"{type(exc).__name__}: {exc}")
+
+
+def cmd_kafka_up(args: argparse.Namespace) -> int:
+    from faultwatch import kafka_local
+
+    try:
+        print(kafka_local.up(args.port, args.data_dir, args.controller_port), flush=True)
+    except OSError as e:
+        raise _broker_errors(e) from e
+    return EXIT_OK
+
+
+def cmd_kafka_down(args: argparse.Namespace) -> int:
+    from faultwatch import kafka_local
+
+    try:
+        data = kafka_local.status(args.data_dir, args.port)["data_dir"]
+        stopped = kafka_local.down(args.data_dir, args.port)
+    except OSError as e:
+        raise _broker_errors(e) from e
+    print(f"stopped the broker of {data}" if stopped else f"no broker running for {data}")
+    return EXIT_OK
+
+
+def cmd_kafka_status(args: argparse.Namespace) -> int:
+    from faultwatch import kafka_local
+
+    try:
+        info = kafka_local.status(args.data_dir, args.port)
+    except OSError as e:
+        raise _broker_errors(e) from e
+    if args.json:
+        print(json.dumps(info))
+    elif info["running"]:
+        print(f"running: pid {info['pid']}, bootstrap {info['bootstrap']}, "
+              f"data dir {info['data_dir']}")
+    else:
+        print(f"not running (data dir {info['data_dir']})")
+    return EXIT_OK
+
+
+def cmd_kafka_fetch(args: argparse.Namespace) -> int:
+    from faultwatch import kafka_local
+
+    try:
+        print(kafka_local.ensure_jars())
+    except OSError as e:
+        raise _broker_errors(e) from e
+    return EXIT_OK
+
+
 # ---- parser -------------------------------------------------------------------------------
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="faultwatch",
-        description="Watch distributed training jobs' logs; decide restarts, blacklists, fails.")
-    parser.add_argument("--version", action="version", version=f"faultwatch {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+class _Parser(argparse.ArgumentParser):
+    """argparse with a hint appended to usage errors (e.g. where the wrapped command goes)."""
 
-    p = sub.add_parser("run", help="embedded mode: supervise CMD in-process, no Kafka")
-    p.add_argument("--rules", action="append", metavar="FILE", help="rule file (repeatable)")
+    hint = ""
+
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        hint = f"\n  hint: {self.hint}" if self.hint else ""
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}{hint}\n")
+
+
+AGENT_EPILOG = f"""\
+subcommands (instead of -- CMD):
+  faultwatch agent tail --job J [--node N] PATH...   ship existing log files
+  faultwatch agent bootcheck --job J [...]           run the boot checks now, ship the result
+
+exit codes: the child's (128+N when a signal N killed it);
+  {EXIT_BLACKLISTED} a blacklist decision named this node;
+  {EXIT_NODES_TIMEOUT} --wait-for-nodes timed out;
+  {EXIT_BOOTCHECK_FAILED} a boot check failed with --bootcheck-abort;
+  {EXIT_FAILED_BY_DECISION} a fail decision stopped a running child;
+  127 the command could not be started; 2 bad arguments (see docs/cli.md).
+"""
+
+
+def _add_agent_common(p: argparse.ArgumentParser, job_required: bool) -> None:
+    """Flags shared by `agent`, `agent tail` and `agent bootcheck`."""
+    _add_kafka_flags(p)
+    p.add_argument("--job", required=job_required, default=os.environ.get("FAULTWATCH_JOB"),
+                   help="job name (default $FAULTWATCH_JOB)")
+    p.add_argument("--node", default=None,
+                   help="node name (default $FAULTWATCH_NODE, else the hostname)")
+    p.add_argument("--heartbeat-s", type=float, default=2.0, help="heartbeat interval")
+    p.add_argument("--spool-dir", default=None,
+                   help="spool root (default $FAULTWATCH_SPOOL_DIR or ~/.faultwatch/spool)")
+    p.add_argument("--attempt", type=int, default=None,
+                   help="attempt number of the job (default $FAULTWATCH_ATTEMPT or 0)")
+    p.add_argument("--exit-flush-timeout-s", type=float, default=10.0,
+                   help="how long to wait for acks at exit; the rest stays spooled")
+    p.add_argument("--spool-cap-mb", type=int, default=256, help="spool size cap")
+
+
+def _add_bootcheck_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--bootcheck-path", action="append", default=[], metavar="PATH",
+                   help="a mount point whose write/read speed to check (repeatable)")
+    p.add_argument("--bootcheck-min-mb-s", type=float, default=0.0,
+                   help="a path slower than this (MB/s, write or read) fails its check")
+    p.add_argument("--bootcheck-expect-gpus", type=int, default=None,
+                   help="fail unless torch sees exactly this many GPUs")
+    p.add_argument("--bootcheck-allreduce", action=argparse.BooleanOptionalAction,
+                   default=True, help="run an all-reduce across the job's nodes (or 2 local "
+                   "processes for a 1-node job) and measure its bandwidth")
+    p.add_argument("--bootcheck-timeout-s", type=float, default=120.0,
+                   help="timeout of each subprocess check (versions, all-reduce)")
+
+
+def _add_agent(sub: Any) -> None:
+    p = sub.add_parser(
+        "agent", help="run a command and ship its output, exit and heartbeats to Kafka",
+        usage="faultwatch agent [options] -- CMD [ARGS...]\n"
+              "       faultwatch agent {tail,bootcheck} ...",
+        formatter_class=argparse.RawDescriptionHelpFormatter, epilog=AGENT_EPILOG,
+        description="Run CMD, tee its stdout/stderr unchanged, and ship lines, heartbeats and "
+                    "its exit to <prefix>logs. Unacked records wait in a disk spool. "
+                    "Under torchrun (--no-python) RANK/WORLD_SIZE are picked up from the env. "
+                    "See docs/agent.md.")
+    p.hint = "the training command goes after --: faultwatch agent --job J -- CMD [ARGS...]"
+    _add_agent_common(p, job_required=False)
+    p.add_argument("--rank", type=int, default=None, help="rank (default $RANK)")
+    p.add_argument("--nnodes", type=int, default=None,
+                   help="nodes of the job, sent in RunStart (default from torchrun's env)")
+    p.add_argument("--term-grace-s", type=float, default=10.0,
+                   help="SIGTERM to SIGKILL escalation when stopping the child")
+    p.add_argument("--max-line-bytes", type=int, default=65536)
+    p.add_argument("--follow-decisions", action=argparse.BooleanOptionalAction,
+                   default=None,
+                   help="act on <prefix>decisions for the job: restart the child on `restart`, "
+                        f"exit {EXIT_BLACKLISTED} on `blacklist` naming this node, stop on "
+                        "`fail`; after a failure wait --decision-wait-s for the decision "
+                        "(default: $FAULTWATCH_FOLLOW_DECISIONS if set, else on in node mode "
+                        "and off in rank mode, where torchrun or the scheduler restarts ranks)")
+    p.add_argument("--decision-wait-s", type=float, default=60.0,
+                   help="after the child failed, how long to wait for the job's decision")
+    p.add_argument("--sdk", action=argparse.BooleanOptionalAction, default=True,
+                   help="open a Unix socket for the training SDK ($FAULTWATCH_SDK_SOCKET in "
+                        "the child's env) and ship its messages as notes")
+    p.add_argument("--wait-for-nodes", type=int, default=0, metavar="N",
+                   help="hold the launch until N nodes of the job have an agent up")
+    p.add_argument("--wait-for-nodes-timeout-s", type=float, default=900.0,
+                   help=f"give up waiting (exit {EXIT_NODES_TIMEOUT}) after this long")
+    p.add_argument("--bootcheck", action="store_true",
+                   help="run the boot checks before the first launch; ship a bootcheck note")
+    p.add_argument("--bootcheck-abort", action="store_true",
+                   help=f"a failed boot check aborts the launch (exit {EXIT_BOOTCHECK_FAILED})")
+    _add_bootcheck_flags(p)
+    p.add_argument("--flush", action="store_true",
+                   help="no command: deliver what an earlier agent left in the spool, exit")
+    p.set_defaults(func=cmd_agent)
+    asub = p.add_subparsers(dest="agent_command", metavar="{tail,bootcheck}",
+                            parser_class=_Parser)
+
+    t = asub.add_parser("tail", help="ship existing log files",
+                        description="Ship existing log files (polling; offsets persisted; "
+                                    "rotation and truncation handled).")
+    _add_agent_common(t, job_required=True)
+    t.add_argument("--state-file", default=None,
+                   help="offsets (default <spool>/<job>/<node>/tail/state.json)")
+    t.add_argument("--poll-s", type=float, default=0.5, help="polling interval")
+    t.add_argument("--from-end", action="store_true",
+                   help="files without saved offsets start at their end (default: start)")
+    t.add_argument("--max-line-bytes", type=int, default=65536)
+    t.add_argument("paths", nargs="+", metavar="PATH")
+    t.set_defaults(func=cmd_agent_tail)
+
+    b = asub.add_parser("bootcheck", help="run the boot checks now, ship the result",
+                        description="Run the boot checks now; print them as JSON and ship a "
+                                    "bootcheck note (unless --no-ship).")
+    _add_agent_common(b, job_required=True)
+    _add_bootcheck_flags(b)
+    b.add_argument("--nnodes", type=int, default=None)
+    b.add_argument("--no-ship", action="store_true", help="only print the result")
+    b.set_defaults(func=cmd_agent_bootcheck)
+
+
+def _add_kafka(sub: Any) -> None:
+    from faultwatch.kafka_local import CACHE_ENV, KAFKA_VERSION
+
+    kafka = sub.add_parser(
+        "kafka", help="run a local single-node Kafka broker without Docker",
+        description=f"Run Apache Kafka {KAFKA_VERSION} (KRaft) from Maven Central jars "
+                    f"(cached in ${CACHE_ENV} or ~/.cache/faultwatch/kafka-{KAFKA_VERSION}).")
+    actions = kafka.add_subparsers(dest="kafka_command", required=True, metavar="ACTION",
+                                   parser_class=_Parser)
+    start = actions.add_parser("up", help="start the broker; print its bootstrap address")
+    stop = actions.add_parser("down", help="stop the broker of a data directory")
+    show = actions.add_parser("status", help="show whether the broker runs")
+    for p in (start, stop, show):
+        p.add_argument("--port", type=int, default=9092, help="broker port (default 9092)")
+        p.add_argument("--data-dir", type=Path, default=None,
+                       help="broker data directory (default ~/.cache/faultwatch/broker-PORT)")
+    start.add_argument("--controller-port", type=int, default=None,
+                       help="KRaft controller port (default: previous one, else a free one)")
+    show.add_argument("--json", action="store_true", help="print JSON")
+    fetch = actions.add_parser("fetch", help="resolve the broker jars from Maven Central (once)")
+    start.set_defaults(func=cmd_kafka_up)
+    stop.set_defaults(func=cmd_kafka_down)
+    show.set_defaults(func=cmd_kafka_status)
+    fetch.set_defaults(func=cmd_kafka_fetch)
+
+
+def _add_rules(sub: Any) -> None:
+    rules = sub.add_parser("rules", help="check, test, try and push rule files")
+    rsub = rules.add_subparsers(dest="rules_command", required=True, metavar="SUBCOMMAND",
+                                parser_class=_Parser)
+    p = rsub.add_parser("check", help="validate rule files: path:line: message, all at once")
+    p.add_argument("files", nargs="+", metavar="FILE")
+    p.set_defaults(func=cmd_rules_check)
+    p = rsub.add_parser("test", help="run the inline tests of every rule")
+    p.add_argument("files", nargs="*", metavar="FILE")
+    p.add_argument("--no-builtin", action="store_true", help="test only the given files")
+    p.set_defaults(func=cmd_rules_test)
+    p = rsub.add_parser("classify", help="classify a failure log excerpt (one JSON object)")
+    _add_rules_flag(p)
+    p.add_argument("--exit-code", type=int, default=None, help="the failed process's exit code")
+    p.add_argument("--explain", action="store_true", help="also list every rule match")
+    p.add_argument("logfile", nargs="?", default="-", help="log file, or - for stdin")
+    p.set_defaults(func=cmd_rules_classify)
+    p = rsub.add_parser("push", help="validate rule files and publish them to every processor")
+    _add_kafka_flags(p)
+    p.add_argument("files", nargs="+", metavar="FILE")
+    p.add_argument("--no-builtin", action="store_true",
+                   help="the files replace the built-in rule set instead of extending it")
+    p.add_argument("--timeout-s", type=float, default=30.0, help="Kafka timeout (seconds)")
+    p.set_defaults(func=cmd_rules_push)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The one argparse tree of every `faultwatch` command."""
+    parser = _Parser(
+        prog="faultwatch",
+        description="Watch distributed training jobs' logs; decide restarts, blacklists, fails.",
+        epilog="exit codes: docs/cli.md")
+    parser.add_argument("--version", action="version", version=f"faultwatch {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
+                                parser_class=_Parser)
+
+    p = sub.add_parser("run", help="embedded mode: supervise CMD in-process, no Kafka",
+                       usage="faultwatch run [options] -- CMD [ARGS...]")
+    p.hint = "the training command goes after --: faultwatch run [options] -- CMD [ARGS...]"
+    _add_rules_flag(p)
     p.add_argument("--decisions-out", metavar="FILE", help="append decisions as JSON lines")
     p.add_argument("--job", default="local", help="job name used in decisions")
     p.add_argument("--term-grace-s", type=float, default=10.0,
                    help="SIGTERM -> SIGKILL grace when stopping the command")
     _add_policy_flags(p)
-    p.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD [ARGS...]")
     p.set_defaults(func=cmd_run)
 
-    p = sub.add_parser("process", help="cluster mode: run a processor worker (both stages)")
+    _add_agent(sub)
+
+    p = sub.add_parser("process", help="cluster mode: run a processor worker (both stages; "
+                                       "needs faultwatch[processor])")
     _add_kafka_flags(p)
-    p.add_argument("--rules", action="append", metavar="FILE", help="rule file (repeatable)")
+    _add_rules_flag(p)
     p.add_argument("--partitions", type=int, default=DEFAULT_PARTITIONS,
                    help="partitions of the logs/signals topics and the job table")
     p.add_argument("--app-id", help="consumer group / app id (default '<prefix>processor')")
@@ -255,49 +569,49 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="one JSON object per line")
     p.set_defaults(func=cmd_logs)
 
-    rules = sub.add_parser("rules", help="check, test and try rule files")
-    rsub = rules.add_subparsers(dest="rules_command", required=True, metavar="SUBCOMMAND")
-    p = rsub.add_parser("check", help="validate rule files: path:line: message, all at once")
-    p.add_argument("files", nargs="+")
-    p.set_defaults(func=cmd_rules_check)
-    p = rsub.add_parser("test", help="run the inline tests of every rule")
-    p.add_argument("files", nargs="*")
-    p.add_argument("--no-builtin", action="store_true", help="test only the given files")
-    p.set_defaults(func=cmd_rules_test)
-    p = rsub.add_parser("classify", help="classify a failure log excerpt (one JSON object)")
-    p.add_argument("--rules", action="append", metavar="FILE", help="rule file (repeatable)")
-    p.add_argument("--exit-code", type=int, default=None, help="the failed process's exit code")
-    p.add_argument("--explain", action="store_true", help="also list every rule match")
-    p.add_argument("logfile", nargs="?", default="-", help="log file, or - for stdin")
-    p.set_defaults(func=cmd_rules_classify)
-    _register_optional(sub, rsub)
+    _add_rules(sub)
+    _add_kafka(sub)
     return parser
 
 
-def _register_optional(sub: Any, rsub: Any) -> None:
-    """Subcommands that live beside their implementation (agent, kafka, rules push)."""
-    from faultwatch import kafka_local
-    from faultwatch.agents import cli as agent_cli
+def split_command(argv: Sequence[str]) -> tuple[list[str], list[str]]:
+    """(faultwatch's own arguments, the wrapped command): split at the first `--` of `run`
+    and `agent`, so nothing of the command is read as an option or a subcommand."""
+    args = list(argv)
+    wraps = bool(args) and args[0] in WRAPPERS and not (
+        args[0] == "agent" and len(args) > 1 and args[1] in AGENT_SUBCOMMANDS)
+    if wraps and "--" in args:
+        i = args.index("--")
+        return args[:i], args[i + 1:]
+    return args, []
 
-    kafka_local.register(sub)
-    agent_cli.register(sub)
-    try:
-        from faultwatch.streams import rules_dist
-    except ImportError:
-        return
-    rules_dist.register(rsub)
+
+def parse_args(argv: Sequence[str]) -> argparse.Namespace:
+    """Parse a full command line; argparse's usage errors raise SystemExit(EXIT_USAGE)."""
+    own, cmd = split_command(argv)
+    parser = build_parser()
+    args, unknown = parser.parse_known_args(own)
+    if unknown:
+        hint = (f" (the training command goes after --: faultwatch {args.command} [options] "
+                f"-- CMD [ARGS...])" if args.command in WRAPPERS else "")
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}{hint}")
+    args.cmd = cmd
+    return args
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    """The console script: parse, run the command, map every FaultwatchError to its exit code."""
+    try:
+        args = parse_args(sys.argv[1:] if argv is None else argv)
+    except SystemExit as e:  # --help, --version, usage errors (already printed)
+        return EXIT_OK if e.code is None else e.code if isinstance(e.code, int) else EXIT_USAGE
     try:
         return int(args.func(args))
     except FaultwatchError as e:
         print(f"faultwatch: error: {e}", file=sys.stderr)
-        return 1
+        return e.exit_code
     except KeyboardInterrupt:
-        return 130
+        return EXIT_INTERRUPTED
 
 
 if __name__ == "__main__":

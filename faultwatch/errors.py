@@ -3,10 +3,26 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
+
+# The exit codes of the `faultwatch` command (docs/cli.md has the table). An error class
+# carries its code; the CLI's one handler prints the error and exits with it. The agent's
+# verdicts (75-78, agents/config.py) and a child's own exit code are results, not errors.
+EXIT_OK = 0
+EXIT_ERROR = 1  # a FaultwatchError without a more specific class; `rules check` found problems
+EXIT_USAGE = 2  # bad arguments or configuration (argparse's own code)
+EXIT_RULES = 3  # a rule set is invalid
+EXIT_DECODE = 4  # a record could not be decoded
+EXIT_BROKER = 5  # Kafka (or the local broker) could not be reached, started or stopped
+EXIT_MISSING_EXTRA = 6  # the command needs an optional extra that is not installed
+EXIT_CHILD_NOT_STARTED = 127  # the supervised command could not be started (as in a shell)
+EXIT_INTERRUPTED = 130  # SIGINT (Ctrl-C)
 
 
 class FaultwatchError(Exception):
     """Root of every error faultwatch raises on purpose."""
+
+    exit_code: ClassVar[int] = EXIT_ERROR
 
 
 @dataclass(frozen=True)
@@ -25,6 +41,8 @@ class RuleProblem:
 class RuleError(FaultwatchError):
     """A rule set is invalid; holds every problem found, not just the first."""
 
+    exit_code = EXIT_RULES
+
     def __init__(self, problems: list[RuleProblem]):
         self.problems = list(problems)
         super().__init__("\n".join(str(p) for p in self.problems))
@@ -32,6 +50,8 @@ class RuleError(FaultwatchError):
 
 class ConfigError(FaultwatchError):
     """A configuration value (flag, environment, policy section) is invalid."""
+
+    exit_code = EXIT_USAGE
 
     def __init__(self, key: str, message: str):
         self.key = key
@@ -41,6 +61,8 @@ class ConfigError(FaultwatchError):
 class DecodeError(FaultwatchError):
     """A wire record could not be decoded; carries where it came from."""
 
+    exit_code = EXIT_DECODE
+
     def __init__(self, message: str, topic: str | None = None, partition: int | None = None,
                  offset: int | None = None):
         self.topic, self.partition, self.offset = topic, partition, offset
@@ -49,8 +71,29 @@ class DecodeError(FaultwatchError):
 
 
 class BrokerError(FaultwatchError):
-    """The local Kafka broker could not be resolved, started, reached or stopped."""
+    """Kafka, or the local broker, could not be resolved, started, reached or stopped."""
+
+    exit_code = EXIT_BROKER
 
 
 class ChildError(FaultwatchError):
     """The supervised command could not be started."""
+
+    exit_code = EXIT_CHILD_NOT_STARTED
+
+
+class UsageError(FaultwatchError):
+    """The command line is wrong in a way argparse cannot see (e.g. no command after --)."""
+
+    exit_code = EXIT_USAGE
+
+
+class MissingExtraError(FaultwatchError):
+    """A command needs an optional extra (e.g. `faultwatch[processor]`) that is not installed."""
+
+    exit_code = EXIT_MISSING_EXTRA
+
+    def __init__(self, extra: str, command: str, missing: str):
+        self.extra, self.command, self.missing = extra, command, missing
+        super().__init__(f"`faultwatch {command}` needs the {extra} extra ({missing} is not "
+                         f"installed): pip install 'faultwatch[{extra}]'")

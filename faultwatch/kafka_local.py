@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import base64
 import concurrent.futures
 import contextlib
 import fcntl
-import json
 import os
 import shutil
 import signal
@@ -17,7 +15,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TypedDict
 
@@ -426,76 +424,11 @@ def status(data_dir: Path | None = None, port: int = 9092) -> BrokerStatus:
                         data_dir=str(data))
 
 
-def _guarded(action: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
-    def run(args: argparse.Namespace) -> int:
-        try:
-            return action(args)
-        except (BrokerError, OSError) as exc:
-            print(f"faultwatch: error: {exc}", file=sys.stderr)
-            return 1
-    return run
-
-
-def _cmd_up(args: argparse.Namespace) -> int:
-    print(up(args.port, args.data_dir, args.controller_port), flush=True)
-    return 0
-
-
-def _cmd_down(args: argparse.Namespace) -> int:
-    data = _resolve(args.data_dir, args.port)
-    stopped = down(data, args.port)
-    print(f"stopped the broker of {data}" if stopped else f"no broker running for {data}")
-    return 0
-
-
-def _cmd_status(args: argparse.Namespace) -> int:
-    info = status(args.data_dir, args.port)
-    if args.json:
-        print(json.dumps(info))
-    elif info["running"]:
-        print(f"running: pid {info['pid']}, bootstrap {info['bootstrap']}, "
-              f"data dir {info['data_dir']}")
-    else:
-        print(f"not running (data dir {info['data_dir']})")
-    return 0
-
-
-def _cmd_fetch(args: argparse.Namespace) -> int:
-    print(ensure_jars())
-    return 0
-
-
-def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Add `kafka up|down|status` to a CLI; each subcommand sets `func(args) -> exit code`."""
-    kafka = subparsers.add_parser(
-        "kafka", help="run a local single-node Kafka broker without Docker",
-        description=f"Run Apache Kafka {KAFKA_VERSION} (KRaft) from Maven Central jars "
-                    f"(cached in ${CACHE_ENV} or ~/.cache/faultwatch/kafka-{KAFKA_VERSION}).")
-    actions = kafka.add_subparsers(dest="kafka_command", required=True)
-    data_help = "broker data directory (default ~/.cache/faultwatch/broker-PORT)"
-    start = actions.add_parser("up", help="start the broker; print its bootstrap address")
-    stop = actions.add_parser("down", help="stop the broker of a data directory")
-    show = actions.add_parser("status", help="show whether the broker runs")
-    for parser in (start, stop, show):
-        parser.add_argument("--port", type=int, default=9092, help="broker port (default 9092)")
-        parser.add_argument("--data-dir", type=Path, default=None, help=data_help)
-    start.add_argument("--controller-port", type=int, default=None,
-                       help="KRaft controller port (default: previous one, else a free one)")
-    show.add_argument("--json", action="store_true", help="print JSON")
-    fetch = actions.add_parser("fetch", help="resolve the broker jars from Maven Central (once)")
-    fetch.set_defaults(func=_guarded(_cmd_fetch))
-    start.set_defaults(func=_guarded(_cmd_up))
-    stop.set_defaults(func=_guarded(_cmd_down))
-    show.set_defaults(func=_guarded(_cmd_status))
-
-
 def main(argv: list[str] | None = None) -> int:
-    """`python -m faultwatch.kafka_local up|down|status ...` (same as `faultwatch kafka`)."""
-    parser = argparse.ArgumentParser(prog="faultwatch")
-    register(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(["kafka", *(sys.argv[1:] if argv is None else argv)])
-    func: Callable[[argparse.Namespace], int] = args.func
-    return func(args)
+    """`python -m faultwatch.kafka_local up|down|status|fetch ...` = `faultwatch kafka ...`."""
+    from faultwatch.cli import main as cli_main
+
+    return cli_main(["kafka", *(sys.argv[1:] if argv is None else argv)])
 
 
 if __name__ == "__main__":

@@ -1,22 +1,43 @@
 #!/usr/bin/env bash
-# Create .venv and install faultwatch with its training (torch) and test extras, once per
-# pyproject.toml version; then resolve the Kafka broker jars from Maven Central (cached).
+# Install the two environments, once per pyproject.toml version, then resolve the Kafka broker
+# jars from Maven Central (cached):
+#   .venv        the processor's: faultwatch[processor,torch,test] (Faust, torch, test tools)
+#   .venv-train  a training image: faultwatch's node side only, beside the newest torch,
+#                transformers, accelerate and lightning (no Faust: it pins click<8.4)
+# Both are installed by uv, so torch (GBs) is downloaded once into uv's cache and hard-linked
+# into each env. Set FAULTWATCH_NO_TRAIN_ENV=1 to skip .venv-train.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 for tool in java mvn; do
   command -v "$tool" >/dev/null || { echo "bootstrap: $tool is required (Java 17 + Maven run the local Kafka broker)" >&2; exit 1; }
 done
-PY=${PYTHON:-python3}
+PY=$(command -v "${PYTHON:-python3}")
 "$PY" -c 'import sys; assert sys.version_info >= (3, 11), "Python >= 3.11 required"'
+export UV_LINK_MODE=hardlink UV_PYTHON_DOWNLOADS=never UV_NO_PROGRESS=1
+
+want=$(sha256sum pyproject.toml | cut -c1-16)
+stale() { [ "$(cat "$1" 2>/dev/null)" != "$want" ]; }
 
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
-stamp=.venv/.faultwatch-install
-want=$(sha256sum pyproject.toml | cut -c1-16)
-if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
-  echo "bootstrap: installing faultwatch[torch,test] into .venv (torch is large; first run takes minutes)" >&2
-  .venv/bin/python -m pip install -q --upgrade pip
-  .venv/bin/python -m pip install -q -e ".[torch,test]"
-  echo "$want" > "$stamp"
+if stale .venv/.faultwatch-install; then
+  echo "bootstrap: installing faultwatch[processor,torch,test] into .venv (torch is large; first run takes minutes)" >&2
+  start=$SECONDS
+  [ -x .venv/bin/uv ] || .venv/bin/python -m pip install -q --disable-pip-version-check uv
+  .venv/bin/uv pip install -q --python .venv/bin/python -e ".[processor,torch,test]"
+  echo "$want" > .venv/.faultwatch-install
+  echo "bootstrap: .venv ready in $((SECONDS - start)) s" >&2
+fi
+
+if [ -z "${FAULTWATCH_NO_TRAIN_ENV:-}" ] && stale .venv-train/.faultwatch-install; then
+  echo "bootstrap: installing the training image .venv-train (faultwatch node side + newest torch, transformers, accelerate, lightning)" >&2
+  start=$SECONDS
+  rm -rf .venv-train  # fresh, so the resolver takes the newest releases (no --upgrade: it
+  .venv/bin/uv venv -q --python "$PY" .venv-train  # would re-download torch past the cache)
+  .venv/bin/uv pip install -q --python .venv-train/bin/python \
+    -e . torch transformers accelerate lightning
+  .venv/bin/uv pip check --python .venv-train/bin/python >&2
+  echo "$want" > .venv-train/.faultwatch-install
+  echo "bootstrap: .venv-train ready in $((SECONDS - start)) s" >&2
 fi
 .venv/bin/faultwatch kafka fetch >/dev/null

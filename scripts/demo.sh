@@ -33,9 +33,13 @@ $FW process --bootstrap "$BOOT" --topic-prefix "$PREFIX" --settle-s 1 --hang-win
 PROC=$!
 trap 'kill $PROC 2>/dev/null; wait $PROC 2>/dev/null; $FW kafka down --port "$PORT" --data-dir "$DATA" >/dev/null' EXIT
 sleep 3
-banner "agent runs the job; rank 1 raises a retryable error in attempt 0; the agent acts on the decision"
-FW_FAULT=retryable FW_FAULT_ATTEMPTS=0 $FW agent --bootstrap "$BOOT" --topic-prefix "$PREFIX" \
-  --job demo --node node-0 --follow-decisions -- "${JOB[@]}" || rc=$?
+# The two sides in their own environments: the processor from .venv (Faust), the agent and the
+# job from the training image .venv-train (node side beside the newest torch stack), if built.
+TRAIN=.venv; [ -x .venv-train/bin/faultwatch ] && TRAIN=.venv-train
+banner "agent ($TRAIN) runs the job; rank 1 raises a retryable error in attempt 0; the agent acts on the decision"
+FW_FAULT=retryable FW_FAULT_ATTEMPTS=0 $TRAIN/bin/faultwatch agent --bootstrap "$BOOT" \
+  --topic-prefix "$PREFIX" --job demo --node node-0 --follow-decisions \
+  -- $TRAIN/bin/torchrun --standalone --nproc-per-node 2 examples/train_gloo.py || rc=$?
 echo "agent exit code: ${rc:-0}"
 banner "faultwatch decisions --job demo"
 $FW decisions --bootstrap "$BOOT" --topic-prefix "$PREFIX" --job demo

@@ -191,19 +191,11 @@ async def run_bootchecks(agent: Agent) -> bool:
     return ok
 
 
-def bootcheck_main(argv: list[str]) -> int:
+def bootcheck_main(a: argparse.Namespace) -> int:
     """`faultwatch agent bootcheck`: the same checks on demand (e.g. after a failure)."""
-    from faultwatch.agents.cli import add_bootcheck, add_common, bootcheck_kw
+    from faultwatch.agents.cli import bootcheck_kw
     from faultwatch.agents.config import AgentConfig
 
-    ap = argparse.ArgumentParser(prog="faultwatch agent bootcheck",
-                                 description="Run the boot checks now; print them as JSON and "
-                                             "ship a bootcheck note (unless --no-ship).")
-    add_common(ap, job_required=True)
-    add_bootcheck(ap)
-    ap.add_argument("--nnodes", type=int, default=None)
-    ap.add_argument("--no-ship", action="store_true", help="only print the result")
-    a = ap.parse_args(argv)
     kw = bootcheck_kw(a)
     env = dict(os.environ)
     checks = asyncio.run(all_checks(kw["bootcheck_paths"], kw["bootcheck_min_mb_s"],

@@ -1,4 +1,4 @@
-"""The `faultwatch agent` subcommand (and `agent tail`, `agent bootcheck`): argument parsing."""
+"""The `faultwatch agent` flags turned into an AgentConfig (the parser is in faultwatch/cli.py)."""
 
 from __future__ import annotations
 
@@ -6,29 +6,8 @@ import argparse
 import os
 from typing import Any
 
-from faultwatch.agents.config import (
-    EXIT_BLACKLISTED,
-    EXIT_BOOTCHECK_FAILED,
-    EXIT_FAILED_BY_DECISION,
-    EXIT_NODES_TIMEOUT,
-    AgentConfig,
-)
+from faultwatch.agents.config import AgentConfig
 from faultwatch.errors import ConfigError
-
-SUBCOMMANDS = ("tail", "bootcheck")
-
-EPILOG = f"""\
-subcommands (instead of -- CMD):
-  faultwatch agent tail --job J [--node N] PATH...   ship existing log files
-  faultwatch agent bootcheck --job J [...]           run the boot checks now, ship the result
-
-exit codes: the child's (128+N when a signal N killed it);
-  {EXIT_BLACKLISTED} a blacklist decision named this node;
-  {EXIT_NODES_TIMEOUT} --wait-for-nodes timed out;
-  {EXIT_BOOTCHECK_FAILED} a boot check failed with --bootcheck-abort;
-  {EXIT_FAILED_BY_DECISION} a fail decision stopped a running child;
-  127 the command could not be started; 2 bad arguments.
-"""
 
 
 def _env_flag(name: str) -> bool:
@@ -43,85 +22,6 @@ def _follow_decisions(args: argparse.Namespace) -> bool:
         return _env_flag("FAULTWATCH_FOLLOW_DECISIONS")
     rank_mode = args.rank is not None or "RANK" in os.environ
     return not rank_mode
-
-
-def add_common(p: argparse.ArgumentParser, job_required: bool) -> None:
-    """Flags shared by `agent`, `agent tail` and `agent bootcheck`."""
-    p.add_argument("--bootstrap", default=os.environ.get("FAULTWATCH_BOOTSTRAP"),
-                   help="Kafka HOST:PORT (default $FAULTWATCH_BOOTSTRAP)")
-    p.add_argument("--job", required=job_required, default=os.environ.get("FAULTWATCH_JOB"),
-                   help="job name (default $FAULTWATCH_JOB)")
-    p.add_argument("--node", default=None,
-                   help="node name (default $FAULTWATCH_NODE, else the hostname)")
-    p.add_argument("--topic-prefix", default=None,
-                   help="topic prefix (default $FAULTWATCH_TOPIC_PREFIX or 'faultwatch.')")
-    p.add_argument("--heartbeat-s", type=float, default=2.0, help="heartbeat interval")
-    p.add_argument("--spool-dir", default=None,
-                   help="spool root (default $FAULTWATCH_SPOOL_DIR or ~/.faultwatch/spool)")
-    p.add_argument("--attempt", type=int, default=None,
-                   help="attempt number of the job (default $FAULTWATCH_ATTEMPT or 0)")
-    p.add_argument("--exit-flush-timeout-s", type=float, default=10.0,
-                   help="how long to wait for acks at exit; the rest stays spooled")
-    p.add_argument("--spool-cap-mb", type=int, default=256, help="spool size cap")
-
-
-def add_bootcheck(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--bootcheck-path", action="append", default=[], metavar="PATH",
-                   help="a mount point whose write/read speed to check (repeatable)")
-    p.add_argument("--bootcheck-min-mb-s", type=float, default=0.0,
-                   help="a path slower than this (MB/s, write or read) fails its check")
-    p.add_argument("--bootcheck-expect-gpus", type=int, default=None,
-                   help="fail unless torch sees exactly this many GPUs")
-    p.add_argument("--bootcheck-allreduce", action=argparse.BooleanOptionalAction,
-                   default=True, help="run an all-reduce across the job's nodes (or 2 local "
-                   "processes for a 1-node job) and measure its bandwidth")
-    p.add_argument("--bootcheck-timeout-s", type=float, default=120.0,
-                   help="timeout of each subprocess check (versions, all-reduce)")
-
-
-def register(subparsers: Any) -> argparse.ArgumentParser:
-    """Add `agent` to the top-level CLI's subparsers."""
-    p: argparse.ArgumentParser = subparsers.add_parser(
-        "agent", help="run a command and ship its output, exit and heartbeats to Kafka",
-        formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EPILOG,
-        description="Run CMD, tee its stdout/stderr unchanged, and ship lines, heartbeats and "
-                    "its exit to <prefix>logs. Unacked records wait in a disk spool. "
-                    "Under torchrun (--no-python) RANK/WORLD_SIZE are picked up from the env. "
-                    "See docs/agent.md.")
-    add_common(p, job_required=False)
-    p.add_argument("--rank", type=int, default=None, help="rank (default $RANK)")
-    p.add_argument("--nnodes", type=int, default=None,
-                   help="nodes of the job, sent in RunStart (default from torchrun's env)")
-    p.add_argument("--term-grace-s", type=float, default=10.0,
-                   help="SIGTERM to SIGKILL escalation when stopping the child")
-    p.add_argument("--max-line-bytes", type=int, default=65536)
-    p.add_argument("--follow-decisions", action=argparse.BooleanOptionalAction,
-                   default=None,
-                   help="act on <prefix>decisions for the job: restart the child on `restart`, "
-                        f"exit {EXIT_BLACKLISTED} on `blacklist` naming this node, stop on "
-                        "`fail`; after a failure wait --decision-wait-s for the decision "
-                        "(default: $FAULTWATCH_FOLLOW_DECISIONS if set, else on in node mode "
-                        "and off in rank mode, where torchrun or the scheduler restarts ranks)")
-    p.add_argument("--decision-wait-s", type=float, default=60.0,
-                   help="after the child failed, how long to wait for the job's decision")
-    p.add_argument("--sdk", action=argparse.BooleanOptionalAction, default=True,
-                   help="open a Unix socket for the training SDK ($FAULTWATCH_SDK_SOCKET in "
-                        "the child's env) and ship its messages as notes")
-    p.add_argument("--wait-for-nodes", type=int, default=0, metavar="N",
-                   help="hold the launch until N nodes of the job have an agent up")
-    p.add_argument("--wait-for-nodes-timeout-s", type=float, default=900.0,
-                   help=f"give up waiting (exit {EXIT_NODES_TIMEOUT}) after this long")
-    p.add_argument("--bootcheck", action="store_true",
-                   help="run the boot checks before the first launch; ship a bootcheck note")
-    p.add_argument("--bootcheck-abort", action="store_true",
-                   help=f"a failed boot check aborts the launch (exit {EXIT_BOOTCHECK_FAILED})")
-    add_bootcheck(p)
-    p.add_argument("--flush", action="store_true",
-                   help="no command: deliver what an earlier agent left in the spool, exit")
-    p.add_argument("cmd", nargs=argparse.REMAINDER, help="-- CMD [ARGS...] | tail ... | "
-                   "bootcheck ...")
-    p.set_defaults(func=run)
-    return p
 
 
 def _attempt(args: argparse.Namespace) -> int:
@@ -143,9 +43,8 @@ def bootcheck_kw(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def config_from_args(args: argparse.Namespace) -> AgentConfig:
+    """The agent's configuration from the parsed flags; `args.cmd` is the command after --."""
     cmd = list(args.cmd)
-    if cmd and cmd[0] == "--":
-        cmd = cmd[1:]
     if not cmd and not args.flush:
         raise ConfigError("cmd", "no command given: faultwatch agent --job J -- CMD [ARGS...]")
     if not args.job:
@@ -162,37 +61,13 @@ def config_from_args(args: argparse.Namespace) -> AgentConfig:
         bootcheck_abort=args.bootcheck_abort, **bootcheck_kw(args))
 
 
-def run(args: argparse.Namespace) -> int:
-    """func for set_defaults: returns the child's exit code (or the flush result)."""
-    if args.cmd and args.cmd[0] in SUBCOMMANDS:
-        return run_subcommand(args.cmd[0], args.cmd[1:])
-    from faultwatch.agents.agent import main_sync
-
-    return main_sync(config_from_args(args), flush_only=bool(args.flush))
-
-
-def run_subcommand(name: str, argv: list[str]) -> int:
-    """`agent tail ...` / `agent bootcheck ...` (parsed here: `agent` takes CMD verbatim)."""
-    if name == "tail":
-        from faultwatch.agents.tail import tail_main
-
-        return tail_main(argv)
-    from faultwatch.agents.bootcheck import bootcheck_main
-
-    return bootcheck_main(argv)
-
-
 def main(argv: list[str] | None = None) -> int:
-    """Standalone entry (python -m faultwatch.agents.cli), same as `faultwatch agent`."""
-    parser = argparse.ArgumentParser(prog="faultwatch")
-    sub = parser.add_subparsers(dest="command", required=True)
-    register(sub)
-    args = parser.parse_args(argv)
-    try:
-        return int(args.func(args))
-    except ConfigError as e:
-        parser.error(str(e))
-        return 2
+    """`python -m faultwatch.agents.cli agent ...`: the same tree as the console script."""
+    import sys
+
+    from faultwatch.cli import main as cli_main
+
+    return cli_main(sys.argv[1:] if argv is None else argv)
 
 
 if __name__ == "__main__":

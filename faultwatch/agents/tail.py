@@ -203,22 +203,8 @@ async def run_tail(cfg: AgentConfig, paths: list[str], state_file: Path, poll_s:
     return 0
 
 
-def tail_main(argv: list[str]) -> int:
+def tail_main(a: argparse.Namespace) -> int:
     """`faultwatch agent tail --job J [--node N] PATH...` until SIGTERM/SIGINT."""
-    from faultwatch.agents.cli import add_common
-
-    ap = argparse.ArgumentParser(prog="faultwatch agent tail",
-                                 description="Ship existing log files (polling; offsets "
-                                             "persisted; rotation and truncation handled).")
-    add_common(ap, job_required=True)
-    ap.add_argument("--state-file", default=None,
-                    help="offsets (default <spool>/<job>/<node>/tail/state.json)")
-    ap.add_argument("--poll-s", type=float, default=0.5, help="polling interval")
-    ap.add_argument("--from-end", action="store_true",
-                    help="files without saved offsets start at their end (default: start)")
-    ap.add_argument("--max-line-bytes", type=int, default=65536)
-    ap.add_argument("paths", nargs="+", metavar="PATH")
-    a = ap.parse_args(argv)
     cfg = AgentConfig.from_env_defaults(
         bootstrap=a.bootstrap, job=a.job, node=a.node, cmd=("tail",),
         topic_prefix=a.topic_prefix, attempt=a.attempt or 0, heartbeat_s=a.heartbeat_s,

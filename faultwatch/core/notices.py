@@ -4,7 +4,7 @@
   pulls killed a torchrun rendezvous), or expected nodes never started (silence.py).
 - slow: a rank's smoothed SDK step time stays above slow_factor x the job's median for
   SLOW_STRIKES scans; a node slow in two attempts is a blacklist candidate.
-- custom: the SDK's send_custom_message (`notify` notes).
+- custom: the SDK's `faultwatch.sdk.notify(message, level)` (`notify` notes).
 - bootcheck: a node's boot checks failed (the node becomes a blacklist candidate).
 - gap: the agent dropped output (spool cap) — decisions may lack evidence.
 - retryable_errors notes add job-specific retryable patterns (failure.py applies them).

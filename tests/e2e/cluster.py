@@ -91,3 +91,79 @@ def wait_decisions(bootstrap: str, prefix: str, job: str, count: int = 1,
             return got
         time.sleep(1.0)
     return got
+
+
+async def _offsets(bootstrap: str, group: str,
+                   topic: str) -> tuple[dict[Any, int], dict[Any, int]]:
+    """(end offset, offset committed by `group`) of every partition of `topic`."""
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+    from aiokafka.admin import AIOKafkaAdminClient
+
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    await admin.start()
+    await consumer.start()
+    try:
+        described = await admin.describe_topics([topic])
+        parts = [TopicPartition(topic, p["partition"])
+                 for d in described for p in d.get("partitions", [])]
+        ends = await consumer.end_offsets(parts) if parts else {}
+        committed = {tp: max(0, m.offset) for tp, m in
+                     (await admin.list_consumer_group_offsets(group)).items()
+                     if tp.topic == topic}
+        return dict(ends), committed
+    finally:
+        await consumer.stop()
+        await admin.close()
+
+
+def wait_processed(bootstrap: str, prefix: str, timeout_s: float = 90.0) -> None:
+    """Positive control for a "no (further) decision" assertion: wait until the processor's
+    consumer group has committed every record now on the logs topic, then every record then
+    on the signals topic. A commit follows the delivery of what its records caused (signals,
+    then decisions), so afterwards the decisions topic holds every decision of the records
+    shipped so far: an empty answer means the processor decided nothing, not that it never
+    read the job. (The signals topic also carries the processor's own ticks, so "caught up"
+    is measured against the end offsets seen when the wait starts, not the moving end.)"""
+    import asyncio
+
+    from tests.conftest import wait_until
+
+    group = f"{prefix}processor"
+    for topic in (f"{prefix}logs", f"{prefix}signals"):
+        target, _ = asyncio.run(_offsets(bootstrap, group, topic))
+        assert target, f"no partitions of {topic}"
+
+        def caught_up(topic: str = topic, target: dict[Any, int] = target) -> bool:
+            _, done = asyncio.run(_offsets(bootstrap, group, topic))
+            return all(done.get(tp, 0) >= end for tp, end in target.items())
+
+        wait_until(caught_up, timeout_s, f"processor group {group} to commit {topic} up to "
+                   f"{sorted(target.values())}", interval_s=0.5)
+
+
+def wait_processor_ready(bootstrap: str, prefix: str, proc: subprocess.Popen[bytes],
+                         log: Path, timeout_s: float = 90.0) -> None:
+    """Wait until the processor's consumer group is Stable (the worker joined and holds its
+    partitions), failing at once with its log if the worker died."""
+    import asyncio
+
+    from aiokafka.admin import AIOKafkaAdminClient
+
+    from tests.conftest import wait_until
+
+    async def state() -> str:
+        admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+        await admin.start()
+        try:
+            groups = await admin.describe_consumer_groups([f"{prefix}processor"])
+            return str(groups[0].groups[0][2]) if groups and groups[0].groups else ""
+        finally:
+            await admin.close()
+
+    def ready() -> bool:
+        assert proc.poll() is None, f"processor died:\n{log.read_text()[-4000:]}"
+        return asyncio.run(state()) == "Stable"
+
+    wait_until(ready, timeout_s, f"processor group {prefix}processor to be Stable",
+               interval_s=0.3)

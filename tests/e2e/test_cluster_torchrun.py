@@ -12,7 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.cluster import agent_cmd, decisions, processor, wait_decisions
+from tests.e2e.cluster import (
+    agent_cmd,
+    decisions,
+    processor,
+    wait_decisions,
+    wait_processed,
+    wait_processor_ready,
+)
 from tests.e2e.conftest import job_env, torchrun_cmd
 
 pytestmark = [pytest.mark.slow, pytest.mark.kafka]
@@ -27,8 +34,7 @@ def cluster(kafka_bootstrap: str,
     log = tmp_path_factory.mktemp("proc") / "processor.log"
     with processor(kafka_bootstrap, prefix, log, "--hang-window-s", str(HANG_WINDOW_S),
                    "--settle-s", "1.5", "--max-restarts", "3") as proc:
-        time.sleep(2.0)
-        assert proc.poll() is None, log.read_text()
+        wait_processor_ready(kafka_bootstrap, prefix, proc, log)
         yield kafka_bootstrap, prefix
         assert proc.poll() is None, f"processor died:\n{log.read_text()[-4000:]}"
 
@@ -47,10 +53,10 @@ def test_retryable_error_on_rank1_one_restart(cluster: tuple[str, str], tmp_path
     t0 = time.time()
     proc = run_agent(cluster, job, tmp_path, FW_FAULT="retryable")
     assert proc.returncode == 1, proc.stderr[-3000:]
-    decs = wait_decisions(*cluster, job)
-    time.sleep(3.0)  # nothing else may follow
+    wait_decisions(*cluster, job)
+    wait_processed(*cluster)  # every record of the job processed: nothing else may follow
     decs = decisions(*cluster, job)
-    assert [d["action"] for d in decs] == ["restart"], decs
+    assert [(d["action"], d["reason"]["kind"]) for d in decs] == [("restart", "error")], decs
     first = decs[0]["evidence"]["first_error"]
     assert first["rank"] == 1 and "ConnectionError" in first["line"], first
     assert decs[0]["targets"]["ranks"] == [1]
@@ -62,7 +68,7 @@ def test_fatal_error_one_fail(cluster: tuple[str, str], tmp_path: Path) -> None:
     proc = run_agent(cluster, job, tmp_path, FW_FAULT="fatal")
     assert proc.returncode == 1, proc.stderr[-3000:]
     wait_decisions(*cluster, job)
-    time.sleep(3.0)
+    wait_processed(*cluster)
     decs = decisions(*cluster, job)
     assert [d["action"] for d in decs] == ["fail"], decs
     first = decs[0]["evidence"]["first_error"]
@@ -95,5 +101,7 @@ def test_clean_run_no_decision(cluster: tuple[str, str], tmp_path: Path) -> None
     proc = run_agent(cluster, job, tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "rank 0 done" in proc.stdout  # the child's output is copied unchanged
-    time.sleep(HANG_WINDOW_S)
+    wait_processed(*cluster)  # positive control: the processor read the whole job ...
+    time.sleep(HANG_WINDOW_S)  # ... and a hang window passed after its exit (the condition)
+    wait_processed(*cluster)
     assert decisions(*cluster, job) == []

@@ -14,6 +14,7 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from faultwatch import kafka_local
+from faultwatch.errors import EXIT_BROKER
 
 # No skip when java/mvn are missing: scripts/bootstrap.sh requires them, and a broker test
 # that silently skips would hide a broken install.
@@ -125,6 +126,6 @@ def test_cli_prints_exactly_the_bootstrap_address(broker_dir: Path) -> None:
 
 def test_cli_reports_errors_on_stderr(tmp_path: Path) -> None:
     failed = _cli("up", "--port", "70000", "--data-dir", str(tmp_path / "x"))
-    assert failed.returncode == 1
+    assert failed.returncode == EXIT_BROKER
     assert failed.stdout == ""
     assert failed.stderr.startswith("faultwatch: error: ")

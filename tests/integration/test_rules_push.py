@@ -16,6 +16,7 @@ import pytest
 
 from faultwatch import wire
 from faultwatch.core.events import STDERR, Exit, Line, RunStart
+from faultwatch.errors import EXIT_RULES
 from faultwatch.streams.rules_push import publish_record
 from faultwatch.streams.rules_record import RULESET_KEY
 from faultwatch.streams.rules_watch import assign_topic
@@ -115,14 +116,14 @@ def rules_version_of(stdout: str) -> str:
     return m.group(1)
 
 
-def test_push_invalid_file_exits_1_and_publishes_nothing(kafka_bootstrap: str,
+def test_push_invalid_file_exits_with_the_rules_code_and_publishes_nothing(kafka_bootstrap: str,
                                                         topic_prefix: str,
                                                         tmp_path: Path) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text(BROKEN)
     out = fw("rules", "push", str(bad), "--bootstrap", kafka_bootstrap,
              "--topic-prefix", topic_prefix)
-    assert out.returncode == 1, out
+    assert out.returncode == EXIT_RULES, out
     errors = [ln for ln in out.stderr.splitlines() if ln.startswith(f"{bad}:")]
     assert len(errors) >= 3, out.stderr  # all at once: category, regex, unknown key
     assert all(re.match(rf"{re.escape(str(bad))}:\d+: ", ln) for ln in errors)
