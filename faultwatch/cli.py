@@ -185,15 +185,16 @@ def cmd_logs(args: argparse.Namespace) -> int:
 
     bootstrap = _need_bootstrap(args)
     topic = Topics(args.topic_prefix).logs
-    seen: set[tuple[str, str, str, int]] = set()
+    seen: set[tuple[str, str, str, str, int]] = set()
 
     def emit(item: tuple[Any, dict[str, Any]]) -> None:
         _, d = item
         if d.get("job") != args.job or d.get("t") != "lines":
             return
         node, run_id = str(d.get("node")), str(d.get("run_id", ""))
+        attempt = str(d.get("attempt"))  # one run id spans attempts: seq restarts with each
         for ln in lines_of(d):
-            k = (node, run_id, ln.stream, ln.seq)
+            k = (node, run_id, attempt, ln.stream, ln.seq)
             if k in seen:  # redelivered after an agent restart or a broker outage
                 continue
             seen.add(k)
@@ -376,6 +377,12 @@ def _add_agent_common(p: argparse.ArgumentParser, job_required: bool) -> None:
     p.add_argument("--node", default=None,
                    help="node name (default $FAULTWATCH_NODE, else the hostname)")
     p.add_argument("--heartbeat-s", type=float, default=2.0, help="heartbeat interval")
+    p.add_argument("--run-id", default=None,
+                   help="the job run's identity, shared by its agents and attempts (default "
+                        "$FAULTWATCH_RUN_ID, else Slurm's job id, torchrun's --rdzv-id, "
+                        "$FAULTWATCH_K8S_UID, else generated per agent)")
+    p.add_argument("--label", action="append", default=[], metavar="KEY=VALUE",
+                   help="a label of the run, sent in its run-start record (repeatable)")
     p.add_argument("--spool-dir", default=None,
                    help="spool root (default $FAULTWATCH_SPOOL_DIR or ~/.faultwatch/spool)")
     p.add_argument("--attempt", type=int, default=None,

@@ -79,8 +79,8 @@ class Agent:
         self.born_ts = time.time()
         # The job run's identity: stable across this agent's attempts (restarts do not make
         # a new run). Generated per agent process until a flag or scheduler names the run.
-        self.run_id = f"g-{uuid.uuid4().hex}"
-        self.run_source = "generated"
+        self.run_id = cfg.run_id or f"g-{uuid.uuid4().hex}"  # agents/identity.py
+        self.run_source = cfg.run_source or "generated"
         self._new_run()
 
     def _new_run(self) -> None:
@@ -148,7 +148,8 @@ class Agent:
                       run_id=self.run_id, run_source=self.run_source,
                       world_size=c.world_size, nnodes=c.nnodes,
                       rank=c.rank, local_ranks=c.local_ranks, host=socket.gethostname(),
-                      pid=pid, cmd=c.cmd, agent_version=faultwatch.__version__)
+                      pid=pid, cmd=c.cmd, agent_version=faultwatch.__version__,
+                      scheduler=c.scheduler)
         self.transport.submit_lifecycle(wire.encode_run_start(ev))
 
     def exit_event(self, st: ExitStatus) -> None:

@@ -58,7 +58,8 @@ def config_from_args(args: argparse.Namespace) -> AgentConfig:
         follow_decisions=_follow_decisions(args), decision_wait_s=args.decision_wait_s,
         sdk=args.sdk, wait_for_nodes=args.wait_for_nodes,
         wait_for_nodes_timeout_s=args.wait_for_nodes_timeout_s, bootcheck=args.bootcheck,
-        bootcheck_abort=args.bootcheck_abort, **bootcheck_kw(args))
+        bootcheck_abort=args.bootcheck_abort, run_id=getattr(args, "run_id", None),
+        labels=tuple(getattr(args, "label", None) or ()), **bootcheck_kw(args))
 
 
 def main(argv: list[str] | None = None) -> int:

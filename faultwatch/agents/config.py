@@ -6,11 +6,13 @@ import hashlib
 import os
 import socket
 import unicodedata
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from faultwatch.agents.identity import resolve_identity
 from faultwatch.errors import ConfigError
 
 DEFAULT_PREFIX = "faultwatch."
@@ -114,10 +116,20 @@ class AgentConfig:
     bootcheck_expect_gpus: int | None = None
     bootcheck_timeout_s: float = 120.0
     spool_leaf: str | None = None  # overrides leaf (tail mode: "tail")
+    # The run identity (agents/identity.py): stable across this agent's attempts.
+    run_id: str = ""  # "" here: a generated one is filled in
+    run_source: str = ""
+    scheduler: dict[str, object] = field(default_factory=dict)
+    labels: tuple[str, ...] = ()  # --label k=v, as given
 
     def __post_init__(self) -> None:
         check_name("job", self.job)
         check_name("node", self.node)
+        if not self.run_id:  # built directly (not from the env): a generated identity
+            ident = resolve_identity(None, self.labels, {}, (), lambda: uuid.uuid4().hex)
+            object.__setattr__(self, "run_id", ident.run_id)
+            object.__setattr__(self, "run_source", ident.run_source)
+            object.__setattr__(self, "scheduler", ident.scheduler)
 
     @classmethod
     def from_env_defaults(cls, env: Mapping[str, str] | None = None, **kw: Any) -> AgentConfig:
@@ -152,6 +164,10 @@ class AgentConfig:
         kw["spool_dir"] = Path(kw["spool_dir"])
         kw["cmd"] = tuple(kw.get("cmd") or ())
         kw["bootcheck_paths"] = tuple(kw.get("bootcheck_paths") or ())
+        kw["labels"] = tuple(kw.get("labels") or ())
+        ident = resolve_identity(kw.get("run_id"), kw["labels"], e, kw["cmd"],
+                                 lambda: uuid.uuid4().hex)
+        kw.update(run_id=ident.run_id, run_source=ident.run_source, scheduler=ident.scheduler)
         return cls(**{k: v for k, v in kw.items() if v is not None or k in _NULLABLE})
 
     @property

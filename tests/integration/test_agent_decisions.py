@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import re
 import subprocess
 import sys
@@ -50,18 +51,21 @@ def decision(job: str, action: str, nodes: tuple[str, ...], attempt: int = 0,
 
 
 def start_agent(bootstrap: str, prefix: str, tmp: Path, job: str, script: str,
-                *extra: str) -> subprocess.Popen[bytes]:
+                *extra: str, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
     # the decisions topic exists before the agent starts (the processor creates it)
     publish(bootstrap, f"{prefix}decisions", decision("other-job", "fail", ()))
     argv = agent_cmd(bootstrap, prefix, tmp, job, sys.executable, "-c", script,
                      extra=("--follow-decisions", "--decision-wait-s", "30", *extra))
-    return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env=None if env is None else {**os.environ, **env})
 
 
 def test_restart_decision_relaunches_with_next_attempt_once(
         kafka_bootstrap: str, topic_prefix: str, tmp_path: Path) -> None:
     job = "dec-restart"
-    p = start_agent(kafka_bootstrap, topic_prefix, tmp_path, job, FLAKY)
+    slurm = {"SLURM_JOB_ID": "777", "SLURMD_NODENAME": "nx", "SLURM_JOB_NAME": "train"}
+    p = start_agent(kafka_bootstrap, topic_prefix, tmp_path, job, FLAKY,
+                    "--label", "team=ml", env=slurm)
     assert p.stdout is not None and p.stdout.readline() == b"attempt 0\n"
     time.sleep(1.0)  # the child failed; the agent waits for the decision
     assert p.poll() is None
@@ -76,7 +80,15 @@ def test_restart_decision_relaunches_with_next_attempt_once(
                    lambda rs: sum(r["t"] == "exit" for r in rs) >= 2)
     starts = [wire.run_start_of(r) for r in recs if r["t"] == "start"]
     assert [s.attempt for s in starts] == [0, 1]
-    assert starts[0].run_id != starts[1].run_id
+    # One run across the attempts, identified by the scheduler's job.
+    assert [(s.run_id, s.run_source) for s in starts] == [("777", "slurm")] * 2
+    assert starts[0].scheduler == {"kind": "slurm", "job_id": "777", "node": "nx",
+                                   "job_name": "train", "labels": {"team": "ml"}}
+    # `faultwatch logs` shows both attempts' lines (each attempt's seq starts at 0 again).
+    res = subprocess.run([sys.executable, "-m", "faultwatch", "logs", job, "--topic-prefix",
+                          topic_prefix, "--bootstrap", kafka_bootstrap],
+                         capture_output=True, timeout=60)
+    assert res.stdout.decode().splitlines() == ["[n1] attempt 0", "[n1] attempt 1"], res
     exits = [wire.exit_of(r) for r in recs if r["t"] == "exit"]
     assert [(e.attempt, e.exit_code) for e in exits] == [(0, 3), (1, 0)]
 

@@ -1,0 +1,121 @@
+"""The run identity of an agent: run id, where it came from, and the scheduler's identity.
+
+A pure function of (flags, environment, wrapped command, a generated id). Sources of the
+run id, first match wins:
+
+| run_source   | from                                                                   |
+| ------------ | ---------------------------------------------------------------------- |
+| `flag`       | `--run-id` or `FAULTWATCH_RUN_ID`                                      |
+| `slurm`      | `SLURM_ARRAY_JOB_ID`_`SLURM_ARRAY_TASK_ID` for array tasks, else `SLURM_JOB_ID` |
+| `torchrun`   | `--rdzv-id`/`--rdzv_id` in the wrapped command, else `TORCHELASTIC_RUN_ID` |
+| `kubernetes` | `FAULTWATCH_K8S_UID` (the downward API: a Job/pod-set uid or label)    |
+| `generated`  | `g-<uuid hex>`, one per agent process (stable across its attempts)     |
+
+The scheduler identity (`RunStart.scheduler`, copied into decisions) is filled from the
+Slurm environment (`kind: slurm`, job_id, array_job_id, array_task_id, node from
+SLURMD_NODENAME, job_name) or from the Kubernetes downward-API variables the pod spec sets
+(`kind: kubernetes`: FAULTWATCH_K8S_NAMESPACE, _POD, _NODE, _UID), plus free `labels` from
+`--label k=v`; `{}` when there is none.
+"""
+
+from __future__ import annotations
+
+import unicodedata
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from faultwatch.errors import ConfigError
+
+MAX_ID_CHARS = 256
+TORCHRUN_DEFAULT_RDZV_ID = "none"  # torchrun's default --rdzv-id: not an identity
+FLAG, SLURM, TORCHRUN, KUBERNETES, GENERATED = (
+    "flag", "slurm", "torchrun", "kubernetes", "generated")
+K8S_ENV = {"namespace": "FAULTWATCH_K8S_NAMESPACE", "pod": "FAULTWATCH_K8S_POD",
+           "node": "FAULTWATCH_K8S_NODE", "uid": "FAULTWATCH_K8S_UID"}
+
+
+@dataclass(frozen=True)
+class RunIdentity:
+    run_id: str
+    run_source: str
+    scheduler: dict[str, object] = field(default_factory=dict)
+
+
+def check_id(key: str, value: str) -> str:
+    """value if it is a safe identity (1..MAX_ID_CHARS, no control characters)."""
+    if not value:
+        raise ConfigError(key, "must not be empty")
+    if len(value) > MAX_ID_CHARS:
+        raise ConfigError(key, f"longer than {MAX_ID_CHARS} characters")
+    if any(unicodedata.category(c) in ("Cc", "Cf", "Zl", "Zp") for c in value):
+        raise ConfigError(key, "contains a control character")
+    return value
+
+
+def parse_labels(items: Sequence[str]) -> dict[str, str]:
+    """`k=v` strings (from --label) as a dict; ConfigError naming a malformed one."""
+    out: dict[str, str] = {}
+    for item in items:
+        k, sep, v = item.partition("=")
+        if not sep or not k.strip():
+            raise ConfigError("label", f"expected KEY=VALUE, got {item!r}")
+        out[check_id("label", k.strip())] = check_id("label", v) if v else ""
+    return out
+
+
+def rdzv_id_of(cmd: Sequence[str]) -> str | None:
+    """torchrun's --rdzv-id / --rdzv_id in a wrapped command line (either `=` or a space)."""
+    for i, arg in enumerate(cmd):
+        for flag in ("--rdzv-id", "--rdzv_id"):
+            if arg == flag and i + 1 < len(cmd):
+                return cmd[i + 1]
+            if arg.startswith(flag + "="):
+                return arg[len(flag) + 1:]
+    return None
+
+
+def _env(env: Mapping[str, str], name: str) -> str:
+    return (env.get(name) or "").strip()
+
+
+def scheduler_of(env: Mapping[str, str], labels: Mapping[str, str]) -> dict[str, object]:
+    """The scheduler's identity of this job from the environment, plus free labels."""
+    out: dict[str, object] = {}
+    if _env(env, "SLURM_JOB_ID"):
+        out["kind"] = "slurm"
+        for key, name in (("job_id", "SLURM_JOB_ID"), ("array_job_id", "SLURM_ARRAY_JOB_ID"),
+                          ("array_task_id", "SLURM_ARRAY_TASK_ID"),
+                          ("node", "SLURMD_NODENAME"), ("job_name", "SLURM_JOB_NAME")):
+            if _env(env, name):
+                out[key] = check_id(name, _env(env, name))
+    elif any(_env(env, name) for name in K8S_ENV.values()):
+        out["kind"] = "kubernetes"
+        for key, name in K8S_ENV.items():
+            if _env(env, name):
+                out[key] = check_id(name, _env(env, name))
+    if labels:
+        out["labels"] = dict(labels)
+    return out
+
+
+def resolve_identity(run_id_flag: str | None, labels: Sequence[str], env: Mapping[str, str],
+                     cmd: Sequence[str], generate: Callable[[], str]) -> RunIdentity:
+    """This agent's run identity (see the module docstring for the order of sources)."""
+    scheduler = scheduler_of(env, parse_labels(labels))
+    flag = (run_id_flag or "").strip() or _env(env, "FAULTWATCH_RUN_ID")
+    if flag:
+        return RunIdentity(check_id("run_id", flag), FLAG, scheduler)
+    array_job, array_task = _env(env, "SLURM_ARRAY_JOB_ID"), _env(env, "SLURM_ARRAY_TASK_ID")
+    if array_job and array_task:
+        return RunIdentity(check_id("SLURM_ARRAY_JOB_ID", f"{array_job}_{array_task}"), SLURM,
+                           scheduler)
+    if _env(env, "SLURM_JOB_ID"):
+        return RunIdentity(check_id("SLURM_JOB_ID", _env(env, "SLURM_JOB_ID")), SLURM,
+                           scheduler)
+    for rdzv in (rdzv_id_of(cmd), _env(env, "TORCHELASTIC_RUN_ID")):
+        if rdzv and rdzv.strip() and rdzv.strip() != TORCHRUN_DEFAULT_RDZV_ID:
+            return RunIdentity(check_id("rdzv_id", rdzv.strip()), TORCHRUN, scheduler)
+    if _env(env, "FAULTWATCH_K8S_UID"):
+        return RunIdentity(check_id("FAULTWATCH_K8S_UID", _env(env, "FAULTWATCH_K8S_UID")),
+                           KUBERNETES, scheduler)
+    return RunIdentity(f"g-{generate()}", GENERATED, scheduler)
