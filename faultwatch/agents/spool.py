@@ -411,9 +411,13 @@ class Spool:
         rewritten (to a temporary file) without `lock`; only the swap and the bookkeeping
         hold it, so the appending (reading) thread is never held up by the file I/O."""
         dropped: list[Record] = []
-        for ordinary_only in (True, False):
+        # Segments closed while a pass ran are not in its list: before dropping a kept
+        # (error/lifecycle) record, redo the ordinary pass over the fresh list (bounded).
+        for ordinary_only in (True, True, True, False):
             with lock:
                 segs = list(self._segs[:-1])
+                if not ordinary_only and self._ordinary_droppable(segs):
+                    segs = []  # the appender outran the passes: keep the kept records
             for seg in segs:
                 with lock:
                     if self.size_bytes <= int(self.cap_bytes * 0.9):
@@ -427,6 +431,10 @@ class Spool:
                 with lock:
                     dropped += self._compact_commit(seg, *plan)
         return dropped
+
+    def _ordinary_droppable(self, segs: list[_Segment]) -> bool:
+        """Whether a closed segment still holds ordinary records above the in-flight ones."""
+        return any(sg.ordinary and sg.last_id >= self.protect_below for sg in segs)
 
     def _compact_plan(self, seg: _Segment, ordinary_only: bool, protect_from: int
                       ) -> tuple[Path, int, list[Record], int] | None:
