@@ -50,6 +50,13 @@ def verdict(dec: Decision, node: str, attempt: int) -> str | None:
     return None
 
 
+def run_id_to_match(cfg: Any) -> str:
+    """The run id a decision must carry to concern this agent, or "" to take any: a
+    generated id is only this agent's (the job stage may fold it into another agent's run),
+    so only an id named by a flag or a scheduler is matched."""
+    return cfg.run_id if cfg.run_source not in ("", "generated") else ""
+
+
 def decision_of_value(value: bytes | None) -> Decision:
     """The Decision of a decisions-topic record value, or DecodeError saying what is wrong."""
     got: Any = wire.decode_decision(value)
@@ -89,8 +96,9 @@ class DecisionFollower:
     and skipped."""
 
     def __init__(self, bootstrap: str, topic: str, job: str, log: Log,
-                 consumer_factory: Callable[..., Any] | None = None):
+                 consumer_factory: Callable[..., Any] | None = None, run_id: str = ""):
         self.bootstrap, self.topic, self.job = bootstrap, topic, job
+        self.run_id = run_id  # set: decisions about another run of the job are ignored
         self.key = wire.job_key(job)
         self.start_ts = time.time()
         self.ready = asyncio.Event()  # assigned and positioned (or the topic is absent)
@@ -156,6 +164,10 @@ class DecisionFollower:
         if dec.job != self.job or dec.id in self._seen:
             return
         self._seen.add(dec.id)
+        other_run = getattr(dec, "run_id", "")
+        if self.run_id and other_run and other_run != self.run_id:
+            self._log("decision_other_run", id=dec.id, run_id=other_run, ours=self.run_id)
+            return
         self._pending.append(dec)
         self._arrived.set()
 

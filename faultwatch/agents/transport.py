@@ -54,7 +54,7 @@ class KafkaTransport:
     """Cluster mode: the disk spool and Shipper out to <prefix>logs, the DecisionFollower in."""
 
     def __init__(self, cfg: AgentConfig, log: Log):
-        from faultwatch.agents.decisions import DecisionFollower
+        from faultwatch.agents.decisions import DecisionFollower, run_id_to_match
         from faultwatch.agents.shipper import Shipper
         from faultwatch.agents.spool import Spool
 
@@ -67,7 +67,8 @@ class KafkaTransport:
                                self.spool, log, compression=cfg.compression)
         self.decisions: DecisionFollower | None = None
         if cfg.follow_decisions:
-            self.decisions = DecisionFollower(cfg.bootstrap, cfg.decisions_topic, cfg.job, log)
+            self.decisions = DecisionFollower(cfg.bootstrap, cfg.decisions_topic, cfg.job, log,
+                                              run_id=run_id_to_match(cfg))
 
     def start(self) -> None:
         self.shipper.start()

@@ -103,3 +103,21 @@ def test_decisions_and_logs_readers_skip_bad_rows_and_go_on(
     assert out.splitlines() == ["[n1] hello", "[n1] world"], (out, err)
     assert err.count("event=undecodable_record") == len(bad_rows), err
     assert f"topic={ltopic}" in err and "Traceback" not in err
+
+
+def test_a_decision_about_another_run_of_the_job_is_ignored(
+        kafka_bootstrap: str, topic_prefix: str, tmp_path: Path) -> None:
+    """A reused job name: the decisions of an earlier run (another run id) do not touch
+    this run; its own decision does (positive control)."""
+    import dataclasses
+
+    job = "reused"
+    p = start_agent(kafka_bootstrap, topic_prefix, tmp_path, job, FOREVER, "--run-id", "R1")
+    assert p.stdout is not None and p.stdout.readline() == b"running\n"
+    old = dataclasses.replace(decision(job, "blacklist", ("n1",), did="old"), run_id="R0")
+    mine = dataclasses.replace(decision(job, "fail", ("n1",), did="mine"), run_id="R1")
+    produce(kafka_bootstrap, f"{topic_prefix}decisions", wire.job_key(job),
+            [wire.encode_decision(old), wire.encode_decision(mine)])
+    _, err = p.communicate(timeout=60)
+    assert p.returncode == EXIT_FAILED_BY_DECISION, err.decode()[-3000:]
+    assert b"event=decision_other_run" in err and b"id=old" in err
