@@ -46,7 +46,7 @@ print(json.dumps({"lines": n, "rate": rate, "child_s": round(total, 3),
 
 def agent_argv(bootstrap: str, prefix: str, spool: Path, cmd: list[str], flush_s: float,
                *extra: str) -> list[str]:
-    return [sys.executable, "-m", "faultwatch.agents.cli", "agent", "--bootstrap", bootstrap,
+    return [sys.executable, "-m", "faultwatch", "agent", "--bootstrap", bootstrap,
             "--job", "bench", "--node", "n1", "--topic-prefix", prefix, "--spool-dir",
             str(spool), "--exit-flush-timeout-s", str(flush_s), "--no-follow-decisions",
             *extra, "--", *cmd]

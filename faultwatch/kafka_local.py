@@ -12,7 +12,6 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -422,14 +421,3 @@ def status(data_dir: Path | None = None, port: int = 9092) -> BrokerStatus:
     return BrokerStatus(running=pid is not None, pid=pid,
                         bootstrap=_bootstrap_of(data) if pid is not None else None,
                         data_dir=str(data))
-
-
-def main(argv: list[str] | None = None) -> int:
-    """`python -m faultwatch.kafka_local up|down|status|fetch ...` = `faultwatch kafka ...`."""
-    from faultwatch.cli import main as cli_main
-
-    return cli_main(["kafka", *(sys.argv[1:] if argv is None else argv)])
-
-
-if __name__ == "__main__":
-    sys.exit(main())

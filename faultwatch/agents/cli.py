@@ -60,16 +60,3 @@ def config_from_args(args: argparse.Namespace) -> AgentConfig:
         wait_for_nodes_timeout_s=args.wait_for_nodes_timeout_s, bootcheck=args.bootcheck,
         bootcheck_abort=args.bootcheck_abort, run_id=getattr(args, "run_id", None),
         labels=tuple(getattr(args, "label", None) or ()), **bootcheck_kw(args))
-
-
-def main(argv: list[str] | None = None) -> int:
-    """`python -m faultwatch.agents.cli agent ...`: the same tree as the console script."""
-    import sys
-
-    from faultwatch.cli import main as cli_main
-
-    return cli_main(sys.argv[1:] if argv is None else argv)
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

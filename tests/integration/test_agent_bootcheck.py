@@ -55,7 +55,7 @@ def test_failed_check_aborts_the_launch_and_on_demand_subcommand(
     assert res.stdout == b""
     assert b"event=bootcheck_failed" in res.stderr and b"no-such-mount" in res.stderr
     # on demand, e.g. after a failure: `faultwatch agent bootcheck`
-    sub = subprocess.run([sys.executable, "-m", "faultwatch.agents.cli", "agent", "bootcheck",
+    sub = subprocess.run([sys.executable, "-m", "faultwatch", "agent", "bootcheck",
                           "--bootstrap", kafka_bootstrap, "--topic-prefix", topic_prefix,
                           "--job", "bc2", "--node", "n1", "--spool-dir", str(tmp_path / "sp"),
                           *flags], capture_output=True, timeout=120)

@@ -24,7 +24,7 @@ UNREACHABLE = "127.0.0.1:9"  # discard port: nothing listens, connections are re
 
 def agent_cmd(bootstrap: str, prefix: str, spool: Path, job: str, *cmd: str,
               extra: tuple[str, ...] = ()) -> list[str]:
-    return [sys.executable, "-m", "faultwatch.agents.cli", "agent", "--bootstrap", bootstrap,
+    return [sys.executable, "-m", "faultwatch", "agent", "--bootstrap", bootstrap,
             "--job", job, "--node", "n1", "--topic-prefix", prefix, "--spool-dir", str(spool),
             "--heartbeat-s", "0.2", "--no-follow-decisions", *extra, "--", *cmd]
 

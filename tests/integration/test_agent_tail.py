@@ -18,7 +18,7 @@ pytestmark = pytest.mark.kafka
 
 
 def tail_argv(bootstrap: str, prefix: str, tmp: Path, *paths: Path) -> list[str]:
-    return [sys.executable, "-m", "faultwatch.agents.cli", "agent", "tail", "--bootstrap",
+    return [sys.executable, "-m", "faultwatch", "agent", "tail", "--bootstrap",
             bootstrap, "--topic-prefix", prefix, "--job", "tj", "--node", "n1",
             "--spool-dir", str(tmp / "spool"), "--poll-s", "0.1", "--heartbeat-s", "0.3",
             *map(str, paths)]

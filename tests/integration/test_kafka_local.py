@@ -101,7 +101,7 @@ def test_up_refuses_a_busy_port(broker_dir: Path) -> None:
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    return subprocess.run([sys.executable, "-m", "faultwatch.kafka_local", *args], cwd=REPO,
+    return subprocess.run([sys.executable, "-m", "faultwatch", "kafka", *args], cwd=REPO,
                           env=env, capture_output=True, text=True, timeout=180)
 
 
