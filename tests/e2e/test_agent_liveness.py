@@ -10,14 +10,20 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.e2e.cluster import agent_cmd, decisions, processor, wait_decisions
+from tests.e2e.cluster import (
+    agent_cmd,
+    decisions,
+    processor,
+    wait_decisions,
+    wait_processed,
+    wait_processor_ready,
+)
 from tests.e2e.conftest import TRAIN, faultwatch_exe, job_env
 
 pytestmark = [pytest.mark.slow, pytest.mark.kafka]
@@ -59,8 +65,7 @@ def cluster(kafka_bootstrap: str,
     log = tmp_path_factory.mktemp("liveproc") / "processor.log"
     with processor(kafka_bootstrap, prefix, log, "--hang-window-s", str(WINDOW_S),
                    "--settle-s", "1") as proc:
-        time.sleep(2.0)
-        assert proc.poll() is None, log.read_text()
+        wait_processor_ready(kafka_bootstrap, prefix, proc, log)
         yield kafka_bootstrap, prefix
         assert proc.poll() is None, f"processor died:\n{log.read_text()[-4000:]}"
 
@@ -78,7 +83,7 @@ def test_tqdm_bar_keeps_a_job_alive(cluster: tuple[str, str], tmp_path: Path) ->
     proc = run(cluster, job, [sys.executable, "-c", TQDM], tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert b"\rtraining 29/30" in proc.stdout  # copied unchanged, carriage returns included
-    time.sleep(2.0)
+    wait_processed(*cluster)  # positive control: the processor read the whole job
     assert decisions(*cluster, job) == []  # 9 s of \r updates, window 3 s: never silent
 
 
@@ -97,6 +102,7 @@ def test_sdk_stage_window_reaches_the_processor(cluster: tuple[str, str],
         control.kill()
         control.wait(10)
     assert [d["reason"]["kind"] for d in hung] == ["hang"], hung
+    wait_processed(*cluster)  # the staged job's records are all processed too
     assert decisions(*cluster, staged) == []
 
 

@@ -67,6 +67,7 @@ def test_the_training_image_is_consistent_and_has_no_faust(train_env: Path) -> N
     _run([*_uv(), "pip", "check", "--python", py], timeout=120)
     probe = _run([py, "-c", (
         "import importlib.metadata as m, importlib.util as u, faultwatch.cli, faultwatch.sdk\n"
+        "import faultwatch.integrations.huggingface, faultwatch.integrations.lightning\n"
         "print(u.find_spec('faust') is None)\n"
         "print(*(m.version(p) for p in ('faultwatch', 'torch', 'transformers', 'accelerate',"
         " 'lightning', 'click')))\n")], timeout=120)

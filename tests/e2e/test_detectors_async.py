@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.e2e.cluster import decisions, processor
+from tests.e2e.cluster import decisions, processor, wait_processor_ready
 from tests.e2e.detectors import agents, new_job, policy_file, scenario, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.kafka]
@@ -27,8 +26,7 @@ def cluster(kafka_bootstrap: str,
                       hang_detection=False, restart_backoff_s=0.1)
     log = d / "processor.log"
     with processor(kafka_bootstrap, prefix, log, "--rules", str(pol)) as proc:
-        time.sleep(2.0)
-        assert proc.poll() is None, log.read_text()
+        wait_processor_ready(kafka_bootstrap, prefix, proc, log)
         yield kafka_bootstrap, prefix
         assert proc.poll() is None, f"processor died:\n{log.read_text()[-4000:]}"
 

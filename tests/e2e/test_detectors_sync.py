@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.cluster import decisions, processor
+from tests.e2e.cluster import decisions, processor, wait_processed, wait_processor_ready
 from tests.e2e.conftest import torchrun_cmd
 from tests.e2e.detectors import JOBS, agents, kinds, new_job, policy_file, scenario, wait_for
 
@@ -34,8 +34,7 @@ def cluster(kafka_bootstrap: str,
     log = d / "processor.log"
     with processor(kafka_bootstrap, prefix, log, "--rules", str(pol)) as proc:
         started = time.time()
-        time.sleep(2.0)
-        assert proc.poll() is None, log.read_text()
+        wait_processor_ready(kafka_bootstrap, prefix, proc, log)
         yield kafka_bootstrap, prefix, started
         assert proc.poll() is None, f"processor died:\n{log.read_text()[-4000:]}"
 
@@ -75,7 +74,7 @@ def test_checkpoint_longer_than_the_window_is_no_false_hang(cluster: tuple[str, 
     with agents(bootstrap, prefix, tmp_path) as a:
         # learned window ~4 s; the checkpoint is silent for 3 x that
         assert a.run(job, "node-0", scenario("checkpoint", 25, 0.2, 3 * FLOOR_S)) == 0
-    time.sleep(2.0)
+    wait_processed(bootstrap, prefix)  # positive control: the processor read the whole job
     assert decisions(bootstrap, prefix, job) == []
 
 
@@ -136,7 +135,7 @@ def test_mismatched_collectives_on_gloo(cluster: tuple[str, str, float],
                     FW_PG_TIMEOUT_S="12")
         decs = wait_for(bootstrap, prefix, job, bool, timeout_s=90)
         p.wait(60)
-    time.sleep(3.0)
+    wait_processed(bootstrap, prefix)  # every record processed: nothing else may follow
     decs = decisions(bootstrap, prefix, job)
     assert kinds(decs) == [("restart", "hang")], decs
     ev = decs[0]["evidence"]

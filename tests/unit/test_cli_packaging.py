@@ -36,6 +36,11 @@ for m in pkgutil.walk_packages(faultwatch.__path__, "faultwatch."):
     try:
         importlib.import_module(m.name)
         imported.append(m.name)
+    except ImportError as e:
+        if e.name is None or e.name.split(".")[0] in ("faust", "mode"):
+            failed.append(f"{m.name}: {type(e).__name__}: {e}")
+        # else: an integration whose framework is not installed here (e.g. lightning);
+        # tests/e2e/test_coinstall.py imports those in a training image
     except Exception as e:
         failed.append(f"{m.name}: {type(e).__name__}: {e}")
 print(len(imported))

@@ -1,6 +1,7 @@
 """A tiny real training run on the newest stack: a 1-layer GPT-2 (random init, nothing
-downloaded) trained by Lightning on CPU, reporting progress through the faultwatch SDK. In the
-attempts listed in FW_FAIL_ATTEMPTS it fails at step 3 with a retryable network error."""
+downloaded) trained by Lightning on CPU, reporting steps through faultwatch's Lightning
+callback. In the attempts listed in FW_FAIL_ATTEMPTS it fails at step 3 with a retryable
+network error."""
 
 import os
 
@@ -9,7 +10,7 @@ import torch
 import transformers
 from torch.utils.data import DataLoader, TensorDataset
 
-from faultwatch import sdk
+from faultwatch.integrations.lightning import FaultwatchCallback
 
 ATTEMPT = os.environ.get("FAULTWATCH_ATTEMPT", "0")
 FAIL_ATTEMPTS = os.environ.get("FW_FAIL_ATTEMPTS", "0").split(",")
@@ -26,7 +27,6 @@ class TinyGPT(L.LightningModule):
         out = self.model(input_ids=batch[0], labels=batch[0])
         step = int(self.global_step)
         print(f"step {step} loss {out.loss.item():.4f}", flush=True)
-        sdk.progress(step, loss=float(out.loss))
         if ATTEMPT in FAIL_ATTEMPTS and step == 3:
             raise ConnectionError("[Errno 104] Connection reset by peer while fetching shard 3")
         return out.loss
@@ -40,7 +40,7 @@ def main() -> None:
     data = DataLoader(TensorDataset(torch.randint(0, 64, (64, 16))), batch_size=8)
     trainer = L.Trainer(max_steps=6, accelerator="cpu", devices=1, logger=False,
                         enable_checkpointing=False, enable_progress_bar=False,
-                        enable_model_summary=False)
+                        enable_model_summary=False, callbacks=[FaultwatchCallback()])
     trainer.fit(TinyGPT(), data)
     print(f"trained attempt {ATTEMPT}: torch {torch.__version__}, transformers "
           f"{transformers.__version__}, lightning {L.__version__}", flush=True)
