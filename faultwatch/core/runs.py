@@ -7,7 +7,8 @@ A job name is reused (Slurm array tasks, re-created K8s Jobs, a second `faultwat
   bounded list) when its source is a scheduler or a flag, or when the current run is over
   (done, decided `fail`, or every node exited). A generated run id (or none given by an
   agent older than run identity: source "") arriving while the run is active joins it:
-  multi-node jobs without a scheduler identity keep working.
+  multi-node jobs without a scheduler identity keep working; so does one of a later attempt
+  after the run decided a restart (an agent relaunched by its scheduler with the next attempt).
 - Other records of a retired or unknown run are refused and counted, never applied.
 - The attempt moves forward only by a run-start, by at most MAX_ATTEMPT_STEP beyond the
   current attempt (a restart decision is what makes the agent send it); other records of a
@@ -57,13 +58,21 @@ def admit(st: JobState, sig: Signal) -> tuple[JobState, str | None]:
     if rid and rid in st.retired:
         return st, "retired-run"
     if rid and st.run_ids and rid not in st.run_ids:
-        if sig.run_source not in JOINING_SOURCES or run_over(st):
+        if sig.run_source not in JOINING_SOURCES or (run_over(st) and not _continues(st, sig)):
             return fresh_run(st, sig), None
     elif not st.nodes and not st.run_ids:  # the first run-start this state sees
         return _member(st, sig), None
     if sig.attempt > st.attempt + MAX_ATTEMPT_STEP:
         return st, "attempt-jump"
     return _member(st, sig), None
+
+
+def _continues(st: JobState, sig: RunStart) -> bool:
+    """A generated run-start of a later attempt after this run decided a restart: the agent
+    was relaunched by its scheduler with the next attempt (a new process, a new generated
+    id), not a new submission (which starts at attempt 0). It keeps the run's budgets."""
+    return (st.phase == Phase.DECIDED and not st.failed
+            and st.attempt < sig.attempt <= st.attempt + MAX_ATTEMPT_STEP)
 
 
 def fresh_run(st: JobState, sig: RunStart) -> JobState:

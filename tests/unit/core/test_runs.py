@@ -146,3 +146,22 @@ def test_a_late_node_of_an_announced_multi_node_run_joins_after_the_first_one_ex
                     Exit("j", 0, "n1", 103.0, 1, run_id="g-b"))
     assert st is not None and st.run_ids == {"g-a", "g-b"} and st.retired == ()
     assert [(d.action, sorted(d.evidence["exits"])) for d in decs] == [("fail", ["n0", "n1"])]
+
+
+def test_an_agent_relaunched_with_the_next_attempt_continues_the_run_and_its_budget() -> None:
+    """A scheduler relaunches the agent (a new process, a new generated run id) with the
+    attempt the restart decision asked for: that is the same run, its restart budget goes on
+    (before: every relaunch looked like a new run and the budget never ran out)."""
+    m = Match("connection-error", "retryable", False, 101.0, "ConnectionError", 0)
+    st, decs = feed(None, start("g-a", source="generated"), Hit("j", 0, "n0", m, run_id="g-a"),
+                    Exit("j", 0, "n0", 101.5, exit_code=1, run_id="g-a"))
+    assert [d.action for d in decs] == ["restart"] and st is not None
+    m1 = Match("connection-error", "retryable", False, 111.0, "ConnectionError", 0)
+    st, decs = feed(st, start("g-b", attempt=1, ts=110.0, source="generated"),
+                    Hit("j", 1, "n0", m1, run_id="g-b"),
+                    Exit("j", 1, "n0", 111.5, exit_code=1, run_id="g-b"))
+    assert st is not None and st.run_id == "g-a" and st.attempt == 1
+    assert [(d.action, d.budgets["restarts_used"]) for d in decs] == [("restart", 2)]
+    # a new submission of the name starts at attempt 0: a fresh run (positive control)
+    st2, _ = feed(st, start("g-c", attempt=0, ts=300.0, source="generated"))
+    assert st2 is not None and st2.run_id == "g-c" and st2.restarts_used == 0
