@@ -31,37 +31,29 @@ def serve(port: int, registry: Any, addr: str = "0.0.0.0") -> None:
 
 
 class ProcessorMetrics:
-    """The processor's counters, gauges and histograms; the stages call the methods."""
+    """The processor's metrics. The Faust shell counts records, bytes and decisions and sets
+    lag and jobs; the stages' own counters (lines, signals, dead letters, event lag) are
+    read at scrape time from the object `watch` is given."""
 
     def __init__(self) -> None:
         r = self.registry = CollectorRegistry(auto_describe=True)
         self.records = Counter("faultwatch_records", "Records consumed, by stage and topic",
                                ["stage", "topic"], registry=r)
-        self.lines = Counter("faultwatch_lines", "Log lines matched", registry=r)
         self.bytes = Counter("faultwatch_record_bytes", "Record bytes consumed, by stage",
                              ["stage"], registry=r)
         self.decisions = Counter("faultwatch_decisions", "Decisions published",
                                  ["kind", "action"], registry=r)
-        self.dead_letters = Counter("faultwatch_dead_letters", "Records dead-lettered",
-                                    ["stage"], registry=r)
         self.lag = Gauge("faultwatch_consumer_lag", "Records behind the end of the partition",
                          ["topic", "partition"], registry=r)
-        self.jobs = Gauge("faultwatch_jobs_tracked", "Jobs whose state this worker holds",
+        self.jobs = Gauge("faultwatch_jobs_tracked", "Active jobs this worker holds",
                           registry=r)
         self.latency = Histogram("faultwatch_latency_seconds",
-                                 "Latencies: logs_event (line written to matched), decision "
-                                 "(decided to published)",
+                                 "Latencies: decision (decided to published)",
                                  ["what"], buckets=LATENCY_BUCKETS_S, registry=r)
 
-    def consumed(self, stage: str, topic: str, nbytes: int) -> None:
-        self.records.labels(stage, topic).inc()
+    def consumed(self, stage: str, topic: str, records: int, nbytes: int) -> None:
+        self.records.labels(stage, topic).inc(records)
         self.bytes.labels(stage).inc(nbytes)
-
-    def matched_lines(self, nlines: int, event_lag_s: float) -> None:
-        """A lines record matched; event_lag_s: now minus the event time of its last line."""
-        self.lines.inc(nlines)
-        if event_lag_s >= 0:
-            self.latency.labels("logs_event").observe(event_lag_s)
 
     def decided(self, kind: str, action: str, publish_delay_s: float | None = None) -> None:
         """A decision is published; publish_delay_s: now minus the decision's own time."""
@@ -69,11 +61,35 @@ class ProcessorMetrics:
         if publish_delay_s is not None and publish_delay_s >= 0:
             self.latency.labels("decision").observe(publish_delay_s)
 
-    def dead_lettered(self, stage: str) -> None:
-        self.dead_letters.labels(stage).inc()
-
     def set_lag(self, topic: str, partition: int, lag: int) -> None:
         self.lag.labels(topic, str(partition)).set(max(0, lag))
+
+    def watch(self, counters: Any) -> None:
+        """Expose the stages' counters (attributes lines, signals, dead_letters,
+        logs_event_lag_s of `counters`), read at every scrape."""
+        self.registry.register(_StageCollector(counters))
+
+
+class _StageCollector:
+    def __init__(self, counters: Any):
+        self._c = counters
+
+    def collect(self) -> Iterator[Any]:
+        c = self._c
+        for name, attr, doc in (("faultwatch_lines", "lines", "Log lines matched"),
+                                ("faultwatch_signals", "signals", "Signals produced"),
+                                ("faultwatch_dead_letters", "dead_letters",
+                                 "Records dead-lettered")):
+            fam = CounterMetricFamily(name, doc)
+            fam.add_metric([], float(getattr(c, attr, 0)))
+            yield fam
+        lag = GaugeMetricFamily("faultwatch_logs_event_lag_seconds",
+                                "Processor time minus the event time of the latest line")
+        lag.add_metric([], float(getattr(c, "logs_event_lag_s", 0.0)))
+        yield lag
+
+    def describe(self) -> Iterator[Any]:
+        return iter(())
 
 
 class AgentCollector:

@@ -225,7 +225,7 @@ def test_a_reader_with_a_wrong_password_exits_with_a_clear_error(
                           "--topic-prefix", "t-none."], env=env, capture_output=True,
                          timeout=120)
     err = out.stderr.decode()
-    assert out.returncode == 1, err[-3000:]
+    assert out.returncode == 5, err[-3000:]  # EXIT_BROKER
     assert "faultwatch: error: reading t-none.decisions at" in err
     assert "authentication failed (protocol=SASL_SSL user=alice mechanism=PLAIN)" in err
     assert "Traceback" not in err and "not-her-password" not in err
