@@ -19,7 +19,7 @@ from typing import Any, NoReturn
 
 import orjson
 
-from faultwatch import __version__
+from faultwatch import __version__, kafka_settings
 from faultwatch.agents.config import (
     EXIT_BLACKLISTED,
     EXIT_BOOTCHECK_FAILED,
@@ -38,6 +38,7 @@ from faultwatch.errors import (
     RuleError,
     UsageError,
 )
+from faultwatch.notify import cli as notify_cli
 from faultwatch.topics import DEFAULT_PARTITIONS, DEFAULT_PREFIX, Topics
 
 WRAPPERS = ("run", "agent")  # commands whose training command follows `--`
@@ -71,6 +72,7 @@ def _add_kafka_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--topic-prefix", default=os.environ.get("FAULTWATCH_TOPIC_PREFIX",
                                                             DEFAULT_PREFIX),
                    help="topic name prefix (default $FAULTWATCH_TOPIC_PREFIX or 'faultwatch.')")
+    kafka_settings.add_arguments(p)
 
 
 def _add_rules_flag(p: argparse.ArgumentParser) -> None:
@@ -145,7 +147,8 @@ def cmd_process(args: argparse.Namespace) -> int:
     cfg = ProcessorConfig(bootstrap=_need_bootstrap(args), ruleset=ruleset,
                           policy=policy_for(ruleset, _policy_overrides(args)),
                           topics=Topics(args.topic_prefix), partitions=args.partitions,
-                          app_id=args.app_id or "", policy_overrides=_policy_overrides(args))
+                          app_id=args.app_id or "", policy_overrides=_policy_overrides(args),
+                          metrics_port=args.metrics_port)
     run_worker(cfg, stop_timeout_s=args.stop_timeout_s, loglevel=args.loglevel)
     return 0
 
@@ -268,6 +271,18 @@ def cmd_rules_push(args: argparse.Namespace) -> int:
     print(f"pushed rules version {rs.version} ({len(rs.rules)} rules, {len(args.files)} "
           f"file(s)) to {topics.rules}")
     return EXIT_OK
+
+
+def cmd_notify(args: argparse.Namespace) -> int:
+    topic = Topics(args.topic_prefix).decisions
+    return notify_cli.run(notify_cli.config_of(args, _need_bootstrap(args), topic))
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from faultwatch import status
+
+    return status.run(_need_bootstrap(args), Topics(args.topic_prefix).status, job=args.job,
+                      as_json=args.json, watch=args.watch, interval_s=args.interval_s)
 
 
 def cmd_agent(args: argparse.Namespace) -> int:
@@ -445,6 +460,8 @@ def _add_agent(sub: Any) -> None:
     p.add_argument("--bootcheck-abort", action="store_true",
                    help=f"a failed boot check aborts the launch (exit {EXIT_BOOTCHECK_FAILED})")
     _add_bootcheck_flags(p)
+    p.add_argument("--metrics-port", type=int, default=None,
+                   help="serve Prometheus metrics on http://0.0.0.0:PORT/metrics")
     p.add_argument("--flush", action="store_true",
                    help="no command: deliver what an earlier agent left in the spool, exit")
     p.set_defaults(func=cmd_agent)
@@ -559,8 +576,26 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--loglevel", default="warning", help="Faust worker log level")
     p.add_argument("--stop-timeout-s", type=float, default=10.0,
                    help="on SIGTERM/SIGINT, flush and exit within this long (seconds)")
+    p.add_argument("--metrics-port", type=int, default=None,
+                   help="serve Prometheus metrics on http://0.0.0.0:PORT/metrics")
     _add_policy_flags(p)
     p.set_defaults(func=cmd_process)
+
+    p = sub.add_parser("notify", help="send decisions to webhooks (Slack, Feishu, DingTalk, "
+                       "JSON), grouped like Alertmanager", description="Consume decisions and "
+                       "post grouped notifications; see docs/operating.md.")
+    _add_kafka_flags(p)
+    notify_cli.add_arguments(p)
+    p.set_defaults(func=cmd_notify)
+
+    p = sub.add_parser("status", help="the jobs the processors know: run, attempt, ranks "
+                       "alive, quietest ranks, stage and window, last decisions")
+    _add_kafka_flags(p)
+    p.add_argument("--job", help="only this job")
+    p.add_argument("--json", action="store_true", help="one JSON snapshot per job, then exit")
+    p.add_argument("--watch", "-w", action="store_true", help="a live view until Ctrl-C")
+    p.add_argument("--interval-s", type=float, default=2.0, help="refresh interval of --watch")
+    p.set_defaults(func=cmd_status)
 
     p = sub.add_parser("decisions", help="print decisions from the decisions topic")
     _add_kafka_flags(p)
@@ -613,6 +648,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as e:  # --help, --version, usage errors (already printed)
         return EXIT_OK if e.code is None else e.code if isinstance(e.code, int) else EXIT_USAGE
     try:
+        if hasattr(args, "kafka_config"):  # every Kafka command: SSL/SASL settings, checked
+            kafka_settings.configure(kafka_settings.from_args(args))
         return int(args.func(args))
     except FaultwatchError as e:
         print(f"faultwatch: error: {e}", file=sys.stderr)

@@ -97,3 +97,7 @@ class MissingExtraError(FaultwatchError):
         self.extra, self.command, self.missing = extra, command, missing
         super().__init__(f"`faultwatch {command}` needs the {extra} extra ({missing} is not "
                          f"installed): pip install 'faultwatch[{extra}]'")
+
+
+class BrokerAuthError(BrokerError):
+    """Kafka refused our credentials or the TLS handshake (a configuration problem)."""

@@ -14,7 +14,8 @@ import socket
 import subprocess
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypedDict
 
@@ -69,9 +70,9 @@ _SERVER = """\
 process.roles=broker,controller
 node.id=1
 controller.quorum.voters=1@{host}:{cport}
-listeners=PLAINTEXT://{host}:{port},CONTROLLER://{host}:{cport}
-advertised.listeners=PLAINTEXT://{host}:{port}
-listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+listeners=PLAINTEXT://{host}:{port},CONTROLLER://{host}:{cport}{extra_listener}
+advertised.listeners=PLAINTEXT://{host}:{port}{extra_listener}
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,SASL_SSL:SASL_SSL
 controller.listener.names=CONTROLLER
 inter.broker.listener.name=PLAINTEXT
 log.dirs={logs}
@@ -91,6 +92,58 @@ num.network.threads=2
 num.io.threads=4
 num.recovery.threads.per.data.dir=1
 """
+
+
+_JAAS_PLAIN = "org.apache.kafka.common.security.plain.PlainLoginModule required"
+_JAAS_SCRAM = "org.apache.kafka.common.security.scram.ScramLoginModule required;"
+
+
+@dataclass(frozen=True)
+class SecureListener:
+    """An extra SASL_SSL listener: TLS from a PKCS#12 keystore, PLAIN and SCRAM users.
+
+    `plain_users` and `scram_users` map user name -> password. SCRAM credentials are stored
+    when the storage is formatted, so they apply to a fresh data directory only."""
+
+    port: int
+    keystore: Path
+    keystore_password: str = field(repr=False)
+    plain_users: dict[str, str] = field(default_factory=dict, repr=False)
+    scram_users: dict[str, str] = field(default_factory=dict, repr=False)
+
+    def properties(self) -> str:
+        """The server.properties lines that configure this listener."""
+        users = " ".join(f'user_{_jaas_quote(u)}="{_jaas_quote(p)}"'
+                         for u, p in sorted(self.plain_users.items()))
+        mechanisms = ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
+        return "\n".join([
+            f"sasl.enabled.mechanisms={','.join(mechanisms)}",
+            f"listener.name.sasl_ssl.plain.sasl.jaas.config={_JAAS_PLAIN} {users};",
+            f"listener.name.sasl_ssl.scram-sha-256.sasl.jaas.config={_JAAS_SCRAM}",
+            f"listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config={_JAAS_SCRAM}",
+            f"ssl.keystore.location={self.keystore}",
+            "ssl.keystore.type=PKCS12",
+            f"ssl.keystore.password={self.keystore_password}",
+            f"ssl.key.password={self.keystore_password}",
+            "ssl.client.auth=none",
+            "",
+        ])
+
+    def scram_args(self) -> list[str]:
+        """`kafka-storage format --add-scram` arguments for every SCRAM user (both hashes)."""
+        out: list[str] = []
+        for user, password in sorted(self.scram_users.items()):
+            for mech in ("SCRAM-SHA-256", "SCRAM-SHA-512"):
+                out += ["--add-scram",
+                        f'{mech}=[name="{_jaas_quote(user)}",password="{_jaas_quote(password)}"]']
+        return out
+
+
+def _jaas_quote(text: str) -> str:
+    if any(c in text for c in '"\\\n;='):
+        raise BrokerError(f"SASL user names and passwords for the local broker may not hold "
+                          f"quotes, backslashes, '=', ';' or newlines: {text!r}")
+    return text
 
 
 class BrokerStatus(TypedDict):
@@ -211,8 +264,8 @@ def _props(data: Path) -> dict[str, str]:
 
 
 def _bootstrap_of(data: Path) -> str | None:
-    advertised = _props(data).get("advertised.listeners", "")
-    return advertised.split("://", 1)[1] if "://" in advertised else None
+    first = _props(data).get("advertised.listeners", "").split(",", 1)[0]
+    return first.split("://", 1)[1] if "://" in first else None
 
 
 def _port_free(port: int) -> bool:
@@ -261,11 +314,12 @@ def _cluster_id() -> str:
             return cid
 
 
-def _format(java: str, libs: Path, data: Path) -> None:
+def _format(java: str, libs: Path, data: Path, extra: Sequence[str] = ()) -> None:
     if (data / "logs" / "meta.properties").exists():
         return  # already formatted: keep topics and data
     cmd = [java, "-cp", f"{libs}/*", f"-Dlog4j.configuration=file:{data / LOG4J_FILE}",
-           "kafka.tools.StorageTool", "format", "-t", _cluster_id(), "-c", str(data / PROPS_FILE)]
+           "kafka.tools.StorageTool", "format", "-t", _cluster_id(), "-c", str(data / PROPS_FILE),
+           *extra]
     proc = subprocess.run(cmd, cwd=data, capture_output=True, text=True, timeout=120)
     if proc.returncode != 0:
         raise BrokerError(f"formatting Kafka storage in {data / 'logs'} failed "
@@ -356,13 +410,15 @@ def _stop(pid: int, data: Path, timeout: float) -> None:
     raise BrokerError(f"the Kafka broker (pid {pid}) did not exit even after SIGKILL")
 
 
-def up(port: int = 9092, data_dir: Path | None = None, controller_port: int | None = None) -> str:
+def up(port: int = 9092, data_dir: Path | None = None, controller_port: int | None = None,
+       secure: SecureListener | None = None) -> str:
     """Start (or find) the broker of `data_dir` on 127.0.0.1:`port`; return its bootstrap.
 
     The data dir defaults to ~/.cache/faultwatch/broker-PORT. Storage is formatted only the
     first time, so restarting with the same data dir keeps topics and records. Returns once
     the broker answers Kafka metadata requests; raises BrokerError (with the tail of
-    broker.log) if it does not within 60 s.
+    broker.log) if it does not within 60 s. With `secure`, the broker also serves SASL_SSL
+    on `secure.port` (the returned bootstrap stays the PLAINTEXT one).
     """
     if not 0 < port < 65536:
         raise BrokerError(f"invalid port {port}")
@@ -379,10 +435,15 @@ def up(port: int = 9092, data_dir: Path | None = None, controller_port: int | No
         if not _port_free(port):
             raise BrokerError(f"port {port} on {HOST} is already in use")
         cport = _controller_port(data, port, controller_port)
+        if secure is not None and (secure.port in (port, cport) or not _port_free(secure.port)):
+            raise BrokerError(f"SASL_SSL port {secure.port} on {HOST} is already in use")
+        extra = f",SASL_SSL://{HOST}:{secure.port}" if secure is not None else ""
         (data / LOG4J_FILE).write_text(_LOG4J)
         (data / PROPS_FILE).write_text(
-            _SERVER.format(host=HOST, port=port, cport=cport, logs=data / "logs"))
-        _format(java, libs, data)
+            _SERVER.format(host=HOST, port=port, cport=cport, logs=data / "logs",
+                           extra_listener=extra)
+            + (secure.properties() if secure is not None else ""))
+        _format(java, libs, data, secure.scram_args() if secure is not None else ())
         log = data / LOG_FILE
         with open(log, "a") as handle:
             handle.write(f"=== faultwatch: starting Kafka {KAFKA_VERSION} on {HOST}:{port} "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import sys
 import uuid
@@ -11,6 +12,7 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
+from faultwatch import kafka_settings
 from faultwatch.errors import DecodeError
 from faultwatch.logs import log_event
 from faultwatch.wire import decode
@@ -27,8 +29,14 @@ async def read_topic(bootstrap: str, topic: str, *, follow: bool = False,
     """
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
                                 group_id=None,
-                                client_id=f"faultwatch-reader-{uuid.uuid4().hex[:6]}")
-    await consumer.start()
+                                client_id=f"faultwatch-reader-{uuid.uuid4().hex[:6]}",
+                                **kafka_settings.client_kwargs())
+    try:
+        await consumer.start()
+    except Exception as e:
+        with contextlib.suppress(Exception):
+            await consumer.stop()
+        raise await kafka_settings.diagnose(e, bootstrap, f"reading {topic}") from e
     try:
         parts = await _partitions(consumer, topic)
         if not parts:

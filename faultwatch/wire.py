@@ -727,3 +727,21 @@ def decision_of(d: Mapping[str, Any]) -> Decision:
 def decode_decision(value: bytes | None) -> Decision:
     """One decisions-topic record, validated. Raises DecodeError saying what is wrong."""
     return decision_of(_load_object(value))
+
+
+# ---- status topic (compacted: the latest snapshot per job, for `faultwatch status`) --------
+
+def encode_status(snapshot: Mapping[str, Any]) -> bytes:
+    """A job's status snapshot (faultwatch.status.snapshot) as a status-topic record."""
+    return orjson.dumps({**snapshot, "v": SCHEMA_VERSION, "t": "status"})
+
+
+def decode_status(value: bytes | None) -> dict[str, Any]:
+    """One status-topic record: versioned, typed, with a safe job name and a finite time."""
+    d = decode(value)
+    if d["t"] != "status":
+        raise _bad("status.t", "must be 'status'", d["t"])
+    safe_name(_get(d, "job", "status"), "status.job")
+    _int(_get(d, "attempt", "status"), "status.attempt", 0, MAX_ATTEMPT)
+    _num(_get(d, "ts", "status"), "status.ts")
+    return d

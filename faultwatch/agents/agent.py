@@ -281,6 +281,12 @@ async def run_agent(cfg: AgentConfig, transport: Transport | None = None,
     for s in sigs:
         loop.add_signal_handler(s, agent.on_signal, s)
     agent.transport.start()
+    if cfg.metrics_port:
+        from faultwatch import metrics
+
+        metrics.serve(cfg.metrics_port, metrics.agent_registry(
+            agent.stats, lambda: agent.child is not None and agent.child.returncode is None,
+            {"job_name": cfg.job, "node": cfg.node}))
     await agent.transport.ready(cfg.decisions_ready_timeout_s)
     sdk = await _start_sdk(agent) if cfg.sdk else None
     try:

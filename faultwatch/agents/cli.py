@@ -59,4 +59,5 @@ def config_from_args(args: argparse.Namespace) -> AgentConfig:
         sdk=args.sdk, wait_for_nodes=args.wait_for_nodes,
         wait_for_nodes_timeout_s=args.wait_for_nodes_timeout_s, bootcheck=args.bootcheck,
         bootcheck_abort=args.bootcheck_abort, run_id=getattr(args, "run_id", None),
-        labels=tuple(getattr(args, "label", None) or ()), **bootcheck_kw(args))
+        labels=tuple(getattr(args, "label", None) or ()),
+        metrics_port=getattr(args, "metrics_port", None), **bootcheck_kw(args))

@@ -121,6 +121,7 @@ class AgentConfig:
     run_source: str = ""
     scheduler: dict[str, object] = field(default_factory=dict)
     labels: tuple[str, ...] = ()  # --label k=v, as given
+    metrics_port: int | None = None  # serve Prometheus /metrics on this port
 
     def __post_init__(self) -> None:
         check_name("job", self.job)

@@ -13,9 +13,10 @@ from typing import Any
 
 import orjson
 
-from faultwatch import wire
+from faultwatch import kafka_settings, wire
 from faultwatch.core.events import Decision
 from faultwatch.errors import DecodeError
+from faultwatch.signing import DecisionGate, load_keyring
 
 Log = Callable[..., None]
 
@@ -105,6 +106,7 @@ class DecisionFollower:
         self.bad_records = 0
         self._log = log
         self._factory = consumer_factory
+        self.gate = DecisionGate(load_keyring(), log)  # refuses forged decisions with a key
         self._seen: set[str] = set()
         self._pending: collections.deque[Decision] = collections.deque()
         self._arrived = asyncio.Event()
@@ -115,6 +117,7 @@ class DecisionFollower:
         self._stopping: set[asyncio.Future[Any]] = set()
 
     def start(self) -> None:
+        self.gate.announce()
         self._task = asyncio.create_task(self._run(), name="faultwatch-decisions")
 
     async def wait_ready(self, timeout_s: float) -> bool:
@@ -207,7 +210,8 @@ class DecisionFollower:
         return factory(bootstrap_servers=self.bootstrap, group_id=None,
                        enable_auto_commit=False, request_timeout_ms=15000,
                        auto_offset_reset="earliest",  # an offset gone by retention
-                       client_id=f"faultwatch-agent-decisions-{uuid.uuid4().hex[:6]}")
+                       client_id=f"faultwatch-agent-decisions-{uuid.uuid4().hex[:6]}",
+                       **kafka_settings.client_kwargs())
 
     async def _session(self) -> bool:
         """One consumer's life: connect, position, read until the broker stops answering.
@@ -289,6 +293,9 @@ class DecisionFollower:
                 return
 
     def _take(self, m: Any) -> None:
+        if not self.gate.admit_record(m.value, topic=self.topic, partition=m.partition,
+                                      offset=m.offset):
+            return  # unsigned or forged while a key is configured: logged by the gate
         try:
             dec = decision_of_value(m.value)
         except DecodeError as e:

@@ -14,7 +14,7 @@ from typing import Any
 
 import orjson
 
-from faultwatch import wire
+from faultwatch import kafka_settings, wire
 
 Log = Callable[..., None]
 _MARGIN_S = 60.0
@@ -59,7 +59,8 @@ async def wait_for_nodes(bootstrap: str, topic: str, job: str, attempt: int, wan
     while time.monotonic() < deadline:
         c = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=None,
                              enable_auto_commit=False, request_timeout_ms=10000,
-                             client_id=f"faultwatch-agent-peers-{uuid.uuid4().hex[:6]}")
+                             client_id=f"faultwatch-agent-peers-{uuid.uuid4().hex[:6]}",
+                             **kafka_settings.client_kwargs())
         try:
             await asyncio.wait_for(c.start(), max(1.0, deadline - time.monotonic()))
             parts: set[int] = set()

@@ -15,8 +15,10 @@ from typing import Any
 from aiokafka import AIOKafkaProducer  # type: ignore[import-untyped,unused-ignore]
 from aiokafka.codec import has_zstd  # type: ignore[import-untyped,unused-ignore]
 
+from faultwatch import kafka_settings
 from faultwatch.agents.batcher import MAX_RECORD_BYTES, LineBatcher  # noqa: F401 - re-export
 from faultwatch.agents.spool import KEEP, LIFECYCLE, Record, Spool, SpoolError
+from faultwatch.errors import BrokerAuthError
 
 Log = Callable[..., None]
 _READ_MAX_BYTES = 1 << 20  # a spool read (under the lock) stays short: the reader waits on it
@@ -58,6 +60,7 @@ class Shipper:
         self.window = window
         self.stats = ShipperStats()
         self.broker_up = False
+        self._refused_logged = False
         self._log = log
         self._factory = producer_factory or AIOKafkaProducer
         self._producer: Any = None
@@ -394,12 +397,18 @@ class Shipper:
             bootstrap_servers=self.bootstrap, enable_idempotence=True, acks="all",
             compression_type=self.compression, linger_ms=20, max_batch_size=256 * 1024,
             max_request_size=2 * 1024 * 1024, request_timeout_ms=15000,
-            retry_backoff_ms=200, client_id="faultwatch-agent")
+            retry_backoff_ms=200, client_id="faultwatch-agent", **kafka_settings.client_kwargs())
         try:
             await asyncio.wait_for(p.start(), timeout=20)
         except Exception as e:  # noqa: BLE001 - any failure means "broker not reachable yet"
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(p.stop(), timeout=5)
+            if not self._refused_logged:  # a refused password: say so once, keep spooling
+                why = await kafka_settings.diagnose(e, self.bootstrap,
+                                                    f"shipping to {self.topic}", timeout_s=5.0)
+                if isinstance(why, BrokerAuthError):
+                    self._refused_logged = True
+                    self._log("broker_refused", error=str(why), spool_depth=self.spool_depth())
             self._set_broker(False, error=repr(e))
             return False
         self._producer = p

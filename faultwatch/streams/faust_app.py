@@ -14,11 +14,16 @@ from typing import Any
 import faust
 import orjson
 
+from faultwatch import kafka_settings, signing
 from faultwatch.core.events import Decision
 from faultwatch.core.policy import Policy
 from faultwatch.errors import DecodeError
 from faultwatch.logs import log_event
+from faultwatch.metrics import ProcessorMetrics
+from faultwatch.metrics import serve as serve_metrics
 from faultwatch.rules import Matcher, RuleSet
+from faultwatch.status import STATUS_S
+from faultwatch.status import snapshot as status_snapshot
 from faultwatch.streams.faust_compat import TableStore
 from faultwatch.streams.job_stage import CAUGHT_UP_S, TICK_S, JobStage
 from faultwatch.streams.matcher_stage import MatcherStage
@@ -27,7 +32,7 @@ from faultwatch.streams.records import InRecord, LiveRules
 from faultwatch.streams.rules_watch import RulesWatcher, cli_overrides
 from faultwatch.streams.stopping import StopGate
 from faultwatch.topics import DEFAULT_PARTITIONS, Topics
-from faultwatch.wire import SCHEMA_VERSION, encode_decision, encode_tick, job_key
+from faultwatch.wire import SCHEMA_VERSION, decision_to_dict, encode_status, encode_tick, job_key
 
 REPORT_S = 10.0  # processor metrics interval
 BATCH = 1000  # records per take_events() batch, both stages
@@ -50,6 +55,7 @@ class ProcessorConfig:
     session_timeout_s: float = field(
         default_factory=lambda: float(os.environ.get("FAULTWATCH_SESSION_TIMEOUT_S", "10")))
     policy_overrides: dict[str, Any] = field(default_factory=dict)  # flags, kept on push
+    metrics_port: int | None = None  # serve Prometheus /metrics on this port
 
     @property
     def group(self) -> str:
@@ -161,6 +167,7 @@ def build_processor(cfg: ProcessorConfig, live: LiveRules | None = None,
         broker_heartbeat_interval=max(0.5, cfg.session_timeout_s / 6),
         # our stop waits for the gate, not for every fetched event to be acknowledged
         stream_wait_empty=False,
+        **kafka_settings.current().faust_settings(),  # SSL/SASL (docs/operating.md)
     )
     topics = cfg.topics
     logs_t = app.topic(topics.logs, key_type=bytes, value_type=bytes, partitions=cfg.partitions)
@@ -171,6 +178,13 @@ def build_processor(cfg: ProcessorConfig, live: LiveRules | None = None,
     table = app.Table("jobs", default=None, partitions=cfg.partitions, key_type=bytes,
                       value_type=bytes)
     metrics = Metrics()
+    prom = ProcessorMetrics()
+    prom.watch(metrics)
+    if cfg.metrics_port:
+        serve_metrics(cfg.metrics_port, prom.registry)
+    keyring = signing.load_keyring()  # decisions are signed when a key is configured
+    log_event("decision_signing", signed=keyring is not None,
+              key_id=keyring.signing_key.key_id if keyring else None)
     if live is None:
         live = LiveRules(Matcher(cfg.ruleset), cfg.policy, cfg.ruleset.version)
     if watcher is None:
@@ -204,7 +218,10 @@ def build_processor(cfg: ProcessorConfig, live: LiveRules | None = None,
         async for events in stream.take_events(  # type: ignore[attr-defined]
                 BATCH, within=BATCH_WITHIN_S):
             async with gate.batch():
-                out = matcher.process_batch([_record(e) for e in events], time.time())
+                recs = [_record(e) for e in events]
+                prom.consumed("matcher", topics.logs, len(recs),
+                              sum(len(r.value or b"") for r in recs))
+                out = matcher.process_batch(recs, time.time())
                 sends = [_sender(signals_t, k, v) for k, v in out]
                 await deliver(sends + take_dead(), "signals")
 
@@ -215,7 +232,9 @@ def build_processor(cfg: ProcessorConfig, live: LiveRules | None = None,
             metrics.count(f"decisions.{d.kind}")
             log_event("decision", id=d.id, job=d.job, attempt=d.attempt, action=d.action,
                       kind=d.kind, rule=d.rule)
-            sends.append(_sender(decisions_t, job_key(d.job), encode_decision(d)))
+            prom.decided(d.kind, d.action, time.time() - d.ts)
+            sends.append(_sender(decisions_t, job_key(d.job),
+                                 signing.encode(decision_to_dict(d), keyring)))
         return sends
 
     @app.agent(signals_t)
@@ -223,7 +242,10 @@ def build_processor(cfg: ProcessorConfig, live: LiveRules | None = None,
         async for events in stream.take_events(  # type: ignore[attr-defined]
                 BATCH, within=BATCH_WITHIN_S):
             async with gate.batch():
-                decs = jobs.process_batch([_record(e) for e in events], time.time())
+                recs = [_record(e) for e in events]
+                prom.consumed("job", topics.signals, len(recs),
+                              sum(len(r.value or b"") for r in recs))
+                decs = jobs.process_batch(recs, time.time())
                 # decisions delivered before the batch is acknowledged (at least once)
                 await deliver(publish(decs) + take_dead(), "decisions")
 
@@ -285,8 +307,10 @@ def build_processor(cfg: ProcessorConfig, live: LiveRules | None = None,
                     hw = app.consumer.highwater(tp)
                     if pos is not None and hw is not None:
                         lag[f"{tp.topic.rsplit('.', 1)[-1]}/{tp.partition}"] = max(0, hw - pos)
+                        prom.set_lag(tp.topic, tp.partition, hw - pos)
         except Exception:  # noqa: BLE001 - metrics must never stop the worker
             pass
+        prom.jobs.set(sum(len(p.active) for p in jobs.parts.values()))
         log_event("processor_metrics", records=metrics.records, lines=metrics.lines,
                   signals=metrics.signals, signals_records=metrics.signals_records,
                   job_signals=metrics.jobs_signals, decisions=metrics.decisions,
@@ -296,6 +320,21 @@ def build_processor(cfg: ProcessorConfig, live: LiveRules | None = None,
                   jobs_cached=sum(len(p.cache) for p in jobs.parts.values()),
                   jobs_active=sum(len(p.active) for p in jobs.parts.values()),
                   rates=rates, counters=dict(metrics.extra))
+
+    status_t = app.topic(topics.status, key_type=bytes, value_type=bytes)
+
+    @app.timer(interval=STATUS_S)
+    async def publish_status() -> None:
+        """Snapshots of the active jobs of this worker's partitions, for `faultwatch status`."""
+        if app.rebalancing or gate.stopping:
+            return
+        now = time.time()
+        for p in list(jobs.parts.values()):
+            for key in list(p.active):
+                st = p.cache.get(key)
+                if st is not None:
+                    await status_t.send(key=key, value=encode_status(
+                        status_snapshot(st, now, live.policy)))
 
     async def rules_watcher() -> None:
         await watcher.run()

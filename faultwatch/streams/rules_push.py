@@ -7,6 +7,7 @@ import asyncio
 from collections.abc import Sequence
 from pathlib import Path
 
+from faultwatch import kafka_settings
 from faultwatch.errors import BrokerError, FaultwatchError
 from faultwatch.rules import RuleSet
 from faultwatch.streams.rules_record import MAX_RECORD_BYTES, RULESET_KEY, build_record
@@ -20,7 +21,8 @@ async def _ensure_rules_topic(bootstrap: str, topics: Topics, timeout_s: float) 
     from aiokafka.errors import TopicAlreadyExistsError
 
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap,
-                                request_timeout_ms=int(timeout_s * 1000))
+                                request_timeout_ms=int(timeout_s * 1000),
+                                **kafka_settings.client_kwargs())
     await asyncio.wait_for(admin.start(), timeout_s)
     try:
         if topics.rules in set(await admin.list_topics()):
@@ -42,7 +44,8 @@ async def publish_record(bootstrap: str, topic: str, value: bytes | None,
 
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all",
                                 compression_type="gzip", max_request_size=MAX_RECORD_BYTES,
-                                request_timeout_ms=int(timeout_s * 1000))
+                                request_timeout_ms=int(timeout_s * 1000),
+                                **kafka_settings.client_kwargs())
     await asyncio.wait_for(producer.start(), timeout_s)
     try:
         await asyncio.wait_for(producer.send_and_wait(topic, value=value, key=key), timeout_s)

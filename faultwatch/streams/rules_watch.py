@@ -13,6 +13,7 @@ from typing import Any
 
 import orjson
 
+from faultwatch import kafka_settings
 from faultwatch.core.policy import Policy
 from faultwatch.errors import BrokerError, FaultwatchError, RuleError
 from faultwatch.logs import log_event
@@ -114,7 +115,8 @@ class RulesWatcher:
         consumer = AIOKafkaConsumer(bootstrap_servers=self.bootstrap, group_id=None,
                                     enable_auto_commit=False, auto_offset_reset="earliest",
                                     fetch_max_bytes=MAX_RECORD_BYTES * 2,
-                                    max_partition_fetch_bytes=MAX_RECORD_BYTES)
+                                    max_partition_fetch_bytes=MAX_RECORD_BYTES,
+                                    **kafka_settings.client_kwargs())
         await consumer.start()
         try:
             tps: list[Any] | None = None

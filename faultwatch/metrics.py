@@ -1,0 +1,141 @@
+"""Prometheus metrics of a processor or an agent, served on /metrics by prometheus_client."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+from faultwatch.errors import ConfigError
+
+try:  # prometheus_client is a light optional dependency of the node side
+    from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+    from prometheus_client.registry import Collector
+except ImportError:  # pragma: no cover - reported by serve()
+    CollectorRegistry = None  # type: ignore[assignment,misc]
+
+LATENCY_BUCKETS_S = (0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+
+
+def serve(port: int, registry: Any, addr: str = "0.0.0.0") -> None:
+    """Serve `registry` on http://addr:port/metrics from a daemon thread."""
+    if CollectorRegistry is None:
+        raise ConfigError("metrics_port", "prometheus_client is not installed "
+                                          "(pip install prometheus_client)")
+    if not 0 < port < 65536:
+        raise ConfigError("metrics_port", f"{port} is not a TCP port")
+    try:
+        start_http_server(port, addr=addr, registry=registry)
+    except OSError as e:
+        raise ConfigError("metrics_port", f"cannot listen on {addr}:{port}: {e.strerror}") from e
+
+
+class ProcessorMetrics:
+    """The processor's metrics. The Faust shell counts records, bytes and decisions and sets
+    lag and jobs; the stages' own counters (lines, signals, dead letters, event lag) are
+    read at scrape time from the object `watch` is given."""
+
+    def __init__(self) -> None:
+        r = self.registry = CollectorRegistry(auto_describe=True)
+        self.records = Counter("faultwatch_records", "Records consumed, by stage and topic",
+                               ["stage", "topic"], registry=r)
+        self.bytes = Counter("faultwatch_record_bytes", "Record bytes consumed, by stage",
+                             ["stage"], registry=r)
+        self.decisions = Counter("faultwatch_decisions", "Decisions published",
+                                 ["kind", "action"], registry=r)
+        self.lag = Gauge("faultwatch_consumer_lag", "Records behind the end of the partition",
+                         ["topic", "partition"], registry=r)
+        self.jobs = Gauge("faultwatch_jobs_tracked", "Active jobs this worker holds",
+                          registry=r)
+        self.latency = Histogram("faultwatch_latency_seconds",
+                                 "Latencies: decision (decided to published)",
+                                 ["what"], buckets=LATENCY_BUCKETS_S, registry=r)
+
+    def consumed(self, stage: str, topic: str, records: int, nbytes: int) -> None:
+        self.records.labels(stage, topic).inc(records)
+        self.bytes.labels(stage).inc(nbytes)
+
+    def decided(self, kind: str, action: str, publish_delay_s: float | None = None) -> None:
+        """A decision is published; publish_delay_s: now minus the decision's own time."""
+        self.decisions.labels(kind, action).inc()
+        if publish_delay_s is not None and publish_delay_s >= 0:
+            self.latency.labels("decision").observe(publish_delay_s)
+
+    def set_lag(self, topic: str, partition: int, lag: int) -> None:
+        self.lag.labels(topic, str(partition)).set(max(0, lag))
+
+    def watch(self, counters: Any) -> None:
+        """Expose the stages' counters (attributes lines, signals, dead_letters,
+        logs_event_lag_s of `counters`), read at every scrape."""
+        self.registry.register(_StageCollector(counters))
+
+
+class _StageCollector:
+    def __init__(self, counters: Any):
+        self._c = counters
+
+    def collect(self) -> Iterator[Any]:
+        c = self._c
+        for name, attr, doc in (("faultwatch_lines", "lines", "Log lines matched"),
+                                ("faultwatch_signals", "signals", "Signals produced"),
+                                ("faultwatch_dead_letters", "dead_letters",
+                                 "Records dead-lettered")):
+            fam = CounterMetricFamily(name, doc)
+            fam.add_metric([], float(getattr(c, attr, 0)))
+            yield fam
+        lag = GaugeMetricFamily("faultwatch_logs_event_lag_seconds",
+                                "Processor time minus the event time of the latest line")
+        lag.add_metric([], float(getattr(c, "logs_event_lag_s", 0.0)))
+        yield lag
+
+    def describe(self) -> Iterator[Any]:
+        return iter(())
+
+
+class AgentCollector:
+    """Reads an agent's own stats at scrape time (nothing to increment in the agent):
+    `stats()` is the heartbeat stats dict, `child_alive()` whether the child runs."""
+
+    def __init__(self, stats: Callable[[], Mapping[str, Any]],
+                 child_alive: Callable[[], bool], labels: Mapping[str, str]):
+        self._stats, self._alive = stats, child_alive
+        self._names = sorted(labels)
+        self._values = [str(labels[k]) for k in self._names]
+
+    def _g(self, name: str, doc: str, value: float, counter: bool = False) -> Any:
+        cls = CounterMetricFamily if counter else GaugeMetricFamily
+        fam = cls(name, doc, labels=self._names)
+        fam.add_metric(self._values, value)
+        return fam
+
+    def collect(self) -> Iterator[Any]:
+        s = self._stats()
+        num = {k: float(v) for k, v in s.items() if isinstance(v, int | float)}
+        yield self._g("faultwatch_agent_lines_read", "Lines read from the child",
+                      num.get("lines_read", 0.0), counter=True)
+        yield self._g("faultwatch_agent_lines_acked", "Lines the broker acknowledged",
+                      num.get("lines_acked", 0.0), counter=True)
+        yield self._g("faultwatch_agent_spool_depth", "Records spooled, not yet acked",
+                      num.get("spool_depth", 0.0))
+        yield self._g("faultwatch_agent_spool_bytes", "Bytes in the spool",
+                      num.get("spool_bytes", 0.0))
+        yield self._g("faultwatch_agent_dropped_lines", "Lines lost (spool failures, cap)",
+                      num.get("drops", 0.0), counter=True)
+        yield self._g("faultwatch_agent_ack_lag_seconds", "Age of the oldest unacked record",
+                      num.get("ack_lag_s", 0.0))
+        yield self._g("faultwatch_agent_broker_up", "1 when the broker takes records",
+                      1.0 if s.get("broker_up") else 0.0)
+        yield self._g("faultwatch_agent_child_alive", "1 while the supervised command runs",
+                      1.0 if self._alive() else 0.0)
+
+    def describe(self) -> Iterator[Any]:
+        return iter(())
+
+
+def agent_registry(stats: Callable[[], Mapping[str, Any]], child_alive: Callable[[], bool],
+                   labels: Mapping[str, str]) -> Any:
+    """A registry holding one AgentCollector."""
+    registry = CollectorRegistry(auto_describe=False)
+    collector: Collector = AgentCollector(stats, child_alive, labels)
+    registry.register(collector)
+    return registry

@@ -1,0 +1,1 @@
+"""Notifications: decisions grouped the way Alertmanager groups, sent to chat webhooks."""

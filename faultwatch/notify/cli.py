@@ -1,0 +1,87 @@
+"""Flags and entry point of `faultwatch notify` (the main CLI adds its Kafka flags)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import signal
+from pathlib import Path
+
+from faultwatch.errors import ConfigError
+from faultwatch.notify.grouping import GROUP_FIELDS, GroupingPolicy
+from faultwatch.notify.sender import Receiver, RetryPolicy
+from faultwatch.notify.service import Notifier, NotifierConfig
+
+SECRET_ENV = "FAULTWATCH_WEBHOOK_SECRET"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The notify-specific flags."""
+    p.add_argument("--webhook", action="append", required=True, metavar="[FORMAT=]URL",
+                   help="where to post; FORMAT is json (default), slack, feishu or dingtalk; "
+                        "repeat for several receivers")
+    p.add_argument("--webhook-secret-file", type=Path, default=None,
+                   help=f"signing secret of Feishu/DingTalk bots (default ${SECRET_ENV})")
+    p.add_argument("--group-by", default="job,kind",
+                   help=f"labels that form a group, from {', '.join(GROUP_FIELDS)} "
+                        "(default job,kind)")
+    p.add_argument("--group-wait-s", type=float, default=30.0,
+                   help="wait this long after a group's first decision before sending")
+    p.add_argument("--group-interval-s", type=float, default=300.0,
+                   help="send a group's new decisions at most this often")
+    p.add_argument("--repeat-interval-s", type=float, default=4 * 3600.0,
+                   help="resend a group whose decisions still fire after this long")
+    p.add_argument("--resolve-timeout-s", type=float, default=300.0,
+                   help="a decision fires this long after it arrived")
+    p.add_argument("--retries", type=int, default=6, help="tries per message (default 6)")
+    p.add_argument("--retry-base-s", type=float, default=1.0,
+                   help="first retry delay, doubled each time up to 60 s")
+    p.add_argument("--group-id", default="faultwatch-notify",
+                   help="consumer group (one notifier group sends each decision once)")
+    p.add_argument("--from-beginning", action="store_true",
+                   help="a new consumer group starts at the oldest decision, not the newest")
+
+
+def config_of(args: argparse.Namespace, bootstrap: str, topic: str) -> NotifierConfig:
+    secret = None
+    if args.webhook_secret_file is not None:
+        try:
+            secret = args.webhook_secret_file.read_text().strip()
+        except OSError as e:
+            raise ConfigError(str(args.webhook_secret_file), f"cannot read: {e.strerror}") from e
+    else:
+        secret = os.environ.get(SECRET_ENV) or None
+    try:
+        policy = GroupingPolicy(
+            group_by=tuple(g.strip() for g in args.group_by.split(",") if g.strip()),
+            group_wait_s=args.group_wait_s, group_interval_s=args.group_interval_s,
+            repeat_interval_s=args.repeat_interval_s, resolve_timeout_s=args.resolve_timeout_s)
+        retry = RetryPolicy(attempts=max(1, args.retries), base_s=args.retry_base_s)
+    except ValueError as e:
+        raise ConfigError("notify", str(e)) from e
+    receivers = tuple(Receiver.parse(spec, secret) for spec in args.webhook)
+    return NotifierConfig(bootstrap=bootstrap, topic=topic, receivers=receivers,
+                          group_id=args.group_id, policy=policy, retry=retry,
+                          from_beginning=args.from_beginning)
+
+
+def run(cfg: NotifierConfig) -> int:
+    """Run the notifier until SIGTERM/SIGINT."""
+    from faultwatch.logs import log_event, set_component
+    from faultwatch.signing import DecisionGate, load_keyring
+
+    set_component("notify")
+    gate = DecisionGate(load_keyring(), log_event)
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            with contextlib.suppress(NotImplementedError):
+                loop.add_signal_handler(sig, stop.set)
+        await Notifier(cfg, gate, log_event).run(stop)
+
+    asyncio.run(main())
+    return 0

@@ -1,0 +1,140 @@
+"""Posting one notification to one webhook, with retries and exponential backoff."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from email.utils import parsedate_to_datetime
+from typing import Any
+
+import orjson
+
+from faultwatch.errors import ConfigError
+from faultwatch.notify import formats
+from faultwatch.notify.grouping import Notification
+
+Log = Callable[..., None]
+
+
+@dataclass(frozen=True)
+class Receiver:
+    """A webhook: where, in which format, and the bot's signing secret (Feishu, DingTalk)."""
+
+    url: str
+    fmt: str = "json"
+    secret: str | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.fmt not in formats.FORMATS:
+            raise ConfigError("webhook", f"unknown format {self.fmt!r}; choose from "
+                                         f"{', '.join(formats.FORMATS)}")
+        if not self.url.startswith(("http://", "https://")):
+            raise ConfigError("webhook", f"{self.url!r} is not an http(s) URL")
+
+    @classmethod
+    def parse(cls, spec: str, secret: str | None = None) -> Receiver:
+        """`[FORMAT=]URL`, e.g. `slack=https://hooks.slack.com/services/...`."""
+        fmt, sep, url = spec.partition("=")
+        if sep and fmt in formats.FORMATS:
+            return cls(url, fmt, secret)
+        return cls(spec, "json", secret)
+
+    @property
+    def where(self) -> str:
+        """The URL without its query (which may hold a token) for logs."""
+        return self.url.split("?", 1)[0]
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How often and how patiently a failed post is tried again."""
+
+    attempts: int = 6
+    base_s: float = 1.0
+    factor: float = 2.0
+    max_s: float = 60.0
+    timeout_s: float = 10.0
+
+    def delay_s(self, failures: int, retry_after_s: float | None = None) -> float:
+        """Wait before try number failures+1: base * factor^(failures-1), capped; a server's
+        Retry-After wins when it is longer (still capped)."""
+        delay = min(self.max_s, self.base_s * self.factor ** max(0, failures - 1))
+        if retry_after_s is not None:
+            delay = min(self.max_s, max(delay, retry_after_s))
+        return delay
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """The answer to one post: status (0 when nothing answered), and whether to retry."""
+
+    status: int
+    accepted: bool
+    retry: bool
+    detail: str = ""
+    retry_after_s: float | None = None
+
+
+def _retry_after(value: str | None) -> float | None:
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        return max(0.0, parsedate_to_datetime(value).timestamp() - time.time())
+    except (TypeError, ValueError):
+        return None
+
+
+def post_once(receiver: Receiver, note: Notification, timeout_s: float) -> Outcome:
+    """One blocking POST of the note's body; never raises for network trouble."""
+    data = orjson.dumps(formats.body(receiver.fmt, note, receiver.secret))
+    url = formats.dingtalk_url(receiver.url, receiver.secret) if receiver.fmt == "dingtalk" \
+        else receiver.url
+    req = urllib.request.Request(url, data=data, method="POST",
+                                 headers={"Content-Type": "application/json",
+                                          "User-Agent": "faultwatch-notify"})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout_s) as resp:  # noqa: S310
+            status, raw = resp.status, resp.read(65536)
+    except urllib.error.HTTPError as e:
+        retry = e.code >= 500 or e.code in (408, 429)
+        return Outcome(e.code, False, retry, f"HTTP {e.code} {e.reason}",
+                       _retry_after(e.headers.get("Retry-After") if e.headers else None))
+    except (urllib.error.URLError, OSError, TimeoutError) as e:
+        reason = getattr(e, "reason", e)
+        return Outcome(0, False, True, f"{type(e).__name__}: {reason}"[:300])
+    try:
+        answer: Any = orjson.loads(raw) if raw else None
+    except orjson.JSONDecodeError:
+        answer = None
+    if formats.accepted(receiver.fmt, status, answer):
+        return Outcome(status, True, False)
+    return Outcome(status, False, False, f"refused: {raw[:300]!r}")
+
+
+async def deliver(receiver: Receiver, note: Notification, retry: RetryPolicy, log: Log,
+                  sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep) -> bool:
+    """Post until accepted, retrying network errors, 5xx, 408 and 429 with backoff."""
+    for attempt in range(1, retry.attempts + 1):
+        out = await asyncio.to_thread(post_once, receiver, note, retry.timeout_s)
+        if out.accepted:
+            log("notification_sent", group=note.key, reason=note.reason, firing=note.firing,
+                new=len(note.new_ids), webhook=receiver.where, format=receiver.fmt,
+                attempt=attempt)
+            return True
+        if not out.retry or attempt == retry.attempts:
+            log("notification_failed", group=note.key, webhook=receiver.where,
+                status=out.status, detail=out.detail, attempts=attempt)
+            return False
+        delay = retry.delay_s(attempt, out.retry_after_s)
+        log("notification_retry", group=note.key, webhook=receiver.where, status=out.status,
+            detail=out.detail, attempt=attempt, retry_in_s=round(delay, 2))
+        await sleep(delay)
+    return False

@@ -1,0 +1,205 @@
+"""Signed decisions: HMAC-SHA256 over a decision's canonical JSON, keyrings that rotate."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import os
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from faultwatch.errors import ConfigError
+
+ALGORITHM = "HMAC-SHA256"
+SIGNATURE_FIELD = "signature"
+KEY_ENV = "FAULTWATCH_DECISION_KEY"  # "<key-id>:<secret>[,<key-id>:<secret>]"
+KEY_FILE_ENV = "FAULTWATCH_DECISION_KEY_FILE"  # lines "<key-id> <secret>", first one signs
+MIN_SECRET_CHARS = 16
+_KEY_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
+
+# Verdict reasons.
+SIGNED, UNSIGNED, UNKNOWN_KEY, BAD_SIGNATURE, MALFORMED = (
+    "signed", "unsigned", "unknown_key", "bad_signature", "malformed_signature")
+
+
+@dataclass(frozen=True)
+class Key:
+    """One HMAC key: an id published in signatures and the secret, never printed."""
+
+    key_id: str
+    secret: bytes = field(repr=False)
+
+    def __post_init__(self) -> None:
+        if not _KEY_ID.match(self.key_id):
+            raise ConfigError("decision key id", f"{self.key_id!r} must be 1-64 characters "
+                                                 "of A-Z a-z 0-9 . _ -")
+        if len(self.secret) < MIN_SECRET_CHARS:
+            raise ConfigError(f"decision key {self.key_id}",
+                              f"the secret must be at least {MIN_SECRET_CHARS} characters")
+
+
+@dataclass(frozen=True)
+class Keyring:
+    """The keys a process knows: the first signs, every one verifies (rotation)."""
+
+    keys: tuple[Key, ...]
+
+    def __post_init__(self) -> None:
+        if not self.keys:
+            raise ConfigError("decision keys", "a keyring needs at least one key")
+        ids = [k.key_id for k in self.keys]
+        dupes = sorted({i for i in ids if ids.count(i) > 1})
+        if dupes:
+            raise ConfigError("decision keys", f"key id(s) given twice: {', '.join(dupes)}")
+
+    @property
+    def signing_key(self) -> Key:
+        return self.keys[0]
+
+    def get(self, key_id: str) -> Key | None:
+        return next((k for k in self.keys if k.key_id == key_id), None)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Whether a decision's signature holds, and why not."""
+
+    ok: bool
+    reason: str  # one of SIGNED, UNSIGNED, UNKNOWN_KEY, BAD_SIGNATURE, MALFORMED
+    key_id: str | None = None
+    detail: str = ""
+
+
+def canonical(decision: Mapping[str, Any]) -> bytes:
+    """The signed bytes: compact JSON with sorted keys, without the signature field."""
+    body = {k: v for k, v in decision.items() if k != SIGNATURE_FIELD}
+    return orjson.dumps(body, option=orjson.OPT_SORT_KEYS)
+
+
+def _mac(key: Key, decision: Mapping[str, Any]) -> str:
+    return hmac.new(key.secret, canonical(decision), hashlib.sha256).hexdigest()
+
+
+def sign(decision: Mapping[str, Any], keyring: Keyring) -> dict[str, Any]:
+    """A copy of the decision dict with `signature: {alg, key_id, mac}` by the signing key."""
+    key = keyring.signing_key
+    out = {k: v for k, v in decision.items() if k != SIGNATURE_FIELD}
+    out[SIGNATURE_FIELD] = {"alg": ALGORITHM, "key_id": key.key_id, "mac": _mac(key, out)}
+    return out
+
+
+def verify(decision: Mapping[str, Any], keyring: Keyring) -> Verdict:
+    """Check the signature of a decoded decision dict against every key of the ring."""
+    sig = decision.get(SIGNATURE_FIELD)
+    if sig is None:
+        return Verdict(False, UNSIGNED, detail="the decision carries no signature")
+    if not isinstance(sig, dict) or not all(isinstance(sig.get(f), str)
+                                            for f in ("alg", "key_id", "mac")):
+        return Verdict(False, MALFORMED, detail="signature must be {alg, key_id, mac} strings")
+    key_id = str(sig["key_id"])[:64]
+    if sig["alg"] != ALGORITHM:
+        return Verdict(False, MALFORMED, key_id, f"unsupported algorithm {sig['alg']!r:.40}")
+    key = keyring.get(sig["key_id"])
+    if key is None:
+        known = ", ".join(k.key_id for k in keyring.keys)
+        return Verdict(False, UNKNOWN_KEY, key_id, f"key {key_id!r} is not one of {known}")
+    if not hmac.compare_digest(_mac(key, decision), sig["mac"]):
+        return Verdict(False, BAD_SIGNATURE, key_id,
+                       "the signature does not match the content (forged or altered)")
+    return Verdict(True, SIGNED, key_id)
+
+
+def encode(decision: Mapping[str, Any], keyring: Keyring | None) -> bytes:
+    """The record value of a decision dict: signed when a keyring is configured."""
+    return orjson.dumps(sign(decision, keyring) if keyring is not None else dict(decision))
+
+
+def parse_keys(text: str, source: str) -> Keyring:
+    """Keys from `id secret` or `id:secret` entries, one a line or comma separated."""
+    keys: list[Key] = []
+    entries = [e.strip() for line in text.splitlines() for e in line.split(",")]
+    for n, entry in enumerate(entries, 1):
+        if not entry or entry.startswith("#"):
+            continue
+        parts = entry.split(None, 1)
+        key_id, sep, secret = (parts[0], " ", parts[1]) if len(parts) == 2 \
+            else entry.partition(":")
+        if not sep or not secret.strip():
+            raise ConfigError(source, f"entry {n}: expected '<key-id> <secret>' or "
+                                      "'<key-id>:<secret>'")
+        keys.append(Key(key_id.strip(), secret.strip().encode()))
+    if not keys:
+        raise ConfigError(source, "no keys found")
+    return Keyring(tuple(keys))
+
+
+def load_keyring(key_file: Path | None = None,
+                 env: Mapping[str, str] | None = None) -> Keyring | None:
+    """The keyring from `key_file`, else $FAULTWATCH_DECISION_KEY_FILE, else
+    $FAULTWATCH_DECISION_KEY; None when no key is configured."""
+    e = os.environ if env is None else env
+    path = key_file or (Path(e[KEY_FILE_ENV]) if e.get(KEY_FILE_ENV) else None)
+    if path is not None:
+        try:
+            text = path.read_text()
+        except OSError as exc:
+            raise ConfigError(str(path), f"cannot read the decision key file: "
+                                         f"{exc.strerror or exc}") from exc
+        return parse_keys(text, str(path))
+    if e.get(KEY_ENV):
+        return parse_keys(e[KEY_ENV], KEY_ENV)
+    return None
+
+
+class DecisionGate:
+    """What a consumer (agent, actuator, notifier) does with a decision before acting.
+
+    With a keyring, unsigned and forged decisions are refused and logged (event
+    `decision_refused`); without one, every decision passes and `decisions_unverified` is
+    logged once."""
+
+    def __init__(self, keyring: Keyring | None, log: Callable[..., None]):
+        self.keyring, self._log = keyring, log
+        self._warned = False
+        self.refused = 0
+
+    def announce(self) -> None:
+        """Log `decisions_unverified` now (once) when there is no key."""
+        if self.keyring is None and not self._warned:
+            self._warned = True
+            self._log("decisions_unverified",
+                      hint=f"no decision key: set {KEY_FILE_ENV} or {KEY_ENV} so that "
+                           "forged decisions are refused")
+
+    def admit_record(self, value: bytes | None, **where: Any) -> bool:
+        """admit() for a raw decisions-topic record value (the signed JSON as published)."""
+        if self.keyring is None:
+            self.announce()
+            return True
+        try:
+            decision = orjson.loads(value) if value is not None else None
+        except orjson.JSONDecodeError:
+            decision = None
+        if not isinstance(decision, dict):
+            self.refused += 1
+            self._log("decision_refused", reason=MALFORMED, detail="not a JSON object", **where)
+            return False
+        return self.admit(decision, **where)
+
+    def admit(self, decision: Mapping[str, Any], **where: Any) -> bool:
+        if self.keyring is None:
+            self.announce()
+            return True
+        v = verify(decision, self.keyring)
+        if v.ok:
+            return True
+        self.refused += 1
+        self._log("decision_refused", reason=v.reason, detail=v.detail, key_id=v.key_id,
+                  id=str(decision.get("id"))[:256], job=str(decision.get("job"))[:256],
+                  action=str(decision.get("action"))[:32], **where)
+        return False

@@ -1,0 +1,53 @@
+"""Status snapshots of a job state (pure, time passed in) and their wire record."""
+
+from __future__ import annotations
+
+import pytest
+
+from faultwatch import wire
+from faultwatch.core.events import Output, RunStart
+from faultwatch.core.job import apply
+from faultwatch.core.policy import Policy
+from faultwatch.core.state import JobState
+from faultwatch.errors import DecodeError
+from faultwatch.status import snapshot, table
+
+
+def job_state() -> tuple[object, Policy]:
+    policy = Policy(hang_window_s=300.0)
+    st = JobState(job="j1")
+    for node, rank in (("n1", 0), ("n2", 1)):
+        st, _ = apply(st, RunStart("j1", 0, node, 100.0, run_id="slurm-7", world_size=2,
+                                   nnodes=2, rank=rank, run_source="slurm",
+                                   scheduler={"kind": "slurm", "job_id": "7"}), 100.0, policy)
+    st, _ = apply(st, Output("j1", 0, "n1", 150.0, 3, rank_last_ts=((0, 150.0),),
+                             run_id="slurm-7"), 150.0, policy)
+    st, _ = apply(st, Output("j1", 0, "n2", 120.0, 1, rank_last_ts=((1, 120.0),),
+                             run_id="slurm-7"), 150.0, policy)
+    return st, policy
+
+
+def test_a_snapshot_says_who_is_alive_and_who_is_quiet() -> None:
+    st, policy = job_state()
+    s = snapshot(st, 160.0, policy)  # type: ignore[arg-type]
+    assert (s["job"], s["run_id"], s["attempt"], s["phase"]) == ("j1", "slurm-7", 0, "running")
+    assert s["scheduler"] == {"kind": "slurm", "job_id": "7"}
+    assert (s["nodes_alive"], s["nodes_total"], s["ranks_total"]) == (2, 2, 2)
+    assert s["rank_last_output_age_s"] == [[1, 40.0], [0, 10.0]]  # quietest first
+    assert (s["window_s"], s["window_basis"]) == (300.0, "fixed")
+    assert [n["last_output_age_s"] for n in s["nodes"]] == [10.0, 40.0]
+
+
+def test_the_snapshot_round_trips_the_wire_and_renders() -> None:
+    st, policy = job_state()
+    s = snapshot(st, 160.0, policy)  # type: ignore[arg-type]
+    back = wire.decode_status(wire.encode_status(s))
+    assert back["job"] == "j1" and back["t"] == "status" and back["nodes"] == s["nodes"]
+    with pytest.raises(DecodeError, match="status.job"):
+        wire.decode_status(wire.encode_status({**s, "job": "bad\nname"}))
+    from rich.console import Console
+
+    console = Console(width=200, record=True)
+    console.print(table([back], 161.0))
+    text = console.export_text()
+    assert "j1" in text and "slurm-7" in text and "2/2" in text and "r1:40s" in text
