@@ -16,6 +16,22 @@ PY=$(command -v "${PYTHON:-python3}")
 "$PY" -c 'import sys; assert sys.version_info >= (3, 11), "Python >= 3.11 required"'
 export UV_LINK_MODE=hardlink UV_PYTHON_DOWNLOADS=never UV_NO_PROGRESS=1
 
+# Debian packages the tests run for real: Slurm (slurmctld + two slurmd) with munge, Prometheus
+# (scrapes /metrics), tmux (the status view in a real terminal). Installed when missing.
+debs=()
+command -v slurmctld >/dev/null && command -v slurmd >/dev/null || debs+=(slurm-wlm)
+command -v munged >/dev/null || debs+=(munge)
+command -v prometheus >/dev/null || debs+=(prometheus)
+command -v tmux >/dev/null || debs+=(tmux)
+command -v openssl >/dev/null || debs+=(openssl)
+if [ ${#debs[@]} -gt 0 ]; then
+  echo "bootstrap: installing Debian packages: ${debs[*]}" >&2
+  SUDO=; [ "$(id -u)" = 0 ] || SUDO="sudo -n"
+  $SUDO apt-get update -qq >&2
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends \
+    "${debs[@]}" >&2
+fi
+
 want=$(sha256sum pyproject.toml | cut -c1-16)
 stale() { [ "$(cat "$1" 2>/dev/null)" != "$want" ]; }
 
