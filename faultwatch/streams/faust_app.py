@@ -19,7 +19,7 @@ from faultwatch.core.policy import Policy
 from faultwatch.errors import DecodeError
 from faultwatch.logs import log_event
 from faultwatch.rules import Matcher, RuleSet
-from faultwatch.streams.faust_compat import TableStore
+from faultwatch.streams.faust_compat import TableStore, reread_uncommitted_partitions
 from faultwatch.streams.job_stage import CAUGHT_UP_S, TICK_S, JobStage
 from faultwatch.streams.matcher_stage import MatcherStage
 from faultwatch.streams.metrics import Metrics
@@ -170,6 +170,7 @@ def build_processor(cfg: ProcessorConfig, live: LiveRules | None = None,
     dead_t = app.topic(topics.deadletter, key_type=bytes, value_type=bytes)
     table = app.Table("jobs", default=None, partitions=cfg.partitions, key_type=bytes,
                       value_type=bytes)
+    reread_uncommitted_partitions(app, {topics.logs, topics.signals})
     metrics = Metrics()
     if live is None:
         live = LiveRules(Matcher(cfg.ruleset), cfg.policy, cfg.ruleset.version)
