@@ -24,7 +24,7 @@ from faultwatch.metrics import serve as serve_metrics
 from faultwatch.rules import Matcher, RuleSet
 from faultwatch.status import STATUS_S
 from faultwatch.status import snapshot as status_snapshot
-from faultwatch.streams.faust_compat import TableStore
+from faultwatch.streams.faust_compat import TableStore, reread_uncommitted_partitions
 from faultwatch.streams.job_stage import CAUGHT_UP_S, TICK_S, JobStage
 from faultwatch.streams.matcher_stage import MatcherStage
 from faultwatch.streams.metrics import Metrics
@@ -177,6 +177,7 @@ def build_processor(cfg: ProcessorConfig, live: LiveRules | None = None,
     dead_t = app.topic(topics.deadletter, key_type=bytes, value_type=bytes)
     table = app.Table("jobs", default=None, partitions=cfg.partitions, key_type=bytes,
                       value_type=bytes)
+    reread_uncommitted_partitions(app, {topics.logs, topics.signals})
     metrics = Metrics()
     prom = ProcessorMetrics()
     prom.watch(metrics)

@@ -56,3 +56,23 @@ class TableStore:
 
     def items(self) -> Any:
         return list(self.table.items())
+
+
+def reread_uncommitted_partitions(app: faust.App, topics: set[str]) -> None:
+    """After every rebalance Faust seeks to the committed offsets (perform_seek ->
+    seek_to_committed), but aiokafka seeks only partitions whose committed offset is > 0:
+    records of a partition without a commit that were fetched while Faust's flow was paused
+    (table recovery) are dropped by the stream and never read again. Here such partitions
+    of `topics` are sought to their beginning, the group's initial position anyway
+    (auto_offset_reset=earliest): at worst records are read twice (at least once)."""
+    consumer: Any = app.consumer
+    original = consumer.seek_to_committed
+
+    async def seek_to_committed() -> Any:
+        committed = await original()
+        fresh = [tp for tp, offset in committed.items() if not offset and tp.topic in topics]
+        if fresh:  # the consumer thread's aiokafka seek (Faust's Consumer has none)
+            await consumer._thread.seek_to_beginning(*fresh)  # noqa: SLF001
+        return committed
+
+    consumer.seek_to_committed = seek_to_committed

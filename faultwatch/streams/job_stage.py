@@ -115,6 +115,7 @@ class JobStage:
         self.max_record_bytes = max_record_bytes
         self.parts: dict[int, PartitionCache] = {}
         self.logs_caught_up = True  # set by the shell: its logs partitions have no backlog
+        self.node_lost = True  # False: processor time never declares a node lost
 
     # ---- batches ------------------------------------------------------------------------
 
@@ -185,7 +186,7 @@ class JobStage:
             p.since = now
         p.last_tick = now
         live = self.live
-        live_clock = now - p.since >= live.policy.node_lost_s + GRACE_S
+        live_clock = self.node_lost and now - p.since >= live.policy.node_lost_s + GRACE_S
         caught_up = lag < CAUGHT_UP_S and self.logs_caught_up
         out: list[Decision] = []
         for key in list(p.active):

@@ -27,16 +27,20 @@ def log_dead_letter(rec: InRecord, err: Exception) -> None:
 
 class LocalPipeline:
     """submit() a logs-topic record (key, value) and get the decisions it leads to; tick()
-    advances processor time (settle fallback, node-lost once the grace has passed)."""
+    advances processor time (settle fallback; node-lost once the grace has passed, unless
+    `node_lost` is False). `live` holds the matcher, policy and rules version in effect:
+    swap them together to reload rules."""
 
     def __init__(self, ruleset: RuleSet, policy: Policy, *,
                  dead_letter: DeadLetter = log_dead_letter,
-                 matcher: Callable[[RuleSet], Matcher] = Matcher) -> None:
+                 matcher: Callable[[RuleSet], Matcher] = Matcher,
+                 node_lost: bool = True) -> None:
         self.live = LiveRules(matcher(ruleset), policy, ruleset.version)
         self.metrics = Metrics()
         self.store = DictStore()
         self.matcher = MatcherStage(self.live, dead_letter, self.metrics)
         self.jobs = JobStage(self.live, self.store, dead_letter, self.metrics)
+        self.jobs.node_lost = node_lost
         self._logs_offset = 0
         self._signals_offset = 0
 

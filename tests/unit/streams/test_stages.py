@@ -240,3 +240,12 @@ def test_local_pipeline_dead_letters_a_bad_record_and_goes_on() -> None:
     assert len(dead) == 1 and dead[0][0].topic == "local.logs"
     decs = [d for v in failing_job("a") for d in pipe.submit(wire.log_key("a", "n0"), v, T0)]
     assert [d.kind for d in decs + pipe.tick(T0 + 1)] == ["error"]
+
+
+def test_local_pipeline_without_node_lost_never_declares_one() -> None:
+    for node_lost, want in ((False, []), (True, [("b", "node-lost")])):  # with its control
+        pipe = LocalPipeline(ruleset(), POLICY, node_lost=node_lost)
+        pipe.submit(wire.log_key("b", "n0"), wire.encode_run_start(RunStart("b", 0, "n0", T0)),
+                    T0)
+        lost = [d for i in range(1, 40) for d in pipe.tick(T0 + i)]
+        assert [(d.job, d.kind) for d in lost] == want
