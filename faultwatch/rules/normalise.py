@@ -124,7 +124,7 @@ def normalise_line(text: str, default_rank: int | None = None) -> Normalised:
     return Normalised(text[pos:], rank, node, text[:pos], tuple(kinds))
 
 
-_RUN_AT_LINE_START = re.compile("^" + PREFIX_ANY + "{1,%d}" % MAX_STACK, re.MULTILINE)
+_RUN_AT_LINE_START = re.compile(f"^{PREFIX_ANY}{{1,{MAX_STACK}}}", re.MULTILINE)
 _RANK_CARRIER = re.compile("|".join(
     p.replace("(?P<rank>", f"(?P<rank{i}>").replace("(?P<node>", "(?:")
     for i, (_name, p) in enumerate(PREFIX_KINDS) if "(?P<rank>" in p))
