@@ -18,6 +18,7 @@ from faultwatch.rules.model import MatchBatch, ProgressMark, Rule, RuleSet, Stag
 from faultwatch.rules.normalise import (
     ORIGIN_PREFIX_PATTERN,
     has_other_prefix,
+    normalise_batch,
     normalise_line,
 )
 from faultwatch.rules.patterns import (
@@ -332,6 +333,18 @@ class Matcher:
         ranks, segment indices per rank): rank prefixes stripped, merged lines split."""
         n = len(texts)
         if has_other_prefix(joined):
+            batch = normalise_batch(joined, n, default_rank)
+            if batch is not None:  # one C pass; else merged lines: line by line
+                stripped, seg_rank = batch
+                per_rank: dict[int | None, list[int]] = {}
+                for i, r in enumerate(seg_rank):
+                    idx = per_rank.get(r)
+                    if idx is None:
+                        per_rank[r] = [i]
+                    else:
+                        idx.append(i)
+                return (stripped, stripped.split("\n"), seg_rank, None, tuple(seg_rank),
+                        dict(per_rank))
             return Matcher._normalised_segments(texts, default_rank)
         if not (joined.startswith("[") or "\n[" in joined):
             return (joined, texts, [default_rank] * n, None, (default_rank,) * n,

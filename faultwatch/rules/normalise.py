@@ -66,7 +66,20 @@ _LEAD = "(?:" + "|".join(hs_source(p) for name, p in PREFIX_KINDS
                          if name in ("stream", "timestamp", "rfc3339")) + ")*"
 ORIGIN_PREFIX_PATTERN = "^" + _LEAD + "(?:" + "|".join(hs_source(p) for p in _CARRIERS) + ")"
 
-_KIND_RES = tuple((name, re.compile(p)) for name, p in PREFIX_KINDS)
+def _combined() -> re.Pattern[str]:
+    """All kinds in one alternation (same order: the first kind that matches wins), each
+    kind its own group `k<i>` with its rank/node groups renamed `rank<i>` / `node<i>`."""
+    alts = []
+    for i, (_name, p) in enumerate(PREFIX_KINDS):
+        p = p.replace("(?P<rank>", f"(?P<rank{i}>").replace("(?P<node>", f"(?P<node{i}>")
+        alts.append(f"(?P<k{i}>{p})")
+    return re.compile("|".join(alts))
+
+
+_ONE = _combined()
+_KIND_NAMES = tuple(name for name, _ in PREFIX_KINDS)
+_HAS_RANK = tuple("(?P<rank>" in p for _, p in PREFIX_KINDS)
+_HAS_NODE = tuple("(?P<node>" in p for _, p in PREFIX_KINDS)
 _ANY_AT_START = re.compile(PREFIX_ANY)
 _OTHER_AT_LINE_START = re.compile(
     "^(?:" + "|".join(hs_source(p) for name, p in PREFIX_KINDS if name != "rank") + ")",
@@ -96,21 +109,54 @@ def normalise_line(text: str, default_rank: int | None = None) -> Normalised:
     rank = default_rank
     node: str | None = None
     kinds: list[str] = []
+    match = _ONE.match
     for _ in range(MAX_STACK):
-        for name, rx in _KIND_RES:
-            m = rx.match(text, pos)
-            if m is not None and m.end() > pos:
-                gd = m.groupdict()
-                if gd.get("rank") is not None:
-                    rank = int(gd["rank"])
-                if gd.get("node") is not None:
-                    node = gd["node"]
-                kinds.append(name)
-                pos = m.end()
-                break
-        else:
+        m = match(text, pos)
+        if m is None or m.end() == pos:
             break
+        i = int(str(m.lastgroup)[1:])
+        if _HAS_RANK[i] and m.group(f"rank{i}") is not None:
+            rank = int(m.group(f"rank{i}"))
+        if _HAS_NODE[i] and m.group(f"node{i}") is not None:
+            node = m.group(f"node{i}")
+        kinds.append(_KIND_NAMES[i])
+        pos = m.end()
     return Normalised(text[pos:], rank, node, text[:pos], tuple(kinds))
+
+
+_RUN_AT_LINE_START = re.compile(f"^{PREFIX_ANY}{{1,{MAX_STACK}}}", re.MULTILINE)
+_RANK_CARRIER = re.compile("|".join(
+    p.replace("(?P<rank>", f"(?P<rank{i}>").replace("(?P<node>", "(?:")
+    for i, (_name, p) in enumerate(PREFIX_KINDS) if "(?P<rank>" in p))
+
+
+def normalise_batch(joined: str, n: int, default_rank: int | None
+                    ) -> tuple[str, list[int | None]] | None:
+    """normalise_line() over a newline-joined batch of n lines with C loops: (text without
+    prefixes, rank of each line). None when a line holds a newline or a rank prefix sits in
+    the middle of a line (merged output): the caller then goes line by line."""
+    stripped = _RUN_AT_LINE_START.sub("", joined)
+    if stripped.count("\n") != n - 1:
+        return None
+    if "]:" in stripped and _MID_RANK.search(stripped) is not None:
+        return None
+    ranks: list[int | None] = [default_rank] * n
+    findall = _RANK_CARRIER.findall
+    count = joined.count
+    line = last = 0
+    for m in _RUN_AT_LINE_START.finditer(joined):
+        found = findall(m.group())
+        if found:
+            start = m.start()
+            line += count("\n", last, start)
+            last = start
+            innermost = found[-1]
+            ranks[line] = int(innermost if isinstance(innermost, str)
+                              else next(g for g in innermost if g))
+    return stripped, ranks
+
+
+_MID_RANK = re.compile(r"\[[A-Za-z_]{1,32}?\d{1,7}\]: ?")
 
 
 def has_other_prefix(joined: str) -> bool:

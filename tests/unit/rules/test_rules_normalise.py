@@ -121,3 +121,28 @@ def test_nccl_cuda_failure_802_through_prefix() -> None:
     line = "0: host:12:12 [0] NCCL WARN Cuda failure 802 'system not yet initialized'"
     res = classify(RS, "\n".join(["0: NCCL INFO Bootstrap : Using eth0", line]))
     assert (res["category"], res["rule"]) == ("hardware", "cuda-system-not-ready")
+
+
+def test_normalise_batch_equals_line_by_line() -> None:
+    import random
+
+    from faultwatch.rules.normalise import normalise_batch
+    pre = ["", "[stderr]", "[2025-04-09 17:15:22] ", "2025-04-09T17:15:22Z ", "3: ",
+           "[Rank 2] ", "(RayTrainWorker pid=12, ip=10.0.0.1) ", "[12345.678901] ",
+           "[worker-1] ", "[rank1]:", "[default0]:[rank5]:", "[1,4]<stdout>:",
+           "Apr  9 17:15:22 n1 kernel: ", "x "]
+    body = ["hello", "RuntimeError: boom", "  File \"a.py\", line 1", "", "12 items"]
+    rnd = random.Random(5)
+    used = 0
+    for _ in range(3000):
+        n = rnd.randint(1, 12)
+        texts = ["".join(rnd.choice(pre) for _ in range(rnd.randint(0, 3))) + rnd.choice(body)
+                 for _ in range(n)]
+        d = rnd.choice([None, 0, 7])
+        got = normalise_batch("\n".join(texts), n, d)
+        if got is None:
+            continue
+        used += 1
+        want = [normalise_line(t, d) for t in texts]
+        assert got == ("\n".join(w.text for w in want), [w.rank for w in want]), texts
+    assert used > 1000
