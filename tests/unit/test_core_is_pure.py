@@ -42,7 +42,6 @@ KNOWN_CYCLE_EDGES = {
     ("faultwatch.agents.bootcheck", "faultwatch.agents.cli"),
     ("faultwatch.agents.oneshot", "faultwatch.agents.agent"),
     ("faultwatch.agents.tail", "faultwatch.agents.cli"),
-    ("faultwatch.streams.rules_dist", "faultwatch.streams.app"),
 }
 
 
