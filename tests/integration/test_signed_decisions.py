@@ -74,7 +74,7 @@ def start_agent(bootstrap: str, prefix: str, tmp: Path, job: str,
                 env_extra: dict[str, str]) -> subprocess.Popen[bytes]:
     # the decisions topic exists before the agent starts (the processor creates it)
     publish(bootstrap, f"{prefix}decisions", "other-job", fail_dict("other-job", "x"))
-    argv = [sys.executable, "-m", "faultwatch.agents.cli", "agent", "--bootstrap", bootstrap,
+    argv = [sys.executable, "-m", "faultwatch", "agent", "--bootstrap", bootstrap,
             "--job", job, "--node", "n1", "--topic-prefix", prefix, "--spool-dir", str(tmp),
             "--heartbeat-s", "0.5", "--follow-decisions", "--", sys.executable, "-c", FOREVER]
     env = {k: v for k, v in os.environ.items() if not k.startswith("FAULTWATCH_DECISION_KEY")}

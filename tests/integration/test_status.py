@@ -53,7 +53,7 @@ def test_status_shows_a_live_job_in_a_terminal_and_as_json(
                                   stderr=open(tmp_path / "process.log", "wb")))  # noqa: SIM115
     procs.append(subprocess.Popen(
         [*fw, "agent", "--job", job, "--node", "n1", "--topic-prefix", topic_prefix,
-         "--spool-dir", str(tmp_path / "spool"), "--heartbeat-s", "0.5",
+         "--spool-dir", str(tmp_path / "spool"), "--run-id", "run-42", "--heartbeat-s", "0.5",
          "--no-follow-decisions", "--", sys.executable, "-c", CHILD],
         env=env, stdout=subprocess.DEVNULL,
         stderr=open(tmp_path / "agent.log", "wb")))  # noqa: SIM115
@@ -76,7 +76,7 @@ def test_status_shows_a_live_job_in_a_terminal_and_as_json(
         else:
             raise AssertionError(f"no live row for {job}:\n{screen}\n"
                                  + (tmp_path / "process.log").read_text()[-2000:])
-        assert "faultwatch status" in screen
+        assert "faultwatch status" in screen and "run-42" in row
         subprocess.run(["tmux", "send-keys", "-t", session, "C-c"], check=True, timeout=10)
         deadline = time.monotonic() + 30
         while subprocess.run(["tmux", "has-session", "-t", session],
@@ -89,6 +89,6 @@ def test_status_shows_a_live_job_in_a_terminal_and_as_json(
                           topic_prefix], env=env, capture_output=True, timeout=60)
     assert out.returncode == 0, out.stderr.decode()[-2000:]
     [snap] = [json.loads(line) for line in out.stdout.splitlines()]
-    assert (snap["job"], snap["phase"], snap["nodes_alive"]) == (job, "running", 1)
-    assert snap["run_id"] and snap["run_id"][:24] in screen
+    assert (snap["job"], snap["run_id"], snap["phase"], snap["nodes_alive"]) == (
+        job, "run-42", "running", 1)
     assert snap["last_output_age_s"] is not None and snap["last_output_age_s"] < 30
