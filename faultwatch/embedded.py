@@ -41,14 +41,13 @@ class EmbeddedConfig:
 
 
 class _Rules:
-    """The rule set in effect, reloaded when one of its files changes (last good one kept)."""
+    """The rule files behind embedded mode: re-read when one of them changes; an invalid
+    edit is refused (the last good set stays in effect), a valid one goes to `apply`."""
 
-    def __init__(self, paths: Sequence[str], on_event: Callable[..., None]) -> None:
+    def __init__(self, paths: Sequence[str], apply: Callable[[RuleSet], None]) -> None:
         self.paths = list(paths)
-        self.ruleset: RuleSet = load_ruleset(self.paths)
-        self.matcher = Matcher(self.ruleset)
+        self._apply = apply
         self._mtimes = self._stat()
-        self._log = on_event
 
     def _stat(self) -> tuple[float, ...]:
         return tuple(Path(p).stat().st_mtime if Path(p).exists() else 0.0 for p in self.paths)
@@ -61,10 +60,10 @@ class _Rules:
         try:
             rs = load_ruleset(self.paths)
         except Exception as e:  # noqa: BLE001 - keep the last good rule set, say why
-            self._log("rules_reload_rejected", errors=str(e).replace("\n", " | "))
+            log_event("rules_reload_rejected", errors=str(e).replace("\n", " | "))
             return
-        self.ruleset, self.matcher = rs, Matcher(rs)
-        self._log("rules_reloaded", version=rs.version)
+        self._apply(rs)
+        log_event("rules_reloaded", version=rs.version)
 
 
 def policy_for(ruleset: RuleSet, overrides: dict[str, Any]) -> Policy:
@@ -83,13 +82,20 @@ def publisher(out: TextIO, decisions_out: Path | None) -> Callable[[Decision], N
 
 
 def transport_for(cfg: EmbeddedConfig, out: TextIO = sys.stderr) -> LocalTransport:
-    """The in-process pipeline (matcher + job stages) behind a LocalTransport."""
-    from faultwatch.embedded_pipeline import InProcessPipeline
+    """The processor's stages in-process (streams.local.LocalPipeline) behind a
+    LocalTransport; changed rule files swap the pipeline's rules as a rules push does."""
+    from faultwatch.streams.local import LocalPipeline
 
-    rules = _Rules(cfg.rule_paths, lambda ev, **kv: log_event(ev, **kv))
-    pipeline = InProcessPipeline(lambda: rules.matcher,
-                                 policy_for(rules.ruleset, cfg.policy_overrides),
-                                 lambda: rules.ruleset.version)
+    ruleset = load_ruleset(cfg.rule_paths)
+    pipeline = LocalPipeline(ruleset, policy_for(ruleset, cfg.policy_overrides))
+
+    def apply(rs: RuleSet) -> None:
+        live = pipeline.live
+        live.matcher = Matcher(rs)
+        live.policy = policy_for(rs, cfg.policy_overrides)
+        live.rules_version = rs.version
+
+    rules = _Rules(cfg.rule_paths, apply)
     return LocalTransport(pipeline, cfg.job, publisher(out, cfg.decisions_out), time.time,
                           tick_s=HEARTBEAT_S,
                           on_tick=rules.maybe_reload if cfg.reload_rules else None)
