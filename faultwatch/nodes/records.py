@@ -1,4 +1,4 @@
-"""Node registry records on the compacted `<prefix>nodes` topic: encode, and decode at the boundary."""
+"""Node registry records on the compacted `<prefix>nodes` topic: encode, decode, validate."""
 
 from __future__ import annotations
 
