@@ -226,3 +226,30 @@ def test_untrusted_server_certificate_is_refused(api: tuple[FakeAPI, KubeConfig]
     with pytest.raises(ActuateError, match="CERTIFICATE_VERIFY_FAILED|certificate"):
         KubernetesBackend(KubeConfig(cfg.server, cfg.token_file, None)).apply(_a(QUARANTINE))
     assert fake.requests == []
+
+
+def test_rbac_manifest_grants_exactly_the_verbs_used(api: tuple[FakeAPI, KubeConfig]) -> None:
+    import yaml
+
+    fake, cfg = api
+    b = KubernetesBackend(cfg, pod_selector="job={job}")
+    b.apply(_a(QUARANTINE))
+    b.apply(_a(REQUEUE, kind="kubernetes", namespace="ml", pod="train-worker-0"))
+    b.apply(_a(RELEASE))
+    used = set()
+    for r in fake.requests:
+        parts = r["path"].split("?")[0].strip("/").split("/")
+        resource = "nodes" if parts[2] == "nodes" else parts[4]
+        single = len(parts) in (4, 6)
+        verb = {"GET": "get" if single else "list", "PATCH": "patch",
+                "DELETE": "delete"}[r["method"]]
+        used.add((resource, verb))
+    manifest = Path(__file__).resolve().parents[3] / "deploy" / "kubernetes" / \
+        "actuate-rbac.yaml"
+    granted = set()
+    for doc in yaml.safe_load_all(manifest.read_text()):
+        if doc and doc["kind"] == "ClusterRole":
+            for rule in doc["rules"]:
+                assert rule["apiGroups"] == [""]
+                granted |= {(res, v) for res in rule["resources"] for v in rule["verbs"]}
+    assert used == granted
