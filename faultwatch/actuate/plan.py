@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from faultwatch.core.events import Decision
 from faultwatch.errors import ConfigError
 from faultwatch.nodes.names import (
     DECISION_ID_RE,
@@ -71,25 +72,20 @@ def scheduler_identity(raw: Any) -> dict[str, str]:
     return {"kind": check("scheduler.kind", str(kind), RULE_ID_RE)}
 
 
-def plan_decision(d: dict[str, Any]) -> list[Action]:
+def plan_decision(dec: Decision) -> list[Action]:
     """A `blacklist` decision: quarantine each target node, then requeue the job away from
     it. Other actions need nothing from a scheduler. Raises ConfigError on a field that
     does not match its pattern (the caller logs it with topic/partition/offset)."""
-    if d.get("action") != "blacklist":
+    if dec.action != "blacklist":
         return []
-    did = check("decision.id", d.get("id"), DECISION_ID_RE)
-    job = check("decision.job", d.get("job"), JOB_NAME_RE)
-    reason_raw, targets_raw = d.get("reason"), d.get("targets")
-    reason: dict[str, Any] = reason_raw if isinstance(reason_raw, dict) else {}
-    rule_raw = reason.get("rule") or "unknown"
-    rule = check("decision.reason.rule", rule_raw, RULE_ID_RE)
-    targets: dict[str, Any] = targets_raw if isinstance(targets_raw, dict) else {}
-    nodes = targets.get("nodes")
-    if not isinstance(nodes, list) or not nodes:
+    did = check("decision.id", dec.id, DECISION_ID_RE)
+    job = check("decision.job", dec.job, JOB_NAME_RE)
+    rule = check("decision.reason.rule", dec.rule or "unknown", RULE_ID_RE)
+    if not dec.nodes:
         raise ConfigError("decision.targets.nodes", f"blacklist {did} names no node")
-    sched = scheduler_identity(d.get("scheduler"))
+    sched = scheduler_identity(dec.scheduler)
     out: list[Action] = []
-    for n in nodes:
+    for n in dec.nodes:
         node = valid_node(n)
         out.append(Action(QUARANTINE, node, did, rule, job))
         out.append(Action(REQUEUE, node, did, rule, job, sched))

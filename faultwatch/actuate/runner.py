@@ -8,11 +8,11 @@ import uuid
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from faultwatch.actuate.backend import ActuateError, Backend
 from faultwatch.actuate.journal import Journal
 from faultwatch.actuate.plan import Action, plan_decision, plan_node
+from faultwatch.core.events import Decision
 from faultwatch.errors import ConfigError, DecodeError, FaultwatchError
 from faultwatch.logs import log_event
 from faultwatch.nodes.registry import (
@@ -56,30 +56,21 @@ class Actuator:
         self.queued.add(a.key)
         self.queue.append((a, 0, 0.0))
 
-    def on_decision(self, d: dict[str, Any], now: float, where: str) -> list[NodeRecord]:
+    def on_decision(self, dec: Decision, now: float, where: str) -> list[NodeRecord]:
         """Plan a decision's actions; return the registry records it changes (to publish)."""
-        ts = d.get("ts")
-        if isinstance(ts, (int, float)) and now - float(ts) > self.cfg.max_decision_age_s:
-            log_event("actuate_decision_too_old", decision=d.get("id"), where=where,
-                      age_s=round(now - float(ts), 1))
+        if now - dec.ts > self.cfg.max_decision_age_s:
+            log_event("actuate_decision_too_old", decision=dec.id, where=where,
+                      age_s=round(now - dec.ts, 1))
             return []
         try:
-            actions = plan_decision(d)
+            actions = plan_decision(dec)
         except ConfigError as e:
-            log_event("actuate_decision_rejected", decision=str(d.get("id"))[:80],
-                      where=where, error=str(e))
+            log_event("actuate_decision_rejected", decision=dec.id[:80], where=where,
+                      error=str(e))
             return []
         ups: list[NodeRecord] = []
         if actions and self.cfg.write_registry:
-            from faultwatch.wire import decision_of
-
-            try:
-                ups = registry_updates(decision_of(d), self.registry, now,
-                                       self.cfg.registry_policy)
-            except DecodeError as e:
-                log_event("actuate_decision_rejected", decision=d.get("id"), where=where,
-                          error=str(e))
-                return []
+            ups = registry_updates(dec, self.registry, now, self.cfg.registry_policy)
             for rec in ups:
                 self.registry[rec.node] = rec
         for a in actions:
@@ -192,12 +183,12 @@ async def run(backend: Backend, cfg: ActuateConfig, stop: asyncio.Event | None =
                     for m in msgs:
                         where = f"{m.topic}[{m.partition}]@{m.offset}"
                         try:
-                            d = decode_decision(m.value)
+                            dec = decode_decision(m.value)
                         except DecodeError as e:
                             log_event("undecodable_record", topic=m.topic,
                                       partition=m.partition, offset=m.offset, error=str(e))
                             continue
-                        ups.extend(act.on_decision(d, time.time(), where))
+                        ups.extend(act.on_decision(dec, time.time(), where))
                 if ups:
                     await write_records(cfg.bootstrap, ntopic, ups)
                 now = time.time()

@@ -13,14 +13,20 @@ from faultwatch.actuate.journal import Journal
 from faultwatch.actuate.plan import QUARANTINE, RELEASE, REQUEUE, Action, plan_decision, plan_node
 from faultwatch.actuate.runner import ActuateConfig, Actuator
 from faultwatch.actuate.slurm import SlurmBackend, drain_reason, parse_show
+from faultwatch.core.events import Decision
 from faultwatch.errors import ConfigError
 from faultwatch.nodes.registry import Reason, RegistryPolicy, quarantine, release
+from faultwatch.wire import decision_of
 
 
-def _dec(**over: Any) -> dict[str, Any]:
+def _dec(**over: Any) -> Decision:
+    return decision_of(_raw(**over))
+
+
+def _raw(**over: Any) -> dict[str, Any]:
     d: dict[str, Any] = {"v": 1, "id": "0f1e2d3c4b5a69788796", "job": "train", "attempt": 0,
                          "action": "blacklist", "ts": 100.0,
-                         "targets": {"nodes": ["n1"], "ranks": []},
+                         "targets": {"nodes": ["n1"], "ranks": []}, "run_id": "42",
                          "reason": {"kind": "error", "rule": "nvidia-xid-hardware",
                                     "category": "hardware", "message": "m"},
                          "evidence": {"first_error": {"line": "NVRM: Xid 79"}}, "budgets": {},
@@ -39,17 +45,17 @@ def test_blacklist_plans_quarantine_then_requeue_with_identity() -> None:
 
 
 @pytest.mark.parametrize("over", [
-    {"targets": {"nodes": ["n1; scontrol shutdown"]}},
-    {"targets": {"nodes": ["-n1"]}},
-    {"targets": {"nodes": []}},
+    {"targets": {"nodes": ["n1; scontrol shutdown"], "ranks": []}},
+    {"targets": {"nodes": ["-n1"], "ranks": []}},
+    {"targets": {"nodes": [], "ranks": []}},
     {"id": "abc def"},
     {"id": "x" * 200},
-    {"reason": {"rule": "rule with space"}},
+    {"reason": {"kind": "error", "rule": "rule with space"}},
     {"scheduler": {"kind": "slurm", "job_id": "42 43"}},
     {"scheduler": {"kind": "slurm", "job_id": "--all"}},
     {"scheduler": {"kind": "kubernetes", "namespace": "ML_NS"}},
     {"scheduler": {"kind": "kubernetes", "namespace": "ml", "pod": "../../nodes/x"}},
-    {"job": "train\nrm"},
+    {"job": "train;rm -rf"},
 ])
 def test_every_field_used_is_validated(over: dict[str, Any]) -> None:
     with pytest.raises(ConfigError):
