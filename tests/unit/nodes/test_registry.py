@@ -142,3 +142,22 @@ def test_durations_and_node_names() -> None:
     for bad in ("-n1", "n1;reboot", "n 1", "", "a" * 300, "n1\n"):
         with pytest.raises(ConfigError):
             valid_node(bad)
+
+
+def test_writer_folds_the_topic_and_emits_records_for_its_decisions() -> None:
+    from faultwatch.nodes.records import node_key
+    from faultwatch.nodes.writer import RegistryWriter
+
+    w = RegistryWriter(POL)
+    earlier = quarantine(None, "n1", 0.0, _r("old"), POL)
+    w.observe(node_key("n1"), encode_node(earlier))
+    w.observe(node_key("n9"), b"garbage")  # logged, skipped
+    assert w.quarantined("n1", 50.0) is not None
+    assert w.quarantined("n1", 100.0) is None  # expired: probation, not quarantine
+    out = w.updates([_blacklist("new")], 200.0)  # on probation -> second strike, doubled
+    ((key, value),) = out
+    rec = decode_node(value)
+    assert key == b"n1" and rec.strikes == 2 and rec.until == 400.0
+    assert w.updates([_blacklist("new")], 201.0) == []  # replay: nothing
+    w.observe(node_key("n1"), None)  # tombstone
+    assert "n1" not in w.registry
