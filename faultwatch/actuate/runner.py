@@ -128,10 +128,9 @@ async def run(backend: Backend, cfg: ActuateConfig, stop: asyncio.Event | None =
     group, offsets committed once the actions are journaled) until `stop` is set."""
     from aiokafka import AIOKafkaConsumer, TopicPartition
 
-    from faultwatch.nodes.records import decode_node
     from faultwatch.nodes.store import ensure_nodes_topic, nodes_topic, write_records
     from faultwatch.topics import Topics, ensure_topics
-    from faultwatch.wire import decode_decision
+    from faultwatch.wire import decode_decision, decode_node
 
     stop = stop or asyncio.Event()
     topics = Topics(cfg.prefix)

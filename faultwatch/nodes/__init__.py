@@ -1,1 +1,1 @@
-"""The fleet-wide node registry: pure core (registry), records, Kafka store and CLI."""
+"""The fleet-wide node registry: pure core, Kafka store, writer and CLI (records in wire)."""

@@ -9,8 +9,8 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import TopicAlreadyExistsError
 
-from faultwatch.nodes.records import decode_node, encode_node, node_key
 from faultwatch.nodes.registry import NodeRecord, Registry
+from faultwatch.wire import decode_node, encode_node, node_key
 
 
 def nodes_topic(prefix: str) -> str:

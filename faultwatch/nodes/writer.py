@@ -8,7 +8,6 @@ from collections.abc import Iterable
 from faultwatch.core.events import Decision
 from faultwatch.errors import DecodeError
 from faultwatch.logs import log_event
-from faultwatch.nodes.records import decode_node, encode_node, node_key
 from faultwatch.nodes.registry import (
     QUARANTINED,
     NodeRecord,
@@ -17,6 +16,7 @@ from faultwatch.nodes.registry import (
     expire,
     registry_updates,
 )
+from faultwatch.wire import decode_node, encode_node, node_key
 
 
 class RegistryWriter:

@@ -8,7 +8,6 @@ from faultwatch.core.events import Decision
 from faultwatch.errors import ConfigError, DecodeError
 from faultwatch.nodes.cli import parse_duration_s, render
 from faultwatch.nodes.names import valid_node
-from faultwatch.nodes.records import decode_node, encode_node
 from faultwatch.nodes.registry import (
     HEALTHY,
     MAX_REASONS,
@@ -24,6 +23,7 @@ from faultwatch.nodes.registry import (
     release,
     suspect,
 )
+from faultwatch.wire import decode_node, encode_node
 
 POL = RegistryPolicy(quarantine_s=100.0, max_quarantine_s=350.0, probation_s=50.0)
 
@@ -145,8 +145,8 @@ def test_durations_and_node_names() -> None:
 
 
 def test_writer_folds_the_topic_and_emits_records_for_its_decisions() -> None:
-    from faultwatch.nodes.records import node_key
     from faultwatch.nodes.writer import RegistryWriter
+    from faultwatch.wire import node_key
 
     w = RegistryWriter(POL)
     earlier = quarantine(None, "n1", 0.0, _r("old"), POL)
