@@ -61,8 +61,8 @@ def slurm() -> Iterator[SlurmCluster]:
     if why:
         pytest.fail(why)  # a missing Slurm is a broken test install, not a reason to skip
     cluster = SlurmCluster()
-    cluster.start()
     try:
+        cluster.start()
         yield cluster
     finally:
         cluster.stop()

@@ -194,3 +194,34 @@ def test_slurm_requeue_only_while_the_job_holds_the_node() -> None:
     info = parse_show("NodeName=n1 State=IDLE+DRAIN Reason=faultwatch d1: rule-x "
                       "[root@2026-01-01T00:00:00] Comment=(null)")
     assert info["Reason"] == "faultwatch d1: rule-x [root@2026-01-01T00:00:00]"
+
+
+def test_slurm_without_identity_finds_the_job_by_name_on_that_node_only() -> None:
+    import subprocess
+
+    calls: list[list[str]] = []
+
+    def runner(argv: list[str], **kw: Any) -> subprocess.CompletedProcess[str]:
+        calls.append(argv)
+        out = {"squeue": "77\n", "show": "JobId=77 JobState=FAILED NodeList=n1"}.get(
+            argv[0] if argv[0] == "squeue" else argv[1], "")
+        if argv[1:3] == ["show", "hostnames"]:
+            out = "n1\n"
+        return subprocess.CompletedProcess(argv, 0, out, "")
+
+    b = SlurmBackend(runner=runner)
+    assert "77: requeued (was failed on n1)" in b.apply(Action(REQUEUE, "n1", "d", "r", "train"))
+    assert calls[0] == ["squeue", "-h", "-t", "all", "-w", "n1", "-n", "train", "-o", "%i"]
+    assert calls[-1] == ["scontrol", "requeue", "77"]
+    assert b.apply(Action(QUARANTINE, "n1", "d", "r")) == "drained n1"
+    assert calls[-1] == ["scontrol", "update", "nodename=n1", "state=drain",
+                         "reason=faultwatch d: r"]
+
+
+def test_deploy_manifests_parse() -> None:
+    import yaml
+
+    root = Path(__file__).resolve().parents[3] / "deploy" / "kubernetes"
+    kinds = [d["kind"] for f in sorted(root.glob("*.yaml"))
+             for d in yaml.safe_load_all(f.read_text()) if d]
+    assert {"ClusterRole", "ClusterRoleBinding", "ServiceAccount", "Deployment"} <= set(kinds)
