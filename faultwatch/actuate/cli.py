@@ -54,7 +54,12 @@ def cmd_actuate(args: argparse.Namespace) -> int:
             loop.add_signal_handler(sig, stop.set)
         await run(backend, cfg, stop)
 
-    asyncio.run(main())
+    from faultwatch.nodes.store import BROKER_ERRORS, broker_error
+
+    try:
+        asyncio.run(main())
+    except BROKER_ERRORS as e:  # the journal makes a restart (systemd, Deployment) safe
+        raise broker_error(args.bootstrap, e) from None
     return 0
 
 

@@ -84,10 +84,13 @@ def render(reg: Registry, now: float, as_json: bool) -> list[str]:
 
 
 def cmd_nodes(args: argparse.Namespace) -> int:
-    from faultwatch.nodes.store import load_registry
+    from faultwatch.nodes.store import BROKER_ERRORS, broker_error, load_registry
 
     bootstrap, topic = _topic(args)
-    reg = asyncio.run(load_registry(bootstrap, topic))
+    try:
+        reg = asyncio.run(load_registry(bootstrap, topic))
+    except BROKER_ERRORS as e:
+        raise broker_error(bootstrap, e) from None
     for line in render(reg, time.time(), args.json):
         print(line)
     return 0
@@ -107,7 +110,12 @@ def _change(args: argparse.Namespace, make: Any) -> int:
         await write_records(bootstrap, topic, [rec])
         return rec
 
-    rec = asyncio.run(main())
+    from faultwatch.nodes.store import BROKER_ERRORS, broker_error
+
+    try:
+        rec = asyncio.run(main())
+    except BROKER_ERRORS as e:
+        raise broker_error(bootstrap, e) from None
     log_event(f"node_{args.nodes_command}", node=node, state=rec.state, until=rec.until,
               strikes=rec.strikes, decision=rec.reasons[-1].decision)
     print(orjson.dumps(node_json(rec)).decode())

@@ -7,14 +7,23 @@ from typing import Any
 
 from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-from aiokafka.errors import TopicAlreadyExistsError
+from aiokafka.errors import KafkaError, TopicAlreadyExistsError
 
+from faultwatch.errors import BrokerError
 from faultwatch.nodes.registry import NodeRecord, Registry
 from faultwatch.wire import decode_node, encode_node, node_key
 
 
 def nodes_topic(prefix: str) -> str:
     return f"{prefix}nodes"
+
+
+def broker_error(bootstrap: str, e: BaseException) -> BrokerError:
+    """aiokafka's errors, translated once at this boundary."""
+    return BrokerError(f"Kafka at {bootstrap}: {type(e).__name__}: {e}")
+
+
+BROKER_ERRORS = (KafkaError, OSError, asyncio.TimeoutError)
 
 
 async def ensure_nodes_topic(bootstrap: str, topic: str, timeout_s: float = 30.0) -> None:
