@@ -217,3 +217,30 @@ def slurm_exe(name: str) -> str:
     import shutil
 
     return shutil.which(name) or name
+
+
+def test_manual_quarantine_drains_and_release_resumes(
+        slurm: SlurmCluster, kafka_bootstrap: str, tmp_path: Path) -> None:
+    prefix = f"fwslurm-{uuid.uuid4().hex[:8]}."
+    env = slurm.env(job_env())
+    env.update(FAULTWATCH_BOOTSTRAP=kafka_bootstrap, FAULTWATCH_TOPIC_PREFIX=prefix)
+    log = tmp_path / "actuate.log"
+    bad = _fw(env, "nodes", "quarantine", "n2;scontrol", "--for", "1h", "--reason", "x")
+    assert bad.returncode == 1 and "node: invalid value" in bad.stderr
+    actuate = _start_actuate(env, log, tmp_path / "state.jsonl", f"{prefix}actuate")
+    try:
+        q = _fw(env, "nodes", "quarantine", "n2", "--for", "1h", "--reason", "fan failing")
+        assert q.returncode == 0, q.stderr
+        rec = json.loads(q.stdout)
+        assert rec["state"] == "quarantined" and 3590 < rec["until"] - time.time() <= 3600
+        _wait(lambda: "drain" in slurm.node_states().get("n2", ""), 60, "n2 drained",
+              log.read_text)
+        reason = slurm.node_info("n2")["Reason"]
+        assert reason.startswith(f"faultwatch {rec['reasons'][-1]['decision']}: manual")
+        listed = _fw(env, "nodes").stdout
+        assert "n2" in listed and "quarantined" in listed and "fan failing" in listed
+        assert _fw(env, "nodes", "release", "n2").returncode == 0
+        _wait(lambda: slurm.node_states().get("n2") == "idle", 60, "n2 resumed", log.read_text)
+    finally:
+        _stop(actuate)
+        slurm.run("scontrol", "update", "nodename=n2", "state=resume", check=False)
