@@ -196,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
         return int(args.func(args))
     except FaultwatchError as e:
         print(f"faultwatch: error: {e}", file=sys.stderr)
-        return 1
+        return e.exit_code
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 
+from faultwatch.errors import ConfigError
 from tests.e2e.cluster import processor, wait_decisions
 from tests.e2e.conftest import faultwatch_exe, job_env
 from tests.slurm_harness import SlurmCluster, missing
@@ -226,7 +227,7 @@ def test_manual_quarantine_drains_and_release_resumes(
     env.update(FAULTWATCH_BOOTSTRAP=kafka_bootstrap, FAULTWATCH_TOPIC_PREFIX=prefix)
     log = tmp_path / "actuate.log"
     bad = _fw(env, "nodes", "quarantine", "n2;scontrol", "--for", "1h", "--reason", "x")
-    assert bad.returncode == 1 and "node: invalid value" in bad.stderr
+    assert bad.returncode == ConfigError.exit_code and "node: invalid value" in bad.stderr
     actuate = _start_actuate(env, log, tmp_path / "state.jsonl", f"{prefix}actuate")
     try:
         q = _fw(env, "nodes", "quarantine", "n2", "--for", "1h", "--reason", "fan failing")
