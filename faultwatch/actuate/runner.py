@@ -8,6 +8,7 @@ import uuid
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from faultwatch.actuate.backend import ActuateError, Backend
 from faultwatch.actuate.journal import Journal
@@ -125,27 +126,28 @@ class Actuator:
 
 async def run(backend: Backend, cfg: ActuateConfig, stop: asyncio.Event | None = None) -> None:
     """Consume <prefix>nodes (from the beginning, no group) and <prefix>decisions (consumer
-    group, offsets committed once the actions are journaled) until `stop` is set."""
+    group, offsets committed once the actions are journaled) until `stop` is set. The
+    decisions topic is the processor's to create (with its partition count): until it
+    exists only the registry is acted on."""
     from aiokafka import AIOKafkaConsumer, TopicPartition
+    from aiokafka.admin import AIOKafkaAdminClient
 
     from faultwatch.nodes.store import ensure_nodes_topic, nodes_topic, write_records
-    from faultwatch.topics import Topics, ensure_topics
+    from faultwatch.topics import Topics
     from faultwatch.wire import decode_decision, decode_node
 
     stop = stop or asyncio.Event()
     topics = Topics(cfg.prefix)
     ntopic = nodes_topic(cfg.prefix)
-    await ensure_topics(cfg.bootstrap, topics)
     await ensure_nodes_topic(cfg.bootstrap, ntopic)
     journal = Journal(cfg.state_file)
     act = Actuator(backend, journal, cfg)
+    admin = AIOKafkaAdminClient(bootstrap_servers=cfg.bootstrap, request_timeout_ms=30_000)
     nodes_c = AIOKafkaConsumer(bootstrap_servers=cfg.bootstrap, group_id=None,
                                enable_auto_commit=False,
                                client_id=f"faultwatch-actuate-nodes-{uuid.uuid4().hex[:6]}")
-    dec_c = AIOKafkaConsumer(topics.decisions, bootstrap_servers=cfg.bootstrap,
-                             group_id=cfg.group, enable_auto_commit=False,
-                             auto_offset_reset="earliest",
-                             client_id=f"faultwatch-actuate-{uuid.uuid4().hex[:6]}")
+    dec_c: AIOKafkaConsumer | None = None
+    await admin.start()
     await nodes_c.start()
     try:
         tp = TopicPartition(ntopic, 0)
@@ -172,31 +174,44 @@ async def run(backend: Backend, cfg: ActuateConfig, stop: asyncio.Event | None =
         log_event("actuate_started", backend=backend.name, nodes=len(act.registry),
                   group=cfg.group, state_file=str(cfg.state_file),
                   replaying=len(journal.pending))
-        await dec_c.start()
-        try:
-            while not stop.is_set():
+        next_topic_check = 0.0
+        while not stop.is_set():
+            batch: dict[Any, list[Any]] = {}
+            if dec_c is None and time.monotonic() >= next_topic_check:
+                next_topic_check = time.monotonic() + 2.0
+                if topics.decisions in set(await admin.list_topics()):
+                    dec_c = AIOKafkaConsumer(
+                        topics.decisions, bootstrap_servers=cfg.bootstrap, group_id=cfg.group,
+                        enable_auto_commit=False, auto_offset_reset="earliest",
+                        client_id=f"faultwatch-actuate-{uuid.uuid4().hex[:6]}")
+                    await dec_c.start()
+                    log_event("actuate_following", topic=topics.decisions)
+            if dec_c is not None:
                 await pump_nodes(0)
                 batch = await dec_c.getmany(timeout_ms=cfg.poll_ms)
-                ups: list[NodeRecord] = []
-                for msgs in batch.values():
-                    for m in msgs:
-                        where = f"{m.topic}[{m.partition}]@{m.offset}"
-                        try:
-                            dec = decode_decision(m.value)
-                        except DecodeError as e:
-                            log_event("undecodable_record", topic=m.topic,
-                                      partition=m.partition, offset=m.offset, error=str(e))
-                            continue
-                        ups.extend(act.on_decision(dec, time.time(), where))
-                if ups:
-                    await write_records(cfg.bootstrap, ntopic, ups)
-                now = time.time()
-                act.tick(now)
-                await asyncio.to_thread(act.run_due, now)
-                if batch:
-                    await dec_c.commit()  # every action of these records is journaled
-        finally:
-            await dec_c.stop()
+            else:
+                await pump_nodes(cfg.poll_ms)
+            ups: list[NodeRecord] = []
+            for msgs in batch.values():
+                for m in msgs:
+                    where = f"{m.topic}[{m.partition}]@{m.offset}"
+                    try:
+                        dec = decode_decision(m.value)
+                    except DecodeError as e:
+                        log_event("undecodable_record", topic=m.topic,
+                                  partition=m.partition, offset=m.offset, error=str(e))
+                        continue
+                    ups.extend(act.on_decision(dec, time.time(), where))
+            if ups:
+                await write_records(cfg.bootstrap, ntopic, ups)
+            now = time.time()
+            act.tick(now)
+            await asyncio.to_thread(act.run_due, now)
+            if batch and dec_c is not None:
+                await dec_c.commit()  # every action of these records is journaled
     finally:
+        if dec_c is not None:
+            await dec_c.stop()
         await nodes_c.stop()
+        await admin.close()
         journal.close()
