@@ -102,6 +102,8 @@ class SlurmBackend:
         ids = self.job_ids(node, action)
         if not ids:
             return f"no Slurm job of {action.job!r} on {node}"
+        how = "job id from the decision" if action.scheduler.get("job_id") else \
+            f"Slurm job name {action.job!r} on {node}"
         done = []
         for jid in ids:
             info = parse_show(self._call([self.scontrol, "show", "job", jid, "-o"]))
@@ -118,7 +120,7 @@ class SlurmBackend:
                 continue
             self._call([self.scontrol, "requeue", jid])
             done.append(f"{jid}: requeued (was {state.lower()} on {node})")
-        return "; ".join(done)
+        return "; ".join(done) + f" [{how}]"
 
     def _hostnames(self, nodelist: str) -> list[str]:
         if not nodelist or nodelist in ("(null)", "None"):

@@ -169,6 +169,9 @@ def test_xid79_on_n1_drains_n1_and_the_job_finishes_on_n2(
             dec = decs[0]
             assert dec["targets"]["nodes"] == ["n1"]
             assert dec["reason"]["category"] == "hardware"  # whichever built-in rule named it
+            # the agent's run-start carried Slurm's identity; the actuator requeues by job id
+            assert dec["scheduler"]["kind"] == "slurm"
+            assert dec["scheduler"]["job_id"] == jid and dec["scheduler"]["node"] == "n1"
             rule = dec["reason"]["rule"]
             want_reason = f"faultwatch {dec['id']}: {rule}"
 
@@ -201,6 +204,8 @@ def test_xid79_on_n1_drains_n1_and_the_job_finishes_on_n2(
             keys = [d["key"] for d in done if d["phase"] == "done"]
             assert len(keys) == len(set(keys)), keys
             assert f"requeue:n1:{dec['id']}" in keys
+            assert "requeued (was" in act_log.read_text()
+            assert "[job id from the decision]" in act_log.read_text()
 
             rel = _fw(env, "nodes", "release", "n1")
             assert rel.returncode == 0, rel.stderr
