@@ -133,10 +133,13 @@ async def run(backend: Backend, cfg: ActuateConfig, stop: asyncio.Event | None =
     from aiokafka.admin import AIOKafkaAdminClient
 
     from faultwatch.nodes.store import ensure_nodes_topic, nodes_topic, write_records
+    from faultwatch.signing import DecisionGate, load_keyring
     from faultwatch.topics import Topics
     from faultwatch.wire import decode_decision, decode_node
 
     stop = stop or asyncio.Event()
+    gate = DecisionGate(load_keyring(), log_event)  # $FAULTWATCH_DECISION_KEY[_FILE]
+    gate.announce()
     topics = Topics(cfg.prefix)
     ntopic = nodes_topic(cfg.prefix)
     await ensure_nodes_topic(cfg.bootstrap, ntopic)
@@ -195,6 +198,9 @@ async def run(backend: Backend, cfg: ActuateConfig, stop: asyncio.Event | None =
             for msgs in batch.values():
                 for m in msgs:
                     where = f"{m.topic}[{m.partition}]@{m.offset}"
+                    if not gate.admit_record(m.value, topic=m.topic, partition=m.partition,
+                                             offset=m.offset):
+                        continue  # unsigned or forged while a key is configured: refused
                     try:
                         dec = decode_decision(m.value)
                     except DecodeError as e:

@@ -18,18 +18,20 @@ import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from faultwatch.errors import ConfigError
-from tests.e2e.cluster import processor, wait_decisions
-from tests.e2e.conftest import faultwatch_exe, job_env
+from tests.e2e.cluster import wait_decisions
+from tests.e2e.conftest import job_env
 from tests.slurm_harness import SlurmCluster, missing
 
 pytestmark = [pytest.mark.slow, pytest.mark.kafka]
 
+FW = [sys.executable, "-m", "faultwatch"]  # the one entry point, no console script needed
 XID_LINE = "NVRM: Xid (PCI:0000:3b:00): 79, pid={pid}, GPU has fallen off the bus."
 
 TRAIN = f'''\
@@ -50,8 +52,8 @@ BATCH = '''\
 import os
 node = os.environ["SLURMD_NODENAME"]
 env = dict(os.environ, FAULTWATCH_ATTEMPT=os.environ.get("SLURM_RESTART_COUNT", "0"))
-argv = [{fw!r}, "agent", "--job", {job!r}, "--node", node, "--heartbeat-s", "1",
-        "--", {python!r}, "-u", {train!r}]
+argv = [{python!r}, "-m", "faultwatch", "agent", "--job", {job!r}, "--node", node,
+        "--heartbeat-s", "1", "--", {python!r}, "-u", {train!r}]
 os.execve(argv[0], argv, env)
 '''
 
@@ -82,7 +84,7 @@ def _wait(cond: Callable[[], Any], timeout_s: float, what: str,
 
 
 def _fw(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([faultwatch_exe(), *args], capture_output=True, text=True,
+    return subprocess.run([*FW, *args], capture_output=True, text=True,
                           timeout=60, env=env)
 
 
@@ -90,7 +92,7 @@ def _start_actuate(env: dict[str, str], log: Path, state: Path, group: str
                    ) -> subprocess.Popen[bytes]:
     before = log.read_text().count("actuate_started") if log.exists() else 0
     with open(log, "ab") as out:
-        proc = subprocess.Popen([faultwatch_exe(), "actuate", "--backend", "slurm",
+        proc = subprocess.Popen([*FW, "actuate", "--backend", "slurm",
                                  "--state-file", str(state), "--group", group],
                                 stdout=out, stderr=subprocess.STDOUT, env=env,
                                 start_new_session=True)
@@ -100,10 +102,28 @@ def _start_actuate(env: dict[str, str], log: Path, state: Path, group: str
     return proc
 
 
+@contextmanager
+def _processor(bootstrap: str, prefix: str, log: Path) -> Iterator[subprocess.Popen[bytes]]:
+    """A `faultwatch process` worker (2 partitions), stopped at the end."""
+    with open(log, "wb") as out:
+        proc = subprocess.Popen([*FW, "process", "--bootstrap", bootstrap, "--topic-prefix",
+                                 prefix, "--partitions", "2"], stdout=out,
+                                stderr=subprocess.STDOUT, env=job_env(),
+                                start_new_session=True)
+    try:
+        yield proc
+    finally:
+        _stop(proc)
+
+
 def _stop(proc: subprocess.Popen[bytes], sig: int = signal.SIGTERM) -> None:
     if proc.poll() is None:
         os.killpg(proc.pid, sig)
-        proc.wait(20)
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
 
 
 def test_slurm_backend_drains_resumes_and_leaves_foreign_drains_alone(
@@ -137,7 +157,7 @@ def test_xid79_on_n1_drains_n1_and_the_job_finishes_on_n2(
     train = tmp_path / "train.py"
     train.write_text(TRAIN)
     batch = tmp_path / "job.py"
-    batch.write_text(BATCH.format(python=sys.executable, fw=faultwatch_exe(), job=job,
+    batch.write_text(BATCH.format(python=sys.executable, job=job,
                                   train=str(train)))
     batch.chmod(0o755)
     out_file = tmp_path / "slurm-out.txt"
@@ -150,7 +170,7 @@ def test_xid79_on_n1_drains_n1_and_the_job_finishes_on_n2(
                 f"{out_file.read_text()[-3000:] if out_file.exists() else ''}\n"
                 f"{slurm.logs_tail(10)}")
 
-    with processor(kafka_bootstrap, prefix, tmp_path / "processor.log"):
+    with _processor(kafka_bootstrap, prefix, tmp_path / "processor.log"):
         actuate = _start_actuate(env, act_log, state, group)
         try:
             r = subprocess.run([slurm_exe("sbatch"), "--parsable", "--requeue",
