@@ -613,6 +613,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     _add_rules(sub)
     _add_kafka(sub)
+    from faultwatch.actuate import cli as actuate_cli
+    from faultwatch.nodes import cli as nodes_cli
+
+    nodes_cli.register(sub)
+    actuate_cli.register(sub)
     return parser
 
 

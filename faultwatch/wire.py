@@ -26,6 +26,9 @@ from faultwatch.core.events import (
     TailLine,
 )
 from faultwatch.errors import DecodeError
+from faultwatch.nodes.registry import MAX_REASONS, NodeRecord
+from faultwatch.nodes.registry import STATES as NODE_STATES
+from faultwatch.nodes.registry import Reason as NodeReason
 
 SCHEMA_VERSION = 1
 _STREAM_CODE = {"stdout": "o", "stderr": "e"}
@@ -745,3 +748,41 @@ def decode_status(value: bytes | None) -> dict[str, Any]:
     _int(_get(d, "attempt", "status"), "status.attempt", 0, MAX_ATTEMPT)
     _num(_get(d, "ts", "status"), "status.ts")
     return d
+
+
+# ---- nodes topic (the fleet-wide node registry, compacted, key = node) --------------------
+
+def node_key(node: str) -> bytes:
+    return node.encode()
+
+
+def encode_node(rec: NodeRecord) -> bytes:
+    return orjson.dumps({"v": SCHEMA_VERSION, "t": "node", **rec.to_dict()})
+
+
+def decode_node(value: bytes | None) -> NodeRecord:
+    """One nodes-topic record, validated. Raises DecodeError saying what is wrong."""
+    d = _load_object(value)
+    if d.get("v") != SCHEMA_VERSION or d.get("t") != "node":
+        raise _bad("node", f"must be a v{SCHEMA_VERSION} 'node' record",
+                   f"v={d.get('v')!r} t={d.get('t')!r}")
+    state = _get(d, "state", "node")
+    if state not in NODE_STATES:
+        raise _bad("node.state", f"must be one of {NODE_STATES}", state)
+    reasons = []
+    for r in _list(d.get("reasons", []), "node.reasons")[-MAX_REASONS:]:
+        r = _obj(r, "node.reasons[]")
+        rule, line = r.get("rule"), r.get("line")
+        reasons.append(NodeReason(
+            ts=_num(_get(r, "ts", "node.reasons[]"), "node.reasons[].ts"),
+            event=safe_name(_get(r, "event", "node.reasons[]"), "node.reasons[].event"),
+            decision=safe_name(r.get("decision", ""), "node.reasons[].decision", empty_ok=True),
+            rule=None if rule is None else safe_name(rule, "node.reasons[].rule"),
+            line=None if line is None else _text(line, "node.reasons[].line"),
+            job=safe_name(r.get("job", ""), "node.reasons[].job", empty_ok=True)))
+    return NodeRecord(node=safe_name(_get(d, "node", "node"), "node.node"), state=state,
+                      until=_opt_num(d.get("until"), "node.until"),
+                      strikes=_int(_get(d, "strikes", "node"), "node.strikes", 0, 1_000_000),
+                      reasons=tuple(reasons), updated_ts=_num(d.get("updated_ts", 0.0),
+                                                              "node.updated_ts"),
+                      probation=_bool(d.get("probation", False), "node.probation"))

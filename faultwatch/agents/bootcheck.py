@@ -1,6 +1,9 @@
 """Boot checks (seed 001): disk speed, Python/torch/CUDA/NCCL versions, GPUs, an all-reduce.
 
-torch is only ever imported in subprocesses, so the agent itself stays torch-free."""
+Every check has a `status`: "pass" or "fail" only after it really checked something, and
+"not_applicable" when there is nothing to check here (no GPU on a CPU node); `ok` is
+`status != "fail"`. torch is only ever imported in subprocesses, so the agent itself stays
+torch-free."""
 
 from __future__ import annotations
 
@@ -46,8 +49,78 @@ print(json.dumps(out))
 """
 
 
-def check(name: str, ok: bool, value: Any = None, detail: str = "") -> dict[str, Any]:
-    return {"name": name, "ok": bool(ok), "value": value, "detail": detail}
+PASS, FAIL, NOT_APPLICABLE = "pass", "fail", "not_applicable"
+NVIDIA_SMI_FIELDS = ("index", "name", "uuid", "pci.bus_id", "driver_version",
+                     "ecc.errors.uncorrected.volatile.total", "retired_pages.pending",
+                     "remapped_rows.pending", "remapped_rows.failure")
+
+
+def check(name: str, ok: bool, value: Any = None, detail: str = "",
+          status: str | None = None) -> dict[str, Any]:
+    st = status or (PASS if ok else FAIL)
+    return {"name": name, "ok": st != FAIL, "status": st, "value": value, "detail": detail}
+
+
+def not_applicable(name: str, detail: str) -> dict[str, Any]:
+    return check(name, True, None, detail, status=NOT_APPLICABLE)
+
+
+def parse_nvidia_smi(text: str) -> list[dict[str, Any]]:
+    """`nvidia-smi --query-gpu=<NVIDIA_SMI_FIELDS> --format=csv,noheader,nounits` rows."""
+    gpus = []
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.split(",")]
+        if len(cells) != len(NVIDIA_SMI_FIELDS):
+            continue
+        gpus.append(dict(zip(NVIDIA_SMI_FIELDS, cells, strict=True)))
+    return gpus
+
+
+def _count(v: str) -> int | None:
+    """An nvidia-smi counter, or None for '[N/A]' / 'N/A' / '[Not Supported]'."""
+    return int(v) if v.isdigit() else None
+
+
+def gpu_health(gpus: list[dict[str, Any]]) -> list[str]:
+    """Problems nvidia-smi reports per GPU: uncorrectable ECC errors, pending page
+    retirement or row remapping, a failed row remap (the GPU needs a reset or service)."""
+    out = []
+    for g in gpus:
+        where = f"GPU {g['index']} ({g['pci.bus_id']})"
+        ecc = _count(g["ecc.errors.uncorrected.volatile.total"])
+        if ecc:
+            out.append(f"{where}: {ecc} uncorrectable ECC errors since boot")
+        if g["retired_pages.pending"].lower() == "yes":
+            out.append(f"{where}: page retirement pending (reset the GPU)")
+        if g["remapped_rows.pending"].lower() == "yes":
+            out.append(f"{where}: row remapping pending (reset the GPU)")
+        if g["remapped_rows.failure"].lower() == "yes":
+            out.append(f"{where}: row remapping failed (the GPU needs service)")
+    return out
+
+
+async def nvidia_smi(timeout_s: float) -> tuple[list[dict[str, Any]] | None, str]:
+    """GPUs as NVML sees them through nvidia-smi: (rows, "") or (None, why not / error);
+    (None, "") when nvidia-smi is not installed."""
+    import shutil
+
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        return None, ""
+    proc = await asyncio.create_subprocess_exec(
+        exe, f"--query-gpu={','.join(NVIDIA_SMI_FIELDS)}", "--format=csv,noheader,nounits",
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    try:
+        out, err = await asyncio.wait_for(proc.communicate(), timeout_s)
+    except TimeoutError:
+        proc.kill()
+        await proc.wait()
+        return None, f"nvidia-smi timed out after {timeout_s:g}s"
+    text = out.decode(errors="replace")
+    if proc.returncode != 0:
+        msg = (text + err.decode(errors="replace")).strip()[-500:]
+        return None, f"nvidia-smi exited {proc.returncode}: {msg}"
+    return parse_nvidia_smi(text), ""
 
 
 def disk_speed(path: str, nbytes: int = DISK_TEST_BYTES, min_mb_s: float = 0.0
@@ -112,7 +185,14 @@ async def _run_json(argv: list[str], timeout_s: float, env: Mapping[str, str] | 
 
 
 async def versions(timeout_s: float, expect_gpus: int | None) -> list[dict[str, Any]]:
-    d, err = await _run_json([sys.executable, "-c", _VERSIONS], timeout_s)
+    (d, err), (smi, smi_err) = await asyncio.gather(
+        _run_json([sys.executable, "-c", _VERSIONS], timeout_s), nvidia_smi(timeout_s))
+    return version_checks(d, err, smi, smi_err, expect_gpus)
+
+
+def version_checks(d: dict[str, Any] | None, err: str, smi: list[dict[str, Any]] | None,
+                   smi_err: str, expect_gpus: int | None) -> list[dict[str, Any]]:
+    """Judge what torch (in a subprocess) and nvidia-smi reported. Pure, for tests."""
     if d is None:
         return [check("versions", False, None, err)]
     out = [check("python", True, d.get("python") or platform.python_version())]
@@ -120,13 +200,45 @@ async def versions(timeout_s: float, expect_gpus: int | None) -> list[dict[str, 
         out.append(check("torch", False, None, d.get("torch_error", "torch not importable")))
         return out
     out.append(check("torch", True, d["torch"]))
-    out.append(check("cuda", True, d.get("cuda"),
-                     "available" if d.get("cuda_available") else "not available (CPU)"))
-    out.append(check("nccl", True, d.get("nccl"), d.get("nccl_error", "")))
+    cuda_ok = bool(d.get("cuda_available"))
+    smi_count = len(smi) if smi is not None else None
+    gpus_expected = bool(expect_gpus) or bool(smi_count) or bool(smi_err)
+    if smi is not None:
+        drivers = sorted({g["driver_version"] for g in smi})
+        out.append(check("driver", len(drivers) <= 1, drivers[0] if len(drivers) == 1 else
+                         drivers, "" if len(drivers) <= 1 else "GPUs report different drivers"))
+    elif smi_err:
+        out.append(check("driver", False, None, smi_err))
+    else:
+        out.append(not_applicable("driver", "no nvidia-smi on this node"))
+    if cuda_ok:
+        out.append(check("cuda", True, d.get("cuda"), "available"))
+        nccl = d.get("nccl")
+        out.append(check("nccl", bool(nccl), nccl, d.get("nccl_error", "") if not nccl else ""))
+    elif gpus_expected:
+        out.append(check("cuda", False, d.get("cuda"), "GPUs expected or present but torch "
+                                                        "cannot use CUDA"))
+        out.append(not_applicable("nccl", "CUDA unavailable"))
+    else:
+        out.append(not_applicable("cuda", "no GPU on this node (CPU)"))
+        out.append(not_applicable("nccl", "no GPU on this node (CPU)"))
     n = int(d.get("gpu_count") or 0)
-    ok = expect_gpus is None or n == expect_gpus
-    out.append(check("gpus", ok, {"count": n, "types": sorted(set(d.get("gpus") or []))},
-                     "" if ok else f"expected {expect_gpus} GPUs, found {n}"))
+    value = {"count": n, "types": sorted(set(d.get("gpus") or [])), "nvidia_smi": smi_count}
+    problems = []
+    if expect_gpus is not None and n != expect_gpus:
+        problems.append(f"expected {expect_gpus} GPUs, torch sees {n}")
+    if smi_count is not None and cuda_ok and smi_count != n:
+        problems.append(f"nvidia-smi lists {smi_count} GPUs, torch sees {n}")
+    if smi is not None:
+        problems += gpu_health(smi)
+    if smi_err:
+        problems.append(smi_err)
+    if problems:
+        out.append(check("gpus", False, value, "; ".join(problems)))
+    elif expect_gpus is None and not n and smi_count is None:
+        out.append(not_applicable("gpus", "no GPU on this node and none expected"))
+    else:
+        out.append(check("gpus", True, value))
     return out
 
 
@@ -155,9 +267,74 @@ def node_rank_from_env(env: Mapping[str, str]) -> int | None:
     return None
 
 
+def allreduce_check(d: dict[str, Any] | None, err: str, min_busbw_gb_s: float
+                    ) -> dict[str, Any]:
+    """The all-reduce result: the sum must be right on every rank, and the bus bandwidth
+    at least `min_busbw_gb_s` (0: not judged, only measured)."""
+    if d is None or not d.get("ok"):
+        return check("allreduce", False, d, err or str((d or {}).get("error", "failed")))
+    busbw = d.get("busbw_gb_s")
+    if min_busbw_gb_s > 0 and isinstance(busbw, (int, float)) and busbw < min_busbw_gb_s:
+        return check("allreduce", False, d, f"bus bandwidth {busbw} GB/s below "
+                                            f"{min_busbw_gb_s} GB/s")
+    return check("allreduce", True, d)
+
+
+COMPARED = ("python", "torch", "cuda", "nccl", "driver", "gpus")
+SLOW_FRACTION = 0.5  # a node whose bus bandwidth is below half the job's median is slow
+
+
+def _comparable(c: dict[str, Any]) -> str | None:
+    if c.get("status") != PASS:
+        return None
+    v = c.get("value")
+    if c.get("name") == "gpus" and isinstance(v, dict):
+        return f"{v.get('count')}x {'/'.join(v.get('types') or []) or 'none'}"
+    return None if v is None else str(v)
+
+
+def compare_nodes(results: Mapping[str, list[dict[str, Any]]],
+                  slow_fraction: float = SLOW_FRACTION) -> list[dict[str, Any]]:
+    """The odd ones out among a job's nodes' boot checks: a version (Python, torch, CUDA,
+    NCCL, driver) or GPU set that differs from the majority, and an all-reduce bus bandwidth
+    below `slow_fraction` of the median. Each finding names the node. Pure: the caller
+    gathers every node's `bootcheck` note of the job."""
+    findings: list[dict[str, Any]] = []
+    if len(results) < 2:
+        return findings
+    for name in COMPARED:
+        vals = {node: v for node, checks in results.items() for c in checks
+                if c.get("name") == name and (v := _comparable(c)) is not None}
+        distinct = sorted(set(vals.values()))
+        if len(distinct) < 2:
+            continue
+        counts = {v: list(vals.values()).count(v) for v in distinct}
+        top = max(counts.values())
+        majority = [v for v in distinct if counts[v] == top]
+        common = majority[0] if len(majority) == 1 else None
+        for node in sorted(vals):
+            if vals[node] != common:
+                findings.append({"check": name, "node": node, "value": vals[node],
+                                 "majority": common, "values": dict(sorted(vals.items()))})
+    bw = {node: float(c["value"]["busbw_gb_s"]) for node, checks in results.items()
+          for c in checks if c.get("name") == "allreduce" and c.get("status") == PASS
+          and isinstance(c.get("value"), dict)
+          and isinstance(c["value"].get("busbw_gb_s"), (int, float))}
+    if len(bw) >= 2:
+        ordered = sorted(bw.values())
+        mid = len(ordered) // 2
+        median = ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+        for node in sorted(bw):
+            if bw[node] < slow_fraction * median:
+                findings.append({"check": "allreduce", "node": node, "busbw_gb_s": bw[node],
+                                 "median_gb_s": median})
+    return findings
+
+
 async def all_checks(paths: tuple[str, ...], min_mb_s: float, expect_gpus: int | None,
                      allreduce: bool, timeout_s: float, nnodes: int | None,
-                     env: Mapping[str, str]) -> list[dict[str, Any]]:
+                     env: Mapping[str, str], min_busbw_gb_s: float = 0.0
+                     ) -> list[dict[str, Any]]:
     checks = [await asyncio.to_thread(disk_speed, p, DISK_TEST_BYTES, min_mb_s) for p in paths]
     checks += await versions(timeout_s, expect_gpus)
     if allreduce:
@@ -168,9 +345,9 @@ async def all_checks(paths: tuple[str, ...], min_mb_s: float, expect_gpus: int |
                                 "SLURM_NODEID or FAULTWATCH_NODE_RANK)"))
         else:
             d, err = await _run_json(argv, timeout_s, env)
-            ok = bool(d and d.get("ok"))
-            checks.append(check("allreduce", ok, d, err or ("" if ok else str(
-                (d or {}).get("error", "failed")))))
+            checks.append(allreduce_check(d, err, min_busbw_gb_s))
+    else:
+        checks.append(not_applicable("allreduce", "disabled (--no-bootcheck-allreduce)"))
     return checks
 
 
@@ -180,8 +357,9 @@ async def run_bootchecks(agent: Agent) -> bool:
     t0 = time.monotonic()
     checks = await all_checks(c.bootcheck_paths, c.bootcheck_min_mb_s, c.bootcheck_expect_gpus,
                               c.bootcheck_allreduce, c.bootcheck_timeout_s, c.nnodes,
-                              agent.child_env())
-    ok = all(x["ok"] for x in checks)
+                              agent.child_env(),
+                              float(getattr(c, "bootcheck_min_busbw_gb_s", 0.0) or 0.0))
+    ok = all(x["status"] != FAIL for x in checks)
     for x in checks:
         if not x["ok"]:
             agent.log("bootcheck_failed", check=x["name"], detail=x["detail"][:300])
@@ -201,7 +379,7 @@ def bootcheck_main(a: argparse.Namespace) -> int:
     checks = asyncio.run(all_checks(kw["bootcheck_paths"], kw["bootcheck_min_mb_s"],
                                     kw["bootcheck_expect_gpus"], kw["bootcheck_allreduce"],
                                     kw["bootcheck_timeout_s"], a.nnodes, env))
-    ok = all(x["ok"] for x in checks)
+    ok = all(x["status"] != FAIL for x in checks)
     print(json.dumps({"ok": ok, "checks": checks}, indent=2))
     if not a.no_ship:
         cfg = AgentConfig.from_env_defaults(

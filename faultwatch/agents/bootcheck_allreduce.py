@@ -35,9 +35,11 @@ def _measure(rank: int, world: int, store: Any, size_mb: float, iters: int,
                             timeout=timedelta(seconds=timeout_s))
     try:
         n = max(1, int(size_mb * (1 << 20) / 4))
-        x = torch.ones(n, dtype=torch.float32, device=device)
-        dist.all_reduce(x)  # warm-up (connections, buffers)
-        ok = bool(torch.all(x == world).item())
+        # each rank contributes rank+1: a rank sending wrong data (or none) changes the sum
+        x = torch.full((n,), float(rank + 1), dtype=torch.float32, device=device)
+        dist.all_reduce(x)  # also the warm-up (connections, buffers)
+        expected = world * (world + 1) / 2
+        ok = bool(torch.all(x == expected).item())
         if backend == "nccl":
             torch.cuda.synchronize()
         dist.barrier()

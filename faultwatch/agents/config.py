@@ -18,9 +18,11 @@ from faultwatch.errors import ConfigError
 DEFAULT_PREFIX = "faultwatch."
 
 # Exit codes of the agent itself (otherwise it exits with the child's code, 128+N for signals).
-EXIT_BLACKLISTED = 75  # a blacklist decision named this node: reschedule elsewhere
+# 138 (128+SIGUSR1) is the one code Kubeflow's isRetryableExitCode reserves for user-defined
+# retryable errors: "this node is bad, run me elsewhere" (see docs/schedulers.md#exit-codes).
+EXIT_BLACKLISTED = 138  # a blacklist decision named this node: reschedule elsewhere
 EXIT_NODES_TIMEOUT = 76  # --wait-for-nodes: the other agents did not come up in time
-EXIT_BOOTCHECK_FAILED = 77  # --bootcheck-abort: a boot check failed, the command never ran
+EXIT_BOOTCHECK_FAILED = 138  # --bootcheck-abort: a boot check failed, the command never ran
 EXIT_FAILED_BY_DECISION = 78  # a fail decision stopped a child that had not failed itself
 
 

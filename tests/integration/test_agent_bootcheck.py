@@ -35,6 +35,11 @@ def test_bootcheck_with_allreduce_then_launch(kafka_bootstrap: str, topic_prefix
     by = {c["name"]: c for c in bc["checks"]}
     assert bc["ok"] is True, bc
     assert {"python", "torch", "cuda", "nccl", "gpus", "allreduce", f"disk:{tmp_path}"} <= set(by)
+    assert all(c["status"] in ("pass", "not_applicable") for c in bc["checks"]), bc
+    # a CPU machine: nothing to check about CUDA/NCCL, said so instead of "ok"
+    assert by["cuda"]["status"] == by["nccl"]["status"] == "not_applicable"
+    assert by["gpus"]["status"] == "pass"  # expected 0 GPUs and found 0: a real check
+    assert by["allreduce"]["status"] == "pass"
     assert by["allreduce"]["value"]["backend"] == "gloo"
     assert by["allreduce"]["value"]["world_size"] == 2
     assert by["allreduce"]["value"]["algbw_gb_s"] > 0

@@ -32,3 +32,91 @@ def test_allreduce_mode_from_env() -> None:
     assert node_rank_from_env({"SLURM_NODEID": "5"}) == 5
     assert node_rank_from_env({"GROUP_RANK": "1", "SLURM_NODEID": "5"}) == 1
     assert node_rank_from_env({}) is None
+
+
+# nvidia-smi --query-gpu=... --format=csv,noheader,nounits, the format NVIDIA documents
+SMI_OK = ("0, NVIDIA A100-SXM4-40GB, GPU-aaaa, 00000000:3B:00.0, 535.104.05, 0, No, No, No\n"
+          "1, NVIDIA A100-SXM4-40GB, GPU-bbbb, 00000000:3C:00.0, 535.104.05, [N/A], No, No, "
+          "No\n")
+TORCH_GPU = {"python": "3.11.9", "torch": "2.3.0", "cuda": "12.1", "cuda_available": True,
+             "gpu_count": 2, "gpus": ["NVIDIA A100-SXM4-40GB"] * 2, "nccl": "2.20.5"}
+TORCH_CPU = {"python": "3.11.9", "torch": "2.3.0", "cuda": None, "cuda_available": False,
+             "gpu_count": 0, "gpus": []}
+
+
+def _by(checks: list[dict]) -> dict[str, dict]:  # type: ignore[type-arg]
+    return {c["name"]: c for c in checks}
+
+
+def test_cpu_node_reports_not_applicable_instead_of_ok() -> None:
+    from faultwatch.agents.bootcheck import version_checks
+
+    by = _by(version_checks(TORCH_CPU, "", None, "", None))
+    assert {k: by[k]["status"] for k in ("cuda", "nccl", "gpus", "driver")} == \
+        dict.fromkeys(("cuda", "nccl", "gpus", "driver"), "not_applicable")
+    assert by["torch"]["status"] == "pass"
+    # expecting 0 GPUs is a real check that passes; expecting 1 fails
+    assert _by(version_checks(TORCH_CPU, "", None, "", 0))["gpus"]["status"] == "pass"
+    one = _by(version_checks(TORCH_CPU, "", None, "", 1))
+    assert one["gpus"]["status"] == "fail" and one["cuda"]["status"] == "fail"
+
+
+def test_gpu_node_checks_counts_health_driver_and_nccl() -> None:
+    from faultwatch.agents.bootcheck import parse_nvidia_smi, version_checks
+
+    smi = parse_nvidia_smi(SMI_OK)
+    by = _by(version_checks(TORCH_GPU, "", smi, "", 2))
+    assert all(c["status"] == "pass" for c in by.values()), by
+    assert by["driver"]["value"] == "535.104.05"
+    # torch sees one GPU fewer than NVML: a GPU fell off / is hidden
+    lost = _by(version_checks({**TORCH_GPU, "gpu_count": 1}, "", smi, "", None))
+    assert lost["gpus"]["status"] == "fail" and "nvidia-smi lists 2" in lost["gpus"]["detail"]
+    # uncorrectable ECC errors and a failed row remap
+    bad = parse_nvidia_smi(SMI_OK.replace("535.104.05, 0, No, No, No",
+                                          "535.104.05, 3, No, Yes, Yes"))
+    sick = _by(version_checks(TORCH_GPU, "", bad, "", 2))["gpus"]
+    assert sick["status"] == "fail"
+    assert "3 uncorrectable ECC" in sick["detail"] and "row remapping failed" in sick["detail"]
+    # NVML cannot talk to the driver (e.g. driver/library version mismatch)
+    err = "nvidia-smi exited 18: Failed to initialize NVML: Driver/library version mismatch"
+    broken = _by(version_checks(TORCH_CPU, "", None, err, None))
+    assert broken["driver"]["status"] == "fail" and broken["cuda"]["status"] == "fail"
+    assert broken["gpus"]["status"] == "fail"
+    # CUDA available but NCCL unusable
+    no_nccl = _by(version_checks({**TORCH_GPU, "nccl": None, "nccl_error": "x"}, "", smi, "",
+                                 2))
+    assert no_nccl["nccl"]["status"] == "fail"
+
+
+def test_allreduce_result_is_judged_for_correctness_and_bandwidth() -> None:
+    from faultwatch.agents.bootcheck import allreduce_check
+
+    good = {"ok": True, "busbw_gb_s": 4.0}
+    assert allreduce_check(good, "", 0.0)["status"] == "pass"
+    assert allreduce_check(good, "", 3.0)["status"] == "pass"
+    slow = allreduce_check(good, "", 10.0)
+    assert slow["status"] == "fail" and "below 10.0" in slow["detail"]
+    assert allreduce_check({"ok": False, "error": "wrong sum"}, "", 0)["detail"] == "wrong sum"
+    assert allreduce_check(None, "timed out after 60s", 0)["status"] == "fail"
+
+
+def test_compare_nodes_names_the_odd_version_and_the_slow_node() -> None:
+    from faultwatch.agents.bootcheck import check, compare_nodes, not_applicable
+
+    def node(torch: str, busbw: float, driver: str = "535.104.05") -> list[dict]:  # type: ignore[type-arg]
+        return [check("torch", True, torch), check("driver", True, driver),
+                check("gpus", True, {"count": 8, "types": ["NVIDIA H100 80GB HBM3"]}),
+                not_applicable("nccl", "CPU"),
+                check("allreduce", True, {"ok": True, "busbw_gb_s": busbw})]
+
+    same = {f"n{i}": node("2.3.0", 180.0) for i in range(4)}
+    assert compare_nodes(same) == []
+    odd = {**same, "n2": node("2.4.0", 178.0), "n3": node("2.3.0", 40.0, "550.54.15")}
+    found = {(f["check"], f["node"]) for f in compare_nodes(odd)}
+    assert found == {("torch", "n2"), ("driver", "n3"), ("allreduce", "n3")}
+    t = next(f for f in compare_nodes(odd) if f["check"] == "torch")
+    assert t["majority"] == "2.3.0" and t["value"] == "2.4.0"
+    # two nodes that disagree: no majority, both named
+    pair = compare_nodes({"a": node("2.3.0", 1.0), "b": node("2.4.0", 1.0)})
+    assert {f["node"] for f in pair if f["check"] == "torch"} == {"a", "b"}
+    assert compare_nodes({"only": node("2.3.0", 1.0)}) == []

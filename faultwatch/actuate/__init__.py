@@ -1,0 +1,1 @@
+"""Actuators: make schedulers act on decisions and the node registry (Slurm, Kubernetes, exec)."""

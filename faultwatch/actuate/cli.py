@@ -1,0 +1,124 @@
+"""`faultwatch actuate --backend slurm|kubernetes|exec`: argument parsing and start-up."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+from faultwatch.errors import FaultwatchError
+
+BACKENDS = ("slurm", "kubernetes", "exec")
+
+
+def build_backend(args: argparse.Namespace) -> Any:
+    if args.backend == "slurm":
+        from faultwatch.actuate import slurm
+
+        return slurm.from_args(args)
+    if args.backend == "kubernetes":
+        from faultwatch.actuate import kubernetes
+
+        return kubernetes.from_args(args)
+    from faultwatch.actuate import exec as exec_backend
+
+    return exec_backend.from_args(args)
+
+
+def cmd_actuate(args: argparse.Namespace) -> int:
+    from faultwatch.actuate.runner import ActuateConfig, run
+    from faultwatch.logs import set_component
+    from faultwatch.nodes.registry import RegistryPolicy
+
+    set_component("actuate")
+    if not args.bootstrap:
+        raise FaultwatchError("no Kafka bootstrap: pass --bootstrap HOST:PORT or set "
+                              "FAULTWATCH_BOOTSTRAP")
+    backend = build_backend(args)
+    state = Path(args.state_file or Path.home() / ".faultwatch" /
+                 f"actuate-{args.backend}.jsonl")
+    cfg = ActuateConfig(bootstrap=args.bootstrap, prefix=args.topic_prefix, state_file=state,
+                        group=args.group or f"{args.topic_prefix}actuate-{args.backend}",
+                        write_registry=args.registry_writer,
+                        max_decision_age_s=args.max_decision_age_s,
+                        registry_policy=RegistryPolicy(quarantine_s=args.quarantine_s))
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        await run(backend, cfg, stop)
+
+    from faultwatch.nodes.store import BROKER_ERRORS, broker_error
+
+    try:
+        asyncio.run(main())
+    except BROKER_ERRORS as e:  # the journal makes a restart (systemd, Deployment) safe
+        raise broker_error(args.bootstrap, e) from None
+    return 0
+
+
+def register(sub: Any) -> argparse.ArgumentParser:
+    """Add `actuate` to the top-level CLI's subparsers."""
+    from faultwatch.topics import DEFAULT_PREFIX
+
+    p: argparse.ArgumentParser = sub.add_parser(
+        "actuate", help="make a scheduler act on decisions and the node registry",
+        description="Consume <prefix>decisions and <prefix>nodes; drain/taint quarantined "
+                    "nodes, requeue jobs off them, resume released nodes. Dedupes by "
+                    "decision id; a state file makes restarts safe. See docs/schedulers.md.")
+    p.add_argument("--backend", choices=BACKENDS, required=True)
+    p.add_argument("--bootstrap", default=os.environ.get("FAULTWATCH_BOOTSTRAP"),
+                   help="Kafka bootstrap HOST:PORT (default $FAULTWATCH_BOOTSTRAP)")
+    p.add_argument("--topic-prefix", default=os.environ.get("FAULTWATCH_TOPIC_PREFIX",
+                                                            DEFAULT_PREFIX))
+    p.add_argument("--state-file", help="journal of actions done (default "
+                                        "~/.faultwatch/actuate-<backend>.jsonl)")
+    p.add_argument("--group", help="consumer group (default <prefix>actuate-<backend>)")
+    p.add_argument("--registry-writer", action=argparse.BooleanOptionalAction, default=True,
+                   help="write the node registry from blacklist decisions (safe beside a "
+                        "processor that writes it too: updates dedupe by decision id)")
+    p.add_argument("--quarantine-s", type=float, default=1800.0,
+                   help="first quarantine of a node (doubles per repeat, capped at 7 days)")
+    p.add_argument("--max-decision-age-s", type=float, default=600.0,
+                   help="ignore decisions older than this (a first start on an old topic)")
+    g = p.add_argument_group("slurm")
+    g.add_argument("--scontrol", default="scontrol", help="scontrol executable")
+    g.add_argument("--squeue", default="squeue", help="squeue executable")
+    g = p.add_argument_group("kubernetes (default: in-cluster service account)")
+    g.add_argument("--k8s-server", help="API server URL (default: in-cluster)")
+    g.add_argument("--k8s-token-file", help="bearer token file")
+    g.add_argument("--k8s-ca-file", help="CA bundle of the API server")
+    g.add_argument("--k8s-pod-selector",
+                   help="also delete every pod on the node matching this label selector; "
+                        "{job} is the faultwatch job, e.g. training.kubeflow.org/job-name={job}")
+    g = p.add_argument_group("exec (JSON argv lists; placeholders {node} {decision} {rule} "
+                             "{job} {job_id} {namespace} {pod} {kind})")
+    g.add_argument("--exec-quarantine", metavar="JSON")
+    g.add_argument("--exec-release", metavar="JSON")
+    g.add_argument("--exec-requeue", metavar="JSON")
+    p.set_defaults(func=cmd_actuate)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Standalone entry (python -m faultwatch.actuate.cli actuate ...)."""
+    parser = argparse.ArgumentParser(prog="faultwatch")
+    register(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args))
+    except FaultwatchError as e:
+        print(f"faultwatch: error: {e}", file=sys.stderr)
+        return e.exit_code
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,133 @@
+"""Slurm actuator: drain/resume nodes and requeue jobs with `scontrol` (argv lists, no shell)."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from faultwatch.actuate.backend import ActuateError
+from faultwatch.actuate.plan import QUARANTINE, RELEASE, REQUEUE, Action
+from faultwatch.nodes.names import JOB_NAME_RE, SLURM_JOB_ID_RE, check, valid_node
+
+REASON_PREFIX = "faultwatch "
+# job states in which the job no longer holds its nodes' allocation for this run
+PENDING_STATES = {"PENDING", "REQUEUED", "REQUEUE_FED", "REQUEUE_HOLD", "RESV_DEL_HOLD"}
+
+Runner = Callable[..., "subprocess.CompletedProcess[str]"]
+
+
+def drain_reason(action: Action) -> str:
+    return f"{REASON_PREFIX}{action.decision}: {action.rule or 'unknown'}"
+
+
+def parse_show(text: str) -> dict[str, str]:
+    """`scontrol show ... -o` (one line of Key=Value) as a dict; Reason= runs to the end of
+    the line when it is not one-line output."""
+    out: dict[str, str] = {}
+    for tok in text.split():
+        if "=" in tok:
+            k, _, v = tok.partition("=")
+            out.setdefault(k, v)
+    if "Reason=" in text:
+        rest = text.split("Reason=", 1)[1]
+        # one-line output: the reason ends where the next Key= starts
+        words: list[str] = []
+        for w in rest.split(" "):
+            if words and "=" in w and w.split("=", 1)[0].isalpha():
+                break
+            words.append(w)
+        out["Reason"] = " ".join(words).strip()
+    return out
+
+
+class SlurmBackend:
+    """quarantine -> `scontrol update nodename=N state=drain reason="faultwatch <id>: <rule>"`;
+    requeue -> `scontrol requeue <jobid>` when the job still holds the node; release ->
+    `scontrol update nodename=N state=resume`, only for a node faultwatch drained."""
+
+    name = "slurm"
+
+    def __init__(self, scontrol: str = "scontrol", squeue: str = "squeue",
+                 env: dict[str, str] | None = None, timeout_s: float = 30.0,
+                 runner: Runner = subprocess.run) -> None:
+        self.scontrol, self.squeue = scontrol, squeue
+        self.env, self.timeout_s, self._run = env, timeout_s, runner
+
+    def _call(self, argv: Sequence[str], ok_codes: tuple[int, ...] = (0,)) -> str:
+        try:
+            r = self._run(list(argv), capture_output=True, text=True, env=self.env,
+                          timeout=self.timeout_s, check=False)
+        except (OSError, subprocess.TimeoutExpired) as e:
+            raise ActuateError(f"{argv[0]} failed to run: {e}") from None
+        if r.returncode not in ok_codes:
+            raise ActuateError(f"{' '.join(argv)} exited {r.returncode}: "
+                               f"{(r.stderr or r.stdout).strip()[:300]}")
+        return str(r.stdout)
+
+    def apply(self, action: Action) -> str:
+        node = valid_node(action.node)
+        if action.kind == QUARANTINE:
+            self._call([self.scontrol, "update", f"nodename={node}", "state=drain",
+                        f"reason={drain_reason(action)}"])
+            return f"drained {node}"
+        if action.kind == RELEASE:
+            return self._resume(node)
+        if action.kind == REQUEUE:
+            return self._requeue(node, action)
+        raise ActuateError(f"slurm: unknown action kind {action.kind!r}")
+
+    def _resume(self, node: str) -> str:
+        info = parse_show(self._call([self.scontrol, "show", "node", node, "-o"]))
+        state = info.get("State", "")
+        if "DRAIN" not in state:
+            return f"{node} not drained ({state or 'unknown state'})"
+        if not info.get("Reason", "").startswith(REASON_PREFIX):
+            return f"{node} drained by someone else ({info.get('Reason', '')!r}): left alone"
+        self._call([self.scontrol, "update", f"nodename={node}", "state=resume"])
+        return f"resumed {node}"
+
+    def job_ids(self, node: str, action: Action) -> list[str]:
+        """The Slurm jobs of the decision: the run's SLURM_JOB_ID when the decision carries
+        it, else the jobs on the node whose Slurm job name is the faultwatch job name."""
+        if action.scheduler.get("kind") == "slurm" and action.scheduler.get("job_id"):
+            return [check("job_id", action.scheduler["job_id"], SLURM_JOB_ID_RE)]
+        if not action.job:
+            return []
+        name = check("job", action.job, JOB_NAME_RE)
+        out = self._call([self.squeue, "-h", "-t", "all", "-w", node, "-n", name, "-o", "%i"])
+        return [check("job_id", j.strip(), SLURM_JOB_ID_RE) for j in out.split() if j.strip()]
+
+    def _requeue(self, node: str, action: Action) -> str:
+        ids = self.job_ids(node, action)
+        if not ids:
+            return f"no Slurm job of {action.job!r} on {node}"
+        how = "job id from the decision" if action.scheduler.get("job_id") else \
+            f"Slurm job name {action.job!r} on {node}"
+        done = []
+        for jid in ids:
+            info = parse_show(self._call([self.scontrol, "show", "job", jid, "-o"]))
+            state = info.get("JobState", "")
+            if not state:
+                done.append(f"{jid}: unknown to Slurm")
+                continue
+            if state in PENDING_STATES:
+                done.append(f"{jid}: already {state.lower()}")
+                continue
+            hosts = self._hostnames(info.get("NodeList", ""))
+            if node not in hosts:
+                done.append(f"{jid}: no longer on {node} (on {','.join(hosts) or 'none'})")
+                continue
+            self._call([self.scontrol, "requeue", jid])
+            done.append(f"{jid}: requeued (was {state.lower()} on {node})")
+        return "; ".join(done) + f" [{how}]"
+
+    def _hostnames(self, nodelist: str) -> list[str]:
+        if not nodelist or nodelist in ("(null)", "None"):
+            return []
+        out = self._call([self.scontrol, "show", "hostnames", nodelist])
+        return [h.strip() for h in out.split() if h.strip()]
+
+
+def from_args(args: Any) -> SlurmBackend:
+    return SlurmBackend(scontrol=args.scontrol, squeue=args.squeue)

@@ -1,0 +1,1 @@
+"""The fleet-wide node registry: pure core, Kafka store, writer and CLI (records in wire)."""

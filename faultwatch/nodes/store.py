@@ -1,0 +1,84 @@
+"""The node registry on Kafka: read the compacted `<prefix>nodes` topic, write node records."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from aiokafka import AIOKafkaProducer
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.errors import KafkaError, TopicAlreadyExistsError
+
+from faultwatch.errors import BrokerError
+from faultwatch.nodes.registry import NodeRecord, Registry
+from faultwatch.wire import decode_node, encode_node, node_key
+
+
+def nodes_topic(prefix: str) -> str:
+    return f"{prefix}nodes"
+
+
+def broker_error(bootstrap: str, e: BaseException) -> BrokerError:
+    """aiokafka's errors, translated once at this boundary."""
+    return BrokerError(f"Kafka at {bootstrap}: {type(e).__name__}: {e}")
+
+
+BROKER_ERRORS = (KafkaError, OSError, asyncio.TimeoutError)
+
+
+async def ensure_nodes_topic(bootstrap: str, topic: str, timeout_s: float = 30.0) -> None:
+    """Create the compacted nodes topic (one partition: node updates are rare) if missing."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap,
+                                request_timeout_ms=int(timeout_s * 1000))
+    await asyncio.wait_for(admin.start(), timeout_s)
+    try:
+        if topic in set(await admin.list_topics()):
+            return
+        try:
+            await admin.create_topics([NewTopic(topic, num_partitions=1, replication_factor=1,
+                                                topic_configs={"cleanup.policy": "compact"})])
+        except TopicAlreadyExistsError:
+            pass
+    finally:
+        await admin.close()
+
+
+def _decode_or_tombstone(value: bytes | None) -> dict[str, Any]:
+    return {"rec": None if value is None else decode_node(value)}
+
+
+def apply_record(registry: Registry, key: bytes | None, decoded: dict[str, Any]) -> None:
+    """Fold one decoded nodes-topic record into a registry (a tombstone deletes the node)."""
+    rec = decoded.get("rec")
+    if rec is None:
+        if key is not None:
+            registry.pop(key.decode(errors="replace"), None)
+        return
+    registry[rec.node] = rec
+
+
+async def load_registry(bootstrap: str, topic: str) -> Registry:
+    """The registry as the topic holds it now (last record per node wins); undecodable
+    records are logged with topic, partition and offset and skipped."""
+    from faultwatch.reading import read_topic
+
+    reg: Registry = {}
+    async for msg, decoded in read_topic(bootstrap, topic, decoder=_decode_or_tombstone):
+        apply_record(reg, msg.key, decoded)
+    return reg
+
+
+async def write_records(bootstrap: str, topic: str, records: list[NodeRecord],
+                        timeout_s: float = 30.0) -> None:
+    """Publish node records (acks=all) and wait until the broker has them."""
+    if not records:
+        return
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all",
+                                request_timeout_ms=int(timeout_s * 1000))
+    await asyncio.wait_for(producer.start(), timeout_s)
+    try:
+        for rec in records:
+            await asyncio.wait_for(producer.send_and_wait(topic, encode_node(rec),
+                                                          key=node_key(rec.node)), timeout_s)
+    finally:
+        await producer.stop()

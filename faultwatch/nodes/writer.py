@@ -1,0 +1,57 @@
+"""The registry writer a processor holds: folds nodes-topic records in, turns its decisions
+into nodes-topic records out (key, value). No I/O: the shell sends what it returns."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from faultwatch.core.events import Decision
+from faultwatch.errors import DecodeError
+from faultwatch.logs import log_event
+from faultwatch.nodes.registry import (
+    QUARANTINED,
+    NodeRecord,
+    Registry,
+    RegistryPolicy,
+    expire,
+    registry_updates,
+)
+from faultwatch.wire import decode_node, encode_node, node_key
+
+
+class RegistryWriter:
+    """One per processor: `observe` every nodes-topic record, `updates` for its decisions,
+    `quarantined(node, now)` to tell a job starting on a quarantined node at once."""
+
+    def __init__(self, policy: RegistryPolicy | None = None) -> None:
+        self.policy = policy or RegistryPolicy()
+        self.registry: Registry = {}
+
+    def observe(self, key: bytes | None, value: bytes | None, where: str = "") -> None:
+        if value is None:
+            if key is not None:
+                self.registry.pop(key.decode(errors="replace"), None)
+            return
+        try:
+            rec = decode_node(value)
+        except DecodeError as e:
+            log_event("undecodable_record", where=where, error=str(e))
+            return
+        self.registry[rec.node] = rec
+
+    def updates(self, decisions: Iterable[Decision], now: float
+                ) -> list[tuple[bytes, bytes]]:
+        """Nodes-topic records (key, value) for blacklists and suspects in `decisions`."""
+        out: list[tuple[bytes, bytes]] = []
+        for dec in decisions:
+            for rec in registry_updates(dec, self.registry, now, self.policy):
+                self.registry[rec.node] = rec
+                out.append((node_key(rec.node), encode_node(rec)))
+        return out
+
+    def quarantined(self, node: str, now: float) -> NodeRecord | None:
+        rec = self.registry.get(node)
+        if rec is None:
+            return None
+        rec = expire(rec, now, self.policy)
+        return rec if rec.state == QUARANTINED else None

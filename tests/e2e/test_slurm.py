@@ -1,0 +1,273 @@
+"""Real Slurm end to end: a hardware fault on n1 drains n1 and the job finishes on n2.
+
+A slurmctld and two slurmd (n1, n2) run on this machine (tests/slurm_harness.py). An sbatch
+job (--requeue; the batch script is Python, exec'ing `faultwatch agent` with an argv list)
+prints an NVIDIA Xid 79 line only on n1. `faultwatch process` decides a hardware blacklist,
+`faultwatch actuate --backend slurm` drains n1 with faultwatch's reason and requeues the job,
+which finishes on n2. `faultwatch nodes` shows n1 quarantined; `faultwatch nodes release n1`
+resumes it. Every wait is on a condition (sinfo / scontrol show / the topics).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from faultwatch.errors import ConfigError
+from tests.e2e.cluster import wait_decisions
+from tests.e2e.conftest import job_env
+from tests.slurm_harness import SlurmCluster, missing
+
+pytestmark = [pytest.mark.slow, pytest.mark.kafka]
+
+FW = [sys.executable, "-m", "faultwatch"]  # the one entry point, no console script needed
+XID_LINE = "NVRM: Xid (PCI:0000:3b:00): 79, pid={pid}, GPU has fallen off the bus."
+
+TRAIN = f'''\
+import os, sys, time
+XID_LINE = {XID_LINE!r}
+node = os.environ.get("SLURMD_NODENAME", "?")
+print(f"training on {{node}} restart={{os.environ.get('SLURM_RESTART_COUNT', '0')}}",
+      flush=True)
+if node == "n1":
+    print(XID_LINE.format(pid=os.getpid()), flush=True)
+    time.sleep(300)  # the GPU is gone: the job hangs until it is moved
+    sys.exit(1)
+print(f"finished on {{node}}", flush=True)
+'''
+
+BATCH = '''\
+#!{python}
+import os
+node = os.environ["SLURMD_NODENAME"]
+env = dict(os.environ, FAULTWATCH_ATTEMPT=os.environ.get("SLURM_RESTART_COUNT", "0"))
+argv = [{python!r}, "-m", "faultwatch", "agent", "--job", {job!r}, "--node", node,
+        "--heartbeat-s", "1", "--", {python!r}, "-u", {train!r}]
+os.execve(argv[0], argv, env)
+'''
+
+
+@pytest.fixture(scope="session")
+def slurm() -> Iterator[SlurmCluster]:
+    why = missing()
+    if why:
+        pytest.fail(why)  # a missing Slurm is a broken test install, not a reason to skip
+    cluster = SlurmCluster()
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+def _wait(cond: Callable[[], Any], timeout_s: float, what: str,
+          diag: Callable[[], str] = lambda: "") -> Any:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        v = cond()
+        if v:
+            return v
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}\n{diag()}")
+        time.sleep(0.3)
+
+
+def _fw(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*FW, *args], capture_output=True, text=True,
+                          timeout=60, env=env)
+
+
+def _start_actuate(env: dict[str, str], log: Path, state: Path, group: str
+                   ) -> subprocess.Popen[bytes]:
+    before = log.read_text().count("actuate_started") if log.exists() else 0
+    with open(log, "ab") as out:
+        proc = subprocess.Popen([*FW, "actuate", "--backend", "slurm",
+                                 "--state-file", str(state), "--group", group],
+                                stdout=out, stderr=subprocess.STDOUT, env=env,
+                                start_new_session=True)
+    _wait(lambda: log.read_text().count("actuate_started") > before, 60, "actuate started",
+          log.read_text)
+    assert proc.poll() is None, log.read_text()
+    return proc
+
+
+@contextmanager
+def _processor(bootstrap: str, prefix: str, log: Path) -> Iterator[subprocess.Popen[bytes]]:
+    """A `faultwatch process` worker (2 partitions), stopped at the end."""
+    with open(log, "wb") as out:
+        proc = subprocess.Popen([*FW, "process", "--bootstrap", bootstrap, "--topic-prefix",
+                                 prefix, "--partitions", "2"], stdout=out,
+                                stderr=subprocess.STDOUT, env=job_env(),
+                                start_new_session=True)
+    try:
+        yield proc
+    finally:
+        _stop(proc)
+
+
+def _stop(proc: subprocess.Popen[bytes], sig: int = signal.SIGTERM) -> None:
+    if proc.poll() is None:
+        os.killpg(proc.pid, sig)
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+
+
+def test_slurm_backend_drains_resumes_and_leaves_foreign_drains_alone(
+        slurm: SlurmCluster) -> None:
+    from faultwatch.actuate.plan import QUARANTINE, RELEASE, Action
+    from faultwatch.actuate.slurm import SlurmBackend
+
+    b = SlurmBackend(env=slurm.env())
+    assert b.apply(Action(QUARANTINE, "n2", "d0a1", "nvidia-xid-hardware")) == "drained n2"
+    assert slurm.node_info("n2")["Reason"].startswith("faultwatch d0a1: nvidia-xid-hardware")
+    assert "drain" in slurm.node_states()["n2"]
+    assert b.apply(Action(RELEASE, "n2", "m1")) == "resumed n2"
+    _wait(lambda: slurm.node_states().get("n2") == "idle", 30, "n2 idle")
+    # an admin's drain is not ours to undo (positive control above: ours is resumed)
+    slurm.run("scontrol", "update", "nodename=n2", "state=drain", "reason=admin: bad fan")
+    try:
+        assert "left alone" in b.apply(Action(RELEASE, "n2", "m2"))
+        assert "drain" in slurm.node_states()["n2"]
+    finally:
+        slurm.run("scontrol", "update", "nodename=n2", "state=resume")
+    _wait(lambda: slurm.node_states().get("n2") == "idle", 30, "n2 idle")
+
+
+def test_xid79_on_n1_drains_n1_and_the_job_finishes_on_n2(
+        slurm: SlurmCluster, kafka_bootstrap: str, tmp_path: Path) -> None:
+    prefix = f"fwslurm-{uuid.uuid4().hex[:8]}."
+    job = f"slurm-e2e-{uuid.uuid4().hex[:6]}"
+    env = slurm.env(job_env())
+    env.update(FAULTWATCH_BOOTSTRAP=kafka_bootstrap, FAULTWATCH_TOPIC_PREFIX=prefix,
+               FAULTWATCH_SPOOL_DIR=str(tmp_path / "spool"))
+    train = tmp_path / "train.py"
+    train.write_text(TRAIN)
+    batch = tmp_path / "job.py"
+    batch.write_text(BATCH.format(python=sys.executable, job=job,
+                                  train=str(train)))
+    batch.chmod(0o755)
+    out_file = tmp_path / "slurm-out.txt"
+    state = tmp_path / "actuate.jsonl"
+    act_log = tmp_path / "actuate.log"
+    group = f"{prefix}actuate"
+
+    def diag() -> str:
+        return (f"--- actuate\n{act_log.read_text()[-3000:]}\n--- job output\n"
+                f"{out_file.read_text()[-3000:] if out_file.exists() else ''}\n"
+                f"{slurm.logs_tail(10)}")
+
+    with _processor(kafka_bootstrap, prefix, tmp_path / "processor.log"):
+        actuate = _start_actuate(env, act_log, state, group)
+        try:
+            r = subprocess.run([slurm_exe("sbatch"), "--parsable", "--requeue",
+                                f"--job-name={job}", "--open-mode=append",
+                                f"--output={out_file}", str(batch)],
+                               env=env, capture_output=True, text=True, timeout=30)
+            assert r.returncode == 0, r.stderr
+            jid = r.stdout.strip().split(";")[0]
+            _wait(lambda: slurm.job_info(jid).get("NodeList") == "n1", 60,
+                  "the job running on n1 first", diag)
+
+            decs = _wait(lambda: [d for d in wait_decisions(kafka_bootstrap, prefix, job,
+                                                            timeout_s=5)
+                                  if d["action"] == "blacklist"], 120,
+                         "a blacklist decision", diag)
+            dec = decs[0]
+            assert dec["targets"]["nodes"] == ["n1"]
+            assert dec["reason"]["category"] == "hardware"  # whichever built-in rule named it
+            # the agent's run-start carried Slurm's identity; the actuator requeues by job id
+            assert dec["scheduler"]["kind"] == "slurm"
+            assert dec["scheduler"]["job_id"] == jid and dec["scheduler"]["node"] == "n1"
+            rule = dec["reason"]["rule"]
+            want_reason = f"faultwatch {dec['id']}: {rule}"
+
+            _wait(lambda: "drain" in slurm.node_states().get("n1", ""), 60,
+                  "n1 drained", diag)
+            assert slurm.node_info("n1")["Reason"].startswith(want_reason)
+
+            info = _wait(lambda: (lambda j: j if j.get("JobState") == "COMPLETED" else None)(
+                slurm.job_info(jid)), 180, "the job completed", diag)
+            assert info["NodeList"] == "n2"
+            assert int(info["Restarts"]) >= 1
+            text = out_file.read_text()
+            assert "training on n1 restart=0" in text and "finished on n2" in text
+            assert "drain" not in slurm.node_states()["n2"]
+
+            nodes = [json.loads(x) for x in _fw(env, "nodes", "--json").stdout.splitlines()]
+            n1 = next(n for n in nodes if n["node"] == "n1")
+            assert n1["state"] == "quarantined" and n1["strikes"] == 1
+            assert n1["until"] > time.time()
+            assert n1["reasons"][-1]["decision"] == dec["id"]
+            assert n1["reasons"][-1]["rule"] == rule
+            assert "fallen off the bus" in (n1["reasons"][-1]["line"] or "")
+            assert not any(n["node"] == "n2" for n in nodes)
+
+            # crash and restart the actuator: the journal keeps it from acting twice
+            _stop(actuate, signal.SIGKILL)
+            restarts = info["Restarts"]
+            actuate = _start_actuate(env, act_log, state, group)
+            done = [json.loads(x) for x in state.read_text().splitlines()]
+            keys = [d["key"] for d in done if d["phase"] == "done"]
+            assert len(keys) == len(set(keys)), keys
+            assert f"requeue:n1:{dec['id']}" in keys
+            assert "requeued (was" in act_log.read_text()
+            assert "[job id from the decision]" in act_log.read_text()
+
+            rel = _fw(env, "nodes", "release", "n1")
+            assert rel.returncode == 0, rel.stderr
+            _wait(lambda: slurm.node_states().get("n1") == "idle", 60,
+                  "n1 resumed after release", diag)  # positive control: actuate is live
+            assert slurm.job_info(jid)["Restarts"] == restarts
+            assert slurm.job_info(jid)["JobState"] == "COMPLETED"
+            nodes = [json.loads(x) for x in _fw(env, "nodes", "--json").stdout.splitlines()]
+            assert next(n for n in nodes if n["node"] == "n1")["state"] == "healthy"
+        finally:
+            _stop(actuate)
+            slurm.run("scontrol", "update", "nodename=n1", "state=resume", check=False)
+
+
+def slurm_exe(name: str) -> str:
+    import shutil
+
+    return shutil.which(name) or name
+
+
+def test_manual_quarantine_drains_and_release_resumes(
+        slurm: SlurmCluster, kafka_bootstrap: str, tmp_path: Path) -> None:
+    prefix = f"fwslurm-{uuid.uuid4().hex[:8]}."
+    env = slurm.env(job_env())
+    env.update(FAULTWATCH_BOOTSTRAP=kafka_bootstrap, FAULTWATCH_TOPIC_PREFIX=prefix)
+    log = tmp_path / "actuate.log"
+    bad = _fw(env, "nodes", "quarantine", "n2;scontrol", "--for", "1h", "--reason", "x")
+    assert bad.returncode == ConfigError.exit_code and "node: invalid value" in bad.stderr
+    actuate = _start_actuate(env, log, tmp_path / "state.jsonl", f"{prefix}actuate")
+    try:
+        q = _fw(env, "nodes", "quarantine", "n2", "--for", "1h", "--reason", "fan failing")
+        assert q.returncode == 0, q.stderr
+        rec = json.loads(q.stdout)
+        assert rec["state"] == "quarantined" and 3590 < rec["until"] - time.time() <= 3600
+        _wait(lambda: "drain" in slurm.node_states().get("n2", ""), 60, "n2 drained",
+              log.read_text)
+        reason = slurm.node_info("n2")["Reason"]
+        assert reason.startswith(f"faultwatch {rec['reasons'][-1]['decision']}: manual")
+        listed = _fw(env, "nodes").stdout
+        assert "n2" in listed and "quarantined" in listed and "fan failing" in listed
+        assert _fw(env, "nodes", "release", "n2").returncode == 0
+        _wait(lambda: slurm.node_states().get("n2") == "idle", 60, "n2 resumed", log.read_text)
+    finally:
+        _stop(actuate)
+        slurm.run("scontrol", "update", "nodename=n2", "state=resume", check=False)

@@ -1,0 +1,79 @@
+"""`faultwatch actuate --backend exec` on the real broker: signed decisions only, each once,
+bad records and bad fields skipped; the exec backend runs argv templates (no shell)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import orjson
+import pytest
+
+from faultwatch.core.events import Decision
+from faultwatch.signing import encode, parse_keys
+from faultwatch.topics import Topics, ensure_topics
+from faultwatch.wire import decision_to_dict
+from tests.integration.test_bad_decisions import produce
+
+pytestmark = pytest.mark.kafka
+
+KEY = "k1:0123456789abcdef0123456789"
+OTHER = "k1:ffffffffffffffffffffffffffff"  # same key id, wrong secret: a forgery
+RECORD = ("import sys; open(sys.argv[1], 'a').write(' '.join(sys.argv[2:]) + '\\n')")
+
+
+def _blacklist(did: str, node: str) -> dict[str, object]:
+    return decision_to_dict(Decision(id=did, job="train", attempt=0, action="blacklist",
+                                     kind="error", ts=time.time(), nodes=(node,),
+                                     rule="nvidia-fallen-off-bus", category="hardware"))
+
+
+def test_actuate_acts_once_on_signed_decisions_and_refuses_forged_ones(
+        kafka_bootstrap: str, topic_prefix: str, tmp_path: Path) -> None:
+    topics = Topics(topic_prefix)
+    asyncio.run(ensure_topics(kafka_bootstrap, topics, 1))
+    out = tmp_path / "acted.txt"
+    log = tmp_path / "actuate.log"
+    tpl = orjson.dumps([sys.executable, "-c", RECORD, str(out), "{kind}", "{node}",
+                        "{decision}"]).decode()
+    env = dict(os.environ, FAULTWATCH_DECISION_KEY=KEY, FAULTWATCH_BOOTSTRAP=kafka_bootstrap,
+               FAULTWATCH_TOPIC_PREFIX=topic_prefix)
+    with open(log, "wb") as fh:
+        proc = subprocess.Popen([sys.executable, "-m", "faultwatch", "actuate", "--backend", "exec",
+                                 "--exec-quarantine", tpl, "--state-file",
+                                 str(tmp_path / "state.jsonl")],
+                                stdout=fh, stderr=subprocess.STDOUT, env=env,
+                                start_new_session=True)
+    try:
+        ring, forger = parse_keys(KEY, "test"), parse_keys(OTHER, "test")
+        good = _blacklist("good1", "gpu-7")
+        produce(kafka_bootstrap, topics.decisions, b"train", [
+            encode(_blacklist("forged1", "gpu-1"), forger),
+            orjson.dumps(_blacklist("unsigned1", "gpu-2")),
+            b"{not json",
+            encode(_blacklist("badnode1", "gpu-3;reboot"), ring),
+            encode(good, ring), encode(good, ring)])  # published twice (at least once)
+        deadline = time.monotonic() + 60
+        while "good1" not in (out.read_text() if out.exists() else ""):
+            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
+            time.sleep(0.2)
+        # the last record after the duplicate: once it is handled, the duplicate was too
+        produce(kafka_bootstrap, topics.decisions, b"train",
+                [encode(_blacklist("good2", "gpu-8"), ring)])
+        while "good2" not in out.read_text():
+            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
+            time.sleep(0.2)
+        assert out.read_text().splitlines() == ["quarantine gpu-7 good1",
+                                                "quarantine gpu-8 good2"]
+        text = log.read_text()
+        assert text.count("event=decision_refused") == 3, text  # forged, unsigned, not JSON
+        assert "actuate_decision_rejected" in text and "gpu-3;reboot" in text
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait(20)
