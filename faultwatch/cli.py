@@ -286,8 +286,8 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_agent(args: argparse.Namespace) -> int:
-    from faultwatch.agents.agent import main_sync
     from faultwatch.agents.cli import config_from_args
+    from faultwatch.agents.entry import main_sync
 
     return main_sync(config_from_args(args), flush_only=bool(args.flush))
 

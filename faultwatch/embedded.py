@@ -111,6 +111,6 @@ def agent_config(cfg: EmbeddedConfig) -> AgentConfig:
 
 def run_embedded(cfg: EmbeddedConfig) -> int:
     """Entry point of `faultwatch run`: the agent, with the processor in-process."""
-    from faultwatch.agents.agent import main_sync
+    from faultwatch.agents.entry import main_sync
 
     return main_sync(agent_config(cfg), transport=transport_for(cfg), component="run")

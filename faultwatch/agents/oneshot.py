@@ -14,7 +14,7 @@ from faultwatch.agents.spool import Spool
 
 def ship_notes(cfg: AgentConfig, notes: list[tuple[str, dict[str, Any]]]) -> bool:
     """Spool and deliver notes (kind, data) for cfg's job/node; True when all were acked."""
-    from faultwatch.agents.agent import AgentLog
+    from faultwatch.agents.agent_log import AgentLog
 
     async def main() -> bool:
         log = AgentLog(cfg.node)

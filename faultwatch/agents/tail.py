@@ -154,7 +154,7 @@ def _save_state(path: Path, state: dict[str, Any]) -> None:
 
 async def run_tail(cfg: AgentConfig, paths: list[str], state_file: Path, poll_s: float,
                    from_end: bool) -> int:
-    from faultwatch.agents.agent import AgentLog
+    from faultwatch.agents.agent_log import AgentLog
 
     log = AgentLog(cfg.node)
     run_id = uuid.uuid5(uuid.NAMESPACE_URL, f"faultwatch-tail:{cfg.job}/{cfg.node}").hex

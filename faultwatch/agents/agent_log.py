@@ -1,0 +1,29 @@
+"""The agent's own structured log lines (faultwatch.logs format), beside the child's stderr."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from typing import Any
+
+from faultwatch.agents.reader import TeeWriter
+from faultwatch.logs import format_event
+
+
+class AgentLog:
+    """The agent's own messages: one `ts=... component=agent event=... node=...` line each
+    (faultwatch.logs format), on stderr through the same tee as the child's stderr."""
+
+    def __init__(self, node: str, tee: TeeWriter | None = None, component: str = "agent"):
+        self.node = node
+        self.tee = tee
+        self.component = component
+
+    def __call__(self, event: str, **kv: Any) -> None:
+        line = (format_event(event, {"node": self.node, **kv}, component=self.component)
+                + "\n").encode()
+        if self.tee is not None:
+            self.tee.write(line)
+        else:
+            with contextlib.suppress(OSError):
+                os.write(2, line)
