@@ -9,6 +9,10 @@ node lost in processor time.
 - Progress stall: output keeps flowing, but no rank's step changed for the window.
 - Node lost: a live node sent nothing for node_lost_s of processor time; only evaluated when
   the shell says its clock is trustworthy (JobState.tick(live_clock=True)).
+- A root error line was printed (a rule hit that is not a cascade): for ERROR_EXIT_GRACE_S
+  after it, silence and stalled steps are the failing process's teardown (torchrun is
+  silent for seconds while it stops the other ranks), not a hang: the exit that follows
+  is decided as the failure. Past the grace a job that printed an error and hangs is hung.
 """
 
 from __future__ import annotations
@@ -21,6 +25,15 @@ from faultwatch.core.pmap import PMap
 from faultwatch.core.policy import Policy
 from faultwatch.core.state import STEPS_HIST, JobState, NodeState, Phase
 from faultwatch.core.windows import DEFAULT_STAGE, WARMUP_STEPS, choose_window
+
+ERROR_EXIT_GRACE_S = 60.0  # after a root error line, wait this long for the exit
+
+
+def error_in_flight(st: JobState, now_ev: float) -> bool:
+    """A root error was printed less than ERROR_EXIT_GRACE_S ago (its exit is coming)."""
+    first = min((h.match.ts for h in st.hits
+                 if not h.match.cascade and h.match.stream != "exit"), default=None)
+    return first is not None and now_ev - first < ERROR_EXIT_GRACE_S
 
 
 def check(st: JobState, policy: Policy, rv: str) -> Result:
@@ -48,6 +61,8 @@ def check(st: JobState, policy: Policy, rv: str) -> Result:
     stale = now_ev - policy.node_lost_s / 2
     if any(n.last_hb_ts is not None and n.last_hb_ts < stale for n in alive):
         return st, []  # inhibited: a node's heartbeats lag; node-lost decides about it
+    if error_in_flight(st, now_ev):
+        return st, []  # a failing process is tearing down: its exit decides
     if policy.hang_detection:
         out = _hang(st, alive, now_ev, policy, rv)
         if out is not None:

@@ -23,3 +23,39 @@ def test_trailing_line_then_silence_is_a_hang() -> None:
         now += 0.5
         st, decisions = hb(st, now, t + 0.01, policy=P)
     assert [d.kind for d in decisions] == ["hang"]
+
+
+def test_silence_right_after_a_root_error_waits_for_the_exit() -> None:
+    """torchrun is silent for seconds after a rank raised while it stops the others: that is
+    teardown, not a hang (seen: a progress-stall restart before the error's own decision).
+    Past the grace a job that printed an error and then hangs is hung (positive control)."""
+    from faultwatch.core.events import Exit
+    from faultwatch.core.job import apply
+    from faultwatch.core.silence import ERROR_EXIT_GRACE_S
+    from tests.unit.core.test_detectors import hit
+
+    st = start(policy=P)
+    t = 100.0
+    for step in range(6):
+        t += 0.2
+        st = out(st, t, text=f"step {step}")
+        st, _ = prog(st, t, step, policy=P)
+    st, _ = apply(st, hit("c10d-socket-timeout", "retryable", t + 0.1), t + 0.1, P)
+    decisions = []
+    now = t
+    while now < t + 10:  # twice the 5 s window: no hang while the process tears down
+        now += 0.5
+        st, decisions = hb(st, now, t + 0.1, policy=P)
+        assert decisions == [], decisions
+    st, decisions = apply(st, Exit("j", 0, "n0", now + 0.5, 1), now + 0.5, P)
+    assert [(d.kind, d.action) for d in decisions] == [("error", "restart")]
+    # positive control: an error line, then a hang that outlasts the grace
+    st2 = start(policy=P)
+    st2 = out(st2, 100.0, text="step 0")
+    st2, _ = apply(st2, hit("nccl-warn", "retryable", 100.1), 100.1, P)
+    now, decisions = 100.1, []
+    while not decisions and now < 100.1 + ERROR_EXIT_GRACE_S + 10:
+        now += 1.0
+        st2, decisions = hb(st2, now, 100.1, policy=P)
+    assert [d.kind for d in decisions] == ["hang"]
+    assert now >= 100.1 + ERROR_EXIT_GRACE_S
