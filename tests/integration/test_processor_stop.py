@@ -203,8 +203,9 @@ def test_sigterm_with_the_broker_gone_exits_in_time_and_says_what_it_gave_up(
         rc1 = p1.wait(15)
         stop_1 = time.monotonic() - t_term
         # SIGTERM then SIGINT: the second signal exits at once
+        # (back to back: with nothing to flush the first stop may finish in a moment, and a
+        # second signal after the exit would test nothing)
         os.killpg(p2.pid, signal.SIGTERM)
-        wait_event(log_2, "processor_stopping", 5)
         t_int = time.monotonic()
         os.killpg(p2.pid, signal.SIGINT)
         rc2 = p2.wait(15)
