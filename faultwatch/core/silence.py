@@ -23,8 +23,14 @@ from typing import Any
 from faultwatch.core.decide import Result, emit
 from faultwatch.core.pmap import PMap
 from faultwatch.core.policy import Policy
-from faultwatch.core.state import STEPS_HIST, JobState, NodeState, Phase
-from faultwatch.core.windows import DEFAULT_STAGE, WARMUP_STEPS, choose_window
+from faultwatch.core.state import JobState, NodeState, Phase
+from faultwatch.core.windows import (
+    DEFAULT_STAGE,
+    STEPS_HIST,
+    WARMUP_STEPS,
+    choose_window,
+    describe_basis,
+)
 
 ERROR_EXIT_GRACE_S = 60.0  # after a root error line, wait this long for the exit
 
@@ -104,7 +110,7 @@ def _hang(st: JobState, alive: list[NodeState], now_ev: float, policy: Policy,
         "expected": st.expected_evidence(),
     }
     msg = f"every rank silent for {now_ev - silent_since:.1f}s (window {window:g}s, " \
-          f"{basis['basis']})"
+          f"{describe_basis(basis)})"
     if culprit is not None:
         msg += f"; rank {culprit} went quiet first"
     return emit(st, "hang", "hang", "restart", now_ev, policy, rv, nodes=tuple(sorted(st.nodes)),

@@ -24,6 +24,8 @@ from faultwatch.core.policy import Policy
 from faultwatch.core.progress import RankProg, fold_step
 from faultwatch.core.windows import (
     DEFAULT_STAGE,
+    STEP_WEIGHT_MAX,
+    STEPS_HIST,
     WARMUP_OUTPUTS,
     WARMUP_STEPS,
     GapHist,
@@ -36,7 +38,6 @@ MAX_HITS = 64  # hits kept per attempt (the earliest ones: the root is among the
 MAX_TAIL = 16  # recent lines kept per job as silence evidence (~2 kB of the state)
 MAX_DECIDED = 64  # decision ids remembered for dedupe
 MAX_NOTIFY = 100  # notify decisions per attempt (a chatty job cannot flood the topic)
-STEPS_HIST = "@steps"  # histogram key of the gaps between progress steps
 
 
 class Phase(StrEnum):
@@ -302,17 +303,23 @@ def fold_exit(st: JobState, ev: Exit, now: float) -> JobState:
 
 
 def fold_progress(st: JobState, ev: Progress) -> JobState:
+    """A rank's step. An advance of k steps (a bar's counter jumps between the rate-limited
+    redraws the agent ships) counts k steps (at most STEP_WEIGHT_MAX) toward the warm-up and
+    as that many samples of the gap since the job's previous advance (windows.py)."""
     key = -1 if ev.rank is None else ev.rank
     prev: RankProg | None = st.progress.get(key)
     rp, advanced = fold_step(prev, ev.step, ev.ts, ev.step_time_s, ev.node)
     st = dataclasses.replace(st, progress=st.progress.set(key, rp))
     if advanced:
+        assert prev is not None
+        weight = min(max(ev.step - prev.step, 1), STEP_WEIGHT_MAX)  # a bar restarting: 1
         hists = st.hists
-        if st.step_ts is not None and ev.ts > st.step_ts and st.steps >= WARMUP_STEPS \
-                and not st.stages:
-            hists = hists.set(STEPS_HIST, hists.get(STEPS_HIST, GapHist()).add(ev.ts - st.step_ts))
+        if st.step_ts is not None and ev.ts > st.step_ts and not st.stages \
+                and (st.stage_ts is None or st.stage_ts < st.step_ts):
+            hists = hists.set(STEPS_HIST, hists.get(STEPS_HIST, GapHist()).add(
+                ev.ts - st.step_ts, weight))
         step_ts = ev.ts if st.step_ts is None else max(st.step_ts, ev.ts)
-        st = dataclasses.replace(st, step_ts=step_ts, steps=st.steps + 1, hists=hists)
+        st = dataclasses.replace(st, step_ts=step_ts, steps=st.steps + weight, hists=hists)
     elif prev is None and st.step_ts is None:
         st = dataclasses.replace(st, step_ts=ev.ts)
     return st

@@ -2,9 +2,17 @@
 
 The learned ("adaptive") window of a job and stage is
     clamp(max(P99_FACTOR * p99(gap), MAX_FACTOR * max(gap)), hang_floor_s, hang_ceiling_s)
-over the gaps between consecutive outputs (or progress steps) seen after the warm-up of an
-attempt, and is never shorter than the window a stage declares. Gaps are kept in a
-log-bucketed histogram (a few dozen integers per job and stage).
+over the gaps between consecutive outputs seen after the warm-up of an attempt, and is never
+shorter than the window a stage declares. Gaps are kept in a log-bucketed histogram (a few
+dozen integers per job and stage).
+
+Progress steps teach it too, which is what makes real frameworks work with no
+configuration: their steady output is a progress bar (tqdm, rich, Lightning) redrawn in
+place and shipped rate-limited, so a short run shows few *outputs* but many *steps*. A
+progress observation that advanced k steps over dt is k steps each done within dt: it
+counts as min(k, STEP_WEIGHT_MAX) samples of the gap dt (never dt / k: a job that logs every
+50 iterations is silent for the whole dt). Until the output gaps have MIN_SAMPLES samples,
+the hang window comes from those step gaps.
 """
 
 from __future__ import annotations
@@ -22,9 +30,11 @@ MIN_SAMPLES = 10  # a histogram with fewer gaps has learned nothing yet
 MAX_COUNT = 10_000  # past this many samples all counts are halved (slow forgetting)
 P99_FACTOR = 5.0
 MAX_FACTOR = 2.0
-WARMUP_STEPS = 2  # progress steps an attempt must advance before its gaps are samples
+WARMUP_STEPS = 2  # progress steps an attempt must advance before its output gaps are samples
+STEP_WEIGHT_MAX = MIN_SAMPLES // 2  # samples one progress observation is worth at most
 WARMUP_OUTPUTS = 20  # ... or outputs, for jobs that report no progress
 DEFAULT_STAGE = ""
+STEPS_HIST = "@steps"  # histogram key of the gaps between progress observations
 
 
 def _bucket(gap: float) -> int:
@@ -43,13 +53,14 @@ class GapHist:
     counts: tuple[tuple[int, int], ...] = ()
     n: int = 0
 
-    def add(self, gap: float) -> GapHist:
-        if gap < GAP_MIN_S:
+    def add(self, gap: float, weight: int = 1) -> GapHist:
+        """The histogram with `weight` more samples of `gap` (gaps below GAP_MIN_S: none)."""
+        if gap < GAP_MIN_S or weight < 1:
             return self
         b = _bucket(gap)
         counts = dict(self.counts)
-        counts[b] = counts.get(b, 0) + 1
-        n = self.n + 1
+        counts[b] = counts.get(b, 0) + weight
+        n = self.n + weight
         if n > MAX_COUNT:
             counts = {k: v // 2 for k, v in counts.items() if v // 2}
             n = sum(counts.values())
@@ -113,7 +124,8 @@ def choose_window(policy: Policy, stages: list[OpenStage], hists: PMap[str, GapH
       turns detection off; else its declared window, lengthened by what was learned for that
       stage (adaptive) but never shortened.
     - No stage: an explicit `hang_window_s` is a fixed window; else the learned window
-      (adaptive, after warm-up), else `hang_ceiling_s`.
+      (adaptive): from the output gaps after warm-up, else from the progress steps (see the
+      module doc), else `hang_ceiling_s`.
     """
     if stages:
         off = next((s for s in stages if s.window_s is None), None)
@@ -132,11 +144,35 @@ def choose_window(policy: Policy, stages: list[OpenStage], hists: PMap[str, GapH
         return window, basis
     if policy.hang_window_s is not None:
         return policy.hang_window_s, {"basis": "fixed"}
-    hist = hists.get(DEFAULT_STAGE)
-    if policy.adaptive_hang and warmed_up and hist is not None:
-        learned = hist.learned(policy)
-        if learned is not None:
-            return learned, {"basis": "adaptive", "learned": hist.summary(),
-                             "floor_s": policy.hang_floor_s, "ceiling_s": policy.hang_ceiling_s}
-    return policy.hang_ceiling_s, {"basis": "ceiling" if policy.adaptive_hang else "default",
-                                   "warmed_up": warmed_up}
+    if policy.adaptive_hang:
+        sources = ((hists.get(DEFAULT_STAGE) if warmed_up else None, "output gaps"),
+                   (hists.get(STEPS_HIST), "progress steps"))
+        for hist, what in sources:
+            learned = hist.learned(policy) if hist is not None else None
+            if learned is not None and hist is not None:
+                return learned, {"basis": "adaptive", "learned_from": what,
+                                 "learned": hist.summary(), "floor_s": policy.hang_floor_s,
+                                 "ceiling_s": policy.hang_ceiling_s}
+    out: dict[str, Any] = {"basis": "ceiling" if policy.adaptive_hang else "default",
+                           "warmed_up": warmed_up}
+    if policy.adaptive_hang:  # why nothing was learned yet
+        out["samples"] = {what: hists[k].n for k, what in ((DEFAULT_STAGE, "output gaps"),
+                                                           (STEPS_HIST, "progress steps"))
+                          if k in hists}
+        out["min_samples"] = MIN_SAMPLES
+    return policy.hang_ceiling_s, out
+
+
+def describe_basis(basis: dict[str, Any]) -> str:
+    """How a window was chosen, in a few words ("adaptive from progress steps: 15 samples,
+    p99 1.19s")."""
+    kind = str(basis.get("basis", "?"))
+    if kind == "adaptive":
+        lr = basis.get("learned") or {}
+        return f"adaptive from {basis.get('learned_from', '?')}: {lr.get('samples')} " \
+               f"samples, p99 {lr.get('p99_s')}s"
+    if kind == "stage":
+        return f"stage {basis.get('stage')!r}"
+    if kind == "ceiling":
+        return "ceiling: nothing learned yet"
+    return kind
