@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from faultwatch.core import failure, notices, silence
 from faultwatch.core.decide import decision_id
+from faultwatch.core.diagnosis import DIAGNOSIS_NOTE, fold_answer
 from faultwatch.core.events import (
     Decision,
     Exit,
@@ -88,6 +89,8 @@ def apply(st: JobState, sig: Signal, now: float, policy: Policy,
     if isinstance(sig, Stage):
         return fold_stage(st, sig), []
     if isinstance(sig, Notice):
+        if sig.kind == DIAGNOSIS_NOTE:
+            return fold_answer(st, sig), []
         return notices.on_notice(st, sig, policy, rv)
     return st, []
 

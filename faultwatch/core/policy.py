@@ -28,6 +28,11 @@ class Policy:
     adaptive_hang: bool = True
     hang_floor_s: float = 30.0  # the learned window is never shorter ...
     hang_ceiling_s: float = 600.0  # ... nor longer; also the window before anything is learned
+    # before deciding a hang, ask the agents for every rank's stack and Flight Recorder dump
+    # (a `diagnose` notify) when the silence reaches this fraction of the window
+    diagnose: bool = True
+    diagnose_at: float = 0.5
+    checkpoint_extend_s: float = 1800.0  # silence tolerated while a rank writes a checkpoint
     progress_stall_detection: bool = True
     node_lost_detection: bool = True
     node_lost_s: float = 30.0  # no heartbeat from a live node this long (processor time)
@@ -64,6 +69,10 @@ class Policy:
                 raise ConfigError(name, "must be > 0 seconds")
         if self.hang_window_s is not None and self.hang_window_s <= 0:
             raise ConfigError("hang_window_s", "must be > 0 seconds")
+        if not 0 < self.diagnose_at < 1:
+            raise ConfigError("diagnose_at", "must be a fraction of the window in (0, 1)")
+        if self.checkpoint_extend_s <= 0:
+            raise ConfigError("checkpoint_extend_s", "must be > 0 seconds")
         if self.hang_floor_s > self.hang_ceiling_s:
             raise ConfigError("hang_floor_s", "must be <= hang_ceiling_s")
         if self.restart_backoff_s < 0:

@@ -21,6 +21,13 @@ import dataclasses
 from typing import Any
 
 from faultwatch.core.decide import Result, emit
+from faultwatch.core.diagnosis import (
+    ANSWER_WAIT_S,
+    DIAGNOSE_KIND,
+    Verdict,
+    answers_since,
+    verdict,
+)
 from faultwatch.core.pmap import PMap
 from faultwatch.core.policy import Policy
 from faultwatch.core.state import JobState, NodeState, Phase
@@ -86,17 +93,35 @@ def _hang(st: JobState, alive: list[NodeState], now_ev: float, policy: Policy,
     if window is None:
         return None  # a stage without hang detection is open (eval)
     silences = []
+    frac = float("inf")  # the least silent node's silence, as a fraction of its window
     for n in alive:
         assert n.last_hb_ts is not None
         if n.last_output_ts is None:  # nothing printed yet: imports, rendezvous, restarts
             since, w = n.started_ts, max(policy.effective_init_window_s, window)
         else:
             since, w = n.last_output_ts, window
-        if n.last_hb_ts - since < w:
-            return None
+        frac = min(frac, (n.last_hb_ts - since) / w)
         silences.append((since, n))
     silent_since = max(since for since, _ in silences)
-    culprit = st.quiet_first()
+    answers = answers_since(st, silent_since) if policy.diagnose else {}
+    found = verdict(answers) if answers else None
+    until = None  # a rank writes a checkpoint: the decision waits (bounded)
+    if found is not None and found.checkpoint:
+        seen = max(a["ts"] for a in answers.values())
+        until = min(seen + max(window, seen - silent_since),
+                    silent_since + max(window, policy.checkpoint_extend_s))
+    if policy.diagnose:
+        ask = _ask(st, now_ev, window, frac, silent_since, until, policy, rv)
+        if ask is not None:
+            return ask
+    if frac < 1.0 or (until is not None and now_ev < until):
+        if until is not None and frac >= 1.0:
+            return _deferred(st, now_ev, silent_since, until, found, policy, rv)
+        return None
+    if policy.diagnose and not answers and st.diag_asked is not None \
+            and st.diag_asked >= silent_since \
+            and now_ev - st.diag_asked < min(ANSWER_WAIT_S, (1 - policy.diagnose_at) * window):
+        return None  # asked late (heartbeats far apart): give the answers as long as usual
     evidence: dict[str, Any] = {
         "silent_since": silent_since,
         "silent_for_s": round(now_ev - silent_since, 3),
@@ -105,17 +130,77 @@ def _hang(st: JobState, alive: list[NodeState], now_ev: float, policy: Policy,
         "nodes": {n.node: {"last_output_ts": n.last_output_ts,
                            "last_heartbeat_ts": n.last_hb_ts} for _, n in silences},
         "rank_last_output_ts": {str(r): t for r, t in sorted(st.rank_last_ts.items())[:64]},
-        "likely_culprit_rank": culprit,
         "last_lines": st.last_lines_per_rank(),
         "expected": st.expected_evidence(),
     }
     msg = f"every rank silent for {now_ev - silent_since:.1f}s (window {window:g}s, " \
           f"{describe_basis(basis)})"
-    if culprit is not None:
-        msg += f"; rank {culprit} went quiet first"
+    if until is not None:
+        evidence["extended_until"] = round(until, 3)
+    culprits: tuple[int, ...] = ()
+    if found is not None:
+        evidence["diagnosis"] = found.evidence
+        msg += f": {found.sentence}"
+        culprits = found.culprits
+        if culprits:
+            evidence["culprit_basis"] = found.basis
+            evidence["culprit_ranks"] = list(culprits[:64])
+            hc = st.hang_culprits
+            for node in sorted({found.nodes_of[r] for r in culprits if r in found.nodes_of}):
+                hc = hc.set(node, hc.get(node, 0) + 1)
+            st = dataclasses.replace(st, hang_culprits=hc)
+            evidence["culprit_nodes"] = {n: k for n, k in hc.items()
+                                         if n in {found.nodes_of.get(r) for r in culprits}}
+    if not culprits:
+        guess = st.quiet_first()
+        evidence["likely_culprit_rank"] = guess
+        evidence["culprit_basis"] = "went quiet first (a guess: " + (
+            "the stacks named no rank)" if found is not None
+            else "no stacks or Flight Recorder dumps arrived)")
+        if guess is not None:
+            msg += f"; rank {guess} went quiet first (a guess)"
+            culprits = (guess,)
+    else:
+        evidence["likely_culprit_rank"] = culprits[0]
     return emit(st, "hang", "hang", "restart", now_ev, policy, rv, nodes=tuple(sorted(st.nodes)),
-                   ranks=() if culprit is None else (culprit,), rule=None, category=None,
-                   message=msg, evidence=evidence)
+                ranks=culprits, rule=None, category=None, message=msg, evidence=evidence)
+
+
+def _ask(st: JobState, now_ev: float, window: float, frac: float, silent_since: float,
+         until: float | None, policy: Policy, rv: str) -> Result | None:
+    """The `diagnose` request: once when the silence reaches diagnose_at of the window, and
+    again before an extended deadline (a checkpoint was seen) runs out."""
+    if until is None:
+        target, due = silent_since + window, frac >= policy.diagnose_at
+    else:
+        target = until
+        due = now_ev >= until - (1 - policy.diagnose_at) * window
+    if not due or (st.diag_for is not None and abs(st.diag_for - target) < 1e-3):
+        return None
+    st = dataclasses.replace(st, diag_for=target, diag_asked=now_ev)
+    return emit(st, DIAGNOSE_KIND, f"diagnose:{target:.3f}", "notify", now_ev, policy, rv,
+                nodes=tuple(sorted(st.nodes)), ranks=(), rule=None, category=None,
+                message=f"every rank silent for {now_ev - silent_since:.1f}s of a "
+                        f"{target - silent_since:g}s window: capturing every rank's stack "
+                        f"and Flight Recorder dump",
+                evidence={"silent_since": silent_since, "deadline": round(target, 3),
+                          "window_s": round(window, 3)})
+
+
+def _deferred(st: JobState, now_ev: float, silent_since: float, until: float,
+              found: Verdict | None, policy: Policy, rv: str) -> Result | None:
+    """Once per silence: say that a checkpoint write holds the hang decision back."""
+    assert found is not None
+    return emit(st, "hang-deferred", f"ckpt:{silent_since:.3f}", "notify", now_ev, policy, rv,
+                nodes=tuple(sorted(st.nodes)), ranks=found.checkpoint[:64], rule=None,
+                category=None,
+                message=f"every rank silent for {now_ev - silent_since:.1f}s, but "
+                        f"{found.checkpoint_at} (writing a checkpoint): no hang decided before "
+                        f"{until - silent_since:.0f}s of silence (at most "
+                        f"{max(policy.checkpoint_extend_s, 0):g}s)",
+                evidence={"silent_since": silent_since, "extended_until": round(until, 3),
+                          "checkpoint_ranks": list(found.checkpoint[:64]),
+                          "diagnosis": found.evidence})
 
 
 def _stall(st: JobState, now_ev: float, policy: Policy, rv: str) -> Result | None:

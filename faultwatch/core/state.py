@@ -107,7 +107,11 @@ class JobState:
     stage_ts: float | None = None  # latest stage open/close (gaps spanning it are no samples)
     flags: frozenset[str] = frozenset()  # one-shot notes of this attempt (skew, slow:r, boot:n)
     notified: int = 0
+    diagnoses: PMap[str, Any] = field(default_factory=PMap)  # node -> answer (diagnosis.py)
+    diag_for: float | None = None  # the hang deadline the last `diagnose` request was for
+    diag_asked: float | None = None  # event time of that request
     # across attempts
+    hang_culprits: PMap[str, int] = field(default_factory=PMap)  # node -> hangs it caused
     hists: PMap[str, GapHist] = field(default_factory=PMap)
     retryable: tuple[str, ...] = ()
     blacklist: PMap[str, tuple[int, float]] = field(default_factory=PMap)
@@ -187,6 +191,7 @@ class JobState:
         c = set(extra)
         c.update(n for n, k in self.short_fails.items() if k >= policy.suspect_after)
         c.update(n for n, k in self.slow_nodes.items() if k >= 2)
+        c.update(n for n, k in self.hang_culprits.items() if k >= 2)
         c.update(f[5:] for f in self.flags if f.startswith("boot:"))
         return sorted(c)
 
@@ -272,7 +277,7 @@ def fold_output(st: JobState, ev: Output, now: float) -> JobState:
         st, nodes=st.nodes.set(ev.node, dataclasses.replace(ns, last_output_ts=last,
                                                             seen_at=now)),
         rank_last_ts=ranks, tail=tail, last_output_ts=job_last, outputs=st.outputs + 1,
-        hists=hists)
+        hists=hists, diagnoses=PMap() if st.diagnoses else st.diagnoses)
 
 
 def fold_heartbeat(st: JobState, ev: Heartbeat, now: float) -> JobState:
@@ -431,6 +436,10 @@ _CODECS: dict[str, tuple[Enc, Dec]] = {
     "stage_ts": (_same, _opt(float)),
     "flags": (sorted, _d(frozenset)),
     "notified": (_same, _d(int)),
+    "diagnoses": (lambda m: thaw(m), _d(lambda x: freeze(dict(x)))),
+    "diag_for": (_same, _opt(float)),
+    "diag_asked": (_same, _opt(float)),
+    "hang_culprits": _str_map(int),
     "hists": (lambda m: {k: h.to_list() for k, h in m.items()},
               _d(lambda x: PMap({str(k): GapHist.from_list(v) for k, v in x.items()}))),
     "retryable": (list, _d(lambda x: tuple(str(p) for p in x))),
@@ -451,7 +460,7 @@ _CODECS: dict[str, tuple[Enc, Dec]] = {
 _ATTEMPT_SCOPED = ("nodes", "hits", "rank_last_ts", "tail", "failure_seen_at", "failure_ts",
                    "expected_world", "expected_nodes", "last_output_ts", "outputs", "stages",
                    "progress", "step_ts", "steps", "slow_check_ts", "stage_ts", "flags",
-                   "notified", "failed")
+                   "notified", "failed", "diagnoses", "diag_for", "diag_asked")
 
 
 def _defaults() -> dict[str, Any]:

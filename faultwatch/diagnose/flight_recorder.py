@@ -159,6 +159,35 @@ def _members(dumps: Mapping[int, Mapping[str, Any]], key: str) -> tuple[int, ...
     return tuple(sorted(dumps))
 
 
+TRIM_ENTRIES = 16  # collectives kept per process group in a shipped dump
+TRIM_FRAMES = 4
+MAX_GROUPS = 64  # process-group configs kept in a shipped dump
+_ENTRY_KEYS = ("collective_seq_id", "profiling_name", "input_sizes", "input_dtypes",
+               "process_group", "pg_id", "is_p2p", "state")
+
+
+def trim(dump: Mapping[str, Any], keep: int = TRIM_ENTRIES) -> dict[str, Any]:
+    """The part of a rank's dump that analyse() reads: pg_config, pg_status and the last
+    `keep` collectives of each process group with a few frames (kilobytes, not megabytes)."""
+    per_group: dict[str, list[Mapping[str, Any]]] = {}
+    for e in dump.get("entries") or ():
+        if isinstance(e, Mapping) and not e.get("is_p2p"):
+            per_group.setdefault(_group_key(e), []).append(e)
+    entries = []
+    for es in per_group.values():
+        for e in es[-keep:]:
+            x = {k: e[k] for k in _ENTRY_KEYS if k in e}
+            frames = [f for f in e.get("frames") or () if isinstance(f, Mapping)]
+            x["frames"] = [{k: f.get(k) for k in ("name", "filename", "line")}
+                           for f in frames[:TRIM_FRAMES]]
+            entries.append(x)
+    pg_config = dump.get("pg_config") or {}
+    if isinstance(pg_config, Mapping) and len(pg_config) > MAX_GROUPS:
+        pg_config = dict(list(pg_config.items())[:MAX_GROUPS])
+    return {"version": dump.get("version"), "pg_config": pg_config,
+            "pg_status": dump.get("pg_status") or {}, "entries": entries}
+
+
 def analyse(dumps: Mapping[int, Mapping[str, Any]]) -> Analysis:
     """Compare the dumps of every rank that answered (global rank -> decoded dump)."""
     problems: list[str] = []

@@ -59,6 +59,22 @@ class RankActivity:
     at: str | None  # innermost frame of the user's code ("train.py:42 in step")
     frames: tuple[str, ...] = ()  # a few innermost frames, innermost first
 
+    def to_dict(self) -> dict[str, Any]:
+        """What an agent ships for this rank (a digest: a few hundred bytes)."""
+        return {"state": self.state, "op": self.op, "at": self.at, "frames": list(self.frames)}
+
+    @classmethod
+    def from_dict(cls, rank: int, d: Mapping[str, Any]) -> RankActivity:
+        """The activity a shipped digest describes (unknown states read as `unknown`)."""
+        state = str(d.get("state") or UNKNOWN)
+        if state not in (COLLECTIVE, CHECKPOINT, DATA, ELSEWHERE, UNKNOWN):
+            state = UNKNOWN
+        op, at = d.get("op"), d.get("at")
+        frames = d.get("frames") or ()
+        return cls(rank, state, None if op is None else str(op)[:200],
+                   None if at is None else str(at)[:300],
+                   tuple(str(f)[:300] for f in frames[:6]) if isinstance(frames, list) else ())
+
 
 def _frames(thread: Mapping[str, Any]) -> list[Frame]:
     out = []
@@ -126,7 +142,12 @@ class StackFindings:
 
 def analyse(stacks: Mapping[int, Sequence[Mapping[str, Any]]]) -> StackFindings:
     """Compare the ranks: the ones outside a collective that others wait in are culprits."""
-    acts = {r: classify(r, th) for r, th in stacks.items()}
+    return compare({r: classify(r, th) for r, th in stacks.items()})
+
+
+def compare(acts: Mapping[int, RankActivity]) -> StackFindings:
+    """analyse() over activities already classified (digests shipped by many agents)."""
+    acts = dict(acts)
     coll = tuple(sorted(r for r, a in acts.items() if a.state == COLLECTIVE))
     ckpt = tuple(sorted(r for r, a in acts.items() if a.state == CHECKPOINT))
     culprits: tuple[int, ...] = ()
@@ -140,7 +161,8 @@ def analyse(stacks: Mapping[int, Sequence[Mapping[str, Any]]]) -> StackFindings:
     for r in culprits:
         a = acts[r]
         what = {CHECKPOINT: "writing a checkpoint", DATA: "loading data"}.get(a.state, "")
-        parts.append(f"rank {r} is at {a.at}" + (f" ({what})" if what else ""))
+        parts.append(f"rank {r} is at {a.at}" + (f" ({what})" if what else "")
+                     + (f" in {a.frames[0]}" if a.frames and a.frames[0] != a.at else ""))
     if not culprits and ckpt:
         parts.append(f"{_ranks(ckpt)} writing a checkpoint")
     if not parts:

@@ -16,9 +16,11 @@ from pathlib import Path
 import faultwatch
 
 ROOT = Path(faultwatch.__file__).parent
-PURE_PACKAGES = ("faultwatch.core", "faultwatch.rules")
-# what the pure core may import from faultwatch besides itself
-PURE_MAY_IMPORT = ("faultwatch.core", "faultwatch.rules", "faultwatch.errors")
+PURE_PACKAGES = ("faultwatch.core", "faultwatch.rules", "faultwatch.diagnose")
+# what the pure core may import from faultwatch besides itself (diagnose: the pure comparison
+# of the ranks' stacks and Flight Recorder dumps, plain dicts in and out)
+PURE_MAY_IMPORT = ("faultwatch.core", "faultwatch.rules", "faultwatch.diagnose",
+                   "faultwatch.errors")
 FORBIDDEN = {
     # Kafka, stream processing, ML
     "aiokafka", "kafka", "confluent_kafka", "faust", "mode", "torch", "numpy",

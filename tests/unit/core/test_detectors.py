@@ -18,7 +18,7 @@ from faultwatch.core.job import DECIDED, RUNNING, SETTLING, JobState, apply, tic
 from faultwatch.core.policy import Policy
 from faultwatch.core.windows import GapHist
 
-AD = Policy(hang_floor_s=10, hang_ceiling_s=600, settle_s=0, max_restarts=10)
+AD = Policy(hang_floor_s=10, hang_ceiling_s=600, settle_s=0, max_restarts=10, diagnose=False)
 
 
 def start(nodes: tuple[str, ...] = ("n0",), attempt: int = 0, ts: float = 100.0,
@@ -41,7 +41,10 @@ def out(st: JobState, ts: float, node: str = "n0", rank: int = 0, attempt: int =
 
 def hb(st: JobState, ts: float, last: float | None, node: str = "n0", attempt: int = 0,
        policy: Policy = AD) -> tuple[JobState, list]:
-    return apply(st, Heartbeat("j", attempt, node, ts, True, last), ts, policy)
+    """A heartbeat; the `diagnose` requests it may raise (no agent answers here) are left
+    out (tests/unit/core/test_diagnosis.py covers them)."""
+    st, decs = apply(st, Heartbeat("j", attempt, node, ts, True, last), ts, policy)
+    return st, [d for d in decs if d.kind != "diagnose"]
 
 
 def prog(st: JobState, ts: float, step: int, rank: int = 0, node: str = "n0",
@@ -226,7 +229,7 @@ def test_start_skew_notify() -> None:
 
 
 def test_missing_nodes_notify_and_never_printed_ranks() -> None:
-    p = Policy(skew_warn_s=60, hang_window_s=5)
+    p = Policy(skew_warn_s=60, hang_window_s=5, diagnose=False)
     st = start(("a",), world=4, nnodes=2, policy=p)
     st, _ = apply(st, Output("j", 0, "a", 101, 2, ((0, 101.0), (1, 101.0))), 101, p)
     st, decs = hb(st, 103.0, 101.0, node="a", policy=p)

@@ -6,7 +6,7 @@ from faultwatch.core.events import Exit, Heartbeat, Hit, Match, Output, RunStart
 from faultwatch.core.job import DECIDED, DONE, SETTLING, JobState, apply, decision_id, tick
 from faultwatch.core.policy import Policy
 
-P = Policy(hang_window_s=5, settle_s=2, max_restarts=2)
+P = Policy(hang_window_s=5, settle_s=2, max_restarts=2, diagnose=False)
 
 
 def hit(rule: str, cat: str, ts: float, rank: int | None, cascade: bool = False,
@@ -177,7 +177,7 @@ def test_decision_ids_are_deterministic() -> None:
 
 
 def test_silence_before_first_output_uses_init_window() -> None:
-    p = Policy(hang_window_s=5, init_window_s=30)
+    p = Policy(hang_window_s=5, init_window_s=30, diagnose=False)
     st = started()
     st, decs = apply(st, Heartbeat("j", 0, "n0", ts=120.0, alive=True, last_output_ts=None), 0, p)
     assert decs == []  # 20 s without any output is start-up, not a hang

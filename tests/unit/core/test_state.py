@@ -11,7 +11,7 @@ from faultwatch.core.events import Exit, Heartbeat, Hit, Match, Output, Progress
 from faultwatch.core.job import apply
 from faultwatch.core.pmap import PMap
 from faultwatch.core.policy import Policy
-from faultwatch.core.state import JobState, Phase, new_attempt
+from faultwatch.core.state import JobState, Phase, freeze, new_attempt
 from faultwatch.core.windows import GapHist
 
 P = Policy(settle_s=0, max_restarts=3, skew_warn_s=1)
@@ -38,7 +38,10 @@ def busy_state() -> JobState:
         slow_nodes=PMap({"b": 2}), flags=frozenset({"skew"}), slow_check_ts=3.0, notified=1,
         failure_seen_at=16.0, stage_ts=13.0, phase=Phase.DECIDED, restarts_used=1,
         decided=("d1",), restart_times=(5.0,), steps=4, retired=("r0",),
-        dropped=PMap({"unknown-run": 1}), failed=True)
+        dropped=PMap({"unknown-run": 1}), failed=True, diag_for=20.0, diag_asked=19.0,
+        diagnoses=freeze({"a": {"ts": 18.0, "ranks": {"0": {"stack": {"state": "collective"},
+                                                              "fr": None}}}}),
+        hang_culprits=PMap({"b": 1}))
 
 
 def test_every_field_round_trips_through_json() -> None:

@@ -1,0 +1,117 @@
+"""Hang diagnosis in the job state: the agents' answers (every rank's stack and Flight
+Recorder dump) and what they say about a silence: who did not join, who writes a checkpoint.
+
+The protocol, the same in embedded and cluster mode: when every rank has been silent for
+`diagnose_at` of the window, the job stage publishes a `notify` decision of kind `diagnose`
+(silence.py); every agent that follows decisions captures its ranks (py-spy, else the SDK's
+own dump; the Flight Recorder when the SDK armed it) and ships a `diagnosis` note; the hang
+decision at the window reads the answers given since the silence began.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from faultwatch.core.events import Notice
+from faultwatch.core.state import JobState, freeze, thaw
+from faultwatch.diagnose import flight_recorder, stacks
+
+DIAGNOSE_KIND = "diagnose"  # the notify decision the agents act on
+DIAGNOSIS_NOTE = "diagnosis"  # the note they answer with
+ANSWER_WAIT_S = 10.0  # at the window, wait this long at most for answers still coming
+MAX_RANKS_PER_NOTE = 256
+MAX_FR_CHARS = 200_000  # one rank's trimmed dump, as JSON text
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What the answers say: the culprits, on what basis, in a sentence; checkpoint writers."""
+
+    culprits: tuple[int, ...]
+    basis: str  # "flight recorder", "stacks" or "" (no culprit found)
+    sentence: str
+    checkpoint: tuple[int, ...] = ()
+    checkpoint_at: str = ""
+    nodes_of: dict[int, str] = field(default_factory=dict)
+    evidence: dict[str, Any] = field(default_factory=dict)
+
+
+def fold_answer(st: JobState, ev: Notice) -> JobState:
+    """Keep a node's latest answer (attempt-scoped; output resuming clears them)."""
+    ranks = ev.data.get("ranks")
+    if not isinstance(ranks, Mapping):
+        return st
+    kept = {}
+    for r, d in list(ranks.items())[:MAX_RANKS_PER_NOTE]:
+        if isinstance(d, Mapping) and str(r).isdigit():
+            fr = d.get("fr")
+            kept[str(int(str(r)))] = {
+                "stack": d.get("stack") if isinstance(d.get("stack"), Mapping) else None,
+                "fr": fr if isinstance(fr, str) and len(fr) <= MAX_FR_CHARS else None,
+                "source": str(d.get("source", ""))[:32]}
+    errors = ev.data.get("errors")
+    answer = {"ts": ev.ts, "request": str(ev.data.get("request", ""))[:64], "ranks": kept,
+              "errors": {str(k): str(v)[:300] for k, v in list(errors.items())[:64]}
+              if isinstance(errors, Mapping) else {}}
+    return dataclasses.replace(st, diagnoses=st.diagnoses.set(ev.node, freeze(answer)))
+
+
+def answers_since(st: JobState, since: float) -> dict[str, dict[str, Any]]:
+    """node -> answer, for answers captured at or after `since` (the silence's start)."""
+    return {node: thaw(a) for node, a in st.diagnoses.items() if a["ts"] >= since}
+
+
+def verdict(answers: Mapping[str, Mapping[str, Any]]) -> Verdict | None:
+    """Compare every answered rank across nodes; None when no rank was captured."""
+    acts: dict[int, stacks.RankActivity] = {}
+    dumps: dict[int, dict[str, Any]] = {}
+    nodes_of: dict[int, str] = {}
+    errors: dict[str, str] = {}
+    for node, a in sorted(answers.items()):
+        for r, d in a.get("ranks", {}).items():
+            rank = int(r)
+            nodes_of[rank] = node
+            if d.get("stack"):
+                acts[rank] = stacks.RankActivity.from_dict(rank, d["stack"])
+            if d.get("fr"):
+                try:
+                    dump = json.loads(d["fr"])
+                except ValueError:
+                    continue
+                if isinstance(dump, dict):
+                    dumps[rank] = dump
+        errors.update({f"{node}/rank{k}": v for k, v in a.get("errors", {}).items()})
+    if not acts and not dumps:
+        return None
+    found = stacks.compare(acts)
+    fr = flight_recorder.analyse(dumps) if len(dumps) >= 2 else None
+    ev: dict[str, Any] = {"nodes_answered": sorted(answers), "stacks": found.to_dict()}
+    if fr is not None:
+        ev["flight_recorder"] = fr.to_dict()
+    if errors:
+        ev["capture_errors"] = dict(list(errors.items())[:16])
+    ckpt = found.in_checkpoint
+    ckpt_at = "; ".join(f"rank {r} at {_innermost(found.ranks[r])}" for r in ckpt[:4])
+    if fr is not None and fr.culprits:
+        where = [f"rank {r} is at {_where(acts[r])}" for r in fr.culprits[:4]
+                 if r in acts and acts[r].at]
+        sentence = "; ".join([fr.summary, *where])
+        return Verdict(fr.culprits, "flight recorder", sentence, ckpt, ckpt_at, nodes_of, ev)
+    if found.culprits:
+        return Verdict(found.culprits, "stacks", found.summary, ckpt, ckpt_at, nodes_of, ev)
+    summary = found.summary if fr is None or not fr.groups else f"{fr.summary}; {found.summary}"
+    return Verdict((), "", summary, ckpt, ckpt_at, nodes_of, ev)
+
+
+def _innermost(a: stacks.RankActivity) -> str:
+    return a.frames[0] if a.frames else a.at or "?"
+
+
+def _where(a: stacks.RankActivity) -> str:
+    """The user's frame, and the innermost one when that is elsewhere (a library call)."""
+    inner = _innermost(a)
+    return f"{a.at} in {inner}" if a.at and inner != a.at else inner
