@@ -7,7 +7,8 @@ from faultwatch.core.matching import LineMatcher, signals_of_exit, signals_of_li
 from faultwatch.wire import LinesBatch, LogsRecord
 
 # note kinds the job state uses as they are (progress and stage notes arrive as signals)
-NOTICE_KINDS = ("notify", "retryable_errors", "bootcheck", "gap", "spawn_failed")
+NOTICE_KINDS = ("notify", "retryable_errors", "bootcheck", "gap", "spawn_failed",
+                "diagnosis")
 
 
 def signals_of_record(rec: LogsRecord, matcher: LineMatcher) -> list[Signal]:

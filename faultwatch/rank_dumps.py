@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 DIR_ENV = "FAULTWATCH_DIAG_DIR"
+ARMED_PREFIX = "armed-"  # <dir>/armed-<pid>: this process answers requests (the agent waits)
 POLL_S = 0.25
 MAX_FRAMES = 64
 
@@ -114,5 +115,9 @@ def arm() -> bool:
     if not path.is_dir():
         return False
     _started = os.getpid()
+    try:
+        (path / f"{ARMED_PREFIX}{os.getpid()}").touch()
+    except OSError:
+        return False
     threading.Thread(target=_watch, args=(path,), name="faultwatch-dumps", daemon=True).start()
     return True

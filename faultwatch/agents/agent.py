@@ -21,6 +21,7 @@ from faultwatch.agents.config import (  # noqa: F401 - re-exported for callers a
     default_spool_dir,
     rank_from_env,
 )
+from faultwatch.agents.dumps import Diagnoser
 from faultwatch.agents.reader import LineSplitter, TeeWriter, pump
 from faultwatch.agents.sdk_server import SdkServer
 from faultwatch.agents.transport import KafkaTransport, Transport
@@ -53,6 +54,11 @@ class Agent:
         self.stopping = asyncio.Event()  # the agent was signalled: no more runs
         self.signals: list[int] = []
         self.extra_env: dict[str, str] = {}
+        self.diagnoser: Diagnoser | None = None  # answers `diagnose` decisions (dumps.py)
+        if cfg.diagnose:
+            self.diagnoser = Diagnoser(self.note, self.log, os.environ if cfg.env is None
+                                       else cfg.env)
+            self.extra_env.update(self.diagnoser.env)
         self.sdk: SdkServer | None = None
         self.born_ts = time.time()
         # The job run's identity: stable across this agent's attempts (restarts do not make
@@ -236,6 +242,8 @@ class Agent:
             t.cancel()
 
     async def finish(self) -> None:
+        if self.diagnoser is not None:
+            self.diagnoser.close()
         await self.transport.finish(self.cfg.exit_flush_timeout_s)
         await self.tee_out.aclose(2.0)
         await self.tee_err.aclose(2.0)

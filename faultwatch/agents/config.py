@@ -108,6 +108,7 @@ class AgentConfig:
     decision_wait_s: float = 60.0
     decisions_ready_timeout_s: float = 10.0  # broker down at start: launch anyway after this
     sdk: bool = True  # open the SDK socket for the training process
+    diagnose: bool = True  # answer `diagnose` decisions: rank stacks, Flight Recorder dumps
     wait_for_nodes: int = 0  # hold the launch until this many agents of the job are up
     wait_for_nodes_timeout_s: float = 900.0
     bootcheck: bool = False

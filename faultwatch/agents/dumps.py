@@ -1,4 +1,5 @@
-"""On the node: find the training ranks under the child and capture what they are doing.
+"""On the node: find the training ranks under the child, capture what they are doing, and
+answer the job stage's `diagnose` requests with a bounded `diagnosis` note.
 
 Two sources, both without root and without the ranks' cooperation where possible:
 - py-spy (PyPI) reads each rank's Python stack from outside; the agent is the ranks'
@@ -13,9 +14,14 @@ import asyncio
 import json
 import os
 import shutil
+import tempfile
 import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
+
+from faultwatch import rank_dumps
+from faultwatch.diagnose import flight_recorder, stacks
 
 PYSPY_TIMEOUT_S = 10.0
 
@@ -145,4 +151,105 @@ async def request_rank_dumps(directory: Path, ranks: set[int] | None, timeout_s:
         if ranks is not None and ranks <= set(got):
             break
         await asyncio.sleep(0.1)
+    for p in [directory / f"request-{n}", *directory.glob(f"rank*-{n}.json")]:
+        p.unlink(missing_ok=True)
     return got
+
+
+# ---- answering `diagnose` decisions ---------------------------------------------------------
+
+FR_BUFFER_ENTRIES = "2000"  # Flight Recorder ring size the agent enables (torch's NCCL default)
+SDK_DUMP_TIMEOUT_S = 8.0  # armed ranks answer within this (the first FR dump takes 1-2 s)
+MAX_RANKS = 256  # ranks captured per node and note
+
+
+class Diagnoser:
+    """Answers the job stage's `diagnose` requests (core/diagnosis.py): captures every rank
+    under the running child (py-spy, else the rank's own SDK dump; the Flight Recorder when
+    the SDK armed it) and ships one bounded `diagnosis` note. One capture at a time; never
+    touches the child beyond reading it."""
+
+    def __init__(self, note: Callable[[str, dict[str, Any]], None], log: Callable[..., None],
+                 base_env: Mapping[str, str]):
+        self._note, self._log = note, log
+        self.dir = Path(tempfile.mkdtemp(prefix="faultwatch-diag-"))
+        self.env = {rank_dumps.DIR_ENV: str(self.dir)}
+        for key in ("TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE"):
+            if key not in base_env:  # the user's own setting wins
+                self.env[key] = FR_BUFFER_ENTRIES
+        self._task: asyncio.Task[None] | None = None
+        self.answered = 0
+
+    def on_decision(self, dec_id: str, child_pid: int | None) -> None:
+        """Start a capture for a `diagnose` decision unless one is running."""
+        if child_pid is None or (self._task is not None and not self._task.done()):
+            return
+        self._task = asyncio.create_task(self._answer(dec_id, child_pid),
+                                         name="faultwatch-diagnose")
+
+    async def _answer(self, dec_id: str, child_pid: int) -> None:
+        t0 = time.monotonic()
+        try:
+            data = await capture(child_pid, self.dir)
+        except Exception as e:  # noqa: BLE001 - a failed capture is reported, never fatal
+            data = {"ranks": {}, "errors": {"capture": f"{type(e).__name__}: {e}"[:300]}}
+        data.update(request=dec_id, took_s=round(time.monotonic() - t0, 3))
+        self._note("diagnosis", data)
+        self.answered += 1
+        self._log("diagnosis_sent", request=dec_id, ranks=len(data["ranks"]),
+                  errors=len(data["errors"]), took_s=data["took_s"])
+
+    def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def armed_pids(diag_dir: Path) -> set[int]:
+    """Pids of the processes whose dump watcher runs (faultwatch.rank_dumps.arm marks them)."""
+    out = set()
+    for p in diag_dir.glob(f"{rank_dumps.ARMED_PREFIX}*"):
+        tail = p.name[len(rank_dumps.ARMED_PREFIX):]
+        if tail.isdigit():
+            out.add(int(tail))
+    return out
+
+
+async def capture(child_pid: int, diag_dir: Path | None) -> dict[str, Any]:
+    """The note data for every rank under child_pid: per rank a stack digest
+    (stacks.RankActivity), its source, and its trimmed Flight Recorder dump as JSON text."""
+    pids = await asyncio.to_thread(rank_pids, child_pid)
+    if not pids:  # not a torchrun job: the child is the one rank
+        pids = {0: child_pid}
+    pids = dict(sorted(pids.items())[:MAX_RANKS])
+    armed: set[int] = set()
+    if diag_dir is not None:
+        marked = await asyncio.to_thread(armed_pids, diag_dir)
+        armed = {r for r, pid in pids.items() if pid in marked}
+    own: asyncio.Task[dict[int, dict[str, Any]]] | None = None
+    if armed and diag_dir is not None:
+        own = asyncio.create_task(request_rank_dumps(diag_dir, armed, SDK_DUMP_TIMEOUT_S))
+    spied, errors = await stacks_of(pids)
+    dumps = await own if own is not None else {}
+    ranks: dict[str, dict[str, Any]] = {}
+    errs: dict[str, str] = {}
+    for rank in pids:
+        threads: list[dict[str, Any]] | None = spied.get(rank)
+        source = "py-spy"
+        d = dumps.get(rank) or {}
+        if threads is None and d.get("threads"):
+            threads, source = d["threads"], "sdk"
+        entry: dict[str, Any] = {"source": source if threads is not None else "",
+                                 "stack": None, "fr": None}
+        if threads is not None:
+            entry["stack"] = stacks.classify(rank, threads).to_dict()
+        else:
+            errs[str(rank)] = errors.get(rank, "no stack")[:300]
+        fr = d.get("flight_recorder")
+        if isinstance(fr, dict):
+            entry["fr"] = json.dumps(flight_recorder.trim(fr), default=str)
+        elif d.get("fr_error"):
+            entry["fr_error"] = str(d["fr_error"])[:300]
+        ranks[str(rank)] = entry
+    return {"ranks": ranks, "errors": errs, "armed": sorted(armed),
+            "pids": {str(r): p for r, p in pids.items()}}

@@ -12,6 +12,7 @@ from faultwatch.agents.child import ExitStatus
 from faultwatch.agents.config import EXIT_BLACKLISTED, EXIT_FAILED_BY_DECISION
 from faultwatch.agents.decisions import BLACKLISTED, FAIL, NOTIFY, RESTART, verdict
 from faultwatch.agents.transport import Decisions
+from faultwatch.core.diagnosis import DIAGNOSE_KIND
 from faultwatch.core.events import Decision
 
 if TYPE_CHECKING:
@@ -26,6 +27,9 @@ def _consider(agent: Agent, dec: Decision) -> Action | None:
     v = verdict(dec, agent.cfg.node, agent.attempt)
     agent.log("decision", id=dec.id, action=dec.action, attempt=dec.attempt,
               kind=dec.kind, verdict=v or "ignored")
+    if v == NOTIFY and dec.kind == DIAGNOSE_KIND and agent.diagnoser is not None \
+            and (not dec.nodes or agent.cfg.node in dec.nodes) and agent.child is not None:
+        agent.diagnoser.on_decision(dec.id, agent.child.pid)
     if v is None or v == NOTIFY:
         return None
     return v, dec

@@ -49,6 +49,9 @@ def error_in_flight(st: JobState, now_ev: float) -> bool:
     return first is not None and now_ev - first < ERROR_EXIT_GRACE_S
 
 
+STALL_MIN_OUTPUTS = 3  # output batches after the last step before output counts as flowing
+
+
 def check(st: JobState, policy: Policy, rv: str) -> Result:
     """Exit hang, hang, progress stall and missing nodes, in event time (heartbeats)."""
     if st.phase != Phase.RUNNING:
@@ -214,7 +217,10 @@ def _stall(st: JobState, now_ev: float, policy: Policy, rv: str) -> Result | Non
     # Output must still be flowing *now* (seen within the last half window), not just a line
     # printed after the last step: a job that went silent right after its last step is hung,
     # and the hang detector decides it (kind `hang`, with the culprit rank).
-    flowing = st.last_output_ts > st.step_ts and now_ev - st.last_output_ts < window / 2
+    # A few lines are no flow: a progress bar's one redraw of the same step (tqdm's monitor
+    # thread refreshes a stalled bar once) or a last message before the silence.
+    flowing = st.last_output_ts > st.step_ts and now_ev - st.last_output_ts < window / 2 \
+        and st.outputs_since_step >= STALL_MIN_OUTPUTS
     if stalled < window or not flowing:
         return None
     last = sorted(st.progress.items(), key=lambda kv: kv[1].ts)[:8]

@@ -103,6 +103,7 @@ class JobState:
     progress: PMap[int, RankProg] = field(default_factory=PMap)
     step_ts: float | None = None
     steps: int = 0
+    outputs_since_step: int = 0  # output batches since the last step advance (stall: flowing)
     slow_check_ts: float | None = None
     stage_ts: float | None = None  # latest stage open/close (gaps spanning it are no samples)
     flags: frozenset[str] = frozenset()  # one-shot notes of this attempt (skew, slow:r, boot:n)
@@ -277,7 +278,8 @@ def fold_output(st: JobState, ev: Output, now: float) -> JobState:
         st, nodes=st.nodes.set(ev.node, dataclasses.replace(ns, last_output_ts=last,
                                                             seen_at=now)),
         rank_last_ts=ranks, tail=tail, last_output_ts=job_last, outputs=st.outputs + 1,
-        hists=hists, diagnoses=PMap() if st.diagnoses else st.diagnoses)
+        hists=hists, diagnoses=PMap() if st.diagnoses else st.diagnoses,
+        outputs_since_step=st.outputs_since_step + 1)
 
 
 def fold_heartbeat(st: JobState, ev: Heartbeat, now: float) -> JobState:
@@ -324,7 +326,8 @@ def fold_progress(st: JobState, ev: Progress) -> JobState:
             hists = hists.set(STEPS_HIST, hists.get(STEPS_HIST, GapHist()).add(
                 ev.ts - st.step_ts, weight))
         step_ts = ev.ts if st.step_ts is None else max(st.step_ts, ev.ts)
-        st = dataclasses.replace(st, step_ts=step_ts, steps=st.steps + weight, hists=hists)
+        st = dataclasses.replace(st, step_ts=step_ts, steps=st.steps + weight, hists=hists,
+                                 outputs_since_step=0)
     elif prev is None and st.step_ts is None:
         st = dataclasses.replace(st, step_ts=ev.ts)
     return st
@@ -432,6 +435,7 @@ _CODECS: dict[str, tuple[Enc, Dec]] = {
                  _d(lambda x: PMap({int(r[0]): RankProg.from_list(r[1:]) for r in x}))),
     "step_ts": (_same, _opt(float)),
     "steps": (_same, _d(int)),
+    "outputs_since_step": (_same, _d(int)),
     "slow_check_ts": (_same, _opt(float)),
     "stage_ts": (_same, _opt(float)),
     "flags": (sorted, _d(frozenset)),
@@ -459,8 +463,8 @@ _CODECS: dict[str, tuple[Enc, Dec]] = {
 # attempt-scoped fields: reset to their defaults by new_attempt (see JobState's doc)
 _ATTEMPT_SCOPED = ("nodes", "hits", "rank_last_ts", "tail", "failure_seen_at", "failure_ts",
                    "expected_world", "expected_nodes", "last_output_ts", "outputs", "stages",
-                   "progress", "step_ts", "steps", "slow_check_ts", "stage_ts", "flags",
-                   "notified", "failed", "diagnoses", "diag_for", "diag_asked")
+                   "progress", "step_ts", "steps", "outputs_since_step", "slow_check_ts",
+                   "stage_ts", "flags", "notified", "failed", "diagnoses", "diag_for", "diag_asked")
 
 
 def _defaults() -> dict[str, Any]:

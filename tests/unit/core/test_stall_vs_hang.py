@@ -59,3 +59,25 @@ def test_silence_right_after_a_root_error_waits_for_the_exit() -> None:
         st2, decisions = hb(st2, now, 100.1, policy=P)
     assert [d.kind for d in decisions] == ["hang"]
     assert now >= 100.1 + ERROR_EXIT_GRACE_S
+
+
+def test_a_stalled_bar_redrawn_once_is_a_hang_not_a_stall() -> None:
+    """tqdm's monitor thread refreshes a stalled bar once (same counter, new elapsed time)
+    ~10-20 s after the last step: one redraw is not output flowing."""
+    p = Policy(hang_floor_s=10, settle_s=0, diagnose=False)
+    st = start(policy=p)
+    t = 100.0
+    for step in range(1, 40):
+        t += 0.5
+        st = out(st, t, text=f" 42%|####  | {step}/60 [00:0{step // 10}<00:01, 17it/s]", policy=p)
+        st, _ = prog(st, t, step, policy=p)
+    last_step = t
+    st = out(st, t + 8.0, text=" 42%|####  | 39/60 [00:19<00:01, 17it/s]", policy=p)
+    st, _ = prog(st, t + 8.0, 39, policy=p)
+    decisions: list = []
+    now = t + 8.0
+    while not decisions and now < t + 60:
+        now += 0.5
+        st, decisions = hb(st, now, t + 8.0, policy=p)
+    assert [d.kind for d in decisions] == ["hang"], decisions
+    assert now - last_step >= 18.0

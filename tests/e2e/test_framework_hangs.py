@@ -1,0 +1,138 @@
+"""Real frameworks hanging under `faultwatch run` with default settings (no flags, no
+faultwatch code in the job): a Hugging Face Trainer job on torchrun (2 ranks, gloo, CPU, the
+training-image env .venv-train) whose rank 1 stops mid-training must be decided a hang within
+90 s of the stall naming rank 1 and where it is; the same job spending 3x its learned window in
+a silent checkpoint write must not be, and a stall after that save (same run) must."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.e2e.conftest import faultwatch_exe
+
+ROOT = Path(__file__).resolve().parents[2]
+TRAIN_ENV = ROOT / ".venv-train" / "bin"
+HF_JOB = Path(__file__).parent / "jobs" / "hf_stall.py"
+pytestmark = pytest.mark.slow
+
+
+def _train_bin() -> Path:
+    if os.environ.get("FAULTWATCH_NO_TRAIN_ENV"):
+        pytest.skip("FAULTWATCH_NO_TRAIN_ENV is set: no training-image env (.venv-train)")
+    assert (TRAIN_ENV / "torchrun").exists(), "scripts/bootstrap.sh builds .venv-train"
+    return TRAIN_ENV
+
+
+class Run:
+    """`faultwatch run -- torchrun ... job` with its decisions file and the job's marks."""
+
+    def __init__(self, tmp: Path, job: Path, **fault: str):
+        self.decisions = tmp / "decisions.jsonl"
+        self.marks = tmp / "marks.txt"
+        env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore",
+                   HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", FW_MARKS=str(self.marks),
+                   PYTHONPATH=str(ROOT), **fault)
+        cmd = [faultwatch_exe(), "run", "--decisions-out", str(self.decisions), "--",
+               str(_train_bin() / "torchrun"), "--standalone", "--nproc-per-node", "2",
+               str(job), str(tmp / "out")]
+        self.proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE,
+                                     stderr=subprocess.STDOUT, start_new_session=True)
+        self.output: list[bytes] = []
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for chunk in iter(lambda: self.proc.stdout.read1(65536), b""):  # type: ignore[union-attr]
+            self.output.append(chunk)
+
+    def tail(self) -> str:
+        return b"".join(self.output)[-4000:].decode(errors="replace").replace("\r", "\n")
+
+    def mark(self, event: str) -> float | None:
+        if not self.marks.exists():
+            return None
+        for line in self.marks.read_text().splitlines():
+            ev, _rank, ts = line.split()
+            if ev == event:
+                return float(ts)
+        return None
+
+    def decided(self) -> list[dict[str, Any]]:
+        if not self.decisions.exists():
+            return []
+        return [json.loads(x) for x in self.decisions.read_text().splitlines() if x]
+
+    def wait(self, what: str, pred: Any, timeout_s: float) -> Any:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            got = pred()
+            if got:
+                return got
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.5)
+        raise AssertionError(f"no {what} in {timeout_s:g}s; decisions "
+                             f"{[d['kind'] for d in self.decided()]}; output:\n{self.tail()}")
+
+    def hang(self) -> dict[str, Any] | None:
+        return next((d for d in self.decided() if d["reason"]["kind"] == "hang"), None)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(30)
+
+
+def test_trainer_rank_stuck_mid_training_is_a_hang_naming_rank_1_within_90s(tmp_path: Path
+                                                                            ) -> None:
+    run = Run(tmp_path, HF_JOB, FW_STALL_AT="25", FW_RANK="1")
+    try:
+        stalled = run.wait("stall mark", lambda: run.mark("stall"), 300)
+        hang = run.wait("hang decision", run.hang, 120)
+        latency = hang["ts"] - stalled
+        print(f"hang decided {latency:.1f}s after the stall: {hang['message']}")
+        assert latency <= 90.0, hang["reason"]["message"]
+        assert hang["targets"]["ranks"] == [1], hang["reason"]["message"]
+        ev = hang["evidence"]
+        assert ev["window"]["basis"] == "adaptive", ev["window"]
+        assert ev["window"]["learned_from"] in ("progress steps", "output gaps")
+        assert ev["culprit_basis"] in ("stacks", "flight recorder"), ev
+        assert "rank 1 is at hf_stall.py:" in hang["reason"]["message"]
+        assert "on_step_end" in hang["reason"]["message"]
+        stacks = ev["diagnosis"]["stacks"]["ranks"]
+        assert stacks["0"]["state"] == "collective" and stacks["1"]["state"] == "elsewhere"
+        asked = [d for d in run.decided() if d["reason"]["kind"] == "diagnose"]
+        assert asked and asked[0]["ts"] < hang["ts"]
+    finally:
+        run.stop()
+
+
+def test_trainer_silent_checkpoint_3x_the_window_is_no_hang_but_a_later_stall_is(
+        tmp_path: Path) -> None:
+    # the checkpoint at step 25 crawls for 100 s (> 3x the 30 s learned window), silently;
+    # rank 1 stops for good at step 40 (the positive control in the same run)
+    run = Run(tmp_path, HF_JOB, FW_SAVE_AT="25", FW_SAVE_S="100", FW_STALL_AT="40",
+              FW_RANK="1")
+    try:
+        saving = run.wait("save mark", lambda: run.mark("save"), 300)
+        run.wait("end of the slow save", lambda: run.mark("saved"), 240)
+        saved = run.mark("saved")
+        assert saved is not None and saved - saving >= 90.0
+        early = [d for d in run.decided() if d["reason"]["kind"] == "hang"]
+        assert early == [], early[0]["reason"]["message"]
+        deferred = [d for d in run.decided() if d["reason"]["kind"] == "hang-deferred"]
+        assert deferred and "writing a checkpoint" in deferred[0]["reason"]["message"]
+        stalled = run.wait("stall mark", lambda: run.mark("stall"), 240)
+        hang = run.wait("hang decision after the save", run.hang, 150)
+        assert hang["ts"] > stalled and hang["targets"]["ranks"] == [1], hang["reason"]["message"]
+    finally:
+        run.stop()
