@@ -99,7 +99,7 @@ def test_trainer_rank_stuck_mid_training_is_a_hang_naming_rank_1_within_90s(tmp_
         stalled = run.wait("stall mark", lambda: run.mark("stall"), 300)
         hang = run.wait("hang decision", run.hang, 120)
         latency = hang["ts"] - stalled
-        print(f"hang decided {latency:.1f}s after the stall: {hang['message']}")
+        print(f"hang decided {latency:.1f}s after the stall: {hang['reason']['message']}")
         assert latency <= 90.0, hang["reason"]["message"]
         assert hang["targets"]["ranks"] == [1], hang["reason"]["message"]
         ev = hang["evidence"]
