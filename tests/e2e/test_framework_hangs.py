@@ -22,6 +22,7 @@ from tests.e2e.conftest import faultwatch_exe
 ROOT = Path(__file__).resolve().parents[2]
 TRAIN_ENV = ROOT / ".venv-train" / "bin"
 HF_JOB = Path(__file__).parent / "jobs" / "hf_stall.py"
+LIGHTNING_JOB = Path(__file__).parent / "jobs" / "lightning_stall.py"
 pytestmark = pytest.mark.slow
 
 
@@ -134,5 +135,21 @@ def test_trainer_silent_checkpoint_3x_the_window_is_no_hang_but_a_later_stall_is
         stalled = run.wait("stall mark", lambda: run.mark("stall"), 240)
         hang = run.wait("hang decision after the save", run.hang, 150)
         assert hang["ts"] > stalled and hang["targets"]["ranks"] == [1], hang["reason"]["message"]
+    finally:
+        run.stop()
+
+
+def test_lightning_rank_stuck_mid_training_is_a_hang_naming_rank_1_within_90s(tmp_path: Path
+                                                                              ) -> None:
+    run = Run(tmp_path, LIGHTNING_JOB, FW_STALL_AT="25", FW_RANK="1")
+    try:
+        stalled = run.wait("stall mark", lambda: run.mark("stall"), 300)
+        hang = run.wait("hang decision", run.hang, 120)
+        latency = hang["ts"] - stalled
+        print(f"hang decided {latency:.1f}s after the stall: {hang['reason']['message']}")
+        assert latency <= 90.0, hang["reason"]["message"]
+        assert hang["targets"]["ranks"] == [1], hang["reason"]["message"]
+        assert hang["evidence"]["window"]["basis"] == "adaptive"
+        assert "rank 1 is at lightning_stall.py:" in hang["reason"]["message"]
     finally:
         run.stop()

@@ -149,3 +149,25 @@ def test_a_node_that_causes_repeated_hangs_becomes_a_blacklist_candidate() -> No
         assert decs[-1].kind == "hang"
     assert st.hang_culprits["n0"] == 2
     assert decs[-1].evidence.get("blacklist_candidates") == ["n0"]
+
+
+def test_diagnosis_decisions_validate_against_the_published_schema() -> None:
+    import jsonschema
+    import orjson
+
+    from faultwatch.wire import decision_to_dict
+    from tests.unit.core.test_signals_and_schema import SCHEMA
+
+    st, last = silent_job()
+    st, t, decs = run_until(st, last, last, last + 30, {"diagnose"})
+    st = answer(st, t, {0: SAVE, 1: COLL})
+    st, t, more = run_until(st, last, t, last + 60, {"hang-deferred"})
+    decs += more
+    st2, last2 = silent_job()
+    st2, t2, _ = run_until(st2, last2, last2, last2 + 30, {"diagnose"})
+    st2 = answer(st2, t2, {0: COLL, 1: SLEEP})
+    decs += run_until(st2, last2, t2, last2 + 40, {"hang"})[2]
+    assert {d.kind for d in decs} >= {"diagnose", "hang-deferred", "hang"}
+    schema = orjson.loads(SCHEMA.read_bytes())
+    for d in decs:
+        jsonschema.validate(orjson.loads(orjson.dumps(decision_to_dict(d))), schema)
