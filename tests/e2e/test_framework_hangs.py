@@ -58,14 +58,16 @@ class Run:
     def tail(self) -> str:
         return b"".join(self.output)[-4000:].decode(errors="replace").replace("\r", "\n")
 
-    def mark(self, event: str) -> float | None:
+    def marks_of(self, event: str) -> list[float]:
         if not self.marks.exists():
-            return None
-        for line in self.marks.read_text().splitlines():
-            ev, _rank, ts = line.split()
-            if ev == event:
-                return float(ts)
-        return None
+            return []
+        return [float(ts) for ev, _rank, ts in (x.split() for x in
+                                                self.marks.read_text().splitlines())
+                if ev == event]
+
+    def mark(self, event: str) -> float | None:
+        got = self.marks_of(event)
+        return got[0] if got else None
 
     def decided(self) -> list[dict[str, Any]]:
         if not self.decisions.exists():
@@ -126,8 +128,8 @@ def test_trainer_silent_checkpoint_3x_the_window_is_no_hang_but_a_later_stall_is
     try:
         saving = run.wait("save mark", lambda: run.mark("save"), 300)
         run.wait("end of the slow save", lambda: run.mark("saved"), 240)
-        saved = run.mark("saved")
-        assert saved is not None and saved - saving >= 90.0
+        saved = max(run.marks_of("saved"))
+        assert saved - saving >= 90.0  # 3x the 30 s window the job learns
         early = [d for d in run.decided() if d["reason"]["kind"] == "hang"]
         assert early == [], early[0]["reason"]["message"]
         deferred = [d for d in run.decided() if d["reason"]["kind"] == "hang-deferred"]

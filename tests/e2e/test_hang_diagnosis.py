@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from faultwatch.agents.dumps import rank_pids, request_rank_dumps, stacks_of
+from faultwatch.agents.dumps import capture, rank_pids, request_rank_dumps, stacks_of
+from faultwatch.core.diagnosis import verdict
 from faultwatch.diagnose import flight_recorder, stacks
 from tests.e2e.conftest import job_env
 
@@ -92,6 +93,13 @@ def test_culprit_named_from_real_ranks(tmp_path: Path, scenario: str, summary_fr
         # the ranks' own stacks (no py-spy) say the same as py-spy's
         own = stacks.analyse({r: d["threads"] for r, d in dumps.items()})
         assert own.summary.startswith(summary_stacks), own.summary
+        # what an agent ships for a `diagnose` request, compared as the job stage does
+        note = asyncio.run(capture(proc.pid, tmp_path))
+        assert note["armed"] == [0, 1] and not note["errors"], note["errors"]
+        assert all(r["fr"] and r["source"] == "py-spy" for r in note["ranks"].values())
+        found = verdict({"n0": {**note, "ts": time.time()}})
+        assert found is not None and found.sentence.startswith(summary_fr), found.sentence
+        assert 1 in found.culprits and found.basis == "flight recorder"
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(30)

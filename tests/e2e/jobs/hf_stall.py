@@ -44,14 +44,20 @@ class Stall(TrainerCallback):
             time.sleep(3600)  # the culprit: never reaches the next collective
 
 
-class _SlowFile:
-    """A file whose writes crawl: a checkpoint on slow shared storage."""
+_until: list[float] = []  # when the slow checkpoint (every file of it) is written
 
-    def __init__(self, f, total_s: float):  # noqa: ANN001
-        self.f, self.until = f, time.monotonic() + total_s
+
+class _SlowFile:
+    """A file on crawling shared storage: the first write of each file waits until the
+    checkpoint's FW_SAVE_S have passed (inside torch.save, as a slow filesystem would)."""
+
+    def __init__(self, f):  # noqa: ANN001
+        self.f, self.waited = f, False
 
     def write(self, b):  # noqa: ANN001, ANN201
-        time.sleep(max(0.0, min(1.0, self.until - time.monotonic())))
+        if not self.waited:
+            self.waited = True
+            time.sleep(max(0.0, _until[0] - time.monotonic()))
         return self.f.write(b)
 
     def __getattr__(self, name):  # noqa: ANN001, ANN201
@@ -63,9 +69,11 @@ _save = torch.save
 
 def slow_save(obj, f, *a, **kw):  # noqa: ANN001, ANN002, ANN003, ANN201
     if isinstance(f, str | os.PathLike):
+        if not _until:
+            _until.append(time.monotonic() + SAVE_S)
         mark("save")
         with open(f, "wb") as fh:
-            out = _save(obj, _SlowFile(fh, SAVE_S), *a, **kw)
+            out = _save(obj, _SlowFile(fh), *a, **kw)
         mark("saved")
         return out
     return _save(obj, f, *a, **kw)
