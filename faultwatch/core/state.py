@@ -37,6 +37,7 @@ __all__ = ["DECIDED", "DONE", "RUNNING", "SETTLING", "JobState", "NodeState", "P
 MAX_HITS = 64  # hits kept per attempt (the earliest ones: the root is among them)
 MAX_TAIL = 16  # recent lines kept per job as silence evidence (~2 kB of the state)
 MAX_DECIDED = 64  # decision ids remembered for dedupe
+MAX_PENDING_GAPS = 32  # output gaps held until the next step advance (then samples)
 MAX_NOTIFY = 100  # notify decisions per attempt (a chatty job cannot flood the topic)
 
 
@@ -104,6 +105,8 @@ class JobState:
     step_ts: float | None = None
     steps: int = 0
     outputs_since_step: int = 0  # output batches since the last step advance (stall: flowing)
+    # output gaps since the last step advance: samples once the job advances again
+    pending_gaps: tuple[tuple[str, float], ...] = ()
     slow_check_ts: float | None = None
     stage_ts: float | None = None  # latest stage open/close (gaps spanning it are no samples)
     flags: frozenset[str] = frozenset()  # one-shot notes of this attempt (skew, slow:r, boot:n)
@@ -264,22 +267,36 @@ def fold_output(st: JobState, ev: Output, now: float) -> JobState:
             ranks = ranks.set(key, ts)
     tail = (st.tail + ev.tail)[-MAX_TAIL:] if ev.tail else st.tail
     hists = st.hists
+    pending = st.pending_gaps
     prev = st.last_output_ts
     if prev is not None and ev.ts > prev and st.warmed_up \
             and (st.stage_ts is None or st.stage_ts < prev):
         skey = _stage_key(st)
         if skey is not None:
-            hist = hists.get(skey, GapHist())
-            new = hist.add(ev.ts - prev)
-            if new is not hist:
-                hists = hists.set(skey, new)
+            if st.steps == 0:  # no progress reported: every gap is a sample
+                hists = _add_gaps(hists, ((skey, ev.ts - prev),))
+            else:  # a sample once the job advances again (a stalled bar's redraw is none)
+                pending = pending + ((skey, ev.ts - prev),)
+                if len(pending) > MAX_PENDING_GAPS:
+                    hists = _add_gaps(hists, pending[:1])
+                    pending = pending[1:]
     job_last = ev.ts if prev is None else max(prev, ev.ts)
     return dataclasses.replace(
         st, nodes=st.nodes.set(ev.node, dataclasses.replace(ns, last_output_ts=last,
                                                             seen_at=now)),
         rank_last_ts=ranks, tail=tail, last_output_ts=job_last, outputs=st.outputs + 1,
         hists=hists, diagnoses=PMap() if st.diagnoses else st.diagnoses,
-        outputs_since_step=st.outputs_since_step + 1)
+        outputs_since_step=st.outputs_since_step + 1, pending_gaps=pending)
+
+
+def _add_gaps(hists: PMap[str, GapHist], gaps: tuple[tuple[str, float], ...]
+              ) -> PMap[str, GapHist]:
+    for key, gap in gaps:
+        hist = hists.get(key, GapHist())
+        new = hist.add(gap)
+        if new is not hist:
+            hists = hists.set(key, new)
+    return hists
 
 
 def fold_heartbeat(st: JobState, ev: Heartbeat, now: float) -> JobState:
@@ -326,7 +343,8 @@ def fold_progress(st: JobState, ev: Progress) -> JobState:
             hists = hists.set(STEPS_HIST, hists.get(STEPS_HIST, GapHist()).add(
                 ev.ts - st.step_ts, weight))
         step_ts = ev.ts if st.step_ts is None else max(st.step_ts, ev.ts)
-        st = dataclasses.replace(st, step_ts=step_ts, steps=st.steps + weight, hists=hists,
+        st = dataclasses.replace(st, step_ts=step_ts, steps=st.steps + weight,
+                                 hists=_add_gaps(hists, st.pending_gaps), pending_gaps=(),
                                  outputs_since_step=0)
     elif prev is None and st.step_ts is None:
         st = dataclasses.replace(st, step_ts=ev.ts)
@@ -436,6 +454,8 @@ _CODECS: dict[str, tuple[Enc, Dec]] = {
     "step_ts": (_same, _opt(float)),
     "steps": (_same, _d(int)),
     "outputs_since_step": (_same, _d(int)),
+    "pending_gaps": (lambda g: [list(x) for x in g],
+                     _d(lambda x: tuple((str(k), float(v)) for k, v in x))),
     "slow_check_ts": (_same, _opt(float)),
     "stage_ts": (_same, _opt(float)),
     "flags": (sorted, _d(frozenset)),
@@ -463,7 +483,7 @@ _CODECS: dict[str, tuple[Enc, Dec]] = {
 # attempt-scoped fields: reset to their defaults by new_attempt (see JobState's doc)
 _ATTEMPT_SCOPED = ("nodes", "hits", "rank_last_ts", "tail", "failure_seen_at", "failure_ts",
                    "expected_world", "expected_nodes", "last_output_ts", "outputs", "stages",
-                   "progress", "step_ts", "steps", "outputs_since_step", "slow_check_ts",
+                   "progress", "step_ts", "steps", "outputs_since_step", "pending_gaps", "slow_check_ts",
                    "stage_ts", "flags", "notified", "failed", "diagnoses", "diag_for", "diag_asked")
 
 

@@ -91,3 +91,21 @@ def test_ceiling_evidence_says_why_nothing_was_learned() -> None:
     assert w["basis"] == "ceiling" and w["samples"] == {"progress steps": 1}
     assert w["min_samples"] == MIN_SAMPLES
     assert describe_basis(w) == "ceiling: nothing learned yet"
+
+
+def test_a_gap_that_no_step_follows_is_no_sample() -> None:
+    """A stalled bar redrawn once (tqdm's monitor thread, ~19 s later) must not teach the
+    window a 19 s gap: gaps become samples only when the job advances again."""
+    st = start(policy=P)
+    t = 101.0
+    for step in range(1, 40):
+        st = out(st, t, text=f"{step}/60 [00:01<00:01, 17it/s]", policy=P)
+        st, _ = prog(st, t, step, policy=P)
+        t += 0.5
+    before = st.hists[""].summary()
+    st = out(st, t + 19.0, text="39/60 [00:20<00:01, 17it/s]", policy=P)
+    st, _ = prog(st, t + 19.0, 39, policy=P)  # the same step
+    assert st.hists[""].summary() == before
+    st = out(st, t + 20.0, text="40/60 [00:21<00:01, 17it/s]", policy=P)
+    st, _ = prog(st, t + 20.0, 40, policy=P)  # the job moved on: the gap was a real pause
+    assert (st.hists[""].max() or 0) >= 19.0
