@@ -483,8 +483,9 @@ _CODECS: dict[str, tuple[Enc, Dec]] = {
 # attempt-scoped fields: reset to their defaults by new_attempt (see JobState's doc)
 _ATTEMPT_SCOPED = ("nodes", "hits", "rank_last_ts", "tail", "failure_seen_at", "failure_ts",
                    "expected_world", "expected_nodes", "last_output_ts", "outputs", "stages",
-                   "progress", "step_ts", "steps", "outputs_since_step", "pending_gaps", "slow_check_ts",
-                   "stage_ts", "flags", "notified", "failed", "diagnoses", "diag_for", "diag_asked")
+                   "progress", "step_ts", "steps", "outputs_since_step", "pending_gaps",
+                   "slow_check_ts", "stage_ts", "flags", "notified", "failed", "diagnoses",
+                   "diag_for", "diag_asked")
 
 
 def _defaults() -> dict[str, Any]:
