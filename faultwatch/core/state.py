@@ -338,7 +338,10 @@ def fold_progress(st: JobState, ev: Progress) -> JobState:
         assert prev is not None
         weight = min(max(ev.step - prev.step, 1), STEP_WEIGHT_MAX)  # a bar restarting: 1
         hists = st.hists
+        # the advance out of step 0 spans start-up (first step, compilation, first
+        # collective): no sample, unless the attempt already advanced past its warm-up
         if st.step_ts is not None and ev.ts > st.step_ts and not st.stages \
+                and (prev.step > 0 or st.steps >= WARMUP_STEPS) \
                 and (st.stage_ts is None or st.stage_ts < st.step_ts):
             hists = hists.set(STEPS_HIST, hists.get(STEPS_HIST, GapHist()).add(
                 ev.ts - st.step_ts, weight))

@@ -90,9 +90,15 @@ class Run:
         return next((d for d in self.decided() if d["reason"]["kind"] == "hang"), None)
 
     def stop(self) -> None:
+        """SIGTERM faultwatch: it stops the job (torchrun stops its ranks, which live in
+        sessions of their own: a SIGKILL of our group would leave them behind)."""
         if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        self.proc.wait(30)
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(30)
 
 
 def test_trainer_rank_stuck_mid_training_is_a_hang_naming_rank_1_within_90s(tmp_path: Path

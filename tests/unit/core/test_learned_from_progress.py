@@ -109,3 +109,14 @@ def test_a_gap_that_no_step_follows_is_no_sample() -> None:
     st = out(st, t + 20.0, text="40/60 [00:21<00:01, 17it/s]", policy=P)
     st, _ = prog(st, t + 20.0, 40, policy=P)  # the job moved on: the gap was a real pause
     assert (st.hists[""].max() or 0) >= 19.0
+
+
+def test_the_advance_out_of_step_0_is_start_up_not_cadence() -> None:
+    """tqdm draws `0/60` before the first step; the first step (compilation, first
+    collective) can take 20 s on a loaded machine: that gap teaches nothing."""
+    st = start(policy=P)
+    st, last = bar(st, 101.0, [0])
+    st, last = bar(st, 121.0, [5, 12, 19, 25])
+    at, decs = first_hang(st, last, last + 700)
+    assert decs and decs[0].evidence["window"]["learned"]["max_s"] < 2.0
+    assert at - last <= 31.0
