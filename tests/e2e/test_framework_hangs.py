@@ -127,15 +127,17 @@ def test_trainer_rank_stuck_mid_training_is_a_hang_naming_rank_1_within_90s(tmp_
 
 def test_trainer_silent_checkpoint_3x_the_window_is_no_hang_but_a_later_stall_is(
         tmp_path: Path) -> None:
-    # the checkpoint at step 25 crawls for 100 s (> 3x the 30 s learned window), silently;
-    # rank 1 stops for good at step 40 (the positive control in the same run)
-    run = Run(tmp_path, HF_JOB, FW_SAVE_AT="25", FW_SAVE_S="100", FW_STALL_AT="40",
+    # the checkpoint at step 40 crawls for 100 s (> 3x the 30 s learned window), silently;
+    # rank 1 stops for good at step 55 (the positive control in the same run)
+    run = Run(tmp_path, HF_JOB, FW_SAVE_AT="40", FW_SAVE_S="100", FW_STALL_AT="55",
               FW_RANK="1")
     try:
         saving = run.wait("save mark", lambda: run.mark("save"), 300)
         run.wait("end of the slow save", lambda: run.mark("saved"), 240)
         saved = max(run.marks_of("saved"))
         assert saved - saving >= 90.0  # 3x the 30 s window the job learns
+        asked = [d for d in run.decided() if d["reason"]["kind"] == "diagnose"]
+        assert asked and asked[0]["evidence"]["window_s"] <= 33.0, asked  # learned, not 600 s
         early = [d for d in run.decided() if d["reason"]["kind"] == "hang"]
         assert early == [], early[0]["reason"]["message"]
         deferred = [d for d in run.decided() if d["reason"]["kind"] == "hang-deferred"]
