@@ -105,8 +105,11 @@ class JobState:
     step_ts: float | None = None
     steps: int = 0
     outputs_since_step: int = 0  # output batches since the last step advance (stall: flowing)
-    # output gaps since the last step advance: samples once the job advances again
-    pending_gaps: tuple[tuple[str, float], ...] = ()
+    # gaps waiting for the job to advance again (then samples): output gaps since the last
+    # advance, and the step gap of the last advance itself (weight in the key: "@steps:k").
+    # A stalled bar redrawn once by tqdm's monitor thread may even show one more step than
+    # was drawn: the gap it ends is never confirmed by a further advance.
+    pending_gaps: tuple[tuple[str, float, float], ...] = ()
     slow_check_ts: float | None = None
     stage_ts: float | None = None  # latest stage open/close (gaps spanning it are no samples)
     flags: frozenset[str] = frozenset()  # one-shot notes of this attempt (skew, slow:r, boot:n)
@@ -274,9 +277,9 @@ def fold_output(st: JobState, ev: Output, now: float) -> JobState:
         skey = _stage_key(st)
         if skey is not None:
             if st.steps == 0:  # no progress reported: every gap is a sample
-                hists = _add_gaps(hists, ((skey, ev.ts - prev),))
+                hists = _add_gaps(hists, ((skey, ev.ts - prev, ev.ts),))
             else:  # a sample once the job advances again (a stalled bar's redraw is none)
-                pending = pending + ((skey, ev.ts - prev),)
+                pending = pending + ((skey, ev.ts - prev, ev.ts),)
                 if len(pending) > MAX_PENDING_GAPS:
                     hists = _add_gaps(hists, pending[:1])
                     pending = pending[1:]
@@ -289,11 +292,16 @@ def fold_output(st: JobState, ev: Output, now: float) -> JobState:
         outputs_since_step=st.outputs_since_step + 1, pending_gaps=pending)
 
 
-def _add_gaps(hists: PMap[str, GapHist], gaps: tuple[tuple[str, float], ...]
-              ) -> PMap[str, GapHist]:
-    for key, gap in gaps:
+Gap = tuple[str, float, float]  # (histogram key, gap, when it ended)
+
+
+def _add_gaps(hists: PMap[str, GapHist], gaps: tuple[Gap, ...]) -> PMap[str, GapHist]:
+    for key, gap, _end in gaps:
+        weight = 1
+        if key.startswith(STEPS_HIST + ":"):  # a step gap with its weight
+            key, weight = STEPS_HIST, int(key.rsplit(":", 1)[1])
         hist = hists.get(key, GapHist())
-        new = hist.add(gap)
+        new = hist.add(gap, weight)
         if new is not hist:
             hists = hists.set(key, new)
     return hists
@@ -337,17 +345,18 @@ def fold_progress(st: JobState, ev: Progress) -> JobState:
     if advanced:
         assert prev is not None
         weight = min(max(ev.step - prev.step, 1), STEP_WEIGHT_MAX)  # a bar restarting: 1
-        hists = st.hists
+        # what waited for this advance becomes samples; what ended with it waits for the next
+        done = tuple(g for g in st.pending_gaps if g[2] < ev.ts)
+        held = tuple(g for g in st.pending_gaps if g[2] >= ev.ts)
         # the advance out of step 0 spans start-up (first step, compilation, first
         # collective): no sample, unless the attempt already advanced past its warm-up
         if st.step_ts is not None and ev.ts > st.step_ts and not st.stages \
                 and (prev.step > 0 or st.steps >= WARMUP_STEPS) \
                 and (st.stage_ts is None or st.stage_ts < st.step_ts):
-            hists = hists.set(STEPS_HIST, hists.get(STEPS_HIST, GapHist()).add(
-                ev.ts - st.step_ts, weight))
+            held += ((f"{STEPS_HIST}:{weight}", ev.ts - st.step_ts, ev.ts),)
         step_ts = ev.ts if st.step_ts is None else max(st.step_ts, ev.ts)
         st = dataclasses.replace(st, step_ts=step_ts, steps=st.steps + weight,
-                                 hists=_add_gaps(hists, st.pending_gaps), pending_gaps=(),
+                                 hists=_add_gaps(st.hists, done), pending_gaps=held,
                                  outputs_since_step=0)
     elif prev is None and st.step_ts is None:
         st = dataclasses.replace(st, step_ts=ev.ts)
@@ -458,7 +467,7 @@ _CODECS: dict[str, tuple[Enc, Dec]] = {
     "steps": (_same, _d(int)),
     "outputs_since_step": (_same, _d(int)),
     "pending_gaps": (lambda g: [list(x) for x in g],
-                     _d(lambda x: tuple((str(k), float(v)) for k, v in x))),
+                     _d(lambda x: tuple((str(k), float(v), float(e)) for k, v, e in x))),
     "slow_check_ts": (_same, _opt(float)),
     "stage_ts": (_same, _opt(float)),
     "flags": (sorted, _d(frozenset)),

@@ -78,14 +78,15 @@ def test_output_gaps_win_once_learned() -> None:
 def test_a_bar_restarting_each_epoch_counts_one_step_per_restart() -> None:
     st = start(policy=P)
     st, _ = bar(st, 101.0, [50, 60])
-    n = st.hists[STEPS_HIST].n
     st, _ = bar(st, 103.0, [0])  # epoch 2's bar starts at 0
+    n = st.hists[STEPS_HIST].n
+    st, _ = bar(st, 104.0, [1])  # the restart's gap becomes a sample once the bar moves on
     assert st.hists[STEPS_HIST].n == n + 1
 
 
 def test_ceiling_evidence_says_why_nothing_was_learned() -> None:
     st = start(policy=P)
-    st, last = bar(st, 101.0, [1, 2])
+    st, last = bar(st, 101.0, [1, 2, 3])
     _, decs = first_hang(st, last, last + 700)
     w = decs[0].evidence["window"]
     assert w["basis"] == "ceiling" and w["samples"] == {"progress steps": 1}
@@ -120,3 +121,15 @@ def test_the_advance_out_of_step_0_is_start_up_not_cadence() -> None:
     at, decs = first_hang(st, last, last + 700)
     assert decs and decs[0].evidence["window"]["learned"]["max_s"] < 2.0
     assert at - last <= 31.0
+
+
+def test_a_stalled_bar_redrawn_one_step_further_teaches_nothing() -> None:
+    """tqdm's monitor may redraw a stalled bar showing the step it had not drawn yet: that
+    advance ends a 19 s gap no further advance confirms, so it is no sample."""
+    st = start(policy=P)
+    st, last = bar(st, 101.0, [1, 8, 17, 23])
+    before = st.hists[STEPS_HIST].summary()
+    st, _ = bar(st, last + 19.0, [25])
+    assert st.hists[STEPS_HIST].summary()["max_s"] == before["max_s"]
+    at, decs = first_hang(st, last + 19.0, last + 700)
+    assert decs and at - (last + 19.0) <= 31.0

@@ -41,7 +41,7 @@ def busy_state() -> JobState:
         dropped=PMap({"unknown-run": 1}), failed=True, diag_for=20.0, diag_asked=19.0,
         diagnoses=freeze({"a": {"ts": 18.0, "ranks": {"0": {"stack": {"state": "collective"},
                                                               "fr": None}}}}),
-        hang_culprits=PMap({"b": 1}), pending_gaps=(("", 1.5),), outputs_since_step=2)
+        hang_culprits=PMap({"b": 1}), pending_gaps=(("", 1.5, 2.0),), outputs_since_step=2)
 
 
 def test_every_field_round_trips_through_json() -> None:
