@@ -192,8 +192,11 @@ def _ask(st: JobState, now_ev: float, window: float, frac: float, silent_since: 
 
 def _deferred(st: JobState, now_ev: float, silent_since: float, until: float,
               found: Verdict | None, policy: Policy, rv: str) -> Result | None:
-    """Once per silence: say that a checkpoint write holds the hang decision back."""
+    """Once per silence: say that a checkpoint write holds the hang decision back. The
+    silence is a checkpoint, not the job's cadence: like a stage, the gaps spanning it are
+    no samples (stage_ts)."""
     assert found is not None
+    st = dataclasses.replace(st, stage_ts=now_ev)
     return emit(st, "hang-deferred", f"ckpt:{silent_since:.3f}", "notify", now_ev, policy, rv,
                 nodes=tuple(sorted(st.nodes)), ranks=found.checkpoint[:64], rule=None,
                 category=None,

@@ -171,3 +171,19 @@ def test_diagnosis_decisions_validate_against_the_published_schema() -> None:
     schema = orjson.loads(SCHEMA.read_bytes())
     for d in decs:
         jsonschema.validate(orjson.loads(orjson.dumps(decision_to_dict(d))), schema)
+
+
+
+def test_a_checkpoint_silence_teaches_the_window_nothing() -> None:
+    st, last = silent_job()
+    st, t, _ = run_until(st, last, last, last + 30, {"diagnose"})
+    st = answer(st, t, {0: SAVE, 1: COLL})
+    while t < last + 60:
+        t += 1.0
+        st, decs = beat(st, t, last)
+        if decs and decs[-1].kind == "diagnose":
+            st = answer(st, t + 0.5, {0: SAVE, 1: COLL})
+    for i in range(1, 5):  # training goes on after the save
+        st = out(st, t + i, policy=P)
+        st, _ = prog(st, t + i, 200 + i, policy=P)
+    assert all((h.max() or 0) < 30 for h in st.hists.values()), st.hists
