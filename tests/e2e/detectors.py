@@ -91,4 +91,5 @@ def wait_for(bootstrap: str, prefix: str, job: str, pred: Any,
 
 
 def kinds(decs: list[dict[str, Any]]) -> list[tuple[str, str]]:
-    return [(d["action"], d["reason"]["kind"]) for d in decs]
+    """(action, kind) of each decision but the `diagnose` requests before a hang."""
+    return [(d["action"], d["reason"]["kind"]) for d in decs if d["reason"]["kind"] != "diagnose"]
