@@ -156,7 +156,7 @@ class Agent:
     def _escalate(self) -> None:
         if self.child is not None and self.child.returncode is None:
             self.log("escalate", sig="SIGKILL", grace_s=self.cfg.term_grace_s)
-            self.child.signal_group(signal.SIGKILL)
+            self.child.kill_tree()
 
     async def stop_child(self) -> None:
         """Stop the running child's group: SIGTERM, SIGKILL after the grace period."""

@@ -15,6 +15,36 @@ _READ_LIMIT = 1 << 20
 _GROUP_POLL_S = 0.05
 
 
+def children_map() -> dict[int, list[int]]:
+    """Parent pid -> child pids of every process on this machine (read from /proc)."""
+    kids: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        # pid (comm) state ppid ...: comm may hold spaces and parentheses
+        rest = stat[stat.rfind(b")") + 2:].split()
+        if len(rest) > 1:
+            kids.setdefault(int(rest[1]), []).append(int(entry))
+    return kids
+
+
+def descendants(pid: int) -> list[int]:
+    """Every live descendant of pid, whatever session or group it moved to."""
+    kids = children_map()
+    out: list[int] = []
+    frontier = [pid]
+    while frontier:
+        nxt = [k for p in frontier for k in kids.get(p, ())]
+        out.extend(nxt)
+        frontier = nxt
+    return out
+
+
 class _ExitProtocol(asyncio.subprocess.SubprocessStreamProtocol):
     """The stock stream protocol plus a future resolved when the process itself exits.
 
@@ -128,6 +158,19 @@ class Child:
         except (ProcessLookupError, PermissionError):
             pass
 
+    def kill_tree(self) -> None:
+        """SIGKILL the group and every descendant of the leader, also those in sessions of
+        their own (torchrun starts each worker with start_new_session: killing only the
+        group would orphan the ranks). Call it while the leader lives (the tree is found
+        through it)."""
+        tree = descendants(self.pid) if self.returncode is None else []
+        self.signal_group(_signal.SIGKILL)
+        for pid in tree:
+            try:
+                os.kill(pid, _signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+
     def group_alive(self) -> bool:
         """Whether a live process (the leader or a leftover) is still in the child's group.
 
@@ -149,7 +192,7 @@ class Child:
             try:
                 await asyncio.wait_for(self.wait(), timeout=grace_s)
             except TimeoutError:
-                self.signal_group(_signal.SIGKILL)
+                self.kill_tree()
         status = await self.wait()
         await self.kill_leftovers(max(0.0, deadline - loop.time()), term_first=False)
         return status

@@ -21,26 +21,10 @@ from pathlib import Path
 from typing import Any
 
 from faultwatch import rank_dumps
+from faultwatch.agents.child import children_map
 from faultwatch.diagnose import flight_recorder, stacks
 
 PYSPY_TIMEOUT_S = 10.0
-
-
-def _children() -> dict[int, list[int]]:
-    kids: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        # pid (comm) state ppid ...: comm may hold spaces and parentheses
-        rest = stat[stat.rfind(b")") + 2:].split()
-        if len(rest) > 1:
-            kids.setdefault(int(rest[1]), []).append(int(entry))
-    return kids
 
 
 def _environ(pid: int) -> dict[str, str]:
@@ -61,7 +45,7 @@ def rank_pids(root: int) -> dict[int, int]:
     """Global rank -> pid of every process below `root` (inclusive) with RANK in its env.
 
     A rank's own subprocesses (data loader workers) inherit RANK: the shallowest wins."""
-    kids = _children()
+    kids = children_map()
     out: dict[int, int] = {}
     frontier = [root]
     while frontier:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import subprocess
@@ -101,5 +102,11 @@ def test_culprit_named_from_real_ranks(tmp_path: Path, scenario: str, summary_fr
         assert found is not None and found.sentence.startswith(summary_fr), found.sentence
         assert 1 in found.culprits and found.basis == "flight recorder"
     finally:
+        # torchrun starts its workers in sessions of their own: kill them too, or they
+        # outlive the test (seen: orphaned ranks blocked in all_reduce)
+        ranks = rank_pids(proc.pid)
         os.killpg(proc.pid, signal.SIGKILL)
+        for pid in ranks.values():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
         proc.wait(30)

@@ -7,6 +7,7 @@ import os
 import signal
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -182,3 +183,39 @@ def test_wait_returns_at_the_exit_while_a_setsid_grandchild_holds_the_pipes() ->
         os.kill(gpid, 0)  # not ours to kill: it left the group
     finally:
         os.kill(gpid, signal.SIGKILL)
+
+
+def test_escalation_kills_descendants_in_sessions_of_their_own(tmp_path: Path) -> None:
+    """torchrun starts its workers with start_new_session: a SIGKILL of the child's group
+    alone orphans them. stop() past the grace kills the whole tree (real processes)."""
+    import subprocess
+    import sys
+
+    pidfile = tmp_path / "grandchild.pid"
+    code = ("import os, signal, subprocess, sys, time\n"
+            "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+            "g = subprocess.Popen([sys.executable, '-c', "
+            "'import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+            "time.sleep(120)'], start_new_session=True)\n"
+            f"open({str(pidfile)!r}, 'w').write(str(g.pid))\n"
+            "time.sleep(120)\n")
+
+    async def main() -> int:
+        child = await Child.spawn([sys.executable, "-c", code])
+        for _ in range(200):
+            if pidfile.exists() and pidfile.read_text():
+                break
+            await asyncio.sleep(0.05)
+        grandchild = int(pidfile.read_text())
+        assert os.getpgid(grandchild) != child.pgid  # really outside the child's group
+        await child.stop(grace_s=0.5)
+        return grandchild
+
+    grandchild = asyncio.run(main())
+    for _ in range(100):  # reaped by init: gone, or a zombie for a moment
+        state = subprocess.run(["ps", "-o", "stat=", "-p", str(grandchild)],
+                               capture_output=True, text=True).stdout.strip()
+        if not state or state.startswith("Z"):
+            break
+        time.sleep(0.05)
+    assert not state or state.startswith("Z"), f"grandchild {grandchild} survived: {state}"
