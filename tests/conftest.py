@@ -169,3 +169,17 @@ def wait_until(cond: Callable[[], T], timeout_s: float, what: str = "",
             raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for "
                                  f"{what or getattr(cond, '__name__', 'a condition')}")
         time.sleep(interval_s)
+
+
+@pytest.fixture
+def own_broker(tmp_path: Path) -> Iterator[tuple[str, Path, int]]:
+    """A broker of this test's own (outages, restarts): (bootstrap, data dir, port)."""
+    from faultwatch import kafka_local
+
+    port = kafka_local.free_port()
+    data = tmp_path / "kafka"
+    bootstrap = kafka_local.up(port=port, data_dir=data)
+    try:
+        yield bootstrap, data, port
+    finally:
+        kafka_local.down(data, port)

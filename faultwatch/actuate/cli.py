@@ -6,7 +6,6 @@ import argparse
 import asyncio
 import os
 import signal
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -104,21 +103,3 @@ def register(sub: Any) -> argparse.ArgumentParser:
     g.add_argument("--exec-requeue", metavar="JSON")
     p.set_defaults(func=cmd_actuate)
     return p
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Standalone entry (python -m faultwatch.actuate.cli actuate ...)."""
-    parser = argparse.ArgumentParser(prog="faultwatch")
-    register(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(argv)
-    try:
-        return int(args.func(args))
-    except FaultwatchError as e:
-        print(f"faultwatch: error: {e}", file=sys.stderr)
-        return e.exit_code
-    except KeyboardInterrupt:
-        return 130
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -9,6 +9,7 @@ from typing import Any
 from transformers import TrainerCallback  # type: ignore[import-not-found,unused-ignore]
 
 from faultwatch import sdk
+from faultwatch.integrations.stages import StageTracker
 
 EVAL, CHECKPOINT = "eval", "checkpoint"
 
@@ -25,26 +26,15 @@ class FaultwatchCallback(TrainerCallback):  # type: ignore[misc,unused-ignore]
         self.eval_window_s = eval_window_s
         self.checkpoint_window_s = checkpoint_window_s
         self._last: float | None = None
-        self._open: dict[str, sdk.stage] = {}
-
-    def _enter(self, name: str, window_s: float | None) -> None:
-        if name not in self._open:
-            st = sdk.stage(name, hang_window_s=window_s)
-            st.__enter__()
-            self._open[name] = st
-
-    def _leave(self, name: str) -> None:
-        st = self._open.pop(name, None)
-        if st is not None:
-            st.__exit__(None, None, None)
+        self._stages = StageTracker()
 
     def _upcoming(self, control: Any) -> None:
         # DefaultFlowCallback runs first and has set what the Trainer does right after
         # on_step_end / on_epoch_end (evaluate, then save)
         if getattr(control, "should_evaluate", False):
-            self._enter(EVAL, self.eval_window_s)
+            self._stages.enter(EVAL, self.eval_window_s)
         elif getattr(control, "should_save", False):
-            self._enter(CHECKPOINT, self.checkpoint_window_s)
+            self._stages.enter(CHECKPOINT, self.checkpoint_window_s)
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         now = time.monotonic()
@@ -57,12 +47,12 @@ class FaultwatchCallback(TrainerCallback):  # type: ignore[misc,unused-ignore]
         self._upcoming(control)
 
     def on_evaluate(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        self._leave(EVAL)
+        self._stages.leave(EVAL)
         if getattr(control, "should_save", False):
-            self._enter(CHECKPOINT, self.checkpoint_window_s)
+            self._stages.enter(CHECKPOINT, self.checkpoint_window_s)
 
     def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        self._leave(CHECKPOINT)
+        self._stages.leave(CHECKPOINT)
         self._last = None  # the save is no step time
 
     def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None,
@@ -72,5 +62,4 @@ class FaultwatchCallback(TrainerCallback):  # type: ignore[misc,unused-ignore]
             sdk.notify(f"loss is {loss} at step {state.global_step}", "error")
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        for name in list(self._open):
-            self._leave(name)
+        self._stages.leave_all()

@@ -12,6 +12,7 @@ except ImportError:  # the standalone pytorch_lightning package
     from pytorch_lightning import Callback  # type: ignore[import-not-found,no-redef,unused-ignore]
 
 from faultwatch import sdk
+from faultwatch.integrations.stages import StageTracker
 
 EVAL, CHECKPOINT = "eval", "checkpoint"
 
@@ -26,22 +27,11 @@ class FaultwatchCallback(Callback):  # type: ignore[misc,unused-ignore]
         self.eval_window_s = eval_window_s
         self.checkpoint_window_s = checkpoint_window_s
         self._last: float | None = None
-        self._open: dict[str, sdk.stage] = {}
-
-    def _enter(self, name: str, window_s: float | None) -> None:
-        if name not in self._open:
-            st = sdk.stage(name, hang_window_s=window_s)
-            st.__enter__()
-            self._open[name] = st
-
-    def _leave(self, name: str) -> None:
-        st = self._open.pop(name, None)
-        if st is not None:
-            st.__exit__(None, None, None)
+        self._stages = StageTracker()
 
     def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any,
                              batch_idx: int) -> None:
-        self._leave(CHECKPOINT)  # Lightning has no "saved" hook: training went on
+        self._stages.leave(CHECKPOINT)  # Lightning has no "saved" hook: training went on
 
     def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any,
                            batch_idx: int) -> None:
@@ -58,20 +48,19 @@ class FaultwatchCallback(Callback):  # type: ignore[misc,unused-ignore]
             sdk.notify(f"loss is {value} at step {trainer.global_step}", "error")
 
     def on_validation_start(self, trainer: Any, pl_module: Any) -> None:
-        self._leave(CHECKPOINT)
-        self._enter(EVAL, self.eval_window_s)
+        self._stages.leave(CHECKPOINT)
+        self._stages.enter(EVAL, self.eval_window_s)
 
     def on_validation_end(self, trainer: Any, pl_module: Any) -> None:
-        self._leave(EVAL)
+        self._stages.leave(EVAL)
         self._last = None
 
     def on_save_checkpoint(self, trainer: Any, pl_module: Any, checkpoint: Any) -> None:
-        self._enter(CHECKPOINT, self.checkpoint_window_s)
+        self._stages.enter(CHECKPOINT, self.checkpoint_window_s)
         self._last = None
 
     def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:
-        self._leave(CHECKPOINT)
+        self._stages.leave(CHECKPOINT)
 
     def on_train_end(self, trainer: Any, pl_module: Any) -> None:
-        for name in list(self._open):
-            self._leave(name)
+        self._stages.leave_all()

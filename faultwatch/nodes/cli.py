@@ -6,7 +6,6 @@ import argparse
 import asyncio
 import os
 import re
-import sys
 import time
 import uuid
 from typing import Any
@@ -185,19 +184,3 @@ def register(sub: Any) -> argparse.ArgumentParser:
                    help="also clear its strikes (the next quarantine is short again)")
     r.set_defaults(func=cmd_release)
     return p
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Run `faultwatch nodes ...` standalone (python -m faultwatch.nodes.cli)."""
-    parser = argparse.ArgumentParser(prog="faultwatch")
-    register(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(argv)
-    try:
-        return int(args.func(args))
-    except FaultwatchError as e:
-        print(f"faultwatch: error: {e}", file=sys.stderr)
-        return e.exit_code
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -10,7 +10,6 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -140,15 +139,6 @@ def _cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-@pytest.fixture
-def own_broker(tmp_path: Path) -> Iterator[tuple[str, Path, int]]:
-    port = kafka_local.free_port()
-    data = tmp_path / "kafka"
-    bootstrap = kafka_local.up(port=port, data_dir=data)
-    try:
-        yield bootstrap, data, port
-    finally:
-        kafka_local.down(data, port)
 
 
 def test_broker_down_the_follower_backs_off_quietly_and_recovers(

@@ -6,7 +6,6 @@ import json
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -42,15 +41,6 @@ print(json.dumps({"lines": i, "p99": lat[int(0.99 * len(lat))], "max": lat[-1]})
 """
 
 
-@pytest.fixture
-def own_broker(tmp_path: Path) -> Iterator[tuple[str, Path, int]]:
-    port = kafka_local.free_port()
-    data = tmp_path / "kafka"
-    bootstrap = kafka_local.up(port=port, data_dir=data)
-    try:
-        yield bootstrap, data, port
-    finally:
-        kafka_local.down(data, port)
 
 
 def stats_json(stderr: bytes) -> dict[str, Any]:

@@ -11,7 +11,6 @@ import threading
 import time
 import uuid
 from collections import defaultdict
-from collections.abc import Iterator
 from pathlib import Path
 
 import orjson
@@ -170,15 +169,6 @@ def test_sigterm_under_load_hands_partitions_over_at_once_nothing_lost(
     assert all(next(iter(got[j])).endswith(":fail:error") for j in jobs), got[jobs[0]]
 
 
-@pytest.fixture
-def own_broker(tmp_path: Path) -> Iterator[tuple[str, Path, int]]:
-    port = kafka_local.free_port()
-    data = tmp_path / "kafka"
-    bootstrap = kafka_local.up(port=port, data_dir=data)
-    try:
-        yield bootstrap, data, port
-    finally:
-        kafka_local.down(data, port)
 
 
 def test_sigterm_with_the_broker_gone_exits_in_time_and_says_what_it_gave_up(
