@@ -7,4 +7,6 @@ scripts/bootstrap.sh
 .venv/bin/ruff check faultwatch tests bench examples
 .venv/bin/mypy faultwatch
 .venv/bin/faultwatch rules test
-.venv/bin/python -m pytest tests -q "$@"
+# One rerun for a failed test: the end-to-end tests time real torchrun jobs, brokers and
+# Slurm on 2 cores; a rerun shows as R in the summary, a real failure fails twice.
+.venv/bin/python -m pytest tests -q --reruns 1 --reruns-delay 2 "$@"
