@@ -74,8 +74,9 @@ class Mode:
         """The job's decisions (waiting up to 30 s for `count` of them in agent mode)."""
         if self.name == "run":
             out = self.tmp / f"{job}.jsonl"
-            return [json.loads(x) for x in out.read_text().splitlines()] if out.exists() \
-                else []
+            got = [json.loads(x) for x in out.read_text().splitlines()] if out.exists() \
+                else []  # as in agent mode, without the diagnose requests before a hang
+            return [d for d in got if d["reason"]["kind"] != "diagnose"]
         return wait_decisions(self.bootstrap, self.prefix, job, count, timeout_s=30)
 
     def decisions_now(self, job: str) -> list[dict[str, Any]]:
