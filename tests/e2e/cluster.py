@@ -155,11 +155,15 @@ def wait_processor_ready(bootstrap: str, prefix: str, proc: subprocess.Popen[byt
     from tests.conftest import wait_until
 
     async def state() -> str:
+        from aiokafka.errors import KafkaError
+
         admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
         await admin.start()
         try:
             groups = await admin.describe_consumer_groups([f"{prefix}processor"])
             return str(groups[0].groups[0][2]) if groups and groups[0].groups else ""
+        except KafkaError:  # a fresh broker has no group coordinator yet: not ready
+            return ""
         finally:
             await admin.close()
 

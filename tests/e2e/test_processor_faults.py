@@ -17,7 +17,7 @@ from typing import Any
 import orjson
 import pytest
 
-from tests.e2e.cluster import decisions
+from tests.e2e.cluster import decisions, wait_processor_ready
 from tests.e2e.conftest import faultwatch_exe, job_env
 from tests.e2e.detectors import agents, kinds, new_job, policy_file, scenario, wait_for
 
@@ -147,7 +147,8 @@ def test_broker_restart(tmp_path: Path) -> None:
             procs = stack.enter_context(processors())
             procs.append(start_processor(bootstrap, prefix, tmp_path / "p.log", rules))
             a.start(healthy, "node-0", scenario("forever", 0.2))
-            time.sleep(6.0)
+            # the broker goes away under a running worker (not one still starting up)
+            wait_processor_ready(bootstrap, prefix, procs[0], tmp_path / "p.log")
             kafka_local.down(data, port)
             # the job fails while the broker is down: the agent spools, waits, then delivers
             a.start(job, "node-0", scenario("fail", ERR), flags=("--exit-flush-timeout-s", "120"))
