@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from faultwatch import kafka_settings
 from faultwatch.actuate.backend import ActuateError, Backend
 from faultwatch.actuate.journal import Journal
 from faultwatch.actuate.plan import Action, plan_decision, plan_node
@@ -145,10 +146,12 @@ async def run(backend: Backend, cfg: ActuateConfig, stop: asyncio.Event | None =
     await ensure_nodes_topic(cfg.bootstrap, ntopic)
     journal = Journal(cfg.state_file)
     act = Actuator(backend, journal, cfg)
-    admin = AIOKafkaAdminClient(bootstrap_servers=cfg.bootstrap, request_timeout_ms=30_000)
+    admin = AIOKafkaAdminClient(bootstrap_servers=cfg.bootstrap, request_timeout_ms=30_000,
+                                **kafka_settings.client_kwargs())
     nodes_c = AIOKafkaConsumer(bootstrap_servers=cfg.bootstrap, group_id=None,
                                enable_auto_commit=False,
-                               client_id=f"faultwatch-actuate-nodes-{uuid.uuid4().hex[:6]}")
+                               client_id=f"faultwatch-actuate-nodes-{uuid.uuid4().hex[:6]}",
+                               **kafka_settings.client_kwargs())
     dec_c: AIOKafkaConsumer | None = None
     await admin.start()
     await nodes_c.start()
@@ -186,7 +189,8 @@ async def run(backend: Backend, cfg: ActuateConfig, stop: asyncio.Event | None =
                     dec_c = AIOKafkaConsumer(
                         topics.decisions, bootstrap_servers=cfg.bootstrap, group_id=cfg.group,
                         enable_auto_commit=False, auto_offset_reset="earliest",
-                        client_id=f"faultwatch-actuate-{uuid.uuid4().hex[:6]}")
+                        client_id=f"faultwatch-actuate-{uuid.uuid4().hex[:6]}",
+                        **kafka_settings.client_kwargs())
                     await dec_c.start()
                     log_event("actuate_following", topic=topics.decisions)
             if dec_c is not None:

@@ -9,6 +9,7 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaError, TopicAlreadyExistsError
 
+from faultwatch import kafka_settings
 from faultwatch.errors import BrokerError
 from faultwatch.nodes.registry import NodeRecord, Registry
 from faultwatch.wire import decode_node, encode_node, node_key
@@ -29,7 +30,8 @@ BROKER_ERRORS = (KafkaError, OSError, asyncio.TimeoutError)
 async def ensure_nodes_topic(bootstrap: str, topic: str, timeout_s: float = 30.0) -> None:
     """Create the compacted nodes topic (one partition: node updates are rare) if missing."""
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap,
-                                request_timeout_ms=int(timeout_s * 1000))
+                                request_timeout_ms=int(timeout_s * 1000),
+                                **kafka_settings.client_kwargs())
     await asyncio.wait_for(admin.start(), timeout_s)
     try:
         if topic in set(await admin.list_topics()):
@@ -74,7 +76,8 @@ async def write_records(bootstrap: str, topic: str, records: list[NodeRecord],
     if not records:
         return
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all",
-                                request_timeout_ms=int(timeout_s * 1000))
+                                request_timeout_ms=int(timeout_s * 1000),
+                                **kafka_settings.client_kwargs())
     await asyncio.wait_for(producer.start(), timeout_s)
     try:
         for rec in records:

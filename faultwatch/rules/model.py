@@ -44,6 +44,9 @@ POLICY_KEYS: Mapping[str, type] = MappingProxyType({
     "storm_max_restarts": int,
     "storm_window_s": float,
     "restart_backoff_s": float,
+    "diagnose": bool,
+    "diagnose_at": float,
+    "checkpoint_extend_s": float,
 })
 POLICY_CHOICES: Mapping[str, tuple[str, ...]] = MappingProxyType({
     "execution_mode": ("sync", "async"),

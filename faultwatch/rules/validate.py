@@ -242,6 +242,9 @@ def policy_value_error(key: str, value: object) -> str | None:
         elif key == "settle_s":
             if value < 0:
                 return "policy.settle_s must be >= 0"
+        elif key == "diagnose_at":
+            if not 0 < value < 1:
+                return "policy.diagnose_at must be a fraction of the hang window in (0, 1)"
         elif value <= 0:
             return f"policy.{key} must be > 0 (seconds)"
         return None

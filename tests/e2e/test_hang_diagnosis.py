@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -39,10 +40,10 @@ def _run_until_blocked(scenario: str, diag: Path) -> subprocess.Popen[str]:
         assert proc.stdout is not None
         for line in proc.stdout:
             out.append(line)
-            if line.startswith("ready "):
-                ready.add(line.split()[1])
-                if len(ready) == 2:
-                    done.set()
+            # two ranks share torchrun's pipe: "ready 0ready 1" can come as one line
+            ready.update(re.findall(r"ready (\d+)", line))
+            if len(ready) == 2:
+                done.set()
         done.set()
 
     threading.Thread(target=read, daemon=True).start()
