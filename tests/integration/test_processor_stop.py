@@ -182,9 +182,13 @@ def test_sigterm_with_the_broker_gone_exits_in_time_and_says_what_it_gave_up(
             wait_event(log, "partitions_assigned", 90,
                        lambda e: e.get("partitions", "-") != "-", proc=p)
         # positive control: the worker is live on this broker (a job gets decided)
-        job = f"ok-{uuid.uuid4().hex[:6]}"
+        job, job2 = f"ok-{uuid.uuid4().hex[:6]}", f"ok2-{uuid.uuid4().hex[:6]}"
         asyncio.run(produce_jobs(bootstrap, f"{topic_prefix}logs", [job], per_s=100))
+        asyncio.run(produce_jobs(bootstrap, f"x{topic_prefix}logs", [job2], per_s=100))
         wait_event(log_1, "decision", 60, lambda e: e.get("job") == job, proc=p1)
+        # the second worker has work of its own too, so its stop has something to give up
+        # on (with nothing to flush it may finish before a second signal arrives)
+        wait_event(log_2, "decision", 60, lambda e: e.get("job") == job2, proc=p2)
         kafka_local.down(data, port)
         time.sleep(2.0)  # the workers notice: ticks and heartbeats now fail
         # one SIGTERM: the flush is given up, one event says so, exit 0 within the bound
