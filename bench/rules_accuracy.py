@@ -1,5 +1,7 @@
 """Accuracy of the built-in rules' `classify` on labelled failure logs: the shared public corpus
-(read in place) and our own held-out corpus (bench/corpus/heldout.jsonl), per class."""
+(read in place), our own held-out corpus (bench/corpus/heldout.jsonl) and our held-out set of
+real hardware failure logs (bench/corpus/heldout_hardware.jsonl, and heldout_hardware_late.jsonl
+collected after the hardware rules were written), per class."""
 
 from __future__ import annotations
 
@@ -15,6 +17,8 @@ from faultwatch.rules.model import RuleSet
 
 PUBLIC = Path("/work/shared/corpus/public.jsonl")
 HELDOUT = Path(__file__).parent / "corpus" / "heldout.jsonl"
+HELDOUT_HARDWARE = Path(__file__).parent / "corpus" / "heldout_hardware.jsonl"
+HELDOUT_HARDWARE_LATE = Path(__file__).parent / "corpus" / "heldout_hardware_late.jsonl"
 LABELS = ("retryable", "hardware", "fatal", "hang")
 
 
@@ -58,12 +62,14 @@ def evaluate(rs: RuleSet, path: Path, verbose: bool = False) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--corpus", type=Path, action="append",
-                    help=f"a labelled .jsonl (repeatable; default: {PUBLIC} and {HELDOUT})")
+                    help=f"a labelled .jsonl (repeatable; default: {PUBLIC}, {HELDOUT}, "
+                         f"{HELDOUT_HARDWARE}, {HELDOUT_HARDWARE_LATE})")
     ap.add_argument("--rules", nargs="*", default=[], help="extra rule files")
     ap.add_argument("--verbose", action="store_true", help="include the matched line")
     args = ap.parse_args(argv)
     rs = load_ruleset(args.rules)
-    paths = args.corpus or [p for p in (PUBLIC, HELDOUT) if p.exists()]
+    paths = args.corpus or [p for p in (PUBLIC, HELDOUT, HELDOUT_HARDWARE, HELDOUT_HARDWARE_LATE)
+                            if p.exists()]
     print(json.dumps({"rules_version": rs.version,
                       "sets": [evaluate(rs, p, args.verbose) for p in paths]}, indent=2))
     return 0
