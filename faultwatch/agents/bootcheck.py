@@ -280,57 +280,6 @@ def allreduce_check(d: dict[str, Any] | None, err: str, min_busbw_gb_s: float
     return check("allreduce", True, d)
 
 
-COMPARED = ("python", "torch", "cuda", "nccl", "driver", "gpus")
-SLOW_FRACTION = 0.5  # a node whose bus bandwidth is below half the job's median is slow
-
-
-def _comparable(c: dict[str, Any]) -> str | None:
-    if c.get("status") != PASS:
-        return None
-    v = c.get("value")
-    if c.get("name") == "gpus" and isinstance(v, dict):
-        return f"{v.get('count')}x {'/'.join(v.get('types') or []) or 'none'}"
-    return None if v is None else str(v)
-
-
-def compare_nodes(results: Mapping[str, list[dict[str, Any]]],
-                  slow_fraction: float = SLOW_FRACTION) -> list[dict[str, Any]]:
-    """The odd ones out among a job's nodes' boot checks: a version (Python, torch, CUDA,
-    NCCL, driver) or GPU set that differs from the majority, and an all-reduce bus bandwidth
-    below `slow_fraction` of the median. Each finding names the node. Pure: the caller
-    gathers every node's `bootcheck` note of the job."""
-    findings: list[dict[str, Any]] = []
-    if len(results) < 2:
-        return findings
-    for name in COMPARED:
-        vals = {node: v for node, checks in results.items() for c in checks
-                if c.get("name") == name and (v := _comparable(c)) is not None}
-        distinct = sorted(set(vals.values()))
-        if len(distinct) < 2:
-            continue
-        counts = {v: list(vals.values()).count(v) for v in distinct}
-        top = max(counts.values())
-        majority = [v for v in distinct if counts[v] == top]
-        common = majority[0] if len(majority) == 1 else None
-        for node in sorted(vals):
-            if vals[node] != common:
-                findings.append({"check": name, "node": node, "value": vals[node],
-                                 "majority": common, "values": dict(sorted(vals.items()))})
-    bw = {node: float(c["value"]["busbw_gb_s"]) for node, checks in results.items()
-          for c in checks if c.get("name") == "allreduce" and c.get("status") == PASS
-          and isinstance(c.get("value"), dict)
-          and isinstance(c["value"].get("busbw_gb_s"), (int, float))}
-    if len(bw) >= 2:
-        ordered = sorted(bw.values())
-        mid = len(ordered) // 2
-        median = ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
-        for node in sorted(bw):
-            if bw[node] < slow_fraction * median:
-                findings.append({"check": "allreduce", "node": node, "busbw_gb_s": bw[node],
-                                 "median_gb_s": median})
-    return findings
-
-
 async def all_checks(paths: tuple[str, ...], min_mb_s: float, expect_gpus: int | None,
                      allreduce: bool, timeout_s: float, nnodes: int | None,
                      env: Mapping[str, str], min_busbw_gb_s: float = 0.0

@@ -98,25 +98,3 @@ def test_allreduce_result_is_judged_for_correctness_and_bandwidth() -> None:
     assert slow["status"] == "fail" and "below 10.0" in slow["detail"]
     assert allreduce_check({"ok": False, "error": "wrong sum"}, "", 0)["detail"] == "wrong sum"
     assert allreduce_check(None, "timed out after 60s", 0)["status"] == "fail"
-
-
-def test_compare_nodes_names_the_odd_version_and_the_slow_node() -> None:
-    from faultwatch.agents.bootcheck import check, compare_nodes, not_applicable
-
-    def node(torch: str, busbw: float, driver: str = "535.104.05") -> list[dict]:  # type: ignore[type-arg]
-        return [check("torch", True, torch), check("driver", True, driver),
-                check("gpus", True, {"count": 8, "types": ["NVIDIA H100 80GB HBM3"]}),
-                not_applicable("nccl", "CPU"),
-                check("allreduce", True, {"ok": True, "busbw_gb_s": busbw})]
-
-    same = {f"n{i}": node("2.3.0", 180.0) for i in range(4)}
-    assert compare_nodes(same) == []
-    odd = {**same, "n2": node("2.4.0", 178.0), "n3": node("2.3.0", 40.0, "550.54.15")}
-    found = {(f["check"], f["node"]) for f in compare_nodes(odd)}
-    assert found == {("torch", "n2"), ("driver", "n3"), ("allreduce", "n3")}
-    t = next(f for f in compare_nodes(odd) if f["check"] == "torch")
-    assert t["majority"] == "2.3.0" and t["value"] == "2.4.0"
-    # two nodes that disagree: no majority, both named
-    pair = compare_nodes({"a": node("2.3.0", 1.0), "b": node("2.4.0", 1.0)})
-    assert {f["node"] for f in pair if f["check"] == "torch"} == {"a", "b"}
-    assert compare_nodes({"only": node("2.3.0", 1.0)}) == []
