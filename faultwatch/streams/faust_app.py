@@ -21,11 +21,10 @@ from faultwatch.errors import DecodeError
 from faultwatch.logs import log_event
 from faultwatch.metrics import ProcessorMetrics
 from faultwatch.metrics import serve as serve_metrics
-from faultwatch.nodes.follow import follow_registry
+from faultwatch.nodes.follow import RegistryLink
 from faultwatch.nodes.gate import NodeGate
 from faultwatch.nodes.registry import RegistryPolicy
 from faultwatch.nodes.store import nodes_topic
-from faultwatch.nodes.writer import RegistryWriter
 from faultwatch.rules import Matcher, RuleSet
 from faultwatch.status import STATUS_S
 from faultwatch.status import snapshot as status_snapshot
@@ -212,9 +211,9 @@ def build_processor(cfg: ProcessorConfig, live: LiveRules | None = None,
     jobs = JobStage(live, TableStore(table), dead_letter, metrics)
     # the node registry: every worker follows all of it; the job stage gates run-starts and
     # check notes with it and writes what its decisions change (docs/schedulers.md)
-    registry = RegistryWriter(RegistryPolicy(quarantine_s=cfg.policy.blacklist_s))
-    jobs.gate = NodeGate(registry.quarantined)
-    nodes_t = app.topic(nodes_topic(topics.prefix), key_type=bytes, value_type=bytes)
+    registry = RegistryLink(cfg.bootstrap, nodes_topic(topics.prefix),
+                            RegistryPolicy(quarantine_s=cfg.policy.blacklist_s))
+    jobs.gate = NodeGate(registry.writer.quarantined)
     gate = StopGate()
     proc = Processor(app=app, matcher=matcher, jobs=jobs, live=live, watcher=watcher,
                      gate=gate, metrics=metrics)
@@ -257,9 +256,9 @@ def build_processor(cfg: ProcessorConfig, live: LiveRules | None = None,
                 prom.consumed("job", topics.signals, len(recs),
                               sum(len(r.value or b"") for r in recs))
                 decs = jobs.process_batch(recs, time.time())
-                nodes = [_sender(nodes_t, k, v) for k, v in registry.updates(decs, time.time())]
                 # decisions delivered before the batch is acknowledged (at least once)
-                await deliver(publish(decs) + nodes + take_dead(), "decisions")
+                await deliver(publish(decs) + take_dead(), "decisions")
+                await registry.publish(decs, time.time())
 
     def _tps(args: tuple[Any, ...], topic: str | None = None) -> list[Any]:
         tps = args[0] if args else ()
@@ -354,7 +353,7 @@ def build_processor(cfg: ProcessorConfig, live: LiveRules | None = None,
     app.task(rules_watcher)
 
     async def registry_follower() -> None:
-        await follow_registry(cfg.bootstrap, nodes_topic(topics.prefix), registry)
+        await registry.follow()
 
     app.task(registry_follower)
     return proc
