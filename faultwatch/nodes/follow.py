@@ -10,10 +10,10 @@ import uuid
 from typing import Any
 
 from faultwatch import kafka_settings
-from faultwatch.logs import log_event
-from faultwatch.nodes.store import BROKER_ERRORS, ensure_nodes_topic
 from faultwatch.core.events import Decision
+from faultwatch.logs import log_event
 from faultwatch.nodes.registry import RegistryPolicy
+from faultwatch.nodes.store import BROKER_ERRORS, ensure_nodes_topic
 from faultwatch.nodes.writer import RegistryWriter
 
 RETRY_FIRST_S, RETRY_MAX_S = 1.0, 30.0
