@@ -12,9 +12,11 @@ import asyncio
 import json
 import os
 import platform
+import re
+import shutil
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -184,10 +186,47 @@ async def _run_json(argv: list[str], timeout_s: float, env: Mapping[str, str] | 
     return None, err.decode(errors="replace")[-1000:] or f"exit {proc.returncode}"
 
 
-async def versions(timeout_s: float, expect_gpus: int | None) -> list[dict[str, Any]]:
+def _is_python(path: str) -> bool:
+    return re.fullmatch(r"python[0-9.]*", os.path.basename(path)) is not None
+
+
+def training_python(cmd: Sequence[str]) -> str:
+    """The interpreter the training command runs under, whose Python/torch/CUDA/NCCL are the
+    ones that matter: the command itself when it is a Python executable, else the interpreter
+    of its `#!` line (torchrun, accelerate, deepspeed entry points; `#!/usr/bin/env python3`
+    too), else this agent's own interpreter (a shell script, srun: said in the note)."""
+    if not cmd:
+        return sys.executable
+    exe = shutil.which(cmd[0]) or cmd[0]
+    if _is_python(exe) and os.access(exe, os.X_OK):
+        return exe
+    try:
+        with open(exe, "rb") as fh:
+            first = fh.readline(512)
+    except OSError:
+        return sys.executable
+    if first.startswith(b"#!"):
+        parts = first[2:].decode(errors="replace").split()
+        cand = parts[0] if parts else ""
+        if os.path.basename(cand) == "env" and len(parts) > 1:
+            cand = shutil.which(parts[-1]) or ""
+        if cand and _is_python(cand) and os.access(cand, os.X_OK):
+            return cand
+    return sys.executable
+
+
+async def versions(timeout_s: float, expect_gpus: int | None,
+                   python: str | None = None) -> list[dict[str, Any]]:
+    """Versions as `python` (the training interpreter; default: this one) sees them, and
+    the GPUs as nvidia-smi sees them."""
+    exe = python or sys.executable
     (d, err), (smi, smi_err) = await asyncio.gather(
-        _run_json([sys.executable, "-c", _VERSIONS], timeout_s), nvidia_smi(timeout_s))
-    return version_checks(d, err, smi, smi_err, expect_gpus)
+        _run_json([exe, "-c", _VERSIONS], timeout_s), nvidia_smi(timeout_s))
+    out = version_checks(d, err, smi, smi_err, expect_gpus)
+    for c in out:
+        if c["name"] in ("python", "torch", "versions"):
+            c["detail"] = (c["detail"] + f" [{exe}]").strip()
+    return out
 
 
 def version_checks(d: dict[str, Any] | None, err: str, smi: list[dict[str, Any]] | None,
@@ -282,10 +321,10 @@ def allreduce_check(d: dict[str, Any] | None, err: str, min_busbw_gb_s: float
 
 async def all_checks(paths: tuple[str, ...], min_mb_s: float, expect_gpus: int | None,
                      allreduce: bool, timeout_s: float, nnodes: int | None,
-                     env: Mapping[str, str], min_busbw_gb_s: float = 0.0
-                     ) -> list[dict[str, Any]]:
+                     env: Mapping[str, str], min_busbw_gb_s: float = 0.0,
+                     python: str | None = None) -> list[dict[str, Any]]:
     checks = [await asyncio.to_thread(disk_speed, p, DISK_TEST_BYTES, min_mb_s) for p in paths]
-    checks += await versions(timeout_s, expect_gpus)
+    checks += await versions(timeout_s, expect_gpus, python)
     if allreduce:
         argv = allreduce_argv(env, nnodes, node_rank_from_env(env), timeout_s)
         if argv is None:
@@ -300,21 +339,27 @@ async def all_checks(paths: tuple[str, ...], min_mb_s: float, expect_gpus: int |
     return checks
 
 
-async def run_bootchecks(agent: Agent) -> bool:
-    """Run the configured checks, log failures, ship a `bootcheck` note; True when all pass."""
+async def run_bootchecks(agent: Agent, when: str = "start") -> bool:
+    """Run the configured checks, log failures, ship a `bootcheck` note; True when all pass.
+    `when`: "start" (first launch) or "restart" (before relaunching after a failed attempt:
+    seed 001's troubleshooting)."""
     c = agent.cfg
     t0 = time.monotonic()
+    env = agent.child_env()
+    python = training_python(c.cmd)
     checks = await all_checks(c.bootcheck_paths, c.bootcheck_min_mb_s, c.bootcheck_expect_gpus,
-                              c.bootcheck_allreduce, c.bootcheck_timeout_s, c.nnodes,
-                              agent.child_env(),
-                              float(getattr(c, "bootcheck_min_busbw_gb_s", 0.0) or 0.0))
+                              c.bootcheck_allreduce, c.bootcheck_timeout_s, c.nnodes, env,
+                              float(getattr(c, "bootcheck_min_busbw_gb_s", 0.0) or 0.0),
+                              python)
     ok = all(x["status"] != FAIL for x in checks)
     for x in checks:
         if not x["ok"]:
-            agent.log("bootcheck_failed", check=x["name"], detail=x["detail"][:300])
+            agent.log("bootcheck_failed", check=x["name"], detail=x["detail"][:300], when=when)
     agent.note("bootcheck", {"ok": ok, "checks": checks, "rank": c.rank,
-                             "seconds": round(time.monotonic() - t0, 2)})
-    agent.log("bootcheck", ok=ok, checks=len(checks), seconds=round(time.monotonic() - t0, 1))
+                             "node_rank": node_rank_from_env(env), "when": when,
+                             "python": python, "seconds": round(time.monotonic() - t0, 2)})
+    agent.log("bootcheck", ok=ok, checks=len(checks), when=when,
+              seconds=round(time.monotonic() - t0, 1))
     return ok
 
 

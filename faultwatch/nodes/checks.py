@@ -81,3 +81,47 @@ def compare_nodes(results: Mapping[str, list[dict[str, Any]]],
                                  "median_gb_s": median, "slow_fraction": slow_fraction,
                                  "basis": "bandwidth", "values": dict(sorted(bw.items()))})
     return findings
+
+
+def render_checks(data: Mapping[str, Any]) -> str:
+    """One line for `faultwatch logs`: when the checks ran, the verdict, each check (a failed
+    one with its detail)."""
+    parts = []
+    for c in checks_of(data):
+        v = c.get("value")
+        if c["status"] == FAIL:
+            parts.append(f"{c['name']} FAILED ({str(c.get('detail') or '')[:200]})")
+        elif c["status"] == NOT_APPLICABLE:
+            parts.append(f"{c['name']} n/a")
+        else:
+            parts.append(f"{c['name']} ok" + (f" {v}" if isinstance(v, str | int | float)
+                                              else ""))
+    when = data.get("when") if isinstance(data.get("when"), str) else "on demand" \
+        if data.get("on_demand") else "start"
+    verdict = "ok" if not any(c["status"] == FAIL for c in checks_of(data)) else "FAILED"
+    return f"bootcheck ({when}): {verdict}: " + ", ".join(parts)
+
+
+def emit_check_note(d: Mapping[str, Any], seen: set[tuple[str, ...]], as_json: bool) -> None:
+    """Print a `bootcheck` note of the logs topic as `faultwatch logs` shows lines (once)."""
+    import sys
+
+    import orjson
+
+    from faultwatch.render import render_line
+
+    key = tuple(str(d.get(k, "")) for k in ("node", "run_id", "attempt", "ts"))
+    if key in seen:
+        return
+    seen.add(key)
+    raw = d.get("data")
+    data: Mapping[str, Any] = raw if isinstance(raw, dict) else {}
+    text = render_checks(data)
+    if as_json:
+        sys.stdout.write(orjson.dumps({
+            "node": d.get("node"), "attempt": d.get("attempt"), "rank": None,
+            "stream": "bootcheck", "seq": None, "ts": d.get("ts"), "text": text,
+            "checks": checks_of(data)}).decode() + "\n")
+    else:
+        sys.stdout.write(render_line(str(d.get("node")), None, "bootcheck", text) + "\n")
+    sys.stdout.flush()

@@ -112,7 +112,8 @@ class NodeGate:
             verdicts.append((sig.node, _hit(sig.job, sig.attempt, sig.node, sig.run_id,
                                             CHECK_FAILED_RULE, sig.ts,
                                             failed_check_line(sig.node, failed), BOOTCHECK)))
-        rank = data.get("rank")
+        rank = data.get("node_rank")
+        rank = rank if type(rank) is int else data.get("rank")  # rank-mode agents
         group = self.notes.get((sig.job, sig.attempt)) or {}
         group[sig.node] = (rank if type(rank) is int else None, checks_of(data))
         _put(self.notes, (sig.job, sig.attempt), group)
