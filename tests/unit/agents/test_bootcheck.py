@@ -98,3 +98,33 @@ def test_allreduce_result_is_judged_for_correctness_and_bandwidth() -> None:
     assert slow["status"] == "fail" and "below 10.0" in slow["detail"]
     assert allreduce_check({"ok": False, "error": "wrong sum"}, "", 0)["detail"] == "wrong sum"
     assert allreduce_check(None, "timed out after 60s", 0)["status"] == "fail"
+
+
+def test_versions_are_probed_with_the_training_commands_interpreter(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import os
+    import sys
+
+    from faultwatch.agents.bootcheck import training_python
+
+    assert training_python([sys.executable, "train.py"]) == sys.executable
+    venv_py = tmp_path / "venv" / "bin" / "python3.11"
+    venv_py.parent.mkdir(parents=True)
+    venv_py.write_text("")
+    venv_py.chmod(0o755)
+    script = tmp_path / "venv" / "bin" / "torchrun"
+    script.write_text(f"#!{venv_py}\nimport sys\n")
+    script.chmod(0o755)
+    assert training_python([str(script), "--nproc-per-node", "2"]) == str(venv_py)
+    env_script = tmp_path / "launch"
+    env_script.write_text("#!/usr/bin/env python3\n")
+    env_script.chmod(0o755)
+    if os.access("/usr/bin/env", os.X_OK):
+        import shutil
+
+        assert training_python([str(env_script)]) == shutil.which("python3")
+    shell = tmp_path / "run.sh"
+    shell.write_text("#!/bin/bash\nexec python train.py\n")
+    shell.chmod(0o755)
+    assert training_python([str(shell)]) == sys.executable  # not knowable: ours
+    assert training_python([]) == sys.executable
+    assert training_python(["no-such-command-xyz"]) == sys.executable

@@ -42,3 +42,15 @@ def test_failed_checks_are_only_checks_that_ran_and_failed() -> None:
                                     {"name": 3, "status": "fail"}, "junk"]}
     assert [c["name"] for c in failed_checks(data)] == ["disk:/x"]
     assert failed_checks({"checks": "nope"}) == [] and failed_checks({}) == []
+
+
+def test_render_checks_says_when_and_what_failed() -> None:
+    from faultwatch.nodes.checks import render_checks
+
+    line = render_checks({"when": "restart", "checks": [
+        check("disk:/x", False, None, "NotADirectoryError: /x"), check("torch", True, "2.5.1"),
+        not_applicable("gpus", "CPU")]})
+    assert line == ("bootcheck (restart): FAILED: disk:/x FAILED (NotADirectoryError: /x), "
+                    "torch ok 2.5.1, gpus n/a")
+    assert render_checks({"checks": [check("torch", True, "2")]}).startswith(
+        "bootcheck (start): ok")
