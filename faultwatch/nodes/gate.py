@@ -5,7 +5,8 @@ a node whose all-reduce is far slower than the others' becomes a suspect (a boot
 
 Check notes are shipped before the child launches, so before the run-start of their attempt
 (which the job state needs first): the gate holds a node's verdict until that node's
-run-start of the same attempt, or passes it on at once when the run-start was already seen.
+run-start of the same attempt, or passes it on at once when that attempt already runs (on
+this node or another one: a node that aborts on a failed check never sends its own).
 What the gate remembers is bounded and in memory (a processor restart forgets pending check
 verdicts of attempts in flight; the registry itself is on its topic)."""
 
@@ -74,6 +75,7 @@ class NodeGate:
     def __init__(self, quarantined: Quarantined | None = None) -> None:
         self.quarantined = quarantined
         self.started: OrderedDict[tuple[str, str], tuple[int, str]] = OrderedDict()
+        self.job_started: OrderedDict[str, tuple[int, str]] = OrderedDict()  # last run-start
         self.pending: OrderedDict[tuple[str, str, int], list[Signal]] = OrderedDict()
         self.notes: OrderedDict[tuple[str, int], dict[str, tuple[int | None, list[Any]]]] = \
             OrderedDict()
@@ -93,6 +95,7 @@ class NodeGate:
 
     def _on_start(self, sig: RunStart, now: float) -> list[Signal]:
         _put(self.started, (sig.job, sig.node), (sig.attempt, sig.run_id))
+        _put(self.job_started, sig.job, (sig.attempt, sig.run_id))
         out: list[Signal] = []
         rec = self.quarantined(sig.node, now) if self.quarantined is not None else None
         if rec is not None:
@@ -121,7 +124,12 @@ class NodeGate:
         out: list[Signal] = []
         for node, verdict in verdicts:
             started = self.started.get((sig.job, node))
-            if started is not None and started[0] == sig.attempt:
+            if started is None or started[0] != sig.attempt:
+                # the job runs this attempt on other nodes: the verdict applies now (this
+                # node may never start: --bootcheck-abort exits before its run-start)
+                other = self.job_started.get(sig.job)
+                started = other if other is not None and other[0] == sig.attempt else None
+            if started is not None:
                 out.append(_with_run(verdict, started[1]))
             else:
                 held = self.pending.get((sig.job, node, sig.attempt)) or []

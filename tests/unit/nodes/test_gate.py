@@ -134,3 +134,35 @@ def test_writer_quarantines_on_its_blacklist_once() -> None:
     assert w.updates(decs, 202.0) == []  # replayed decision: no second strike
     rec: NodeRecord = w.registry["n1"]
     assert rec.strikes == 1 and rec.reasons[-1].rule == CHECK_FAILED_RULE
+
+
+def test_a_node_that_aborts_on_a_failed_check_is_blacklisted_in_a_running_job() -> None:
+    gate = NodeGate()
+    gate([_start("n0", rank=0)], 100.0)  # n0 runs attempt 0; n1 never starts (abort, 138)
+    bad = _note("n1", [check("gpus", False, None, "nvidia-smi lists 8 GPUs, torch sees 7")])
+    out = gate([bad], 100.0)
+    assert [type(s).__name__ for s in out] == ["Notice", "Hit"] and out[1].node == "n1"
+    assert out[1].run_id == "r1"
+    assert gate([_start("n1", rank=1)], 100.0) == [_start("n1", rank=1)]  # not twice
+    # another attempt's run does not take it: held for the node's own run-start
+    late = _note("n1", [check("gpus", False, None, "x")], attempt=1)
+    assert gate([late], 100.0) == [late]
+    assert len(gate([_start("n1", attempt=1)], 100.0)) == 2
+
+
+def test_embedded_mode_decides_a_failed_check_in_memory() -> None:
+    from faultwatch.rules import load_ruleset
+    from faultwatch.streams.local import LocalPipeline
+    from faultwatch.wire import encode_heartbeat, encode_notice, encode_run_start, log_key
+
+    pipe = LocalPipeline(load_ruleset(), Policy(settle_s=1.0))
+    key = log_key("job", "n1")
+    pipe.submit(key, encode_notice("job", 0, "n1", 99.0, "bootcheck", {
+        "ok": False, "checks": [check("disk:/d", False, None, "OSError: EIO")]},
+        run_id="r1"), 100.0)
+    assert pipe.submit(key, encode_run_start(_start("n1")), 100.0) == []
+    decs = pipe.submit(key, encode_heartbeat(Heartbeat("job", 0, "n1", 110.0, True, 100.0,
+                                                       100.0, run_id="r1")), 110.0)
+    assert [(d.action, d.nodes, d.rule) for d in decs] == [("blacklist", ("n1",),
+                                                            CHECK_FAILED_RULE)]
+    assert pipe.nodes.quarantined("n1", 111.0) is not None  # the in-memory registry
