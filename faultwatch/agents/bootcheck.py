@@ -333,7 +333,10 @@ async def all_checks(paths: tuple[str, ...], min_mb_s: float, expect_gpus: int |
                                 "SLURM_NODEID or FAULTWATCH_NODE_RANK)"))
         else:
             d, err = await _run_json(argv, timeout_s, env)
-            checks.append(allreduce_check(d, err, min_busbw_gb_s))
+            # "node": among this node's processes (its failure blames it); "job": across
+            # the job's ranks (a failure names no node: faultwatch/nodes/checks.py)
+            checks.append({**allreduce_check(d, err, min_busbw_gb_s),
+                           "scope": "node" if "--local" in argv else "job"})
     else:
         checks.append(not_applicable("allreduce", "disabled (--no-bootcheck-allreduce)"))
     return checks

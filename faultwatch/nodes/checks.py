@@ -27,6 +27,15 @@ def failed_checks(data: Mapping[str, Any]) -> list[dict[str, Any]]:
     return [c for c in checks_of(data) if c["status"] == FAIL]
 
 
+def blames_node(c: Mapping[str, Any]) -> bool:
+    """Whether a failed check is evidence against the node that ran it. Every check is,
+    except an all-reduce across the job's nodes (`scope` "job"): every rank of a collective
+    sees the same timeout or wrong sum, so its failure names no node (a slow node is found
+    by comparing bandwidths instead). An all-reduce among this node's own processes
+    (`scope` "node") does blame it."""
+    return c.get("name") != "allreduce" or c.get("scope") == "node"
+
+
 def _comparable(c: Mapping[str, Any]) -> str | None:
     if c.get("status") != PASS:
         return None

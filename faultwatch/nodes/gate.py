@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from faultwatch.core.events import Hit, Match, Notice, RunStart, Signal
-from faultwatch.nodes.checks import checks_of, compare_nodes, failed_checks
+from faultwatch.nodes.checks import blames_node, checks_of, compare_nodes, failed_checks
 from faultwatch.nodes.registry import NodeRecord
 
 QUARANTINED_RULE = "node-quarantined"  # the run-start came from a quarantined node
@@ -110,7 +110,7 @@ class NodeGate:
     def _on_checks(self, sig: Notice) -> list[Signal]:
         data = sig.data if isinstance(sig.data, dict) else {}
         verdicts: list[tuple[str, Signal]] = []
-        failed = failed_checks(data)
+        failed = [c for c in failed_checks(data) if blames_node(c)]
         if failed:
             verdicts.append((sig.node, _hit(sig.job, sig.attempt, sig.node, sig.run_id,
                                             CHECK_FAILED_RULE, sig.ts,

@@ -166,3 +166,15 @@ def test_embedded_mode_decides_a_failed_check_in_memory() -> None:
     assert [(d.action, d.nodes, d.rule) for d in decs] == [("blacklist", ("n1",),
                                                             CHECK_FAILED_RULE)]
     assert pipe.nodes.quarantined("n1", 111.0) is not None  # the in-memory registry
+
+
+def test_a_failed_all_reduce_across_nodes_blames_no_node_but_a_local_one_does() -> None:
+    gate = NodeGate()
+    gate([_start("n0")], 100.0)
+    timeout = {**check("allreduce", False, None, "timed out after 115s"), "scope": "job"}
+    note = _note("n0", [timeout])
+    assert gate([note], 100.0) == [note]  # every rank times out alike: names no node
+    wrong = {**check("allreduce", False, {"ok": False, "world_size": 2}, "wrong sum"),
+             "scope": "node"}
+    out = gate([_note("n0", [wrong])], 100.0)
+    assert [s.match.rule for s in out if isinstance(s, Hit)] == [CHECK_FAILED_RULE]
