@@ -236,7 +236,11 @@ def version_checks(d: dict[str, Any] | None, err: str, smi: list[dict[str, Any]]
         return [check("versions", False, None, err)]
     out = [check("python", True, d.get("python") or platform.python_version())]
     if d.get("torch") is None:
-        out.append(check("torch", False, None, d.get("torch_error", "torch not importable")))
+        err = str(d.get("torch_error", "torch not importable"))
+        if err.startswith("ModuleNotFoundError"):  # a job that does not use torch: nothing
+            out.append(not_applicable("torch", err))  # to check (nodes are still compared)
+        else:  # installed but broken (a CUDA library missing...): this node is wrong
+            out.append(check("torch", False, None, err))
         return out
     out.append(check("torch", True, d["torch"]))
     cuda_ok = bool(d.get("cuda_available"))

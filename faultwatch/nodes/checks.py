@@ -37,6 +37,8 @@ def blames_node(c: Mapping[str, Any]) -> bool:
 
 
 def _comparable(c: Mapping[str, Any]) -> str | None:
+    if c.get("name") == "torch" and c.get("status") == NOT_APPLICABLE:
+        return "not installed"  # compared: the job's other nodes may have it
     if c.get("status") != PASS:
         return None
     v = c.get("value")

@@ -128,3 +128,16 @@ def test_versions_are_probed_with_the_training_commands_interpreter(tmp_path) ->
     assert training_python([str(shell)]) == sys.executable  # not knowable: ours
     assert training_python([]) == sys.executable
     assert training_python(["no-such-command-xyz"]) == sys.executable
+
+
+def test_torch_not_installed_is_not_applicable_but_a_broken_torch_fails() -> None:
+    from faultwatch.agents.bootcheck import version_checks
+
+    absent = version_checks({"python": "3.11.2", "torch": None,
+                             "torch_error": "ModuleNotFoundError: No module named 'torch'"},
+                            "", None, "", None)
+    assert {c["name"]: c["status"] for c in absent}["torch"] == "not_applicable"
+    broken = version_checks({"python": "3.11.2", "torch": None,
+                             "torch_error": "OSError: libcudart.so.12: cannot open"},
+                            "", None, "", None)
+    assert {c["name"]: c["status"] for c in broken}["torch"] == "fail"

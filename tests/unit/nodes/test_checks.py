@@ -54,3 +54,10 @@ def test_render_checks_says_when_and_what_failed() -> None:
                     "torch ok 2.5.1, gpus n/a")
     assert render_checks({"checks": [check("torch", True, "2")]}).startswith(
         "bootcheck (start): ok")
+
+
+def test_a_node_without_torch_is_odd_among_nodes_with_it() -> None:
+    with_torch = [check("torch", True, "2.5.1")]
+    without = [not_applicable("torch", "ModuleNotFoundError: No module named 'torch'")]
+    found = compare_nodes({"a": with_torch, "b": with_torch, "c": without})
+    assert [(f["node"], f["value"]) for f in found] == [("c", "not installed")]
