@@ -189,9 +189,15 @@ def cmd_logs(args: argparse.Namespace) -> int:
     bootstrap = _need_bootstrap(args)
     topic = Topics(args.topic_prefix).logs
     seen: set[tuple[str, str, str, str, int]] = set()
+    seen_notes: set[tuple[str, ...]] = set()
 
     def emit(item: tuple[Any, dict[str, Any]]) -> None:
         _, d = item
+        if d.get("job") == args.job and d.get("t") == "note" and d.get("kind") == "bootcheck":
+            from faultwatch.nodes.checks import emit_check_note  # boot/after-failure checks
+
+            emit_check_note(d, seen_notes, args.json)
+            return
         if d.get("job") != args.job or d.get("t") != "lines":
             return
         node, run_id = str(d.get("node")), str(d.get("run_id", ""))
@@ -456,7 +462,8 @@ def _add_agent(sub: Any) -> None:
     p.add_argument("--wait-for-nodes-timeout-s", type=float, default=900.0,
                    help=f"give up waiting (exit {EXIT_NODES_TIMEOUT}) after this long")
     p.add_argument("--bootcheck", action="store_true",
-                   help="run the boot checks before the first launch; ship a bootcheck note")
+                   help="run the boot checks before every launch (the first, and each "
+                        "relaunch after a failure); ship a bootcheck note")
     p.add_argument("--bootcheck-abort", action="store_true",
                    help=f"a failed boot check aborts the launch (exit {EXIT_BOOTCHECK_FAILED})")
     _add_bootcheck_flags(p)

@@ -79,9 +79,10 @@ def register(sub: Any) -> argparse.ArgumentParser:
     p.add_argument("--state-file", help="journal of actions done (default "
                                         "~/.faultwatch/actuate-<backend>.jsonl)")
     p.add_argument("--group", help="consumer group (default <prefix>actuate-<backend>)")
-    p.add_argument("--registry-writer", action=argparse.BooleanOptionalAction, default=True,
-                   help="write the node registry from blacklist decisions (safe beside a "
-                        "processor that writes it too: updates dedupe by decision id)")
+    p.add_argument("--registry-writer", action=argparse.BooleanOptionalAction, default=False,
+                   help="also write the node registry from blacklist decisions (off: the "
+                        "processor's job stage writes it; on only for decisions no "
+                        "processor of this prefix makes, e.g. published by another tool)")
     p.add_argument("--quarantine-s", type=float, default=1800.0,
                    help="first quarantine of a node (doubles per repeat, capped at 7 days)")
     p.add_argument("--max-decision-age-s", type=float, default=600.0,

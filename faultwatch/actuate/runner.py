@@ -32,7 +32,7 @@ class ActuateConfig:
     prefix: str
     state_file: Path
     group: str
-    write_registry: bool = True  # derive registry updates from decisions (job stage may too)
+    write_registry: bool = False  # also derive registry updates (the job stage writes them)
     max_decision_age_s: float = 600.0
     poll_ms: int = 500
     retry_s: float = 5.0

@@ -12,9 +12,11 @@ import asyncio
 import json
 import os
 import platform
+import re
+import shutil
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -184,10 +186,47 @@ async def _run_json(argv: list[str], timeout_s: float, env: Mapping[str, str] | 
     return None, err.decode(errors="replace")[-1000:] or f"exit {proc.returncode}"
 
 
-async def versions(timeout_s: float, expect_gpus: int | None) -> list[dict[str, Any]]:
+def _is_python(path: str) -> bool:
+    return re.fullmatch(r"python[0-9.]*", os.path.basename(path)) is not None
+
+
+def training_python(cmd: Sequence[str]) -> str:
+    """The interpreter the training command runs under, whose Python/torch/CUDA/NCCL are the
+    ones that matter: the command itself when it is a Python executable, else the interpreter
+    of its `#!` line (torchrun, accelerate, deepspeed entry points; `#!/usr/bin/env python3`
+    too), else this agent's own interpreter (a shell script, srun: said in the note)."""
+    if not cmd:
+        return sys.executable
+    exe = shutil.which(cmd[0]) or cmd[0]
+    if _is_python(exe) and os.access(exe, os.X_OK):
+        return exe
+    try:
+        with open(exe, "rb") as fh:
+            first = fh.readline(512)
+    except OSError:
+        return sys.executable
+    if first.startswith(b"#!"):
+        parts = first[2:].decode(errors="replace").split()
+        cand = parts[0] if parts else ""
+        if os.path.basename(cand) == "env" and len(parts) > 1:
+            cand = shutil.which(parts[-1]) or ""
+        if cand and _is_python(cand) and os.access(cand, os.X_OK):
+            return cand
+    return sys.executable
+
+
+async def versions(timeout_s: float, expect_gpus: int | None,
+                   python: str | None = None) -> list[dict[str, Any]]:
+    """Versions as `python` (the training interpreter; default: this one) sees them, and
+    the GPUs as nvidia-smi sees them."""
+    exe = python or sys.executable
     (d, err), (smi, smi_err) = await asyncio.gather(
-        _run_json([sys.executable, "-c", _VERSIONS], timeout_s), nvidia_smi(timeout_s))
-    return version_checks(d, err, smi, smi_err, expect_gpus)
+        _run_json([exe, "-c", _VERSIONS], timeout_s), nvidia_smi(timeout_s))
+    out = version_checks(d, err, smi, smi_err, expect_gpus)
+    for c in out:
+        if c["name"] in ("python", "torch", "versions"):
+            c["detail"] = (c["detail"] + f" [{exe}]").strip()
+    return out
 
 
 def version_checks(d: dict[str, Any] | None, err: str, smi: list[dict[str, Any]] | None,
@@ -197,7 +236,11 @@ def version_checks(d: dict[str, Any] | None, err: str, smi: list[dict[str, Any]]
         return [check("versions", False, None, err)]
     out = [check("python", True, d.get("python") or platform.python_version())]
     if d.get("torch") is None:
-        out.append(check("torch", False, None, d.get("torch_error", "torch not importable")))
+        err = str(d.get("torch_error", "torch not importable"))
+        if err.startswith("ModuleNotFoundError"):  # a job that does not use torch: nothing
+            out.append(not_applicable("torch", err))  # to check (nodes are still compared)
+        else:  # installed but broken (a CUDA library missing...): this node is wrong
+            out.append(check("torch", False, None, err))
         return out
     out.append(check("torch", True, d["torch"]))
     cuda_ok = bool(d.get("cuda_available"))
@@ -280,63 +323,12 @@ def allreduce_check(d: dict[str, Any] | None, err: str, min_busbw_gb_s: float
     return check("allreduce", True, d)
 
 
-COMPARED = ("python", "torch", "cuda", "nccl", "driver", "gpus")
-SLOW_FRACTION = 0.5  # a node whose bus bandwidth is below half the job's median is slow
-
-
-def _comparable(c: dict[str, Any]) -> str | None:
-    if c.get("status") != PASS:
-        return None
-    v = c.get("value")
-    if c.get("name") == "gpus" and isinstance(v, dict):
-        return f"{v.get('count')}x {'/'.join(v.get('types') or []) or 'none'}"
-    return None if v is None else str(v)
-
-
-def compare_nodes(results: Mapping[str, list[dict[str, Any]]],
-                  slow_fraction: float = SLOW_FRACTION) -> list[dict[str, Any]]:
-    """The odd ones out among a job's nodes' boot checks: a version (Python, torch, CUDA,
-    NCCL, driver) or GPU set that differs from the majority, and an all-reduce bus bandwidth
-    below `slow_fraction` of the median. Each finding names the node. Pure: the caller
-    gathers every node's `bootcheck` note of the job."""
-    findings: list[dict[str, Any]] = []
-    if len(results) < 2:
-        return findings
-    for name in COMPARED:
-        vals = {node: v for node, checks in results.items() for c in checks
-                if c.get("name") == name and (v := _comparable(c)) is not None}
-        distinct = sorted(set(vals.values()))
-        if len(distinct) < 2:
-            continue
-        counts = {v: list(vals.values()).count(v) for v in distinct}
-        top = max(counts.values())
-        majority = [v for v in distinct if counts[v] == top]
-        common = majority[0] if len(majority) == 1 else None
-        for node in sorted(vals):
-            if vals[node] != common:
-                findings.append({"check": name, "node": node, "value": vals[node],
-                                 "majority": common, "values": dict(sorted(vals.items()))})
-    bw = {node: float(c["value"]["busbw_gb_s"]) for node, checks in results.items()
-          for c in checks if c.get("name") == "allreduce" and c.get("status") == PASS
-          and isinstance(c.get("value"), dict)
-          and isinstance(c["value"].get("busbw_gb_s"), (int, float))}
-    if len(bw) >= 2:
-        ordered = sorted(bw.values())
-        mid = len(ordered) // 2
-        median = ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
-        for node in sorted(bw):
-            if bw[node] < slow_fraction * median:
-                findings.append({"check": "allreduce", "node": node, "busbw_gb_s": bw[node],
-                                 "median_gb_s": median})
-    return findings
-
-
 async def all_checks(paths: tuple[str, ...], min_mb_s: float, expect_gpus: int | None,
                      allreduce: bool, timeout_s: float, nnodes: int | None,
-                     env: Mapping[str, str], min_busbw_gb_s: float = 0.0
-                     ) -> list[dict[str, Any]]:
+                     env: Mapping[str, str], min_busbw_gb_s: float = 0.0,
+                     python: str | None = None) -> list[dict[str, Any]]:
     checks = [await asyncio.to_thread(disk_speed, p, DISK_TEST_BYTES, min_mb_s) for p in paths]
-    checks += await versions(timeout_s, expect_gpus)
+    checks += await versions(timeout_s, expect_gpus, python)
     if allreduce:
         argv = allreduce_argv(env, nnodes, node_rank_from_env(env), timeout_s)
         if argv is None:
@@ -345,27 +337,36 @@ async def all_checks(paths: tuple[str, ...], min_mb_s: float, expect_gpus: int |
                                 "SLURM_NODEID or FAULTWATCH_NODE_RANK)"))
         else:
             d, err = await _run_json(argv, timeout_s, env)
-            checks.append(allreduce_check(d, err, min_busbw_gb_s))
+            # "node": among this node's processes (its failure blames it); "job": across
+            # the job's ranks (a failure names no node: faultwatch/nodes/checks.py)
+            checks.append({**allreduce_check(d, err, min_busbw_gb_s),
+                           "scope": "node" if "--local" in argv else "job"})
     else:
         checks.append(not_applicable("allreduce", "disabled (--no-bootcheck-allreduce)"))
     return checks
 
 
-async def run_bootchecks(agent: Agent) -> bool:
-    """Run the configured checks, log failures, ship a `bootcheck` note; True when all pass."""
+async def run_bootchecks(agent: Agent, when: str = "start") -> bool:
+    """Run the configured checks, log failures, ship a `bootcheck` note; True when all pass.
+    `when`: "start" (first launch) or "restart" (before relaunching after a failed attempt:
+    seed 001's troubleshooting)."""
     c = agent.cfg
     t0 = time.monotonic()
+    env = agent.child_env()
+    python = training_python(c.cmd)
     checks = await all_checks(c.bootcheck_paths, c.bootcheck_min_mb_s, c.bootcheck_expect_gpus,
-                              c.bootcheck_allreduce, c.bootcheck_timeout_s, c.nnodes,
-                              agent.child_env(),
-                              float(getattr(c, "bootcheck_min_busbw_gb_s", 0.0) or 0.0))
+                              c.bootcheck_allreduce, c.bootcheck_timeout_s, c.nnodes, env,
+                              float(getattr(c, "bootcheck_min_busbw_gb_s", 0.0) or 0.0),
+                              python)
     ok = all(x["status"] != FAIL for x in checks)
     for x in checks:
         if not x["ok"]:
-            agent.log("bootcheck_failed", check=x["name"], detail=x["detail"][:300])
+            agent.log("bootcheck_failed", check=x["name"], detail=x["detail"][:300], when=when)
     agent.note("bootcheck", {"ok": ok, "checks": checks, "rank": c.rank,
-                             "seconds": round(time.monotonic() - t0, 2)})
-    agent.log("bootcheck", ok=ok, checks=len(checks), seconds=round(time.monotonic() - t0, 1))
+                             "node_rank": node_rank_from_env(env), "when": when,
+                             "python": python, "seconds": round(time.monotonic() - t0, 2)})
+    agent.log("bootcheck", ok=ok, checks=len(checks), when=when,
+              seconds=round(time.monotonic() - t0, 1))
     return ok
 
 

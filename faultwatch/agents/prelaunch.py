@@ -1,4 +1,5 @@
-"""Before each launch: boot checks and waiting for the job's other agents (start skew)."""
+"""Before each launch: boot checks (at the first launch and before every relaunch after a
+failure: seed 001's troubleshooting) and waiting for the job's other agents (start skew)."""
 
 from __future__ import annotations
 
@@ -70,10 +71,11 @@ async def _wait_nodes(agent: Agent) -> int | None:
 async def before_launch(agent: Agent) -> int | None:
     """None to launch the child now, else the agent's exit code (the launch is aborted)."""
     c = agent.cfg
-    if c.bootcheck and agent.attempt == c.attempt:
+    if c.bootcheck:  # at every launch: the first, and each relaunch after a failure
         from faultwatch.agents.bootcheck import run_bootchecks
 
-        ok, passed = await _unless_stopped(agent, run_bootchecks(agent))
+        when = "start" if agent.attempt == c.attempt else "restart"
+        ok, passed = await _unless_stopped(agent, run_bootchecks(agent, when))
         if not ok:
             return _signalled_code(agent)
         if not passed and c.bootcheck_abort:

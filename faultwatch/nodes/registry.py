@@ -132,12 +132,14 @@ def release(rec: NodeRecord | None, node: str, now: float, reason: Reason,
 def registry_updates(decision: Any, registry: Registry, now: float,
                      policy: RegistryPolicy | None = None) -> list[NodeRecord]:
     """The registry records a decision changes: a `blacklist` quarantines its target nodes,
-    `blacklist_candidates` in its evidence become suspects. Replaying the same decision
-    changes nothing (its id is already in the node's reasons). `decision` is a
-    `core.events.Decision` (duck-typed: id, job, action, nodes, rule, evidence)."""
+    `blacklist_candidates` in its evidence (or the `node` of a decision whose evidence says
+    `blacklist_candidate: true`: failed boot checks, a node slow twice) become suspects.
+    Replaying the same decision changes nothing (its id is already in the node's reasons).
+    `decision` is a `core.events.Decision` (duck-typed: id, job, action, nodes, rule,
+    evidence, message)."""
     pol = policy or RegistryPolicy()
     evidence = decision.evidence if isinstance(decision.evidence, dict) else {}
-    line = _evidence_line(evidence)
+    line = _evidence_line(evidence) or (getattr(decision, "message", "") or None)
     out: list[NodeRecord] = []
     touched: set[str] = set()
     if decision.action == "blacklist":
@@ -151,8 +153,11 @@ def registry_updates(decision: Any, registry: Registry, now: float,
             out.append(new)
             touched.add(node)
     cands = evidence.get("blacklist_candidates")
-    if isinstance(cands, list):
-        for node in cands:
+    cands = list(cands) if isinstance(cands, list) else []
+    if evidence.get("blacklist_candidate") is True and isinstance(evidence.get("node"), str):
+        cands.append(evidence["node"])  # a notify naming one node (failed checks, slow twice)
+    if cands:
+        for node in dict.fromkeys(cands):
             if not isinstance(node, str) or node in touched:
                 continue
             rec = registry.get(node)

@@ -1,5 +1,9 @@
 """The registry writer a processor holds: folds nodes-topic records in, turns its decisions
-into nodes-topic records out (key, value). No I/O: the shell sends what it returns."""
+into nodes-topic records out (key, value). No I/O: the shell sends what it returns.
+
+The processor's job stage is the registry's one automatic writer (each decision is made by
+the one worker owning its job's partition; `faultwatch actuate` only reads the registry
+unless `--registry-writer`); people write it with `faultwatch nodes quarantine|release`."""
 
 from __future__ import annotations
 
@@ -26,6 +30,7 @@ class RegistryWriter:
     def __init__(self, policy: RegistryPolicy | None = None) -> None:
         self.policy = policy or RegistryPolicy()
         self.registry: Registry = {}
+        self.caught_up = False  # set by the follower once the topic was read to its end
 
     def observe(self, key: bytes | None, value: bytes | None, where: str = "") -> None:
         if value is None:

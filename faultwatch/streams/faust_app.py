@@ -21,6 +21,10 @@ from faultwatch.errors import DecodeError
 from faultwatch.logs import log_event
 from faultwatch.metrics import ProcessorMetrics
 from faultwatch.metrics import serve as serve_metrics
+from faultwatch.nodes.follow import RegistryLink
+from faultwatch.nodes.gate import NodeGate
+from faultwatch.nodes.registry import RegistryPolicy
+from faultwatch.nodes.store import nodes_topic
 from faultwatch.rules import Matcher, RuleSet
 from faultwatch.status import STATUS_S
 from faultwatch.status import snapshot as status_snapshot
@@ -205,6 +209,11 @@ def build_processor(cfg: ProcessorConfig, live: LiveRules | None = None,
 
     matcher = MatcherStage(live, dead_letter, metrics)
     jobs = JobStage(live, TableStore(table), dead_letter, metrics)
+    # the node registry: every worker follows all of it; the job stage gates run-starts and
+    # check notes with it and writes what its decisions change (docs/schedulers.md)
+    registry = RegistryLink(cfg.bootstrap, nodes_topic(topics.prefix),
+                            RegistryPolicy(quarantine_s=cfg.policy.blacklist_s))
+    jobs.gate = NodeGate(registry.writer.quarantined)
     gate = StopGate()
     proc = Processor(app=app, matcher=matcher, jobs=jobs, live=live, watcher=watcher,
                      gate=gate, metrics=metrics)
@@ -249,6 +258,7 @@ def build_processor(cfg: ProcessorConfig, live: LiveRules | None = None,
                 decs = jobs.process_batch(recs, time.time())
                 # decisions delivered before the batch is acknowledged (at least once)
                 await deliver(publish(decs) + take_dead(), "decisions")
+                await registry.publish(decs, time.time())
 
     def _tps(args: tuple[Any, ...], topic: str | None = None) -> list[Any]:
         tps = args[0] if args else ()
@@ -341,4 +351,9 @@ def build_processor(cfg: ProcessorConfig, live: LiveRules | None = None,
         await watcher.run()
 
     app.task(rules_watcher)
+
+    async def registry_follower() -> None:
+        await registry.follow()
+
+    app.task(registry_follower)
     return proc

@@ -5,7 +5,7 @@ record or one broken job state never stops a batch, a tick or the other jobs."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Iterator, MutableMapping
+from collections.abc import Callable, Iterable, Iterator, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -116,6 +116,8 @@ class JobStage:
         self.parts: dict[int, PartitionCache] = {}
         self.logs_caught_up = True  # set by the shell: its logs partitions have no backlog
         self.node_lost = True  # False: processor time never declares a node lost
+        # signals of a record in, signals to apply out (faultwatch.nodes.gate.NodeGate)
+        self.gate: Callable[[list[Signal], float], list[Signal]] | None = None
 
     # ---- batches ------------------------------------------------------------------------
 
@@ -139,6 +141,8 @@ class JobStage:
         this record is kept and its decisions are not published (the caller dead-letters)."""
         p = self.partition(partition, now)
         self.metrics.jobs_signals += len(sigs)
+        if self.gate is not None:
+            sigs = self.gate(sigs, now)
         live = self.live
         staged: dict[bytes, tuple[JobState, JobState | None, bool]] = {}  # key -> new, old, durable
         decs: list[Decision] = []

@@ -9,6 +9,8 @@ from faultwatch.core.events import Decision
 from faultwatch.core.policy import Policy
 from faultwatch.errors import DecodeError
 from faultwatch.logs import log_event
+from faultwatch.nodes.gate import NodeGate
+from faultwatch.nodes.writer import RegistryWriter
 from faultwatch.rules import Matcher, RuleSet
 from faultwatch.streams.job_stage import DictStore, JobStage
 from faultwatch.streams.matcher_stage import MatcherStage
@@ -41,6 +43,8 @@ class LocalPipeline:
         self.matcher = MatcherStage(self.live, dead_letter, self.metrics)
         self.jobs = JobStage(self.live, self.store, dead_letter, self.metrics)
         self.jobs.node_lost = node_lost
+        self.nodes = RegistryWriter()  # no nodes topic here: the registry lives in memory
+        self.jobs.gate = NodeGate(self.nodes.quarantined)
         self._logs_offset = 0
         self._signals_offset = 0
 
@@ -52,7 +56,11 @@ class LocalPipeline:
         for k, v in out:
             sigs.append(InRecord(SIGNALS, 0, self._signals_offset, k, v))
             self._signals_offset += 1
-        return self.jobs.process_batch(sigs, now)
+        decs = self.jobs.process_batch(sigs, now)
+        self.nodes.updates(decs, now)
+        return decs
 
     def tick(self, now: float) -> list[Decision]:
-        return self.jobs.tick(0, now, now)
+        decs = self.jobs.tick(0, now, now)
+        self.nodes.updates(decs, now)
+        return decs

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from pathlib import Path
 from typing import Any
@@ -116,7 +117,10 @@ def _cfg(tmp_path: Path) -> ActuateConfig:
 
 
 def test_dedupe_by_decision_id_across_restarts(tmp_path: Path) -> None:
-    cfg = _cfg(tmp_path)
+    # by default the job stage writes the registry, the actuator only reads it
+    assert Actuator(Recorder(), Journal(tmp_path / "ro.jsonl"), _cfg(tmp_path)).on_decision(
+        _dec(), 100.0, "t[0]@0") == []
+    cfg = dataclasses.replace(_cfg(tmp_path), write_registry=True)  # --registry-writer
     rec = Recorder()
     act = Actuator(rec, Journal(cfg.state_file), cfg)
     ups = act.on_decision(_dec(), 100.0, "t[0]@0")

@@ -100,23 +100,44 @@ def test_allreduce_result_is_judged_for_correctness_and_bandwidth() -> None:
     assert allreduce_check(None, "timed out after 60s", 0)["status"] == "fail"
 
 
-def test_compare_nodes_names_the_odd_version_and_the_slow_node() -> None:
-    from faultwatch.agents.bootcheck import check, compare_nodes, not_applicable
+def test_versions_are_probed_with_the_training_commands_interpreter(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import os
+    import sys
 
-    def node(torch: str, busbw: float, driver: str = "535.104.05") -> list[dict]:  # type: ignore[type-arg]
-        return [check("torch", True, torch), check("driver", True, driver),
-                check("gpus", True, {"count": 8, "types": ["NVIDIA H100 80GB HBM3"]}),
-                not_applicable("nccl", "CPU"),
-                check("allreduce", True, {"ok": True, "busbw_gb_s": busbw})]
+    from faultwatch.agents.bootcheck import training_python
 
-    same = {f"n{i}": node("2.3.0", 180.0) for i in range(4)}
-    assert compare_nodes(same) == []
-    odd = {**same, "n2": node("2.4.0", 178.0), "n3": node("2.3.0", 40.0, "550.54.15")}
-    found = {(f["check"], f["node"]) for f in compare_nodes(odd)}
-    assert found == {("torch", "n2"), ("driver", "n3"), ("allreduce", "n3")}
-    t = next(f for f in compare_nodes(odd) if f["check"] == "torch")
-    assert t["majority"] == "2.3.0" and t["value"] == "2.4.0"
-    # two nodes that disagree: no majority, both named
-    pair = compare_nodes({"a": node("2.3.0", 1.0), "b": node("2.4.0", 1.0)})
-    assert {f["node"] for f in pair if f["check"] == "torch"} == {"a", "b"}
-    assert compare_nodes({"only": node("2.3.0", 1.0)}) == []
+    assert training_python([sys.executable, "train.py"]) == sys.executable
+    venv_py = tmp_path / "venv" / "bin" / "python3.11"
+    venv_py.parent.mkdir(parents=True)
+    venv_py.write_text("")
+    venv_py.chmod(0o755)
+    script = tmp_path / "venv" / "bin" / "torchrun"
+    script.write_text(f"#!{venv_py}\nimport sys\n")
+    script.chmod(0o755)
+    assert training_python([str(script), "--nproc-per-node", "2"]) == str(venv_py)
+    env_script = tmp_path / "launch"
+    env_script.write_text("#!/usr/bin/env python3\n")
+    env_script.chmod(0o755)
+    if os.access("/usr/bin/env", os.X_OK):
+        import shutil
+
+        assert training_python([str(env_script)]) == shutil.which("python3")
+    shell = tmp_path / "run.sh"
+    shell.write_text("#!/bin/bash\nexec python train.py\n")
+    shell.chmod(0o755)
+    assert training_python([str(shell)]) == sys.executable  # not knowable: ours
+    assert training_python([]) == sys.executable
+    assert training_python(["no-such-command-xyz"]) == sys.executable
+
+
+def test_torch_not_installed_is_not_applicable_but_a_broken_torch_fails() -> None:
+    from faultwatch.agents.bootcheck import version_checks
+
+    absent = version_checks({"python": "3.11.2", "torch": None,
+                             "torch_error": "ModuleNotFoundError: No module named 'torch'"},
+                            "", None, "", None)
+    assert {c["name"]: c["status"] for c in absent}["torch"] == "not_applicable"
+    broken = version_checks({"python": "3.11.2", "torch": None,
+                             "torch_error": "OSError: libcudart.so.12: cannot open"},
+                            "", None, "", None)
+    assert {c["name"]: c["status"] for c in broken}["torch"] == "fail"
