@@ -23,6 +23,10 @@ from faultwatch.errors import BrokerAuthError
 Log = Callable[..., None]
 _READ_MAX_BYTES = 1 << 20  # a spool read (under the lock) stays short: the reader waits on it
 _SYNC_INTERVAL_S = 1.0
+# aiokafka keeps one produce request in flight per broker, so a batch is what one round
+# trip carries: as large as the broker takes (message.max.bytes, 1 MiB by default, bounds a
+# compressed batch; an uncompressed bound keeps even incompressible output under it).
+BATCH_BYTES = 1000 * 1024
 WRITE_DROP_REPORT_S = 5.0  # a full disk: one gap notice (and log event) per this period
 
 
@@ -395,7 +399,7 @@ class Shipper:
     async def _start_producer(self) -> bool:
         p = self._factory(
             bootstrap_servers=self.bootstrap, enable_idempotence=True, acks="all",
-            compression_type=self.compression, linger_ms=20, max_batch_size=256 * 1024,
+            compression_type=self.compression, linger_ms=20, max_batch_size=BATCH_BYTES,
             max_request_size=2 * 1024 * 1024, request_timeout_ms=15000,
             retry_backoff_ms=200, client_id="faultwatch-agent", **kafka_settings.client_kwargs())
         try:
