@@ -191,9 +191,9 @@ class Agent:
         if self.signals:  # a signal arrived while spawning
             self.on_signal(self.signals[-1])
         pumps = [asyncio.create_task(pump(child.stdout, self.split[STDOUT], None, self.sink,
-                                          tee=self.tee_out, blocks=True)),
+                                          tee=self.tee_out, blocks=True, pipe=child.pipe(1))),
                  asyncio.create_task(pump(child.stderr, self.split[STDERR], None, self.sink,
-                                          tee=self.tee_err, blocks=True))]
+                                          tee=self.tee_err, blocks=True, pipe=child.pipe(2)))]
         hb = asyncio.create_task(self.heartbeats())
         try:
             st = await child.wait()

@@ -163,6 +163,11 @@ class Child:
         proc = asyncio.subprocess.Process(transport, protocol, loop)
         return cls(proc, cmd, transport, protocol)
 
+    def pipe(self, fd: int) -> asyncio.ReadTransport | None:
+        """The read transport of the child's stdout (1) or stderr (2) pipe."""
+        t = self._transport.get_pipe_transport(fd)
+        return t if isinstance(t, asyncio.ReadTransport) else None
+
     @property
     def returncode(self) -> int | None:
         """The raw returncode (negative signal number) once the leader exited, else None."""

@@ -17,6 +17,7 @@ _DELIM = re.compile(rb"\r\n|\r|\n")
 _TEE_MAX_BUFFER = 8 << 20
 _TAIL_QUIET_S = 0.05  # the drawn bar is emitted only after the stream paused this long
 READ_CHUNK_BYTES = 1 << 20  # one read (and one timestamp, one split) per up to 1 MiB
+GATHER_S = 0.005  # after a small read, let the pipe fill this long (see pump)
 
 
 def _trim_partial_utf8(b: bytes) -> bytes:
@@ -367,13 +368,16 @@ class TeeWriter:
 async def pump(reader: asyncio.StreamReader, splitter: LineSplitter, tee_fd: int | None,
                sink: Callable[[list[Line]], None] | Callable[[list[Piece]], None],
                clock: Callable[[], float] = time.time, chunk_size: int = READ_CHUNK_BYTES,
-               tee: TeeWriter | None = None, blocks: bool = False) -> None:
+               tee: TeeWriter | None = None, blocks: bool = False,
+               pipe: asyncio.ReadTransport | None = None) -> None:
     """Read reader to EOF in chunks: tee every raw chunk, split it, hand Lines to sink.
 
     sink must not block. With blocks=True, sink gets Lines and LineBlocks (one per run of
     plain lines of a read: no Python object per line). A held \\r update is emitted once its
     interval passes even when the stream then stays silent. Pass `tee` to keep the
-    TeeWriter (and its counters)."""
+    TeeWriter (and its counters). Pass the reader's `pipe` transport to gather output: after
+    a small read, reading pauses for GATHER_S while the (large) pipe fills, so a child
+    writing line by line costs one wakeup per GATHER_S, not one per write."""
     own_tee = tee is None and tee_fd is not None
     if own_tee:
         assert tee_fd is not None
@@ -401,6 +405,13 @@ async def pump(reader: asyncio.StreamReader, splitter: LineSplitter, tee_fd: int
             pieces = split(data, clock())
             if pieces:
                 put(pieces)
+            if pipe is not None and len(data) < chunk_size // 4 and not pipe.is_closing():
+                pipe.pause_reading()
+                try:
+                    await asyncio.sleep(GATHER_S)
+                finally:
+                    if not pipe.is_closing():
+                        pipe.resume_reading()
         lines = splitter.flush(clock())
         if lines:
             put(lines)
