@@ -39,7 +39,8 @@ class _Hint:
     def __call__(self, texts: Sequence[str]) -> bool:
         if self._db is None:
             return any(_ERROR_HINT.search(t) for t in texts)
-        data = "\n".join(texts).encode("utf-8", "surrogatepass")
+        data = (texts[0] if len(texts) == 1 else "\n".join(texts)).encode(
+            "utf-8", "surrogatepass")
         try:
             self._db.scan(data, match_event_handler=_stop_scan)
         except self._stop:
@@ -54,25 +55,36 @@ def _stop_scan(*_: Any) -> bool:
 has_error_hint = _Hint()
 
 
+def _head_end(text: str, start: int, nlines: int, max_lines: int, max_chars: int
+              ) -> tuple[int, int] | None:
+    """Where a head of the nlines lines text[start:] ends (its "\\n") and its line count:
+    at most max_lines lines and max_chars characters, cut where lines of even length would
+    fill them; None when even the first line does not fit (or there is only one)."""
+    if nlines < 2 or max_lines < 1:
+        return None
+    size = len(text) - start
+    cut = start + min(size, max_chars, size * max_lines // nlines)
+    while True:
+        nl = text.rfind("\n", start, cut + 1)
+        if nl < 0:
+            return None
+        k = text.count("\n", start, nl) + 1
+        if k <= max_lines:
+            return nl, k
+        cut = start + (nl - start) * max_lines // k  # uneven lines: aim lower (nl shrinks)
+
+
 def split_block(b: LineBlock, max_lines: int, max_chars: int
                 ) -> tuple[LineBlock, LineBlock] | None:
     """A head of b with at most max_lines lines and max_chars characters (cut where lines
     of even length would fill them), and the rest; None when b has one line or even its
     first line does not fit."""
-    if b.nlines < 2 or max_lines < 1:
+    cut = _head_end(b.text, 0, b.nlines, max_lines, max_chars)
+    if cut is None:
         return None
-    text = b.text
-    cut = min(len(text), max_chars, len(text) * max_lines // b.nlines)
-    while True:
-        nl = text.rfind("\n", 0, cut + 1)  # the head is text[:nl]
-        if nl < 0:
-            return None
-        k = text.count("\n", 0, nl) + 1
-        if k <= max_lines:
-            break
-        cut = nl * max_lines // k  # lines of uneven length: aim lower (nl strictly shrinks)
-    return (LineBlock(b.stream, b.seq, b.ts, text[:nl], 0, 0, k),
-            LineBlock(b.stream, b.seq + k, b.ts, text[nl + 1:], 0, 0, b.nlines - k))
+    nl, k = cut
+    return (LineBlock(b.stream, b.seq, b.ts, b.text[:nl], 0, 0, k),
+            LineBlock(b.stream, b.seq + k, b.ts, b.text[nl + 1:], 0, 0, b.nlines - k))
 
 
 class LineBatcher:
@@ -101,22 +113,27 @@ class LineBatcher:
             self._timer = asyncio.get_running_loop().call_later(self.linger_s, self.flush)
 
     def _add_block(self, b: LineBlock) -> None:
+        """Add b, cut at line ends to fill records: each head is sliced from b's text once
+        (a large read is not copied again for every record it fills)."""
+        text, start, seq, left = b.text, 0, b.seq, b.nlines
         while True:
             room_lines = self.max_lines - self._lines
             room_chars = self.max_bytes - self._bytes - 32
-            if b.nlines <= room_lines and len(b.text) <= room_chars:
-                self._put(b, b.nlines)
+            if left <= room_lines and len(text) - start <= room_chars:
+                self._put(b if start == 0 else
+                          LineBlock(b.stream, seq, b.ts, text[start:], 0, 0, left), left)
                 return
-            parts = split_block(b, room_lines, room_chars)
-            if parts is None:
+            cut = _head_end(text, start, left, room_lines, room_chars)
+            if cut is None:
                 if self._items:  # no room left here: a fresh record
                     self.flush()
                     continue
-                self._put(b, b.nlines)  # one line over the byte budget: a record of its own
-                return
-            self._put(parts[0], parts[0].nlines)
+                self._put(LineBlock(b.stream, seq, b.ts, text[start:], 0, 0, left), left)
+                return  # one line over the byte budget: a record of its own
+            nl, k = cut
+            self._put(LineBlock(b.stream, seq, b.ts, text[start:nl], 0, 0, k), k)
             self.flush()
-            b = parts[1]
+            start, seq, left = nl + 1, seq + k, left - k
 
     def _put(self, p: Piece, nlines: int) -> None:
         self._items.append(p)

@@ -72,14 +72,19 @@ class SpoolStats:
     fsyncs: int = 0
 
 
-def _frame(rec: Record) -> bytes:
+def _frame_parts(rec: Record) -> tuple[bytes, bytes, bytes]:
+    """A record's frame as (header, key, value): written with one writev, not joined."""
     body_head = _HEAD.pack(MAGIC, len(rec.value), 0, rec.id, rec.ts, rec.flags, rec.nlines,
                            len(rec.key))
     crc = zlib.crc32(body_head[_CRC_FROM:])
     crc = zlib.crc32(rec.key, crc)
     crc = zlib.crc32(rec.value, crc)
-    return b"".join((body_head[:8], struct.pack("<I", crc), body_head[_CRC_FROM:], rec.key,
-                     rec.value))
+    return (body_head[:8] + struct.pack("<I", crc) + body_head[_CRC_FROM:], rec.key,
+            rec.value)
+
+
+def _frame(rec: Record) -> bytes:
+    return b"".join(_frame_parts(rec))
 
 
 def parse_frames(data: bytes) -> tuple[list[tuple[int, Record]], int]:
@@ -177,8 +182,9 @@ class Spool:
                ts: float | None = None) -> Record:
         """Write one record (to the page cache; fsync happens in sync()). Never blocks long."""
         rec = Record(self._next_id, key, value, flags, nlines, time.time() if ts is None else ts)
-        frame = _frame(rec)
-        seg = self._active_for(len(frame))
+        frame = _frame_parts(rec)
+        size = len(frame[0]) + len(key) + len(value)
+        seg = self._active_for(size)
         try:
             self._write(seg, frame)
         except OSError as e:
@@ -187,14 +193,14 @@ class Spool:
             # A full disk and an active segment holding only acked records: delete it and
             # retry once in a fresh segment (a healthy broker then recovers the space).
             self._close_active()
-            seg = self._active_for(len(frame))
+            seg = self._active_for(size)
             try:
                 self._write(seg, frame)
             except OSError as e2:
                 raise SpoolError(f"cannot write spool segment {seg.path}: {e2}") from e2
         self._next_id += 1
         seg.last_id = rec.id
-        seg.size += len(frame)
+        seg.size += size
         seg.pending += 1
         seg.ordinary += rec.ordinary
         self._dirty = True
@@ -202,13 +208,14 @@ class Spool:
             self._enforce_cap(self.protect_below)
         return rec
 
-    def _write(self, seg: _Segment, frame: bytes) -> None:
+    def _write(self, seg: _Segment, frame: tuple[bytes, bytes, bytes]) -> None:
         """Append one whole frame, or nothing: a short write (a full disk) is cut back."""
         assert self._fd is not None
+        size = sum(map(len, frame))
         try:
-            n = os.write(self._fd, frame)
-            if n != len(frame):
-                raise OSError(28, f"short write ({n} of {len(frame)} bytes): no space left")
+            n = os.writev(self._fd, frame)
+            if n != size:
+                raise OSError(28, f"short write ({n} of {size} bytes): no space left")
         except OSError:
             with contextlib.suppress(OSError):
                 os.ftruncate(self._fd, seg.size)
