@@ -261,6 +261,7 @@ class Shipper:
         ready.wait(10)
         with self._lock:
             self.spool.defer_cap = True  # the delivery thread compacts, not the reader
+            self.spool.defer_sync = True  # ... and fsyncs full segments
 
     async def drain(self, timeout: float) -> bool:
         """Wait until everything spooled is acked; False on timeout (the rest stays spooled)."""
@@ -319,14 +320,17 @@ class Shipper:
         while True:
             await asyncio.sleep(_SYNC_INTERVAL_S)
             with self._lock:
-                fd = self.spool.take_sync_fd()
-            if fd is not None:
-                try:
-                    await asyncio.to_thread(os.fsync, fd)
-                    self.spool.stats.fsyncs += 1
-                except OSError:
-                    pass
-                finally:
+                fds = self.spool.take_sync_fds()
+            try:
+                while fds:
+                    with contextlib.suppress(OSError):
+                        await asyncio.to_thread(os.fsync, fds[0])
+                        self.spool.stats.fsyncs += 1
+                    os.close(fds.pop(0))
+            finally:  # cancelled at the stop: sync the rest here
+                for fd in fds:
+                    with contextlib.suppress(OSError):
+                        os.fsync(fd)
                     os.close(fd)
 
     def _next_batch(self, cursor: int) -> tuple[list[Record], int]:

@@ -28,6 +28,7 @@ ACKED_FILE = "acked"  # the ack watermark: every id <= it was delivered (or drop
 _ACKED = struct.Struct("<qI")  # watermark i64 | crc32 of it
 _MAX_ACKED_AHEAD = 1 << 16
 ACK_PERSIST_S = 0.1  # the watermark reaches the file at most this late (and at deletions)
+_MAX_DEFERRED_SYNCS = 64  # closed segments waiting for the delivery thread's fsync
 
 
 class SpoolError(FaultwatchError):
@@ -135,6 +136,10 @@ class Spool:
         self._unreported = (0, 0, 0)
         self.protect_below = 0  # the delivery's cursor: lower ids are in flight or acked
         self.defer_cap = False  # True: append() never compacts; enforce_cap() does, elsewhere
+        # True: a full segment is not fsynced by append() (the reading thread) but handed
+        # to take_sync_fds() for a delivery thread (within about a second).
+        self.defer_sync = False
+        self._closed_unsynced: list[int] = []
         self.acked_upto = -1  # every id <= it is acked or dropped (persisted in ACKED_FILE)
         self._acked_ahead: set[int] = set()  # acked ids above a gap in the watermark
         self._ack_fd = -1
@@ -244,9 +249,12 @@ class Spool:
     def _close_active(self) -> None:
         if self._fd is not None:
             fd, self._fd = self._fd, None
-            with contextlib.suppress(OSError):
-                os.fsync(fd)
-            os.close(fd)
+            if self.defer_sync and len(self._closed_unsynced) < _MAX_DEFERRED_SYNCS:
+                self._closed_unsynced.append(fd)  # the delivery thread fsyncs and closes it
+            else:
+                with contextlib.suppress(OSError):
+                    os.fsync(fd)
+                os.close(fd)
             seg = self._segs[-1]
             if seg.pending == 0:
                 self._delete(seg)
@@ -259,6 +267,20 @@ class Spool:
             return None
         self._dirty = False
         return os.dup(self._fd)
+
+    def take_sync_fds(self) -> list[int]:
+        """Every fd with unsynced writes: full segments closed since the last call (with
+        defer_sync) and a dup of the active one; the caller fsyncs and closes them."""
+        fds, self._closed_unsynced = self._closed_unsynced, []
+        fd = self.take_sync_fd()
+        return fds if fd is None else [*fds, fd]
+
+    def _sync_closed(self) -> None:
+        for fd in self._closed_unsynced:
+            with contextlib.suppress(OSError):
+                os.fsync(fd)
+            os.close(fd)
+        self._closed_unsynced = []
 
     async def sync(self) -> None:
         """fsync the active segment off the event loop (called about once a second)."""
@@ -280,6 +302,7 @@ class Spool:
 
     def close(self) -> None:
         self._close_active()
+        self._sync_closed()
         self._persist_watermark(force=True)
         if self._ack_fd >= 0:
             os.close(self._ack_fd)
