@@ -239,6 +239,7 @@ def test_the_childs_pipes_are_enlarged_so_a_burst_does_not_wait_for_the_agent() 
         for fd in (1, 2):
             t = ch._transport.get_pipe_transport(fd)
             sizes.append((fcntl.fcntl(t.get_extra_info("pipe").fileno(), 1032), t.max_size))
+        await asyncio.gather(ch.stdout.read(), ch.stderr.read())  # to EOF: pipes closed
         await ch.wait()
         return sizes
 
