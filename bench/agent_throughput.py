@@ -76,23 +76,31 @@ def children_cpu() -> float:
     return r.ru_utime + r.ru_stime
 
 
-def agent_throughput(bootstrap: str, data: Path, n: int, tmp: Path, rep: int) -> float:
+def agent_throughput(bootstrap: str, data: Path, n: int, tmp: Path, rep: int,
+                     cmd: list[str] | None = None) -> tuple[float, float]:
+    """(lines/s, CPU seconds of the agent and its child) shipping `cat data`."""
     prefix = f"bench{uuid.uuid4().hex[:6]}."
+    cpu0 = children_cpu()
     res, dt = run_measured(agent_argv(bootstrap, prefix, tmp / f"sp-tp{rep}",
-                                         ["cat", str(data)], 300))
+                                      cmd or ["cat", str(data)], 300))
+    cpu = children_cpu() - cpu0
     if res.returncode != 0 or any((tmp / f"sp-tp{rep}").rglob("*.seg")):
         raise RuntimeError(f"agent run failed or left records: {res.stderr[-1000:]!r}")
-    return n / dt
+    return n / dt, cpu
 
 
-def kcat_throughput(kcat: str, bootstrap: str, data: Path, n: int, codec: str) -> float:
+def kcat_throughput(kcat: str, bootstrap: str, data: Path, n: int, codec: str
+                    ) -> tuple[float, float]:
+    """(lines/s, CPU seconds) of kcat -P producing every line of data as a message."""
     topic = f"bench{uuid.uuid4().hex[:6]}.kcat"
+    cpu0 = children_cpu()
     res, dt = run_measured([kcat, "-P", "-b", bootstrap, "-t", topic, "-z", codec,
-                               "-X", "linger.ms=20", "-X", "acks=all",
-                               "-X", "enable.idempotence=true", "-l", str(data)])
+                            "-X", "linger.ms=20", "-X", "acks=all",
+                            "-X", "enable.idempotence=true", "-l", str(data)])
+    cpu = children_cpu() - cpu0
     if res.returncode != 0:
         raise RuntimeError(res.stderr.decode()[-500:])
-    return n / dt
+    return n / dt, cpu
 
 
 def writer(bootstrap: str | None, n: int, size: int, rate: float, tmp: Path, tag: str,
@@ -118,6 +126,31 @@ def med(xs: list[float]) -> int:
     return round(statistics.median(xs))
 
 
+def median_run(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The run whose child time is the median (a real run, not a mix of fields)."""
+    return sorted(runs, key=lambda r: r["child_s"])[len(runs) // 2]
+
+
+def burst_summary(bare: list[dict[str, Any]], burst: list[dict[str, Any]]) -> dict[str, Any]:
+    """A child writing flat out, bare (pipe to /dev/null) and under the agent: its time and
+    write stalls, medians over the interleaved runs; slowdown_x = agent / bare."""
+    def stat(runs: list[dict[str, Any]], k: str) -> float:
+        return round(statistics.median(r[k] for r in runs), 3 if k == "child_s" else 1)
+
+    return {
+        "lines": bare[0]["lines"],
+        "bare_child_s_median": stat(bare, "child_s"),
+        "agent_child_s_median": stat(burst, "child_s"),
+        "slowdown_x": round(stat(burst, "child_s") / stat(bare, "child_s"), 2),
+        "bare_p999_us_median": stat(bare, "p999_us"),
+        "agent_p999_us_median": stat(burst, "p999_us"),
+        "bare_p99_us_median": stat(bare, "p99_us"),
+        "agent_p99_us_median": stat(burst, "p99_us"),
+        "bare_child_s_runs": [r["child_s"] for r in bare],
+        "agent_child_s_runs": [r["child_s"] for r in burst],
+        "note": "target: slowdown_x <= 2 and the p99.9 write stall no worse than bare"}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--bootstrap", default=os.environ.get("FAULTWATCH_BOOTSTRAP",
@@ -139,11 +172,18 @@ def main() -> int:
         with data.open("w") as f:
             for i in range(a.lines):
                 f.write(f"step {i:09d} loss=0.1234 {pad}\n")
-        agent_tp, kcat_tp = [], []
+        agent_tp, kcat_tp, agent_cpu, kcat_cpu, start_s = [], [], [], [], []
         for rep in range(a.reps):  # interleaved so both see the same machine load
-            agent_tp.append(agent_throughput(a.bootstrap, data, a.lines, tmp, rep))
+            tp, cpu_s = agent_throughput(a.bootstrap, data, a.lines, tmp, rep)
+            agent_tp.append(tp)
+            agent_cpu.append(cpu_s)
             if kcat:
-                kcat_tp.append(kcat_throughput(kcat, a.bootstrap, data, a.lines, codec))
+                tp, cpu_s = kcat_throughput(kcat, a.bootstrap, data, a.lines, codec)
+                kcat_tp.append(tp)
+                kcat_cpu.append(cpu_s)
+            # the fixed cost in those runs: an agent shipping nothing (start, imports, exit)
+            start_s.append(1 / agent_throughput(a.bootstrap, data, 1, tmp, 100 + rep,
+                                                ["true"])[0])
         result: dict[str, Any] = {
             "lines": a.lines, "line_bytes": a.size, "codec": codec, "cpus": os.cpu_count(),
             "switch_interval_s": os.environ.get("FAULTWATCH_SWITCH_INTERVAL_S", "default"),
@@ -151,8 +191,16 @@ def main() -> int:
                 "agent_median": med(agent_tp), "agent_runs": [round(x) for x in agent_tp],
                 "kcat_median": med(kcat_tp) if kcat_tp else "kcat not installed",
                 "kcat_runs": [round(x) for x in kcat_tp],
-                "note": "agent: batched records (<=500 lines), acks=all, idempotent, spooled; "
-                        "kcat -P -l: one message per line, same codec, linger and acks"},
+                "agent_vs_kcat_x": round(med(agent_tp) / med(kcat_tp), 2) if kcat_tp else None,
+                "agent_cpu_s_median": round(statistics.median(agent_cpu), 2),
+                "kcat_cpu_s_median": round(statistics.median(kcat_cpu), 2) if kcat_cpu else None,
+                "agent_empty_run_s_median": round(statistics.median(start_s), 2),
+                "note": "the same file of lines into the same broker, topics auto-created "
+                        "alike (one partition); agent: chunked records (<=256 KiB), "
+                        "acks=all, idempotent, spooled, process start to last ack; "
+                        "kcat -P -l: one message per line, same codec, linger and acks; "
+                        "agent CPU includes its child (cat); agent_empty_run_s: the agent "
+                        "running `true` (interpreter start, imports, exit), inside its time"},
         }
         cpu = {}
         for rate in (1000, 10000):
@@ -162,10 +210,15 @@ def main() -> int:
                                            "child_s", "p99_us", "max_us")}
         result["agent_cpu"] = cpu
         n = a.stall_lines
+        bare, burst = [], []
+        for rep in range(a.reps):  # the same child flat out, bare and under the agent
+            bare.append(writer(None, n, a.size, 0, tmp, f"b{rep}"))
+            burst.append(writer(a.bootstrap, n, a.size, 0, tmp, f"up{rep}"))
+        result["burst_child"] = burst_summary(bare, burst)
         stalls = {
-            "baseline_pipe_to_devnull_flat_out": writer(None, n, a.size, 0, tmp, "b"),
+            "baseline_pipe_to_devnull_flat_out": median_run(bare),
             "broker_up_100k_per_s": writer(a.bootstrap, n, a.size, 100_000, tmp, "up100"),
-            "broker_up_flat_out": writer(a.bootstrap, n, a.size, 0, tmp, "up"),
+            "broker_up_flat_out": median_run(burst),
             "broker_down_100k_per_s": writer(UNREACHABLE, n, a.size, 100_000, tmp, "dn100"),
             "broker_down_flat_out": writer(UNREACHABLE, n, a.size, 0, tmp, "down"),
             "broker_down_at_spool_cap_2mb_100k_per_s": writer(

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any, overload
+from typing import Any, Protocol, overload
 
 import orjson
 
@@ -248,6 +249,8 @@ class LineRows(Sequence[Line]):
 
     __slots__ = ("_rows", "texts")
 
+    _rows: Sequence[Any]
+
     def __init__(self, rows: list[Any]) -> None:
         try:
             texts: list[str] = [r[3] for r in rows]
@@ -275,6 +278,70 @@ class LineRows(Sequence[Line]):
             return [_row_line(r) for r in self._rows[i]]
         return _row_line(self._rows[i])
 
+    @classmethod
+    def of_chunks(cls, chunks: list[Any]) -> LineRows:
+        """The lines of a chunked record (see encode_line_chunks), each chunk checked."""
+        self = cls.__new__(cls)
+        rows = _ChunkRows(chunks)
+        self.texts, self._rows = rows.texts, rows
+        return self
+
+
+class _ChunkRows(Sequence[list[Any]]):
+    """The rows of a chunked `lines` record, built on demand: chunk j holds the lines
+    starts[j] .. starts[j+1]-1, its text split at "\n"."""
+
+    __slots__ = ("_chunks", "_starts", "texts")
+
+    def __init__(self, chunks: list[Any]) -> None:
+        texts: list[str] = []
+        starts: list[int] = []
+        for c in chunks:
+            if type(c) is not list or len(c) != 6:
+                raise _bad("line chunk", "must be [stream, seq0, ts, text, flags, orig_len]", c)
+            code, seq, ts, text, flags, orig_len = c
+            if type(code) is not str or len(code) > 16:
+                raise _bad("line chunk stream", "must be a short string", code)
+            _int(seq, "line chunk seq0", -1, 2**63 - 1)
+            _num(ts, "line chunk ts")
+            _text(text, "line chunk text")
+            _int(flags, "line chunk flags", 0, 2**16)
+            _int(orig_len, "line chunk orig_len", 0, 2**62)
+            starts.append(len(texts))
+            if "\n" in text:
+                if flags or orig_len:
+                    raise _bad("line chunk", "flags or orig_len on a chunk of several lines", c)
+                texts += text.split("\n")
+            else:
+                texts.append(text)
+            if len(texts) > MAX_LINES:
+                raise _bad("lines.chunks", f"more than {MAX_LINES} lines", len(texts))
+        self._chunks, self._starts, self.texts = chunks, starts, texts
+
+    def __len__(self) -> int:
+        return len(self.texts)
+
+    def _row(self, i: int) -> list[Any]:
+        if i < 0:
+            i += len(self.texts)
+        if not 0 <= i < len(self.texts):
+            raise IndexError(i)
+        j = bisect.bisect_right(self._starts, i) - 1
+        code, seq, ts, _, flags, orig_len = self._chunks[j]
+        k = i - self._starts[j]
+        return [code, seq + k, ts, self.texts[i], flags, orig_len]
+
+    @overload
+    def __getitem__(self, i: int) -> list[Any]: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[list[Any]]: ...
+
+    def __getitem__(self, i: int | slice) -> list[Any] | list[list[Any]]:
+        if isinstance(i, slice):
+            return [self._row(k) for k in range(*i.indices(len(self.texts)))]
+        return self._row(i)
+
 
 @dataclass(frozen=True, slots=True)
 class LinesBatch:
@@ -300,20 +367,56 @@ def encode_lines(job: str, attempt: int, node: str, run_id: str, lines: list[Lin
     return orjson.dumps(d)
 
 
-def lines_batch_of(d: Mapping[str, Any]) -> LinesBatch:
-    h = _head(d, "lines", ts=False)
-    rows = _list(_get(d, "lines", "lines"), "lines.lines", MAX_LINES)
-    return LinesBatch(h.job, h.attempt, h.node, h.run_id,
-                      _opt_int(d.get("rank"), "lines.rank", 0, MAX_RANK), LineRows(rows))
+class LineChunk(Protocol):
+    """A Line, or consecutive lines of one stream and read joined by "\\n" (same fields)."""
+
+    @property
+    def stream(self) -> str: ...
+    @property
+    def seq(self) -> int: ...
+    @property
+    def ts(self) -> float: ...
+    @property
+    def text(self) -> str: ...
+    @property
+    def flags(self) -> int: ...
+    @property
+    def orig_len(self) -> int: ...
+
+
+def encode_line_chunks(job: str, attempt: int, node: str, run_id: str,
+                       chunks: Sequence[LineChunk], rank: int | None = None) -> bytes:
+    """A batch of lines as chunks (the agent's form): each chunk is a Line whose text holds
+    one or more consecutive lines of one stream and read, joined by "\n" (numbered from its
+    seq, all with its ts); flags and orig_len only on a chunk of one line. No line text may
+    hold "\n" itself (the agent's splitter never makes one)."""
+    rows = [[_STREAM_CODE.get(c.stream, c.stream), c.seq, c.ts, c.text, c.flags, c.orig_len]
+            for c in chunks]
+    d: dict[str, Any] = {"v": SCHEMA_VERSION, "t": "lines", "job": job, "attempt": attempt,
+                         "node": node, "run_id": run_id, "chunks": rows}
+    if rank is not None:
+        d["rank"] = rank
+    return orjson.dumps(d)
 
 
 def line_rows(d: Mapping[str, Any]) -> LineRows:
-    """The lines of a decoded `lines` record, lazily (see LineRows)."""
-    return LineRows(_list(d.get("lines"), "lines.lines", MAX_LINES))
+    """The lines of a decoded `lines` record (rows or chunks), lazily (see LineRows)."""
+    if "chunks" in d:
+        return LineRows.of_chunks(_list(d["chunks"], "lines.chunks", MAX_LINES))
+    return LineRows(_list(_get(d, "lines", "lines"), "lines.lines", MAX_LINES))
+
+
+def lines_batch_of(d: Mapping[str, Any]) -> LinesBatch:
+    h = _head(d, "lines", ts=False)
+    rows = line_rows(d)
+    return LinesBatch(h.job, h.attempt, h.node, h.run_id,
+                      _opt_int(d.get("rank"), "lines.rank", 0, MAX_RANK), rows)
 
 
 def lines_of(d: Mapping[str, Any]) -> list[Line]:
-    """The Line objects of a decoded `lines` record, every row checked."""
+    """The Line objects of a decoded `lines` record (rows or chunks), every row checked."""
+    if "chunks" in d:
+        return list(line_rows(d))
     return [_row_line(r) for r in _list(d.get("lines"), "lines.lines", MAX_LINES)]
 
 

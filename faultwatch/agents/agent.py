@@ -22,10 +22,10 @@ from faultwatch.agents.config import (  # noqa: F401 - re-exported for callers a
     rank_from_env,
 )
 from faultwatch.agents.dumps import Diagnoser
-from faultwatch.agents.reader import LineSplitter, TeeWriter, pump
+from faultwatch.agents.reader import LineBlock, LineSplitter, Piece, TeeWriter, pump
 from faultwatch.agents.sdk_server import SdkServer
 from faultwatch.agents.transport import KafkaTransport, Transport
-from faultwatch.core.events import STDERR, STDOUT, Exit, Heartbeat, Line, RunStart
+from faultwatch.core.events import STDERR, STDOUT, Exit, Heartbeat, RunStart
 from faultwatch.errors import ChildError
 
 PIPE_DRAIN_AFTER_EXIT_S = 5.0  # grandchildren may hold the pipes open after the leader exits
@@ -87,9 +87,10 @@ class Agent:
         self._new_run()
 
     # ---- records -------------------------------------------------------------------------
-    def _encode_lines(self, lines: list[Line]) -> bytes:
+    def _encode_lines(self, pieces: list[Piece]) -> bytes:
         c = self.cfg
-        return wire.encode_lines(c.job, self.attempt, c.node, self.run_id, lines, rank=c.rank)
+        return wire.encode_line_chunks(c.job, self.attempt, c.node, self.run_id, pieces,
+                                       rank=c.rank)
 
     def note(self, kind: str, data: dict[str, Any], ts: float | None = None) -> None:
         """Ship a `note` record (progress, stage, notify, bootcheck, hello, gap, ...)."""
@@ -102,9 +103,9 @@ class Agent:
         self.note("gap", {"run_id": self.run_id, "records": records, "dropped_lines": lines,
                           "lines": lines, "kept_records": kept, "reason": reason})
 
-    def sink(self, lines: list[Line]) -> None:
-        self.lines_read += len(lines)
-        self.batcher.add(lines)
+    def sink(self, pieces: list[Piece]) -> None:
+        self.lines_read += sum(p.nlines if type(p) is LineBlock else 1 for p in pieces)
+        self.batcher.add(pieces)
 
     def last_output_ts(self) -> float | None:
         ts = [t for t in (sp.last_activity_ts for sp in self.split.values()) if t is not None]
@@ -190,9 +191,9 @@ class Agent:
         if self.signals:  # a signal arrived while spawning
             self.on_signal(self.signals[-1])
         pumps = [asyncio.create_task(pump(child.stdout, self.split[STDOUT], None, self.sink,
-                                          tee=self.tee_out)),
+                                          tee=self.tee_out, blocks=True, pipe=child.pipe(1))),
                  asyncio.create_task(pump(child.stderr, self.split[STDERR], None, self.sink,
-                                          tee=self.tee_err))]
+                                          tee=self.tee_err, blocks=True, pipe=child.pipe(2)))]
         hb = asyncio.create_task(self.heartbeats())
         try:
             st = await child.wait()

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import fcntl
 import os
 import signal as _signal
 from collections.abc import Mapping, Sequence
@@ -12,6 +14,32 @@ from faultwatch.errors import ChildError
 
 # Large stream-reader buffers so a burst of output is absorbed before the pipe pauses.
 _READ_LIMIT = 1 << 20
+# The child's pipes are enlarged to this (Linux F_SETPIPE_SZ, bounded by
+# /proc/sys/fs/pipe-max-size, 1 MiB by default) so a burst of writes does not wait for us,
+# and each wakeup reads up to this much.
+PIPE_BYTES = 1 << 20
+_F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
+
+
+def enlarge_pipe(transport: asyncio.BaseTransport | None, size: int = PIPE_BYTES) -> int:
+    """Grow a pipe to `size` bytes (or as much as allowed, halving down to 64 KiB) and let
+    its asyncio read transport read that much per wakeup; the pipe's size (0 if unknown)."""
+    if transport is None or transport.is_closing():
+        return 0
+    try:
+        fd = transport.get_extra_info("pipe").fileno()
+    except (AttributeError, ValueError, OSError):  # no pipe, or already closed (EOF seen)
+        return 0
+    got = 0
+    while fd >= 0 and size >= 65536 and not got:
+        try:
+            got = fcntl.fcntl(fd, _F_SETPIPE_SZ, size)
+        except OSError:  # EPERM over pipe-max-size, EBUSY, or not Linux
+            size //= 2
+    if got and hasattr(transport, "max_size"):
+        with contextlib.suppress(AttributeError):
+            transport.max_size = max(transport.max_size, got)  # asyncio's 256 KiB per read
+    return got
 _GROUP_POLL_S = 0.05
 
 
@@ -130,8 +158,15 @@ class Child:
             if len(shown) > 300:
                 shown = shown[:300] + "...]"
             raise ChildError(f"cannot start {shown}: {e}") from e
+        for fd in (1, 2):
+            enlarge_pipe(transport.get_pipe_transport(fd))
         proc = asyncio.subprocess.Process(transport, protocol, loop)
         return cls(proc, cmd, transport, protocol)
+
+    def pipe(self, fd: int) -> asyncio.ReadTransport | None:
+        """The read transport of the child's stdout (1) or stderr (2) pipe."""
+        t = self._transport.get_pipe_transport(fd)
+        return t if isinstance(t, asyncio.ReadTransport) else None
 
     @property
     def returncode(self) -> int | None:

@@ -9,12 +9,15 @@ import re
 import threading
 import time
 from collections.abc import Callable
+from typing import Any, NamedTuple
 
 from faultwatch.core.events import CR_PROGRESS, INVALID_UTF8, TRUNCATED, Line
 
 _DELIM = re.compile(rb"\r\n|\r|\n")
 _TEE_MAX_BUFFER = 8 << 20
 _TAIL_QUIET_S = 0.05  # the drawn bar is emitted only after the stream paused this long
+READ_CHUNK_BYTES = 1 << 20  # one read (and one timestamp, one split) per up to 1 MiB
+GATHER_S = 0.005  # after a small read, let the pipe fill this long (see pump)
 
 
 def _trim_partial_utf8(b: bytes) -> bytes:
@@ -35,6 +38,40 @@ def _trim_partial_utf8(b: bytes) -> bytes:
     else:
         need = 1
     return b[:i] if need > 1 and n - i < need else b
+
+
+class LineBlock(NamedTuple):
+    """Consecutive plain lines of one stream from one read, their texts joined by "\\n".
+
+    The first six fields are a Line's (flags and orig_len always 0), so a block is a chunk
+    of wire.encode_line_chunks as it is: the hot path builds one object per read, not one
+    per line. No line text holds "\\n" or "\\r"."""
+
+    stream: str
+    seq: int  # the first line's
+    ts: float
+    text: str
+    flags: int = 0
+    orig_len: int = 0
+    nlines: int = 1  # lines in text
+
+    def lines(self) -> list[Line]:
+        return [Line(self.stream, self.seq + i, self.ts, t)
+                for i, t in enumerate(self.text.split("\n"))]
+
+
+Piece = Line | LineBlock
+
+
+def expand(pieces: list[Piece]) -> list[Line]:
+    """The Lines of Lines and LineBlocks, in order."""
+    out: list[Line] = []
+    for p in pieces:
+        if type(p) is LineBlock:
+            out += p.lines()
+        else:
+            out.append(p)  # type: ignore[arg-type]
+    return out
 
 
 class LineSplitter:
@@ -79,7 +116,13 @@ class LineSplitter:
         return self._in_cr and self._len > 0 and not self._tail_emitted
 
     def feed(self, data: bytes, ts: float) -> list[Line]:
-        out: list[Line] = []
+        """Split data read at ts into Lines (see feed_blocks)."""
+        return expand(self.feed_blocks(data, ts))
+
+    def feed_blocks(self, data: bytes, ts: float) -> list[Piece]:
+        """Split data read at ts: runs of plain lines come as one LineBlock each, the rest
+        (\\r updates, truncated or invalid UTF-8 lines, the end of a partial line) as Lines."""
+        out: list[Piece] = []
         if not data:
             return out
         self._last_feed_ts = ts
@@ -115,10 +158,10 @@ class LineSplitter:
 
     def tick(self, ts: float) -> list[Line]:
         """Emit the held \\r update if its rate-limit interval has passed."""
-        out: list[Line] = []
+        out: list[Piece] = []
         due = self.pending_due
         if due is None or ts < due:
-            return out
+            return []
         if self._tail_waiting:
             if self._buf.strip():
                 raw, n = bytes(self._buf), self._len
@@ -130,21 +173,21 @@ class LineSplitter:
             self._emit(raw, n, CR_PROGRESS, ts, out)
         self._pending = None
         self._next_progress_ts = ts + self.progress_interval_s
-        return out
+        return expand(out)
 
     def flush(self, ts: float) -> list[Line]:
         """End of stream: emit the unterminated last line and any held \\r update."""
-        out: list[Line] = []
+        out: list[Piece] = []
         if self._held_cr:
             self._held_cr = False
             self._end_cr(ts, out)
         if self._len or self._in_cr:
             self._end_line(ts, out)  # also emits a held \r update
-        return out
+        return expand(out)
 
     # ---- internals -------------------------------------------------------------------
     def _feed_lf_only(self, data: bytes, mv: memoryview, pos: int, ts: float,
-                      out: list[Line]) -> None:
+                      out: list[Piece]) -> None:
         nl = data.find(b"\n", pos)
         if nl < 0:
             self._append(mv[pos:])
@@ -154,15 +197,49 @@ class LineSplitter:
         pos = nl + 1
         end = data.rfind(b"\n") + 1
         if end > pos:
-            limit = self.max_line_bytes
-            for raw in data[pos:end - 1].split(b"\n"):
-                if len(raw) > limit:
-                    self._emit(raw[:limit], len(raw), TRUNCATED, ts, out)
-                else:
-                    self._emit(raw, 0, 0, ts, out)
+            self._emit_region(data, mv, pos, end - 1, ts, out)
             self.last_activity_ts = ts
         if end < len(data):
             self._append(mv[end:])
+
+    def _emit_region(self, data: bytes, mv: memoryview, start: int, stop: int, ts: float,
+                     out: list[Piece]) -> None:
+        """data[start:stop]: whole lines joined by \\n (no \\r). One LineBlock when every line
+        is valid UTF-8 and within max_line_bytes, else line by line."""
+        if not self._has_long_line(data, start, stop):
+            try:
+                text = str(mv[start:stop], "utf-8")
+            except UnicodeDecodeError:
+                pass
+            else:
+                n = data.count(b"\n", start, stop) + 1
+                out.append(LineBlock(self.stream, self.next_seq, ts, text, 0, 0, n))
+                self.next_seq += n
+                return
+        limit = self.max_line_bytes
+        for raw in data[start:stop].split(b"\n"):
+            if len(raw) > limit:
+                self._emit(raw[:limit], len(raw), TRUNCATED, ts, out)
+            else:
+                self._emit(raw, 0, 0, ts, out)
+
+    def _has_long_line(self, data: bytes, start: int, stop: int) -> bool:
+        """Whether a line of data[start:stop] (whole lines) is longer than max_line_bytes.
+
+        Any run of limit+1 bytes covers a whole aligned window of (limit+1)//2 bytes, so
+        only windows without a newline need a closer look: a few finds per read."""
+        limit = self.max_line_bytes
+        if stop - start <= limit:
+            return False
+        h = (limit + 1) // 2
+        for w in range(start, stop - h + 1, h):
+            if data.find(b"\n", w, w + h) >= 0:
+                continue
+            line_start = data.rfind(b"\n", start, w) + 1 or start
+            line_end = data.find(b"\n", w + h, stop)
+            if (stop if line_end < 0 else line_end) - line_start > limit:
+                return True
+        return False
 
     def _append(self, chunk: memoryview) -> None:
         if self._tail_emitted and len(chunk):
@@ -178,7 +255,7 @@ class LineSplitter:
         self._len = 0
         return raw, n
 
-    def _end_line(self, ts: float, out: list[Line]) -> None:
+    def _end_line(self, ts: float, out: list[Piece]) -> None:
         raw, n = self._take()
         self.last_activity_ts = ts
         if not self._in_cr:
@@ -197,7 +274,7 @@ class LineSplitter:
             self._emit(praw, pn, CR_PROGRESS | (TRUNCATED if pn > len(praw) else 0), ts, out)
         self._next_progress_ts = float("-inf")
 
-    def _end_cr(self, ts: float, out: list[Line]) -> None:
+    def _end_cr(self, ts: float, out: list[Piece]) -> None:
         raw, n = self._take()
         self._in_cr = True
         if self._tail_emitted:  # tick already emitted this segment
@@ -213,7 +290,7 @@ class LineSplitter:
         else:
             self._pending = (raw, n)
 
-    def _emit(self, raw: bytes, n: int, flags: int, ts: float, out: list[Line]) -> None:
+    def _emit(self, raw: bytes, n: int, flags: int, ts: float, out: list[Piece]) -> None:
         if n > len(raw):
             flags |= TRUNCATED
             raw = _trim_partial_utf8(raw)
@@ -289,16 +366,24 @@ class TeeWriter:
 
 
 async def pump(reader: asyncio.StreamReader, splitter: LineSplitter, tee_fd: int | None,
-               sink: Callable[[list[Line]], None], clock: Callable[[], float] = time.time,
-               chunk_size: int = 65536, tee: TeeWriter | None = None) -> None:
+               sink: Callable[[list[Line]], None] | Callable[[list[Piece]], None],
+               clock: Callable[[], float] = time.time, chunk_size: int = READ_CHUNK_BYTES,
+               tee: TeeWriter | None = None, blocks: bool = False,
+               pipe: asyncio.ReadTransport | None = None) -> None:
     """Read reader to EOF in chunks: tee every raw chunk, split it, hand Lines to sink.
 
-    sink must not block. A held \\r update is emitted once its interval passes even when
-    the stream then stays silent. Pass `tee` to keep the TeeWriter (and its counters)."""
+    sink must not block. With blocks=True, sink gets Lines and LineBlocks (one per run of
+    plain lines of a read: no Python object per line). A held \\r update is emitted once its
+    interval passes even when the stream then stays silent. Pass `tee` to keep the
+    TeeWriter (and its counters). Pass the reader's `pipe` transport to gather output: after
+    a small read, reading pauses for GATHER_S while the (large) pipe fills, so a child
+    writing line by line costs one wakeup per GATHER_S, not one per write."""
     own_tee = tee is None and tee_fd is not None
     if own_tee:
         assert tee_fd is not None
         tee = TeeWriter(tee_fd)
+    split = splitter.feed_blocks if blocks else splitter.feed
+    put: Callable[[list[Any]], None] = sink
     try:
         while True:
             due = splitter.pending_due
@@ -311,18 +396,25 @@ async def pump(reader: asyncio.StreamReader, splitter: LineSplitter, tee_fd: int
                 except TimeoutError:
                     lines = splitter.tick(clock())
                     if lines:
-                        sink(lines)
+                        put(lines)
                     continue
             if not data:
                 break
             if tee is not None:
                 tee.write(data)
-            lines = splitter.feed(data, clock())
-            if lines:
-                sink(lines)
+            pieces = split(data, clock())
+            if pieces:
+                put(pieces)
+            if pipe is not None and len(data) < chunk_size // 4 and not pipe.is_closing():
+                pipe.pause_reading()
+                try:
+                    await asyncio.sleep(GATHER_S)
+                finally:
+                    if not pipe.is_closing():
+                        pipe.resume_reading()
         lines = splitter.flush(clock())
         if lines:
-            sink(lines)
+            put(lines)
     finally:
         if own_tee and tee is not None:
             await tee.aclose()

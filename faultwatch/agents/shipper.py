@@ -23,6 +23,14 @@ from faultwatch.errors import BrokerAuthError
 Log = Callable[..., None]
 _READ_MAX_BYTES = 1 << 20  # a spool read (under the lock) stays short: the reader waits on it
 _SYNC_INTERVAL_S = 1.0
+# aiokafka keeps one produce request in flight per broker, so a batch is what one round
+# trip carries: as large as the broker takes (message.max.bytes, 1 MiB by default, bounds a
+# compressed batch; an uncompressed bound keeps even incompressible output under it).
+BATCH_BYTES = 1000 * 1024
+# Records are already batched (LineBatcher lingers); the producer sends at once, and what
+# arrives while a request is in flight forms the next batch. A producer linger would add
+# its wait to every window the delivery awaits.
+LINGER_MS = 0
 WRITE_DROP_REPORT_S = 5.0  # a full disk: one gap notice (and log event) per this period
 
 
@@ -257,6 +265,7 @@ class Shipper:
         ready.wait(10)
         with self._lock:
             self.spool.defer_cap = True  # the delivery thread compacts, not the reader
+            self.spool.defer_sync = True  # ... and fsyncs full segments
 
     async def drain(self, timeout: float) -> bool:
         """Wait until everything spooled is acked; False on timeout (the rest stays spooled)."""
@@ -315,14 +324,17 @@ class Shipper:
         while True:
             await asyncio.sleep(_SYNC_INTERVAL_S)
             with self._lock:
-                fd = self.spool.take_sync_fd()
-            if fd is not None:
-                try:
-                    await asyncio.to_thread(os.fsync, fd)
-                    self.spool.stats.fsyncs += 1
-                except OSError:
-                    pass
-                finally:
+                fds = self.spool.take_sync_fds()
+            try:
+                while fds:
+                    with contextlib.suppress(OSError):
+                        await asyncio.to_thread(os.fsync, fds[0])
+                        self.spool.stats.fsyncs += 1
+                    os.close(fds.pop(0))
+            finally:  # cancelled at the stop: sync the rest here
+                for fd in fds:
+                    with contextlib.suppress(OSError):
+                        os.fsync(fd)
                     os.close(fd)
 
     def _next_batch(self, cursor: int) -> tuple[list[Record], int]:
@@ -395,7 +407,7 @@ class Shipper:
     async def _start_producer(self) -> bool:
         p = self._factory(
             bootstrap_servers=self.bootstrap, enable_idempotence=True, acks="all",
-            compression_type=self.compression, linger_ms=20, max_batch_size=256 * 1024,
+            compression_type=self.compression, linger_ms=LINGER_MS, max_batch_size=BATCH_BYTES,
             max_request_size=2 * 1024 * 1024, request_timeout_ms=15000,
             retry_backoff_ms=200, client_id="faultwatch-agent", **kafka_settings.client_kwargs())
         try:

@@ -28,6 +28,7 @@ ACKED_FILE = "acked"  # the ack watermark: every id <= it was delivered (or drop
 _ACKED = struct.Struct("<qI")  # watermark i64 | crc32 of it
 _MAX_ACKED_AHEAD = 1 << 16
 ACK_PERSIST_S = 0.1  # the watermark reaches the file at most this late (and at deletions)
+_MAX_DEFERRED_SYNCS = 64  # closed segments waiting for the delivery thread's fsync
 
 
 class SpoolError(FaultwatchError):
@@ -72,14 +73,19 @@ class SpoolStats:
     fsyncs: int = 0
 
 
-def _frame(rec: Record) -> bytes:
+def _frame_parts(rec: Record) -> tuple[bytes, bytes, bytes]:
+    """A record's frame as (header, key, value): written with one writev, not joined."""
     body_head = _HEAD.pack(MAGIC, len(rec.value), 0, rec.id, rec.ts, rec.flags, rec.nlines,
                            len(rec.key))
     crc = zlib.crc32(body_head[_CRC_FROM:])
     crc = zlib.crc32(rec.key, crc)
     crc = zlib.crc32(rec.value, crc)
-    return b"".join((body_head[:8], struct.pack("<I", crc), body_head[_CRC_FROM:], rec.key,
-                     rec.value))
+    return (body_head[:8] + struct.pack("<I", crc) + body_head[_CRC_FROM:], rec.key,
+            rec.value)
+
+
+def _frame(rec: Record) -> bytes:
+    return b"".join(_frame_parts(rec))
 
 
 def parse_frames(data: bytes) -> tuple[list[tuple[int, Record]], int]:
@@ -130,6 +136,10 @@ class Spool:
         self._unreported = (0, 0, 0)
         self.protect_below = 0  # the delivery's cursor: lower ids are in flight or acked
         self.defer_cap = False  # True: append() never compacts; enforce_cap() does, elsewhere
+        # True: a full segment is not fsynced by append() (the reading thread) but handed
+        # to take_sync_fds() for a delivery thread (within about a second).
+        self.defer_sync = False
+        self._closed_unsynced: list[int] = []
         self.acked_upto = -1  # every id <= it is acked or dropped (persisted in ACKED_FILE)
         self._acked_ahead: set[int] = set()  # acked ids above a gap in the watermark
         self._ack_fd = -1
@@ -177,8 +187,9 @@ class Spool:
                ts: float | None = None) -> Record:
         """Write one record (to the page cache; fsync happens in sync()). Never blocks long."""
         rec = Record(self._next_id, key, value, flags, nlines, time.time() if ts is None else ts)
-        frame = _frame(rec)
-        seg = self._active_for(len(frame))
+        frame = _frame_parts(rec)
+        size = len(frame[0]) + len(key) + len(value)
+        seg = self._active_for(size)
         try:
             self._write(seg, frame)
         except OSError as e:
@@ -187,14 +198,14 @@ class Spool:
             # A full disk and an active segment holding only acked records: delete it and
             # retry once in a fresh segment (a healthy broker then recovers the space).
             self._close_active()
-            seg = self._active_for(len(frame))
+            seg = self._active_for(size)
             try:
                 self._write(seg, frame)
             except OSError as e2:
                 raise SpoolError(f"cannot write spool segment {seg.path}: {e2}") from e2
         self._next_id += 1
         seg.last_id = rec.id
-        seg.size += len(frame)
+        seg.size += size
         seg.pending += 1
         seg.ordinary += rec.ordinary
         self._dirty = True
@@ -202,13 +213,14 @@ class Spool:
             self._enforce_cap(self.protect_below)
         return rec
 
-    def _write(self, seg: _Segment, frame: bytes) -> None:
+    def _write(self, seg: _Segment, frame: tuple[bytes, bytes, bytes]) -> None:
         """Append one whole frame, or nothing: a short write (a full disk) is cut back."""
         assert self._fd is not None
+        size = sum(map(len, frame))
         try:
-            n = os.write(self._fd, frame)
-            if n != len(frame):
-                raise OSError(28, f"short write ({n} of {len(frame)} bytes): no space left")
+            n = os.writev(self._fd, frame)
+            if n != size:
+                raise OSError(28, f"short write ({n} of {size} bytes): no space left")
         except OSError:
             with contextlib.suppress(OSError):
                 os.ftruncate(self._fd, seg.size)
@@ -237,9 +249,12 @@ class Spool:
     def _close_active(self) -> None:
         if self._fd is not None:
             fd, self._fd = self._fd, None
-            with contextlib.suppress(OSError):
-                os.fsync(fd)
-            os.close(fd)
+            if self.defer_sync and len(self._closed_unsynced) < _MAX_DEFERRED_SYNCS:
+                self._closed_unsynced.append(fd)  # the delivery thread fsyncs and closes it
+            else:
+                with contextlib.suppress(OSError):
+                    os.fsync(fd)
+                os.close(fd)
             seg = self._segs[-1]
             if seg.pending == 0:
                 self._delete(seg)
@@ -252,6 +267,20 @@ class Spool:
             return None
         self._dirty = False
         return os.dup(self._fd)
+
+    def take_sync_fds(self) -> list[int]:
+        """Every fd with unsynced writes: full segments closed since the last call (with
+        defer_sync) and a dup of the active one; the caller fsyncs and closes them."""
+        fds, self._closed_unsynced = self._closed_unsynced, []
+        fd = self.take_sync_fd()
+        return fds if fd is None else [*fds, fd]
+
+    def _sync_closed(self) -> None:
+        for fd in self._closed_unsynced:
+            with contextlib.suppress(OSError):
+                os.fsync(fd)
+            os.close(fd)
+        self._closed_unsynced = []
 
     async def sync(self) -> None:
         """fsync the active segment off the event loop (called about once a second)."""
@@ -273,6 +302,7 @@ class Spool:
 
     def close(self) -> None:
         self._close_active()
+        self._sync_closed()
         self._persist_watermark(force=True)
         if self._ack_fd >= 0:
             os.close(self._ack_fd)

@@ -17,6 +17,7 @@ import signal
 import socket
 import time
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -24,10 +25,10 @@ import faultwatch
 from faultwatch import wire
 from faultwatch.agents.batcher import LineBatcher
 from faultwatch.agents.config import AgentConfig
-from faultwatch.agents.reader import LineSplitter
+from faultwatch.agents.reader import LineBlock, LineSplitter, Piece
 from faultwatch.agents.shipper import Shipper
 from faultwatch.agents.spool import Spool
-from faultwatch.core.events import STDOUT, Heartbeat, Line, RunStart
+from faultwatch.core.events import STDOUT, Heartbeat, RunStart
 
 READ_PER_POLL = 4 << 20
 HEAD_BYTES = 64
@@ -72,13 +73,14 @@ class Tailer:
                                    "head": f.head.hex()}
                           for f in self.files if f.ino >= 0}}
 
-    def _emit(self, lines: list[Line]) -> None:
-        if not lines:
+    def _emit(self, pieces: Sequence[Piece]) -> None:
+        """Hand pieces on, numbered in one sequence across all files."""
+        if not pieces:
             return
-        out = []
-        for ln in lines:
-            out.append(Line(ln.stream, self.next_seq, ln.ts, ln.text, ln.flags, ln.orig_len))
-            self.next_seq += 1
+        out: list[Piece] = []
+        for p in pieces:
+            out.append(p._replace(seq=self.next_seq))
+            self.next_seq += p.nlines if type(p) is LineBlock else 1
         self.last_output_ts = out[-1].ts
         self.sink(out)
 
@@ -111,7 +113,7 @@ class Tailer:
             f.offset += len(data)
             if len(f.head) < HEAD_BYTES:
                 f.head = os.pread(f.fd, HEAD_BYTES, 0)
-            self._emit(f.splitter.feed(data, time.time()))
+            self._emit(f.splitter.feed_blocks(data, time.time()))
         self._emit(f.splitter.tick(time.time()))
 
     def poll(self) -> None:
@@ -161,8 +163,8 @@ async def run_tail(cfg: AgentConfig, paths: list[str], state_file: Path, poll_s:
     state = json.loads(state_file.read_text()) if state_file.exists() else {}
     shipper = Shipper(cfg.bootstrap, cfg.topic, wire.log_key(cfg.job, cfg.node),
                       Spool(cfg.spool_path, cap_bytes=cfg.spool_cap_bytes), log)
-    batcher = LineBatcher(lambda ls: wire.encode_lines(cfg.job, cfg.attempt, cfg.node, run_id,
-                                                       ls), shipper.submit)
+    batcher = LineBatcher(lambda ps: wire.encode_line_chunks(cfg.job, cfg.attempt, cfg.node,
+                                                             run_id, ps), shipper.submit)
     tailer = Tailer(paths, state, cfg, batcher.add, log, from_end)
     started = time.time()
     shipper.submit_lifecycle(wire.encode_run_start(RunStart(

@@ -29,10 +29,12 @@ from faultwatch.wire import (
     encode_decision,
     encode_exit,
     encode_heartbeat,
+    encode_line_chunks,
     encode_lines,
     encode_notice,
     encode_run_start,
     encode_tick,
+    lines_of,
     signal_of,
 )
 
@@ -76,6 +78,43 @@ def test_older_records_without_new_fields_still_decode() -> None:
     d = decision_to_dict(DEC)
     del d["run_id"], d["scheduler"]
     assert decision_of(d).run_id == "" and decision_of(d).scheduler == {}
+
+
+def test_chunked_lines_records_decode_to_the_same_lines_as_row_records() -> None:
+    lines = [Line("stdout", 7, 2.0, "a"), Line("stdout", 8, 2.0, ""), Line("stdout", 9, 2.0, "c"),
+             Line("stderr", 0, 2.5, "cut", 1, 9000), Line("stdout", 10, 3.0, "d \u00e9")]
+    chunks = [Line("stdout", 7, 2.0, "a\n\nc"), Line("stderr", 0, 2.5, "cut", 1, 9000),
+              Line("stdout", 10, 3.0, "d \u00e9")]
+    old = decode_logs(encode_lines("j", 1, "n0", "r", lines, 3))
+    new = decode_logs(encode_line_chunks("j", 1, "n0", "r", chunks, 3))
+    assert isinstance(old, LinesBatch) and isinstance(new, LinesBatch)
+    assert (new.job, new.attempt, new.node, new.run_id, new.rank) == ("j", 1, "n0", "r", 3)
+    assert new.lines.texts == old.lines.texts == ["a", "", "c", "cut", "d \u00e9"]
+    assert list(new.lines) == list(old.lines) == lines
+    assert new.lines[-1] == lines[-1] and new.lines[1:3] == lines[1:3]
+    d = orjson.loads(encode_line_chunks("j", 1, "n0", "r", chunks))
+    assert lines_of(d) == lines and "lines" not in d
+
+
+@pytest.mark.parametrize("chunk, why", [
+    (["o", 0, 1.0, "a\nb", 1, 0], "flags or orig_len on a chunk of several lines"),
+    (["o", 0, -1.0, "a", 0, 0], "line chunk ts"),
+    (["o", "0", 1.0, "a", 0, 0], "line chunk seq0"),
+    (["o", 0, 1.0, 5, 0, 0], "line chunk text"),
+    (["o", 0, 1.0, "a"], "line chunk"),
+])
+def test_malformed_line_chunks_are_decode_errors(chunk: list, why: str) -> None:
+    raw = orjson.dumps({"v": 1, **{k: v for k, v in LINES.items() if k != "lines"},
+                        "chunks": [chunk]})
+    with pytest.raises(DecodeError, match=why):
+        decode_logs(raw)
+
+
+def test_a_chunk_record_over_the_line_limit_is_a_decode_error() -> None:
+    raw = rec(**{**{k: v for k, v in LINES.items() if k != "lines"},
+                 "chunks": [["o", 0, 1.0, "\n" * 100_000, 0, 0]]})
+    with pytest.raises(DecodeError, match="more than 100000 lines"):
+        decode_logs(raw)
 
 
 def test_sdk_notes_are_decoded_once_into_signals() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import os
 import signal
 import sys
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from faultwatch.agents.child import Child, ExitStatus
+from faultwatch.agents.child import PIPE_BYTES, Child, ExitStatus
 from faultwatch.errors import ChildError
 
 
@@ -219,3 +220,27 @@ def test_escalation_kills_descendants_in_sessions_of_their_own(tmp_path: Path) -
             break
         time.sleep(0.05)
     assert not state or state.startswith("Z"), f"grandchild {grandchild} survived: {state}"
+
+
+def test_the_childs_pipes_are_enlarged_so_a_burst_does_not_wait_for_the_agent() -> None:
+    """Both pipes are grown to 1 MiB (a fresh pipe has 64 KiB), and asyncio reads up to that
+    much per wakeup."""
+    if int(Path("/proc/sys/fs/pipe-max-size").read_text()) < PIPE_BYTES:
+        pytest.skip("pipe-max-size below 1 MiB on this machine")
+    r, w = os.pipe()
+    fresh = fcntl.fcntl(r, 1032)  # F_GETPIPE_SZ
+    os.close(r)
+    os.close(w)
+    assert fresh < PIPE_BYTES  # the control: what the child would have had
+
+    async def main() -> list[tuple[int, int]]:
+        ch = await Child.spawn([sys.executable, "-c", "import time; time.sleep(0.5)"])
+        sizes = []
+        for fd in (1, 2):
+            t = ch._transport.get_pipe_transport(fd)
+            sizes.append((fcntl.fcntl(t.get_extra_info("pipe").fileno(), 1032), t.max_size))
+        await asyncio.gather(ch.stdout.read(), ch.stderr.read())  # to EOF: pipes closed
+        await ch.wait()
+        return sizes
+
+    assert _run(main()) == [(PIPE_BYTES, PIPE_BYTES)] * 2

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from faultwatch.agents.reader import LineSplitter
+import random
+
+from faultwatch.agents.reader import LineBlock, LineSplitter, Piece, expand
 from faultwatch.core.events import CR_PROGRESS, INVALID_UTF8, TRUNCATED, Line
 
 
@@ -138,3 +140,62 @@ def test_utf8_char_split_across_feeds_not_flagged() -> None:
         sp = LineSplitter("stdout")
         out = sp.feed(data[:k], 1.0) + sp.feed(data[k:], 1.0)
         assert len(out) == 1 and out[0].flags == 0, k
+
+
+def _pieces_vs_lines(data: bytes, cuts: list[int], limit: int) -> tuple[list[Line], list[Line],
+                                                                         int]:
+    """Feed data cut at `cuts` to two splitters: feed() and feed_blocks(); (lines, expanded
+    pieces, number of LineBlocks of several lines)."""
+    a, b = LineSplitter("stdout", limit), LineSplitter("stdout", limit)
+    lines: list[Line] = []
+    pieces: list[Piece] = []
+    prev = 0
+    for k, c in enumerate([*cuts, len(data)]):
+        lines += a.feed(data[prev:c], float(k))
+        pieces += b.feed_blocks(data[prev:c], float(k))
+        prev = c
+    lines += a.flush(99.0)
+    pieces += b.flush(99.0)
+    blocks = sum(1 for p in pieces if isinstance(p, LineBlock) and p.nlines > 1)
+    return lines, expand(pieces), blocks
+
+
+def test_blocks_hold_exactly_the_lines_feed_makes() -> None:
+    rnd = random.Random(7)
+    for trial in range(200):
+        limit = rnd.choice([4, 10, 64, 1000])
+        parts = []
+        for _ in range(rnd.randrange(1, 60)):
+            kind = rnd.random()
+            if kind < 0.6:
+                parts.append(b"x" * rnd.randrange(0, 12) + b"\n")
+            elif kind < 0.75:
+                parts.append(b"y" * rnd.randrange(limit, 3 * limit) + b"\n")  # too long
+            elif kind < 0.85:
+                parts.append("é✓ ok".encode() + b"\n")
+            elif kind < 0.9:
+                parts.append(b"bad \xff\n")
+            else:
+                parts.append(b"no newline yet ")
+        data = b"".join(parts)
+        cuts = sorted(rnd.sample(range(len(data) + 1), min(3, len(data) + 1)))
+        lines, expanded, _ = _pieces_vs_lines(data, cuts, limit)
+        assert expanded == lines, (trial, data, cuts)
+    # the positive control: plain lines of one read come as one block, not line by line
+    lines, expanded, blocks = _pieces_vs_lines(b"a\nb\nc\nd\ne\n", [2], 64)
+    assert expanded == lines and blocks == 1 and [ln.seq for ln in lines] == [0, 1, 2, 3, 4]
+
+
+def test_a_long_line_anywhere_in_a_large_read_is_found() -> None:
+    limit = 100
+    for n in (limit + 1, limit + 2, 2 * limit, 3 * limit + 7):
+        for at in range(0, 1000, 37):
+            data = b"a\n" * at + b"L" * n + b"\n" + b"b\n" * 500
+            out = LineSplitter("stdout", limit).feed(data, 1.0)
+            long = [ln for ln in out if ln.flags & TRUNCATED]
+            assert len(long) == 1 and long[0].orig_len == n, (n, at)
+            assert len(out) == at + 501
+    ok = b"first\n" + b"c" * limit + b"\n" + b"d\n" * 1000  # at the limit: no flag
+    pieces = LineSplitter("stdout", limit).feed_blocks(ok, 1.0)
+    assert pieces[0] == Line("stdout", 0, 1.0, "first")  # ends the (empty) partial line
+    assert len(pieces) == 2 and isinstance(pieces[1], LineBlock) and pieces[1].nlines == 1001

@@ -9,7 +9,7 @@ import threading
 from pathlib import Path
 
 from faultwatch.agents.child import Child
-from faultwatch.agents.reader import LineSplitter, TeeWriter, pump
+from faultwatch.agents.reader import LineSplitter, Piece, TeeWriter, expand, pump
 from faultwatch.core.events import CR_PROGRESS, Line
 
 
@@ -87,3 +87,33 @@ def test_held_progress_emitted_while_stream_stays_silent() -> None:
     assert all(ln.flags == CR_PROGRESS for _, ln in got)
     # "4/5" came from the timer, well before EOF at ~1.5 s
     assert got[-1][0] - got[0][0] < 1.0
+
+
+def test_a_line_by_line_writer_is_read_in_gathered_chunks_with_every_line() -> None:
+    """Given the pipe, pump pauses after a small read so the pipe gathers output: far fewer
+    reads than the child's writes, every line in order (the control reads without it)."""
+    writer = ("import os, time\n"
+              "for i in range(1500):\n"
+              "    os.write(1, b'line %d\\n' % i)\n"
+              "    time.sleep(0.0005)\n")
+
+    async def main(gather: bool) -> tuple[int, list[Line]]:
+        calls: list[int] = []
+        got: list[Line] = []
+
+        def sink(pieces: list[Piece]) -> None:
+            calls.append(1)
+            got.extend(expand(pieces))
+
+        ch = await Child.spawn([sys.executable, "-c", writer])
+        await pump(ch.stdout, LineSplitter("stdout"), None, sink, blocks=True,
+                   pipe=ch.pipe(1) if gather else None)
+        await ch.wait()
+        return len(calls), got
+
+    gathered, lines = asyncio.run(main(True))
+    control, control_lines = asyncio.run(main(False))
+    want = [f"line {i}" for i in range(1500)]
+    assert [ln.text for ln in lines] == [ln.text for ln in control_lines] == want
+    assert [ln.seq for ln in lines] == list(range(1500))
+    assert gathered * 2 < control, (gathered, control)

@@ -100,3 +100,35 @@ def test_ack_watermark_survives_a_kill_and_ids_never_go_back(tmp_path: Path) -> 
     sp2.close()
     sp3 = Spool(tmp_path)
     assert sp3.pending == 0 and sp3.append(b"k", b"new").id == 50  # no id reuse
+
+
+def test_full_segments_are_fsynced_by_the_delivery_side_not_by_append(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    synced: list[int] = []
+    real_fsync = os.fsync
+
+    def fsync(fd: int) -> None:
+        synced.append(fd)
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    sp = Spool(tmp_path, segment_bytes=4096)
+    for _ in range(100):  # the control: without defer_sync, append fsyncs each full segment
+        sp.append(b"k", b"x" * 200)
+    assert len(synced) >= 3
+    synced.clear()
+    sp.defer_sync = True
+    for _ in range(100):
+        sp.append(b"k", b"x" * 200)
+    assert synced == []  # the appending thread never waited on the disk
+    fds = sp.take_sync_fds()
+    assert len(fds) >= 4  # the full segments and the active one
+    for fd in fds:
+        os.fsync(fd)
+        os.close(fd)
+    assert sp.take_sync_fds() == []
+    for _ in range(40):
+        sp.append(b"k", b"x" * 200)
+    sp.close()  # what was not handed over yet is synced at the close
+    assert len(synced) >= len(fds) + 1
+    assert sum(1 for _ in Spool(tmp_path).iter_all()) == 240
