@@ -5,14 +5,16 @@
 1. fills `<prefix>logs` with --lines lines in records of --lines-per-record (torchrun
    `[rankN]:` step lines, some warnings, a heartbeat every --hb-every line records per node);
 2. peer: a raw aiokafka consumer reads the topic from the beginning and orjson-decodes every
-   record (touching every line row);
-3. in-process core (no Kafka, no Faust), for the breakdown: the matcher stage
-   (decode -> signals_of -> encode_signal) and the job stage (decode -> signal_of -> load
-   JobState -> apply -> to_dict -> orjson) over the same records;
+   record (touching every line row); once before the processor and once after it (the
+   ratio uses their mean: the machine's load changes in between);
+3. in-process core (no Kafka, no Faust), for the breakdown: the shipped stage classes the
+   shell calls, `MatcherStage.process_batch` over the same records and
+   `JobStage.process_batch` over the signals records it produced;
 4. the processor: starts `faultwatch process` on that prefix and times until its consumer
    group's committed offsets reach the end offsets of the logs topic (and of the signals
    topic it produced). Optionally records a py-spy profile of it (--py-spy).
-Prints one JSON object: lines/s for each and the processor/peer ratio.
+Prints one JSON object: lines/s for each and the processor/peer ratio, wall-clock and per
+CPU second (on a shared machine the second is the steadier one).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import random
 import subprocess
 import sys
 import time
+import zlib
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -143,67 +146,69 @@ async def peer(a: argparse.Namespace, topic: str, n_records: int) -> dict[str, A
             break
     dt = time.time() - t0
     await c.stop()
+    cpu_s = self_cpu_s() - c0
     return {"records": got, "lines": lines, "seconds": round(dt, 2),
             "lines_per_s": round(lines / dt), "records_per_s": round(got / dt),
-            "cpu_s": round(self_cpu_s() - c0, 1)}
+            "cpu_s": round(cpu_s, 2), "lines_per_cpu_s": round(lines / max(cpu_s, 1e-3))}
 
 
-def core_stages(recs: list[tuple[bytes, bytes]], lines_total: int) -> dict[str, Any]:
-    """The processor's pure-Python work without Kafka/Faust, to split its cost: the matcher
-    stage as the processor does it (one bundle per record), and the job stage with states
-    cached in memory (as the processor does) plus one table serialisation per job state
-    change that the processor would write through (non-liveness) — and, separately, the old
-    per-signal to_dict+orjson round trip for comparison."""
-    from faultwatch.core.events import Heartbeat, Output, Progress
-    from faultwatch.core.job import JobState, apply
+def core_stages(recs: list[tuple[bytes, bytes]], lines_total: int,
+                partitions: int) -> dict[str, Any]:
+    """The processor's pure-Python work without Kafka/Faust, to split its cost: the shipped
+    stage classes the Faust shell calls (`MatcherStage.process_batch` over logs records,
+    `JobStage.process_batch` over the signals records it produced, states in a DictStore),
+    in batches of the shell's size, with the partitions the worker would see."""
+    from faultwatch.core.job import JobState
     from faultwatch.embedded import policy_for
-    from faultwatch.matching import signals_of_record as signals_of
     from faultwatch.rules import Matcher, load_ruleset
-    from faultwatch.wire import decode_logs, decode_signals, encode_bundle, job_key
+    from faultwatch.streams.faust_app import BATCH as STAGE_BATCH  # the shell's batch size
+    from faultwatch.streams.job_stage import DictStore, JobStage
+    from faultwatch.streams.matcher_stage import MatcherStage
+    from faultwatch.streams.records import InRecord, LiveRules
     rs = load_ruleset([])
-    matcher = Matcher(rs)
-    policy = policy_for(rs, {"hang_window_s": 300, "settle_s": 1})
+    live = LiveRules(Matcher(rs), policy_for(rs, {"hang_window_s": 300, "settle_s": 1}),
+                     str(rs.version))
+    dead: list[tuple[InRecord, Exception]] = []
+
+    def dead_letter(rec: InRecord, err: Exception) -> None:
+        dead.append((rec, err))
+
+    def part(key: bytes | None) -> int:
+        return zlib.crc32(key or b"") % partitions  # a stable stand-in for Kafka's murmur2
+
+    logs = [InRecord("logs", part(k), i, k, v) for i, (k, v) in enumerate(recs)]
+    matcher = MatcherStage(live, dead_letter)
     t0 = time.process_time()
-    bundles: list[bytes] = []
-    n_signals = 0
-    for _, v in recs:
-        sigs = signals_of(decode_logs(v), matcher)
-        if sigs:
-            n_signals += len(sigs)
-            bundles.append(encode_bundle(sigs[0].job, sigs))
+    signals_recs: list[tuple[bytes, bytes]] = []
+    for i in range(0, len(logs), STAGE_BATCH):
+        signals_recs += matcher.process_batch(logs[i:i + STAGE_BATCH], time.time())
     t_match = time.process_time() - t0
-    cache: dict[bytes, JobState] = {}
-    writes = 0
+    sig_in = [InRecord("signals", part(k), i, k, v) for i, (k, v) in enumerate(signals_recs)]
+    store = DictStore()
+    jobs = JobStage(live, store, dead_letter)
     t0 = time.process_time()
-    for v in bundles:
-        sigs = decode_signals(v)
-        assert isinstance(sigs, list)
-        key = job_key(sigs[0].job)
-        st = cache.get(key) or JobState(job=sigs[0].job)
-        durable = False
-        for sig in sigs:
-            st, _ = apply(st, sig, time.time(), policy, str(rs.version))
-            durable = durable or not isinstance(sig, Output | Heartbeat | Progress)
-        cache[key] = st
-        if durable:
-            d = st.to_dict()
-            d["_p"] = 0
-            orjson.dumps(d)
-            writes += 1
+    n_decisions = 0
+    for i in range(0, len(sig_in), STAGE_BATCH):
+        n_decisions += len(jobs.process_batch(sig_in[i:i + STAGE_BATCH], time.time()))
     t_job = time.process_time() - t0
-    sizes = [len(orjson.dumps(st.to_dict())) for st in cache.values()]
+    if dead:
+        raise RuntimeError(f"{len(dead)} bench records dead-lettered, first: {dead[0][1]}")
+    states = [st for p in jobs.parts.values() for st in p.cache.values()]
+    sizes = [len(orjson.dumps(st.to_dict())) for st in states]
     t0 = time.process_time()
     n = 0
-    for st in list(cache.values()) * 20:
+    for st in states * 20:
         JobState.from_dict(orjson.loads(orjson.dumps(st.to_dict())))
         n += 1
-    t_rt = (time.process_time() - t0) / n
-    return {"engine": matcher.engine, "signals": n_signals, "bundles": len(bundles),
+    t_rt = (time.process_time() - t0) / max(1, n)
+    n_signals = jobs.metrics.jobs_signals
+    return {"engine": getattr(live.matcher, "engine", ""), "signals": n_signals,
+            "bundles": len(signals_recs), "decisions": n_decisions,
             "match_stage_cpu_s": round(t_match, 2),
             "match_stage_lines_per_s": round(lines_total / t_match),
             "job_stage_cpu_s": round(t_job, 2),
             "job_stage_signals_per_s": round(n_signals / t_job),
-            "job_stage_table_writes": writes,
+            "job_stage_table_writes": jobs.metrics.extra.get("table_writes", 0),
             "both_stages_lines_per_s": round(lines_total / (t_match + t_job)),
             "avg_jobstate_bytes": round(sum(sizes) / max(1, len(sizes))),
             "jobstate_roundtrip_us": round(t_rt * 1e6, 1)}
@@ -277,6 +282,10 @@ async def processor_run(a: argparse.Namespace, prefix: str, topics: Topics,
         "signals_done_after_stable_s": round((t_sig or t_logs) - t_stable, 2),
         "lines_per_s": round(total_lines / consume_s),
         "lines_per_s_both_stages_done": round(total_lines / ((t_sig or t_logs) - t_stable)),
+        "lines_per_cpu_s": (round(total_lines / (cpu_at["logs_done"] - cpu_at["stable"]))
+                            if cpu_at.get("logs_done") is not None
+                            and cpu_at.get("stable") is not None
+                            and cpu_at["logs_done"] > cpu_at["stable"] else None),
         "cpu_pct_while_consuming": (round(100 * (cpu_at["logs_done"] - cpu_at["stable"])
                                           / consume_s, 1)
                                     if cpu_at.get("logs_done") is not None
@@ -292,8 +301,35 @@ async def processor_run(a: argparse.Namespace, prefix: str, topics: Topics,
     return out
 
 
+# where a py-spy sample belongs, first match wins: (part, any of these in its stack)
+SPY_PARTS = (
+    ("idle (epoll wait)", ("EpollSelector.select",)),
+    ("core: line matching (signals_of_record)", ("signals_of_record",)),
+    ("core: logs record decode (wire.decode_logs)", ("decode_logs",)),
+    ("core: job state apply/tick", ("apply (faultwatch/core", "tick (faultwatch/core")),
+    ("core: signals decode (wire.decode_signals)", ("decode_signals",)),
+    ("stage glue (matcher_stage/job_stage rest)", ("MatcherStage.", "JobStage.")),
+    ("shell: agents' own code (faust_app)", ("faust_app.py",)),
+    ("consumer thread (aiokafka fetch/decode)", ("Thread._bootstrap",)),
+)
+
+
+def spy_breakdown(stacks: list[tuple[str, int]]) -> list[list[Any]]:
+    """Sample shares by part of the worker (SPY_PARTS, the rest is Faust, aiokafka and
+    asyncio plumbing on the main thread)."""
+    parts: Counter[str] = Counter()
+    total = sum(n for _, n in stacks)
+    for stack, n in stacks:
+        part = next((name for name, marks in SPY_PARTS if any(m in stack for m in marks)),
+                    "shell: Faust/aiokafka/asyncio plumbing (main thread)")
+        parts[part] += n
+    return [[round(100 * v / max(1, total), 1), k] for k, v in parts.most_common()]
+
+
 def summarize_spy(path: str, top: int = 25) -> dict[str, Any]:
-    """Self and inclusive sample shares per function from a py-spy raw (collapsed) file."""
+    """Self and inclusive sample shares per function from a py-spy raw (collapsed) file,
+    and the shares by part of the worker."""
+    stacks: list[tuple[str, int]] = []
     self_c: Counter[str] = Counter()
     incl: Counter[str] = Counter()
     total = 0
@@ -306,6 +342,7 @@ def summarize_spy(path: str, top: int = 25) -> dict[str, Any]:
         if not stack or not n.isdigit():
             continue
         c = int(n)
+        stacks.append((stack, c))
         total += c
         frames = stack.split(";")
         self_c[frames[-1]] += c
@@ -315,7 +352,8 @@ def summarize_spy(path: str, top: int = 25) -> dict[str, Any]:
         return {"error": "empty profile"}
     def fmt(cn: Counter[str]) -> list[list[Any]]:
         return [[round(100 * v / total, 1), k[:140]] for k, v in cn.most_common(top)]
-    return {"samples": total, "self_pct": fmt(self_c), "inclusive_pct": fmt(incl)}
+    return {"samples": total, "breakdown_pct": spy_breakdown(stacks),
+            "self_pct": fmt(self_c), "inclusive_pct": fmt(incl)}
 
 
 async def main_async(a: argparse.Namespace) -> dict[str, Any]:
@@ -334,17 +372,28 @@ async def main_async(a: argparse.Namespace) -> dict[str, Any]:
     out["line_records"] = line_records
     out["peer_aiokafka_orjson"] = await peer(a, topics.logs, len(recs))
     if not a.skip_core:
-        out["core_in_process"] = core_stages(recs, total_lines)
+        out["core_in_process"] = core_stages(recs, total_lines, a.partitions)
     del recs
     out["processor"] = await processor_run(a, prefix, topics, total_lines)
     if a.py_spy:
         out["processor_profile"] = summarize_spy(a.py_spy)
+    # the peer once more after the processor: on a shared machine the load changes between
+    # the two, so the ratio uses the mean of the peer's runs on either side
+    out["peer_after_processor"] = await peer(a, topics.logs, out["records"])
+    peers = [out["peer_aiokafka_orjson"], out["peer_after_processor"]]
+    peer_lps = sum(p["lines_per_s"] for p in peers) / len(peers)
+    peer_lpc = sum(p["lines_per_cpu_s"] for p in peers) / len(peers)
     pl = out["processor"].get("lines_per_s")
+    plc = out["processor"].get("lines_per_cpu_s")
     out["summary"] = {
-        "peer_lines_per_s": out["peer_aiokafka_orjson"]["lines_per_s"],
+        "peer_lines_per_s": round(peer_lps),
         "processor_lines_per_s": pl,
-        "processor_over_peer": (round(pl / out["peer_aiokafka_orjson"]["lines_per_s"], 4)
-                                if pl else None),
+        "processor_over_peer": round(pl / peer_lps, 4) if pl else None,
+        # the same ratio per CPU second: what each would do on a core of its own (the
+        # machine is shared, so the wall-clock ratio depends on what else runs meanwhile)
+        "peer_lines_per_cpu_s": round(peer_lpc),
+        "processor_lines_per_cpu_s": plc,
+        "processor_over_peer_per_cpu_s": round(plc / peer_lpc, 4) if plc else None,
     }
     return out
 

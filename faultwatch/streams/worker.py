@@ -56,6 +56,9 @@ class ProcessorWorker(Worker):
     def __init__(self, proc: Processor, *, stop_timeout_s: float = DEFAULT_STOP_TIMEOUT_S,
                  **kwargs: Any) -> None:
         super().__init__(proc.app, **kwargs)
+        # no terminal spinner: Faust installs it by setting the root logger to DEBUG, so
+        # every debug call of aiokafka and Faust (one per produced record) built a record
+        self.spinner = None
         self.proc = proc
         self.stop_timeout_s = stop_timeout_s
         self._stop_t0: float | None = None
