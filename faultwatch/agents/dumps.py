@@ -64,6 +64,21 @@ def rank_pids(root: int) -> dict[int, int]:
     return out
 
 
+def cpu_seconds(pid: int) -> float | None:
+    """CPU time (user + system, every thread) the process has used, or None when gone. A rank
+    stuck in a wait uses almost none between two captures; a rank making progress does."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            raw = f.read().decode(errors="replace")
+    except OSError:
+        return None
+    fields = raw[raw.rfind(")") + 2:].split()  # after "pid (comm) ": state is field 3
+    try:
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (IndexError, ValueError, OSError):
+        return None
+
+
 def pyspy() -> str | None:
     """The py-spy executable next to this interpreter, or on PATH."""
     import sys
@@ -224,7 +239,7 @@ async def capture(child_pid: int, diag_dir: Path | None) -> dict[str, Any]:
         if threads is None and d.get("threads"):
             threads, source = d["threads"], "sdk"
         entry: dict[str, Any] = {"source": source if threads is not None else "",
-                                 "stack": None, "fr": None}
+                                 "stack": None, "fr": None, "cpu_s": cpu_seconds(pids[rank])}
         if threads is not None:
             entry["stack"] = stacks.classify(rank, threads).to_dict()
         else:

@@ -58,10 +58,12 @@ class RankActivity:
     op: str | None  # the collective or save function, when known
     at: str | None  # innermost frame of the user's code ("train.py:42 in step")
     frames: tuple[str, ...] = ()  # a few innermost frames, innermost first
+    idle: bool | None = None  # off CPU when captured (py-spy's `active`); None: not known
 
     def to_dict(self) -> dict[str, Any]:
         """What an agent ships for this rank (a digest: a few hundred bytes)."""
-        return {"state": self.state, "op": self.op, "at": self.at, "frames": list(self.frames)}
+        return {"state": self.state, "op": self.op, "at": self.at, "frames": list(self.frames),
+                "idle": self.idle}
 
     @classmethod
     def from_dict(cls, rank: int, d: Mapping[str, Any]) -> RankActivity:
@@ -71,9 +73,11 @@ class RankActivity:
             state = UNKNOWN
         op, at = d.get("op"), d.get("at")
         frames = d.get("frames") or ()
+        idle = d.get("idle")
         return cls(rank, state, None if op is None else str(op)[:200],
                    None if at is None else str(at)[:300],
-                   tuple(str(f)[:300] for f in frames[:6]) if isinstance(frames, list) else ())
+                   tuple(str(f)[:300] for f in frames[:6]) if isinstance(frames, list) else (),
+                   idle if isinstance(idle, bool) else None)
 
 
 def _frames(thread: Mapping[str, Any]) -> list[Frame]:
@@ -88,32 +92,40 @@ def _frames(thread: Mapping[str, Any]) -> list[Frame]:
     return out
 
 
-def main_thread(threads: Sequence[Mapping[str, Any]]) -> list[Frame]:
-    """The main thread's frames (py-spy names it MainThread; the SDK dump marks `main`)."""
+def _main(threads: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
     for t in threads:
         if t.get("main") or t.get("thread_name") == "MainThread":
-            return _frames(t)
-    return _frames(threads[0]) if threads else []
+            return t
+    return threads[0] if threads else None
+
+
+def main_thread(threads: Sequence[Mapping[str, Any]]) -> list[Frame]:
+    """The main thread's frames (py-spy names it MainThread; the SDK dump marks `main`)."""
+    t = _main(threads)
+    return _frames(t) if t is not None else []
 
 
 def classify(rank: int, threads: Sequence[Mapping[str, Any]]) -> RankActivity:
     """The state of a rank from its threads' stacks (main thread decides)."""
-    frames = main_thread(threads)
+    t = _main(threads)
+    frames = _frames(t) if t is not None else []
     if not frames:
         return RankActivity(rank, UNKNOWN, None, None)
+    active = t.get("active") if t is not None else None
+    idle = (not active) if isinstance(active, bool) else None
     user = next((f for f in frames if not _LIBRARY.search(f.filename)), None)
     at = user.where() if user else frames[0].where()
     shown = tuple(f.where() for f in frames[:6])
     for f in frames:
         if _DIST_FILE.search(f.filename) and f.name in COLLECTIVES:
-            return RankActivity(rank, COLLECTIVE, f.name, at, shown)
+            return RankActivity(rank, COLLECTIVE, f.name, at, shown, idle)
     for f in frames:
         if _CKPT_FILE.search(f.filename) or (_CKPT_FUNC.match(f.name) and "save" in f.name):
-            return RankActivity(rank, CHECKPOINT, f.name, at, shown)
+            return RankActivity(rank, CHECKPOINT, f.name, at, shown, idle)
     for f in frames:
         if _DATA_FILE.search(f.filename):
-            return RankActivity(rank, DATA, f.name, at, shown)
-    return RankActivity(rank, ELSEWHERE, None, at, shown)
+            return RankActivity(rank, DATA, f.name, at, shown, idle)
+    return RankActivity(rank, ELSEWHERE, None, at, shown, idle)
 
 
 @dataclass(frozen=True)

@@ -123,3 +123,31 @@ def test_trainer_rank_stuck_mid_training_is_a_hang_naming_rank_1_within_90s(tmp_
         assert asked and asked[0]["ts"] < hang["ts"]
     finally:
         run.stop()
+
+
+def test_lightning_rank_stuck_mid_training_is_a_hang_naming_rank_1_within_90s(tmp_path: Path
+                                                                              ) -> None:
+    """Lightning 2.6 picks its rich progress bar when rich is installed, and rich draws
+    nothing while the output is no terminal: the job is silent from the model summary on,
+    so no cadence is learned (window: the ceiling). The stacks decide: captured at growing
+    silences, unchanged across captures a hang_floor_s apart with rank 1 idle outside the
+    collective rank 0 waits in (Lightning's per-step broadcast)."""
+    run = Run(tmp_path, LIGHTNING_JOB, FW_STALL_AT="25", FW_RANK="1")
+    try:
+        stalled = run.wait("stall mark", lambda: run.mark("stall"), 300)
+        hang = run.wait("hang decision", run.hang, 120)
+        latency = hang["ts"] - stalled
+        print(f"hang decided {latency:.1f}s after the stall: {hang['reason']['message']}")
+        assert latency <= 90.0, hang["reason"]["message"]
+        assert hang["targets"]["ranks"] == [1], hang["reason"]["message"]
+        ev = hang["evidence"]
+        assert ev["window"]["basis"] == "adaptive" or "stacks_unchanged" in ev, ev["window"]
+        assert ev["culprit_basis"] in ("stacks", "flight recorder"), ev
+        assert "rank 1 is at lightning_stall.py:" in hang["reason"]["message"]
+        assert "on_train_batch_end" in hang["reason"]["message"]
+        stacks = ev["diagnosis"]["stacks"]["ranks"]
+        assert stacks["0"]["state"] == "collective" and stacks["1"]["state"] == "elsewhere"
+        asked = [d for d in run.decided() if d["reason"]["kind"] == "diagnose"]
+        assert len(asked) >= 2 and asked[0]["ts"] < hang["ts"]
+    finally:
+        run.stop()
