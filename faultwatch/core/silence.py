@@ -177,19 +177,18 @@ def _hang(st: JobState, alive: list[NodeState], now_ev: float, policy: Policy,
                 ranks=culprits, rule=None, category=None, message=msg, evidence=evidence)
 
 
-def probe_offsets(window: float, policy: Policy) -> list[float]:
-    """Silences (seconds) at which the stacks are captured before the window's own request
-    at diagnose_at of it: diagnose_at x floor, then floor, 2 x floor, 4 x floor, ... A
-    window the job's cadence taught is short and its own request is all there is; a long
-    one (the ceiling: nothing learned, e.g. a progress bar that draws nothing when the
-    output is no terminal) gets probes whose unchanged stacks can decide earlier
-    (_stuck_stacks). Doubling keeps a silent healthy job's requests few (log2 of the
-    window)."""
-    last = policy.diagnose_at * window
+def probe_offsets(limit_s: float, policy: Policy) -> list[float]:
+    """Silences (seconds) below `limit_s` (where the window's own request comes) at which the
+    stacks are captured: diagnose_at x floor, then every hang_floor_s. A window the job's
+    cadence taught is short and its own request is about all there is; a long one (the
+    ceiling: nothing learned, e.g. a progress bar that draws nothing when the output is no
+    terminal; or a deadline a checkpoint write extended) gets probes whose unchanged stacks
+    decide once the job is stuck (_stuck_stacks): a stall late in a long silence is seen
+    within about two floors. Bounded: limit_s / hang_floor_s requests per silence."""
     out, t = [], policy.diagnose_at * policy.hang_floor_s
-    while t < last:
+    while t < limit_s:
         out.append(t)
-        t = policy.hang_floor_s if t < policy.hang_floor_s else 2 * t
+        t = (t // policy.hang_floor_s + 1) * policy.hang_floor_s
     return out
 
 
@@ -218,15 +217,16 @@ def _ask(st: JobState, now_ev: float, window: float, frac: float, silent_since: 
     seen) runs out."""
     silence = now_ev - silent_since
     if until is None:
-        due = frac >= policy.diagnose_at
-        target = silent_since + window
-        if not due:
-            probes = [o for o in probe_offsets(window, policy) if o <= silence]
-            due = bool(probes)
-            target = silent_since + (probes[-1] if probes else 0.0)
+        due, target = frac >= policy.diagnose_at, silent_since + window
+        limit = policy.diagnose_at * window
     else:
         target = until
         due = now_ev >= until - (1 - policy.diagnose_at) * window
+        limit = until - silent_since - (1 - policy.diagnose_at) * window
+    if not due:
+        probes = [o for o in probe_offsets(limit, policy) if o <= silence]
+        due = bool(probes)
+        target = silent_since + (probes[-1] if probes else 0.0)
     if not due or (st.diag_for is not None and abs(st.diag_for - target) < 1e-3):
         return None
     st = dataclasses.replace(st, diag_for=target, diag_asked=now_ev)

@@ -20,9 +20,10 @@ SLEEP = {"state": "elsewhere", "op": None, "at": "train.py:45 in on_train_batch_
          "frames": ["train.py:45 in on_train_batch_end"], "idle": True}
 
 
-def test_probes_double_from_half_the_floor_up_to_the_windows_own_request() -> None:
-    assert probe_offsets(600.0, P) == [15.0, 30.0, 60.0, 120.0, 240.0]
-    assert probe_offsets(40.0, P) == [15.0]  # a learned short window: its own request at 20 s
+def test_probes_from_half_the_floor_then_every_floor_up_to_the_windows_own_request() -> None:
+    assert probe_offsets(300.0, P) == [15.0, 30.0, 60.0, 90.0, 120.0, 150.0, 180.0, 210.0,
+                                       240.0, 270.0]
+    assert probe_offsets(20.0, P) == [15.0]  # a learned 40 s window: its own request at 20 s
 
 
 def silent(st: JobState | None = None) -> tuple[JobState, float]:
@@ -74,8 +75,8 @@ def test_a_culprit_on_cpu_or_using_cpu_is_left_to_the_window() -> None:
 
 def test_a_changing_stack_restarts_the_span() -> None:
     moved = [dict(SLEEP, at=f"train.py:{40 + i} in step", frames=[f"train.py:{40 + i}"])
-             for i in range(6)]
-    asked, hang = run(moved, [5.0] * 6)
+             for i in range(20)]
+    asked, hang = run(moved, [5.0] * 20)
     assert hang is None and len(asked) >= 4
 
 
@@ -83,3 +84,12 @@ def test_a_checkpoint_writer_is_never_decided_early() -> None:
     save = {"state": "checkpoint", "op": "_save", "at": "train.py:60 in save",
             "frames": ["serialization.py:650 in _save"], "idle": True}
     assert run([save], [5.0])[1] is None
+
+
+def test_a_stall_after_a_long_checkpoint_write_is_decided_two_floors_after_it() -> None:
+    save = {"state": "checkpoint", "op": "_save", "at": "train.py:60 in save",
+            "frames": ["serialization.py:650 in _save"], "idle": True}
+    asked, hang = run([save] * 4 + [SLEEP], [5.0] * 5, until_s=400.0)
+    assert asked[:5] == [15.0, 30.0, 60.0, 90.0, 120.0]  # probes go on through the write
+    assert hang is not None and hang.ranks == (1,)
+    assert 150.0 <= hang.ts - 103.0 <= 152.0, hang.ts - 103.0
