@@ -129,15 +129,16 @@ def _hang_naming_rank_1(run: Run, job_file: str, func: str) -> tuple[dict[str, A
     return hang, latency
 
 
-# Trainer: tqdm and the log dicts teach a window of a few tens of seconds (floor 30 s). The
+# Trainer: tqdm and the log dicts teach a window of a few tens of seconds (floor 30 s) in its
+# first ~25 steps (before that the window is the ceiling: the save comes at step 30). The
 # save lasts HF_SAVE_S (checked below to be at least 3x the window the run learned); then
-# output resumes, rank 1 stalls at step 40 and the window decides (~50 s after the stall).
+# output resumes, rank 1 stalls at step 45 and the window decides (~50 s after the stall).
 HF_SAVE_S = 130.0
 
 
 def test_trainer_silent_save_is_no_hang_then_a_stuck_rank_is_one_naming_rank_1(tmp_path: Path
                                                                                ) -> None:
-    run = Run(tmp_path, HF_JOB, FW_SAVE_AT="20", FW_SAVE_S=str(HF_SAVE_S), FW_STALL_AT="40",
+    run = Run(tmp_path, HF_JOB, FW_SAVE_AT="30", FW_SAVE_S=str(HF_SAVE_S), FW_STALL_AT="45",
               FW_RANK="1")
     try:
         began, ended = _no_hang_during_the_save(run, HF_SAVE_S)
