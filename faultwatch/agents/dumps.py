@@ -89,10 +89,23 @@ def pyspy() -> str | None:
 
 async def pyspy_dump(pid: int, exe: str, timeout_s: float = PYSPY_TIMEOUT_S
                      ) -> tuple[list[dict[str, Any]] | None, str | None]:
-    """(threads, None) of one process, or (None, why not)."""
+    """(threads, None) of one process, or (None, why not). Python frames first (a short
+    pause); native frames too when only they tell what an idle rank waits for
+    (stacks.needs_native: DDP's gradient all-reduce inside backward)."""
+    threads, err = await _pyspy(pid, exe, timeout_s, native=False)
+    if threads is not None and stacks.needs_native(threads):
+        deep, _why = await _pyspy(pid, exe, timeout_s, native=True)
+        if deep is not None:  # unwinding may be unsupported here: the Python view stays
+            return deep, None
+    return threads, err
+
+
+async def _pyspy(pid: int, exe: str, timeout_s: float, native: bool
+                 ) -> tuple[list[dict[str, Any]] | None, str | None]:
     try:
         proc = await asyncio.create_subprocess_exec(
-            exe, "dump", "--pid", str(pid), "--json", stdout=asyncio.subprocess.PIPE,
+            exe, "dump", "--pid", str(pid), "--json", *(["--native"] if native else []),
+            stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE, stdin=asyncio.subprocess.DEVNULL)
     except OSError as e:
         return None, str(e)

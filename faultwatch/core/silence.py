@@ -224,7 +224,9 @@ def _ask(st: JobState, now_ev: float, window: float, frac: float, silent_since: 
         due = now_ev >= until - (1 - policy.diagnose_at) * window
         limit = until - silent_since - (1 - policy.diagnose_at) * window
     if not due:
-        probes = [o for o in probe_offsets(limit, policy) if o <= silence]
+        asked = st.diag_asked if st.diag_asked is not None else float("-inf")
+        probes = [o for o in probe_offsets(limit, policy)  # each once, none already covered
+                  if o <= silence and asked < silent_since + o]
         due = bool(probes)
         target = silent_since + (probes[-1] if probes else 0.0)
     if not due or (st.diag_for is not None and abs(st.diag_for - target) < 1e-3):

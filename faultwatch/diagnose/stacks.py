@@ -32,6 +32,25 @@ _CKPT_FILE = re.compile(r"torch/serialization\.py$|safetensors/|torch/distribute
 _CKPT_FUNC = re.compile(r"^(_?save(_checkpoint|_model|_pretrained|_file|_state_dict)?|"
                         r"_save_checkpoint|save_checkpoint|dump|write|flush|fsync|"
                         r"_write_item|write_data|_legacy_save|_save)$")
+# DDP's own collectives (torch/nn/parallel/distributed.py): buffer and parameter broadcasts
+# before forward, the unused-parameter and join all-reduces; they call the C++ binding
+# (dist._broadcast_coalesced) or distributed_c10d with these frames above it.
+_DDP_FILE = re.compile(r"torch/nn/parallel/distributed\.py$")
+_DDP_COLLECTIVE_FUNC = re.compile(
+    r"^_(sync_buffers|sync_module_buffers|default_broadcast_coalesced|"
+    r"distributed_broadcast_coalesced|sync_params_and_buffers|"
+    r"check_global_requires_backward_grad_sync|match_all_reduce_for_bwd_pass|"
+    r"match_unused_params_allreduce|find_common_rank)$")
+# Native frames (py-spy --native) of a thread blocked in communication, from torch's c10d
+# (torch/csrc/distributed/c10d: the Reducer that all-reduces DDP's gradient buckets from an
+# autograd hook and waits for them in finalize_backward; Work/Future waits; the
+# ProcessGroup backends) and the gloo library. DDP's gradient all-reduce has no Python frame:
+# the main thread sits in autograd's _engine_run_backward.
+_NATIVE_REDUCER = re.compile(r"^c10d::Reducer::(finalize_backward|finalize_backward_manual|"
+                             r"all_reduce_bucket|all_reduce_local_used_map|delay_all_reduce|"
+                             r"mark_bucket_ready|ensure_prior_reduction_finished)")
+_NATIVE_COMM = re.compile(r"^(c10d::(ProcessGroup\w*|\w*Work\w*|broadcast_coalesced|"
+                          r"detail::\w+)|gloo::|ncclGroupEnd|ncclComm|c10::ivalue::Future::wait)")
 _DATA_FILE = re.compile(r"torch/utils/data/(dataloader|_utils/fetch)\.py$")
 _LIBRARY = re.compile(r"/(site|dist)-packages/|/lib/python3\.\d+/|^<frozen |^<string>")
 
@@ -44,6 +63,7 @@ class Frame:
     name: str
     filename: str
     line: int
+    native: bool = False  # a C/C++ frame (py-spy --native marks them with their `module`)
 
     def where(self) -> str:
         return f"{self.filename.rsplit('/', 1)[-1]}:{self.line} in {self.name}"
@@ -86,7 +106,7 @@ def _frames(thread: Mapping[str, Any]) -> list[Frame]:
         if isinstance(f, Mapping):
             try:
                 out.append(Frame(str(f.get("name", "?")), str(f.get("filename", "?")),
-                                 int(f.get("line") or 0)))
+                                 int(f.get("line") or 0), f.get("module") is not None))
             except (TypeError, ValueError):
                 continue
     return out
@@ -108,7 +128,8 @@ def main_thread(threads: Sequence[Mapping[str, Any]]) -> list[Frame]:
 def classify(rank: int, threads: Sequence[Mapping[str, Any]]) -> RankActivity:
     """The state of a rank from its threads' stacks (main thread decides)."""
     t = _main(threads)
-    frames = _frames(t) if t is not None else []
+    every = _frames(t) if t is not None else []
+    frames = [f for f in every if not f.native] or every  # what a person reads: Python
     if not frames:
         return RankActivity(rank, UNKNOWN, None, None)
     active = t.get("active") if t is not None else None
@@ -119,6 +140,15 @@ def classify(rank: int, threads: Sequence[Mapping[str, Any]]) -> RankActivity:
     for f in frames:
         if _DIST_FILE.search(f.filename) and f.name in COLLECTIVES:
             return RankActivity(rank, COLLECTIVE, f.name, at, shown, idle)
+        if _DDP_FILE.search(f.filename) and _DDP_COLLECTIVE_FUNC.match(f.name):
+            return RankActivity(rank, COLLECTIVE, f"DDP {f.name.strip('_')}", at, shown, idle)
+    for f in every:
+        if f.native and _NATIVE_REDUCER.match(f.name):
+            return RankActivity(rank, COLLECTIVE, "DDP gradient all_reduce", at, shown, idle)
+    for f in every:
+        if f.native and _NATIVE_COMM.match(f.name):
+            op = f.name.split("(")[0][:120]
+            return RankActivity(rank, COLLECTIVE, op, at, shown, idle)
     for f in frames:
         if _CKPT_FILE.search(f.filename) or (_CKPT_FUNC.match(f.name) and "save" in f.name):
             return RankActivity(rank, CHECKPOINT, f.name, at, shown, idle)
@@ -126,6 +156,22 @@ def classify(rank: int, threads: Sequence[Mapping[str, Any]]) -> RankActivity:
         if _DATA_FILE.search(f.filename):
             return RankActivity(rank, DATA, f.name, at, shown, idle)
     return RankActivity(rank, ELSEWHERE, None, at, shown, idle)
+
+
+_TORCH_FILE = re.compile(r"/torch/[^/]+")
+
+
+def needs_native(threads: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether only native frames can tell what the rank waits for: its main thread is off
+    CPU inside torch (autograd's backward, a C++ binding) and its Python frames show no
+    collective, checkpoint or data loading (DDP's gradient all-reduce looks like this).
+    py-spy must pause a process to unwind native frames: only such idle ranks are asked."""
+    t = _main(threads)
+    frames = _frames(t) if t is not None else []
+    if not frames or t is None or t.get("active") is not False:
+        return False
+    return bool(_TORCH_FILE.search(frames[0].filename)) \
+        and classify(0, threads).state == ELSEWHERE
 
 
 @dataclass(frozen=True)

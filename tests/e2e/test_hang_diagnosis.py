@@ -21,7 +21,8 @@ from faultwatch.core.diagnosis import verdict
 from faultwatch.diagnose import flight_recorder, stacks
 from tests.e2e.conftest import job_env
 
-JOB = Path(__file__).parent / "jobs" / "collectives.py"
+JOBS = Path(__file__).parent / "jobs"
+JOB = JOBS / "collectives.py"
 pytestmark = pytest.mark.slow
 
 
@@ -193,3 +194,46 @@ def test_diagnose_cli_asks_a_running_cluster_job(kafka_bootstrap: str, tmp_path:
             for pid in ranks.values():
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
+
+
+def test_ddp_gradient_all_reduce_inside_backward_is_seen_as_the_collective(tmp_path: Path
+                                                                         ) -> None:
+    """A real DDP job (gloo) whose rank 1 stops before a backward: rank 0 blocks in DDP's
+    gradient all-reduce inside backward, where no torch.distributed Python frame is on its
+    stack. The agent's capture (py-spy, native frames for the idle rank inside torch) must
+    say rank 0 is in a collective and name rank 1 with its line."""
+    marks = tmp_path / "marks.txt"
+    env = job_env(FW_STALL_AT="10", FW_RANK="1", FW_MARKS=str(marks))
+    proc = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--standalone",
+                             "--nproc-per-node", "2", str(JOBS / "ddp_stall.py")], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and (
+                not marks.exists() or len(marks.read_text().splitlines()) < 2):
+            time.sleep(0.5)
+        assert marks.exists(), "the job never reached its stall"
+        note: dict = {}
+        found = None
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:  # rank 0 reaches the all-reduce a moment later
+            note = asyncio.run(capture(proc.pid, None))
+            found = verdict({"n0": {**note, "ts": time.time()}})
+            if found is not None and found.culprits:
+                break
+            time.sleep(1)
+        assert found is not None and found.culprits == (1,), (found, note)
+        assert found.basis == "stacks"
+        r0 = note["ranks"]["0"]["stack"]
+        assert r0["state"] == "collective" and r0["op"] == "DDP gradient all_reduce", r0
+        assert r0["frames"][0].endswith("in _engine_run_backward"), r0
+        assert found.sentence.startswith(
+            "rank 0 in DDP gradient all_reduce; rank 1 is at ddp_stall.py:"), found.sentence
+    finally:
+        ranks = rank_pids(proc.pid)
+        os.killpg(proc.pid, signal.SIGKILL)
+        for pid in ranks.values():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        proc.wait(30)
