@@ -131,8 +131,9 @@ def _hang_naming_rank_1(run: Run, job_file: str, func: str) -> tuple[dict[str, A
 
 # Trainer: tqdm and the log dicts teach a window of a few tens of seconds (floor 30 s) in its
 # first ~25 steps (before that the window is the ceiling: the save comes at step 30). The
-# save lasts HF_SAVE_S (checked below to be at least 3x the window the run learned); then
-# output resumes, rank 1 stalls at step 45 and the window decides (~50 s after the stall).
+# save lasts HF_SAVE_S (checked below to be at least 3x the window in effect then); then
+# output resumes, rank 1 stalls at step 45 and the window or, when the save's gaps lengthened
+# it, the unchanged stacks decide (seen: 50-65 s after the stall).
 HF_SAVE_S = 100.0
 
 
@@ -149,7 +150,11 @@ def test_trainer_silent_save_is_no_hang_then_a_stuck_rank_is_one_naming_rank_1(t
         ev = hang["evidence"]
         assert ev["window"]["basis"] == "adaptive", ev["window"]
         assert ev["window"]["learned_from"] in ("progress steps", "output gaps")
-        assert ended - began >= 3 * ev["window_s"], (ended - began, ev["window_s"])
+        # the window in effect during the save (the requests made then carry it; the save's
+        # own gaps may lengthen the window learned afterwards)
+        during = [d["evidence"]["window_s"] for d in run.decided()
+                  if d["reason"]["kind"] == "diagnose" and began < d["ts"] < ended]
+        assert during and ended - began >= 3 * max(during), (ended - began, during)
         asked = [d for d in run.decided() if d["reason"]["kind"] == "diagnose"]
         assert asked and asked[-1]["ts"] < hang["ts"]
     finally:
