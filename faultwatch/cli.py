@@ -292,10 +292,10 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_diagnose(args: argparse.Namespace) -> int:
-    from faultwatch.diagnose import ask
+    from faultwatch import diagnosis_request
 
-    return ask.run(_need_bootstrap(args), Topics(args.topic_prefix), args.job,
-                   as_json=args.json, timeout_s=args.timeout_s)
+    return diagnosis_request.run(_need_bootstrap(args), Topics(args.topic_prefix), args.job,
+                                 as_json=args.json, timeout_s=args.timeout_s)
 
 
 def cmd_agent(args: argparse.Namespace) -> int:
