@@ -85,8 +85,9 @@ class Run:
             if self.proc.poll() is not None:
                 break
             time.sleep(0.5)
-        raise AssertionError(f"no {what} in {timeout_s:g}s; decisions "
-                             f"{[d['kind'] for d in self.decided()]}; output:\n{self.tail()}")
+        kinds = [d["reason"]["kind"] for d in self.decided()]
+        raise AssertionError(f"no {what} in {timeout_s:g}s; decisions {kinds}; "
+                             f"output:\n{self.tail()}")
 
     def hang(self) -> dict[str, Any] | None:
         return next((d for d in self.decided() if d["reason"]["kind"] == "hang"), None)
@@ -107,9 +108,11 @@ def _no_hang_during_the_save(run: Run, save_s: float) -> tuple[float, float]:
     """Wait for the save to begin and end (rank 0's marks); no hang decision before its end.
     Returns (save began, save ended)."""
     began = run.wait("save mark", lambda: run.mark("save"), 300)
-    ended = run.wait("saved mark", lambda: run.mark("saved"), save_s + 120)
+    run.wait("saved mark or hang decision", lambda: run.mark("saved") or run.hang(),
+             save_s + 120)
+    ended = run.mark("saved") or float("inf")
     early = [d for d in run.decided() if d["reason"]["kind"] == "hang" and d["ts"] <= ended]
-    assert not early, early[0]["reason"]["message"]
+    assert not early, f"hang decided during the save: {early[0]['reason']['message']}"
     return began, ended
 
 
