@@ -291,6 +291,13 @@ def cmd_status(args: argparse.Namespace) -> int:
                       as_json=args.json, watch=args.watch, interval_s=args.interval_s)
 
 
+def cmd_diagnose(args: argparse.Namespace) -> int:
+    from faultwatch import diagnosis_request
+
+    return diagnosis_request.run(_need_bootstrap(args), Topics(args.topic_prefix), args.job,
+                                 as_json=args.json, timeout_s=args.timeout_s)
+
+
 def cmd_agent(args: argparse.Namespace) -> int:
     from faultwatch.agents.cli import config_from_args
     from faultwatch.agents.entry import main_sync
@@ -610,6 +617,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--follow", "-f", action="store_true", help="keep reading new decisions")
     p.add_argument("--json", action="store_true", help="one JSON object per line")
     p.set_defaults(func=cmd_decisions)
+
+    p = sub.add_parser("diagnose", help="ask a running job's agents for every rank's stack and "
+                                        "Flight Recorder dump; print who waits where (cluster "
+                                        "mode; embedded mode does this before every hang)")
+    _add_kafka_flags(p)
+    p.add_argument("job", help="job id")
+    p.add_argument("--json", action="store_true", help="the analysis as one JSON object")
+    p.add_argument("--timeout-s", type=float, default=30.0,
+                   help="wait this long for the nodes' answers")
+    p.set_defaults(func=cmd_diagnose)
 
     p = sub.add_parser("logs", help="print the shipped lines of a job, all nodes and ranks")
     _add_kafka_flags(p)

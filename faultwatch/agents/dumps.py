@@ -64,6 +64,21 @@ def rank_pids(root: int) -> dict[int, int]:
     return out
 
 
+def cpu_seconds(pid: int) -> float | None:
+    """CPU time (user + system, every thread) the process has used, or None when gone. A rank
+    stuck in a wait uses almost none between two captures; a rank making progress does."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            raw = f.read().decode(errors="replace")
+    except OSError:
+        return None
+    fields = raw[raw.rfind(")") + 2:].split()  # after "pid (comm) ": state is field 3
+    try:
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (IndexError, ValueError, OSError):
+        return None
+
+
 def pyspy() -> str | None:
     """The py-spy executable next to this interpreter, or on PATH."""
     import sys
@@ -74,10 +89,23 @@ def pyspy() -> str | None:
 
 async def pyspy_dump(pid: int, exe: str, timeout_s: float = PYSPY_TIMEOUT_S
                      ) -> tuple[list[dict[str, Any]] | None, str | None]:
-    """(threads, None) of one process, or (None, why not)."""
+    """(threads, None) of one process, or (None, why not). Python frames first (a short
+    pause); native frames too when only they tell what an idle rank waits for
+    (stacks.needs_native: DDP's gradient all-reduce inside backward)."""
+    threads, err = await _pyspy(pid, exe, timeout_s, native=False)
+    if threads is not None and stacks.needs_native(threads):
+        deep, _why = await _pyspy(pid, exe, timeout_s, native=True)
+        if deep is not None:  # unwinding may be unsupported here: the Python view stays
+            return deep, None
+    return threads, err
+
+
+async def _pyspy(pid: int, exe: str, timeout_s: float, native: bool
+                 ) -> tuple[list[dict[str, Any]] | None, str | None]:
     try:
         proc = await asyncio.create_subprocess_exec(
-            exe, "dump", "--pid", str(pid), "--json", stdout=asyncio.subprocess.PIPE,
+            exe, "dump", "--pid", str(pid), "--json", *(["--native"] if native else []),
+            stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE, stdin=asyncio.subprocess.DEVNULL)
     except OSError as e:
         return None, str(e)
@@ -224,7 +252,7 @@ async def capture(child_pid: int, diag_dir: Path | None) -> dict[str, Any]:
         if threads is None and d.get("threads"):
             threads, source = d["threads"], "sdk"
         entry: dict[str, Any] = {"source": source if threads is not None else "",
-                                 "stack": None, "fr": None}
+                                 "stack": None, "fr": None, "cpu_s": cpu_seconds(pids[rank])}
         if threads is not None:
             entry["stack"] = stacks.classify(rank, threads).to_dict()
         else:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -40,8 +41,17 @@ class Verdict:
     evidence: dict[str, Any] = field(default_factory=dict)
 
 
+def _cpu(d: Mapping[str, Any]) -> float | None:
+    c = d.get("cpu_s")
+    return float(c) if isinstance(c, int | float) and math.isfinite(c) and c >= 0 else None
+
+
 def fold_answer(st: JobState, ev: Notice) -> JobState:
-    """Keep a node's latest answer (attempt-scoped; output resuming clears them)."""
+    """Keep a node's latest answer (attempt-scoped; output resuming clears them), and since
+    when its ranks' stacks have not changed: `same_since` is the time of the first of the
+    consecutive answers whose stack digests all equal this one's, `base_cpu` the ranks' CPU
+    seconds at that capture (stacks.py digests carry no addresses or times, so equal digests
+    mean the same code location and state)."""
     ranks = ev.data.get("ranks")
     if not isinstance(ranks, Mapping):
         return st
@@ -52,12 +62,56 @@ def fold_answer(st: JobState, ev: Notice) -> JobState:
             kept[str(int(str(r)))] = {
                 "stack": d.get("stack") if isinstance(d.get("stack"), Mapping) else None,
                 "fr": fr if isinstance(fr, str) and len(fr) <= MAX_FR_CHARS else None,
-                "source": str(d.get("source", ""))[:32]}
+                "source": str(d.get("source", ""))[:32], "cpu_s": _cpu(d)}
     errors = ev.data.get("errors")
-    answer = {"ts": ev.ts, "request": str(ev.data.get("request", ""))[:64], "ranks": kept,
-              "errors": {str(k): str(v)[:300] for k, v in list(errors.items())[:64]}
-              if isinstance(errors, Mapping) else {}}
+    answer: dict[str, Any] = {
+        "ts": ev.ts, "request": str(ev.data.get("request", ""))[:64], "ranks": kept,
+        "errors": {str(k): str(v)[:300] for k, v in list(errors.items())[:64]}
+        if isinstance(errors, Mapping) else {}}
+    digests = {r: d["stack"] for r, d in kept.items()}
+    prev = st.diagnoses.get(ev.node)
+    old = thaw(prev) if prev is not None else None
+    if old is not None and old.get("ts", ev.ts) <= ev.ts and digests and all(digests.values()) \
+            and {r: d.get("stack") for r, d in old.get("ranks", {}).items()} == digests:
+        answer["same_since"] = old.get("same_since", old["ts"])
+        answer["base_cpu"] = old.get("base_cpu", {})
+    else:
+        answer["same_since"] = ev.ts
+        answer["base_cpu"] = {r: d["cpu_s"] for r, d in kept.items()}
     return dataclasses.replace(st, diagnoses=st.diagnoses.set(ev.node, freeze(answer)))
+
+
+IDLE_CPU_FRACTION = 0.1  # a rank using less than this of a core between captures made no progress
+
+
+def unchanged_for(answers: Mapping[str, Mapping[str, Any]], since: float,
+                  culprits: tuple[int, ...]) -> tuple[float, dict[str, Any]]:
+    """How long every answering node's stacks have stayed the same during the silence that
+    began at `since`, requiring the culprits to be off CPU in those stacks (py-spy's idle
+    flag) and to have used almost no CPU between the first and the last capture: a rank
+    busy at one line may be computing (a long kernel), not stuck. (0, why) otherwise."""
+    spans = []
+    cpu: dict[str, float] = {}
+    for node, a in answers.items():
+        first = max(float(a.get("same_since", a["ts"])), since)
+        span = float(a["ts"]) - first
+        for r, d in a.get("ranks", {}).items():
+            if int(r) not in culprits:
+                continue
+            stack = d.get("stack") or {}
+            if stack.get("idle") is not True:
+                return 0.0, {"why": f"rank {r} ({node}) is not known to be idle"}
+            base, now = a.get("base_cpu", {}).get(r), d.get("cpu_s")
+            if base is None or now is None:
+                return 0.0, {"why": f"no CPU time for rank {r} ({node})"}
+            used = float(now) - float(base)
+            if span > 0 and used > IDLE_CPU_FRACTION * span:
+                return 0.0, {"why": f"rank {r} used {used:.1f}s of CPU in {span:.0f}s"}
+            cpu[r] = round(used, 3)
+        spans.append(span)
+    if not spans:
+        return 0.0, {"why": "no answers"}
+    return min(spans), {"culprit_cpu_s": cpu, "captures_span_s": round(min(spans), 3)}
 
 
 def answers_since(st: JobState, since: float) -> dict[str, dict[str, Any]]:

@@ -26,6 +26,7 @@ from faultwatch.core.diagnosis import (
     DIAGNOSE_KIND,
     Verdict,
     answers_since,
+    unchanged_for,
     verdict,
 )
 from faultwatch.core.pmap import PMap
@@ -117,7 +118,10 @@ def _hang(st: JobState, alive: list[NodeState], now_ev: float, policy: Policy,
         ask = _ask(st, now_ev, window, frac, silent_since, until, policy, rv)
         if ask is not None:
             return ask
-    if frac < 1.0 or (until is not None and now_ev < until):
+    confirmed: dict[str, Any] | None = None
+    if frac < 1.0 and until is None and found is not None:
+        confirmed = _stuck_stacks(answers, found, now_ev - silent_since, silent_since, policy)
+    if confirmed is None and (frac < 1.0 or (until is not None and now_ev < until)):
         if until is not None and frac >= 1.0:
             return _deferred(st, now_ev, silent_since, until, found, policy, rv)
         return None
@@ -138,6 +142,10 @@ def _hang(st: JobState, alive: list[NodeState], now_ev: float, policy: Policy,
     }
     msg = f"every rank silent for {now_ev - silent_since:.1f}s (window {window:g}s, " \
           f"{describe_basis(basis)})"
+    if confirmed is not None:
+        evidence["stacks_unchanged"] = confirmed
+        msg += f"; before the window: every rank's stack unchanged for " \
+               f"{confirmed['captures_span_s']:.0f}s, the culprits idle"
     if until is not None:
         evidence["extended_until"] = round(until, 3)
     culprits: tuple[int, ...] = ()
@@ -169,24 +177,66 @@ def _hang(st: JobState, alive: list[NodeState], now_ev: float, policy: Policy,
                 ranks=culprits, rule=None, category=None, message=msg, evidence=evidence)
 
 
+def probe_offsets(limit_s: float, policy: Policy) -> list[float]:
+    """Silences (seconds) below `limit_s` (where the window's own request comes) at which the
+    stacks are captured: diagnose_at x floor, then every hang_floor_s. A window the job's
+    cadence taught is short and its own request is about all there is; a long one (the
+    ceiling: nothing learned, e.g. a progress bar that draws nothing when the output is no
+    terminal; or a deadline a checkpoint write extended) gets probes whose unchanged stacks
+    decide once the job is stuck (_stuck_stacks): a stall late in a long silence is seen
+    within about two floors. Bounded: limit_s / hang_floor_s requests per silence."""
+    out, t = [], policy.diagnose_at * policy.hang_floor_s
+    while t < limit_s:
+        out.append(t)
+        t = (t // policy.hang_floor_s + 1) * policy.hang_floor_s
+    return out
+
+
+def _stuck_stacks(answers: dict[str, dict[str, Any]], found: Verdict, silence_s: float,
+                  silent_since: float, policy: Policy) -> dict[str, Any] | None:
+    """Evidence that the job is stuck before its window ends, or None: the stacks name
+    culprits (ranks wait in a collective, the culprits are elsewhere; none loads data or
+    writes a checkpoint), every rank's stack stayed the same over captures spanning at least
+    hang_floor_s of this silence (the shortest window a cadence may teach), and the culprits
+    sat off CPU throughout (diagnosis.unchanged_for)."""
+    if found.basis != "stacks" or not found.culprits or silence_s < policy.hang_floor_s:
+        return None
+    states = found.evidence.get("stacks", {}).get("ranks", {})
+    if any(states.get(str(r), {}).get("state") != "elsewhere" for r in found.culprits):
+        return None
+    span, detail = unchanged_for(answers, silent_since, found.culprits)
+    if span < policy.hang_floor_s:
+        return None
+    return detail
+
+
 def _ask(st: JobState, now_ev: float, window: float, frac: float, silent_since: float,
          until: float | None, policy: Policy, rv: str) -> Result | None:
-    """The `diagnose` request: once when the silence reaches diagnose_at of the window, and
-    again before an extended deadline (a checkpoint was seen) runs out."""
+    """The `diagnose` request: at the probes (probe_offsets), once when the silence reaches
+    diagnose_at of the window, and again before an extended deadline (a checkpoint was
+    seen) runs out."""
+    silence = now_ev - silent_since
     if until is None:
-        target, due = silent_since + window, frac >= policy.diagnose_at
+        due, target = frac >= policy.diagnose_at, silent_since + window
+        limit = policy.diagnose_at * window
     else:
         target = until
         due = now_ev >= until - (1 - policy.diagnose_at) * window
+        limit = until - silent_since - (1 - policy.diagnose_at) * window
+    if not due:
+        asked = st.diag_asked if st.diag_asked is not None else float("-inf")
+        probes = [o for o in probe_offsets(limit, policy)  # each once, none already covered
+                  if o <= silence and asked < silent_since + o]
+        due = bool(probes)
+        target = silent_since + (probes[-1] if probes else 0.0)
     if not due or (st.diag_for is not None and abs(st.diag_for - target) < 1e-3):
         return None
     st = dataclasses.replace(st, diag_for=target, diag_asked=now_ev)
     return emit(st, DIAGNOSE_KIND, f"diagnose:{target:.3f}", "notify", now_ev, policy, rv,
                 nodes=tuple(sorted(st.nodes)), ranks=(), rule=None, category=None,
-                message=f"every rank silent for {now_ev - silent_since:.1f}s of a "
-                        f"{target - silent_since:g}s window: capturing every rank's stack "
-                        f"and Flight Recorder dump",
-                evidence={"silent_since": silent_since, "deadline": round(target, 3),
+                message=f"every rank silent for {silence:.1f}s (window {window:g}s): "
+                        f"capturing every rank's stack and Flight Recorder dump",
+                evidence={"silent_since": silent_since, "probe_for": round(target, 3),
                           "window_s": round(window, 3)})
 
 

@@ -32,6 +32,25 @@ _CKPT_FILE = re.compile(r"torch/serialization\.py$|safetensors/|torch/distribute
 _CKPT_FUNC = re.compile(r"^(_?save(_checkpoint|_model|_pretrained|_file|_state_dict)?|"
                         r"_save_checkpoint|save_checkpoint|dump|write|flush|fsync|"
                         r"_write_item|write_data|_legacy_save|_save)$")
+# DDP's own collectives (torch/nn/parallel/distributed.py): buffer and parameter broadcasts
+# before forward, the unused-parameter and join all-reduces; they call the C++ binding
+# (dist._broadcast_coalesced) or distributed_c10d with these frames above it.
+_DDP_FILE = re.compile(r"torch/nn/parallel/distributed\.py$")
+_DDP_COLLECTIVE_FUNC = re.compile(
+    r"^_(sync_buffers|sync_module_buffers|default_broadcast_coalesced|"
+    r"distributed_broadcast_coalesced|sync_params_and_buffers|"
+    r"check_global_requires_backward_grad_sync|match_all_reduce_for_bwd_pass|"
+    r"match_unused_params_allreduce|find_common_rank)$")
+# Native frames (py-spy --native) of a thread blocked in communication, from torch's c10d
+# (torch/csrc/distributed/c10d: the Reducer that all-reduces DDP's gradient buckets from an
+# autograd hook and waits for them in finalize_backward; Work/Future waits; the
+# ProcessGroup backends) and the gloo library. DDP's gradient all-reduce has no Python frame:
+# the main thread sits in autograd's _engine_run_backward.
+_NATIVE_REDUCER = re.compile(r"^c10d::Reducer::(finalize_backward|finalize_backward_manual|"
+                             r"all_reduce_bucket|all_reduce_local_used_map|delay_all_reduce|"
+                             r"mark_bucket_ready|ensure_prior_reduction_finished)")
+_NATIVE_COMM = re.compile(r"^(c10d::(ProcessGroup\w*|\w*Work\w*|broadcast_coalesced|"
+                          r"detail::\w+)|gloo::|ncclGroupEnd|ncclComm|c10::ivalue::Future::wait)")
 _DATA_FILE = re.compile(r"torch/utils/data/(dataloader|_utils/fetch)\.py$")
 _LIBRARY = re.compile(r"/(site|dist)-packages/|/lib/python3\.\d+/|^<frozen |^<string>")
 
@@ -44,6 +63,7 @@ class Frame:
     name: str
     filename: str
     line: int
+    native: bool = False  # a C/C++ frame (py-spy --native marks them with their `module`)
 
     def where(self) -> str:
         return f"{self.filename.rsplit('/', 1)[-1]}:{self.line} in {self.name}"
@@ -58,10 +78,12 @@ class RankActivity:
     op: str | None  # the collective or save function, when known
     at: str | None  # innermost frame of the user's code ("train.py:42 in step")
     frames: tuple[str, ...] = ()  # a few innermost frames, innermost first
+    idle: bool | None = None  # off CPU when captured (py-spy's `active`); None: not known
 
     def to_dict(self) -> dict[str, Any]:
         """What an agent ships for this rank (a digest: a few hundred bytes)."""
-        return {"state": self.state, "op": self.op, "at": self.at, "frames": list(self.frames)}
+        return {"state": self.state, "op": self.op, "at": self.at, "frames": list(self.frames),
+                "idle": self.idle}
 
     @classmethod
     def from_dict(cls, rank: int, d: Mapping[str, Any]) -> RankActivity:
@@ -71,9 +93,11 @@ class RankActivity:
             state = UNKNOWN
         op, at = d.get("op"), d.get("at")
         frames = d.get("frames") or ()
+        idle = d.get("idle")
         return cls(rank, state, None if op is None else str(op)[:200],
                    None if at is None else str(at)[:300],
-                   tuple(str(f)[:300] for f in frames[:6]) if isinstance(frames, list) else ())
+                   tuple(str(f)[:300] for f in frames[:6]) if isinstance(frames, list) else (),
+                   idle if isinstance(idle, bool) else None)
 
 
 def _frames(thread: Mapping[str, Any]) -> list[Frame]:
@@ -82,38 +106,72 @@ def _frames(thread: Mapping[str, Any]) -> list[Frame]:
         if isinstance(f, Mapping):
             try:
                 out.append(Frame(str(f.get("name", "?")), str(f.get("filename", "?")),
-                                 int(f.get("line") or 0)))
+                                 int(f.get("line") or 0), f.get("module") is not None))
             except (TypeError, ValueError):
                 continue
     return out
 
 
-def main_thread(threads: Sequence[Mapping[str, Any]]) -> list[Frame]:
-    """The main thread's frames (py-spy names it MainThread; the SDK dump marks `main`)."""
+def _main(threads: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
     for t in threads:
         if t.get("main") or t.get("thread_name") == "MainThread":
-            return _frames(t)
-    return _frames(threads[0]) if threads else []
+            return t
+    return threads[0] if threads else None
+
+
+def main_thread(threads: Sequence[Mapping[str, Any]]) -> list[Frame]:
+    """The main thread's frames (py-spy names it MainThread; the SDK dump marks `main`)."""
+    t = _main(threads)
+    return _frames(t) if t is not None else []
 
 
 def classify(rank: int, threads: Sequence[Mapping[str, Any]]) -> RankActivity:
     """The state of a rank from its threads' stacks (main thread decides)."""
-    frames = main_thread(threads)
+    t = _main(threads)
+    every = _frames(t) if t is not None else []
+    frames = [f for f in every if not f.native] or every  # what a person reads: Python
     if not frames:
         return RankActivity(rank, UNKNOWN, None, None)
+    active = t.get("active") if t is not None else None
+    idle = (not active) if isinstance(active, bool) else None
     user = next((f for f in frames if not _LIBRARY.search(f.filename)), None)
     at = user.where() if user else frames[0].where()
     shown = tuple(f.where() for f in frames[:6])
     for f in frames:
         if _DIST_FILE.search(f.filename) and f.name in COLLECTIVES:
-            return RankActivity(rank, COLLECTIVE, f.name, at, shown)
+            return RankActivity(rank, COLLECTIVE, f.name, at, shown, idle)
+        if _DDP_FILE.search(f.filename) and _DDP_COLLECTIVE_FUNC.match(f.name):
+            return RankActivity(rank, COLLECTIVE, f"DDP {f.name.strip('_')}", at, shown, idle)
+    for f in every:
+        if f.native and _NATIVE_REDUCER.match(f.name):
+            return RankActivity(rank, COLLECTIVE, "DDP gradient all_reduce", at, shown, idle)
+    for f in every:
+        if f.native and _NATIVE_COMM.match(f.name):
+            op = f.name.split("(")[0][:120]
+            return RankActivity(rank, COLLECTIVE, op, at, shown, idle)
     for f in frames:
         if _CKPT_FILE.search(f.filename) or (_CKPT_FUNC.match(f.name) and "save" in f.name):
-            return RankActivity(rank, CHECKPOINT, f.name, at, shown)
+            return RankActivity(rank, CHECKPOINT, f.name, at, shown, idle)
     for f in frames:
         if _DATA_FILE.search(f.filename):
-            return RankActivity(rank, DATA, f.name, at, shown)
-    return RankActivity(rank, ELSEWHERE, None, at, shown)
+            return RankActivity(rank, DATA, f.name, at, shown, idle)
+    return RankActivity(rank, ELSEWHERE, None, at, shown, idle)
+
+
+_TORCH_FILE = re.compile(r"/torch/[^/]+")
+
+
+def needs_native(threads: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether only native frames can tell what the rank waits for: its main thread is off
+    CPU inside torch (autograd's backward, a C++ binding) and its Python frames show no
+    collective, checkpoint or data loading (DDP's gradient all-reduce looks like this).
+    py-spy must pause a process to unwind native frames: only such idle ranks are asked."""
+    t = _main(threads)
+    frames = _frames(t) if t is not None else []
+    if not frames or t is None or t.get("active") is not False:
+        return False
+    return bool(_TORCH_FILE.search(frames[0].filename)) \
+        and classify(0, threads).state == ELSEWHERE
 
 
 @dataclass(frozen=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import re
 import signal
@@ -20,7 +21,8 @@ from faultwatch.core.diagnosis import verdict
 from faultwatch.diagnose import flight_recorder, stacks
 from tests.e2e.conftest import job_env
 
-JOB = Path(__file__).parent / "jobs" / "collectives.py"
+JOBS = Path(__file__).parent / "jobs"
+JOB = JOBS / "collectives.py"
 pytestmark = pytest.mark.slow
 
 
@@ -105,6 +107,130 @@ def test_culprit_named_from_real_ranks(tmp_path: Path, scenario: str, summary_fr
     finally:
         # torchrun starts its workers in sessions of their own: kill them too, or they
         # outlive the test (seen: orphaned ranks blocked in all_reduce)
+        ranks = rank_pids(proc.pid)
+        os.killpg(proc.pid, signal.SIGKILL)
+        for pid in ranks.values():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        proc.wait(30)
+
+
+@pytest.mark.kafka
+def test_diagnose_cli_asks_a_running_cluster_job(kafka_bootstrap: str, tmp_path: Path) -> None:
+    """`faultwatch diagnose JOB` against a real processor and agent: the agent captures its
+    torchrun ranks (py-spy, and the Flight Recorder the SDK armed) and the CLI prints who
+    waits where. The job: rank 1 sleeps before the 6th all_reduce, rank 0 waits in it."""
+    from tests.e2e.cluster import agent_cmd, processor, wait_processor_ready
+    from tests.e2e.conftest import faultwatch_exe
+
+    prefix = f"e2ediag{os.getpid()}{int(time.time())}."
+    job = "diag-cli"
+    with processor(kafka_bootstrap, prefix, tmp_path / "processor.log") as proc:
+        wait_processor_ready(kafka_bootstrap, prefix, proc, tmp_path / "processor.log")
+        cmd = agent_cmd(kafka_bootstrap, prefix, job, "node-0",
+                        [sys.executable, "-m", "torch.distributed.run", "--standalone",
+                         "--nproc-per-node", "2", str(JOB)],
+                        "--follow-decisions", "--spool-dir", str(tmp_path / "spool"))
+        agent = subprocess.Popen(cmd, env=job_env(FW_SCENARIO="sleep"), text=True,
+                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                 start_new_session=True)
+        out: list[str] = []
+        ready: set[str] = set()
+        both = threading.Event()
+
+        def read() -> None:
+            assert agent.stdout is not None
+            for line in agent.stdout:
+                out.append(line)
+                ready.update(re.findall(r"ready (\d+)", line))
+                if len(ready) == 2:
+                    both.set()
+
+        threading.Thread(target=read, daemon=True).start()
+        try:
+            assert both.wait(120), "".join(out[-30:])
+            deadline = time.monotonic() + 60
+            while True:  # the processor's status snapshot of the job comes every 3 s
+                res = subprocess.run([faultwatch_exe(), "diagnose", job, "--json",
+                                      "--bootstrap", kafka_bootstrap, "--topic-prefix", prefix],
+                                     capture_output=True, text=True, timeout=90, env=job_env())
+                rep = json.loads(res.stdout) if res.returncode == 0 else {}
+                fr_groups = (rep.get("diagnosis") or {}).get("flight_recorder", {}).get("groups")
+                if fr_groups and fr_groups[0]["missing"] or time.monotonic() > deadline:
+                    break
+                time.sleep(2)  # not known yet, or rank 0 not inside the collective yet
+            assert res.returncode == 0, res.stderr + res.stdout
+            assert rep["nodes_answered"] == ["node-0"] and rep["nodes_missing"] == []
+            assert rep["culprit_ranks"] == [1] and rep["culprit_basis"] == "flight recorder"
+            assert rep["summary"].startswith(
+                "rank 0 waits in all_reduce #6 (3\u00d74 float); rank 1 never entered it"), rep
+            assert "rank 1 is at collectives.py:" in rep["summary"]
+            g = rep["diagnosis"]["flight_recorder"]["groups"][0]
+            assert g["missing"] == [1] and g["waiting"] == [0]
+            assert g["last"]["0"]["entered"] == 6 and g["last"]["1"]["entered"] == 5
+            ranks = rep["diagnosis"]["stacks"]["ranks"]
+            assert ranks["0"]["state"] == "collective" and ranks["0"]["op"] == "all_reduce"
+            assert ranks["1"]["state"] == "elsewhere"
+            assert ranks["1"]["at"].startswith("collectives.py:")
+            text = subprocess.run([faultwatch_exe(), "diagnose", job, "--bootstrap",
+                                   kafka_bootstrap, "--topic-prefix", prefix],
+                                  capture_output=True, text=True, timeout=90, env=job_env())
+            assert text.returncode == 0, text.stderr
+            assert "rank 0: entered #6 completed #5 all_reduce #6" in text.stdout, text.stdout
+            assert "rank 1: elsewhere at collectives.py:" in text.stdout, text.stdout
+            gone = subprocess.run([faultwatch_exe(), "diagnose", "no-such-job", "--bootstrap",
+                                   kafka_bootstrap, "--topic-prefix", prefix],
+                                  capture_output=True, text=True, timeout=90, env=job_env())
+            assert gone.returncode != 0 and "no processor reports job 'no-such-job'" \
+                in gone.stderr, gone.stderr
+        finally:
+            ranks = rank_pids(agent.pid)
+            os.killpg(agent.pid, signal.SIGTERM)
+            try:
+                agent.wait(30)
+            except subprocess.TimeoutExpired:
+                os.killpg(agent.pid, signal.SIGKILL)
+                agent.wait(10)
+            for pid in ranks.values():
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+
+
+def test_ddp_gradient_all_reduce_inside_backward_is_seen_as_the_collective(tmp_path: Path
+                                                                         ) -> None:
+    """A real DDP job (gloo) whose rank 1 stops before a backward: rank 0 blocks in DDP's
+    gradient all-reduce inside backward, where no torch.distributed Python frame is on its
+    stack. The agent's capture (py-spy, native frames for the idle rank inside torch) must
+    say rank 0 is in a collective and name rank 1 with its line."""
+    marks = tmp_path / "marks.txt"
+    env = job_env(FW_STALL_AT="10", FW_RANK="1", FW_MARKS=str(marks))
+    proc = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--standalone",
+                             "--nproc-per-node", "2", str(JOBS / "ddp_stall.py")], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and (
+                not marks.exists() or len(marks.read_text().splitlines()) < 2):
+            time.sleep(0.5)
+        assert marks.exists(), "the job never reached its stall"
+        note: dict = {}
+        found = None
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:  # rank 0 reaches the all-reduce a moment later
+            note = asyncio.run(capture(proc.pid, None))
+            found = verdict({"n0": {**note, "ts": time.time()}})
+            if found is not None and found.culprits:
+                break
+            time.sleep(1)
+        assert found is not None and found.culprits == (1,), (found, note)
+        assert found.basis == "stacks"
+        r0 = note["ranks"]["0"]["stack"]
+        assert r0["state"] == "collective" and r0["op"] == "DDP gradient all_reduce", r0
+        assert r0["frames"][0].endswith("in _engine_run_backward"), r0
+        assert found.sentence.startswith(
+            "rank 0 in DDP gradient all_reduce; rank 1 is at ddp_stall.py:"), found.sentence
+    finally:
         ranks = rank_pids(proc.pid)
         os.killpg(proc.pid, signal.SIGKILL)
         for pid in ranks.values():

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from faultwatch.diagnose.stacks import CHECKPOINT, COLLECTIVE, DATA, analyse, classify
+from faultwatch.diagnose.stacks import CHECKPOINT, COLLECTIVE, DATA, analyse, classify, needs_native
 
 SITE = "/venv/lib/python3.11/site-packages"
 
@@ -54,3 +54,61 @@ def test_data_loading_and_main_thread_choice() -> None:
 def test_junk_is_unknown_not_an_error() -> None:
     assert classify(0, [{"frames": [None, {"line": "x"}]}]).state in ("unknown", "elsewhere")
     assert analyse({}).culprits == ()
+
+
+def _native(name: str, so: str = "/x/site-packages/torch/lib/libtorch_cpu.so") -> dict:
+    return {"name": name, "filename": so, "module": so, "line": 0}
+
+
+def _py(name: str, filename: str, line: int) -> dict:
+    return {"name": name, "filename": filename, "module": None, "line": line}
+
+
+# rank 0 of a real DDP job (gloo) whose rank 1 stopped before backward, as py-spy --native
+# printed it (torch 2.15): the gradient all-reduce has no Python frame
+DDP_WAIT = [{"thread_name": "MainThread", "active": False, "frames": [
+    _native("pthread_cond_wait", "/usr/lib/x86_64-linux-gnu/libc.so.6"),
+    _native("std::condition_variable::wait", "/usr/lib/libstdc++.so.6"),
+    _native("c10d::Reducer::finalize_backward"),
+    _native("torch::autograd::GraphTask::exec_post_processing"),
+    _native("THPEngine_run_backward", "/x/site-packages/torch/lib/libtorch_python.so"),
+    _py("_engine_run_backward", "/x/site-packages/torch/autograd/graph.py", 1113),
+    _py("backward", "/x/site-packages/torch/autograd/__init__.py", 395),
+    _py("Tensor.backward", "/x/site-packages/torch/_tensor.py", 623),
+    _py("<module>", "/w/ddp_stall.py", 36)]}]
+NATIVE_SLEEP = [{"thread_name": "MainThread", "active": False, "frames": [
+    _native("clock_nanosleep", "/usr/lib/x86_64-linux-gnu/libc.so.6"),
+    _native("time_sleep", "/usr/lib/libpython3.11.so.1.0"),
+    _py("<module>", "/w/ddp_stall.py", 34)]}]
+
+
+def test_ddp_gradient_all_reduce_in_backward_is_a_collective_from_native_frames() -> None:
+    a = classify(0, DDP_WAIT)
+    assert (a.state, a.op, a.at) == ("collective", "DDP gradient all_reduce",
+                                     "ddp_stall.py:36 in <module>")
+    assert a.frames[0] == "graph.py:1113 in _engine_run_backward" and a.idle is True
+    found = analyse({0: DDP_WAIT, 1: NATIVE_SLEEP})
+    assert found.culprits == (1,)
+    assert found.summary == "rank 0 in DDP gradient all_reduce; rank 1 is at " \
+                            "ddp_stall.py:34 in <module>"
+    # the Python view alone cannot tell: the agent asks py-spy for native frames then
+    python_only = [{**DDP_WAIT[0], "frames": [f for f in DDP_WAIT[0]["frames"]
+                                              if f["module"] is None]}]
+    assert classify(0, python_only).state == "elsewhere" and needs_native(python_only)
+    assert not needs_native([{**python_only[0], "active": True}])  # computing: no pause
+    assert not needs_native(NATIVE_SLEEP)  # idle in the user's own code: Python says it all
+
+
+def test_ddp_broadcast_before_forward_is_a_collective_from_python_frames() -> None:
+    th = [{"thread_name": "MainThread", "active": False, "frames": [
+        _py("_distributed_broadcast_coalesced",
+            "/x/site-packages/torch/nn/parallel/distributed.py", 2100),
+        _py("_sync_module_buffers", "/x/site-packages/torch/nn/parallel/distributed.py", 2200),
+        _py("forward", "/x/site-packages/torch/nn/parallel/distributed.py", 1600),
+        _py("<module>", "/w/train.py", 30)]}]
+    a = classify(0, th)
+    assert (a.state, a.op) == ("collective", "DDP distributed_broadcast_coalesced")
+    gloo = [{"thread_name": "MainThread", "active": False, "frames": [
+        _native("gloo::transport::tcp::UnboundBuffer::waitRecv"),
+        _py("<module>", "/w/train.py", 31)]}]
+    assert classify(0, gloo).state == "collective"
