@@ -14,6 +14,7 @@ import orjson
 
 from faultwatch.agents.config import AgentConfig
 from faultwatch.agents.transport import LocalTransport
+from faultwatch.core.diagnosis import DIAGNOSE_KIND
 from faultwatch.core.events import Decision
 from faultwatch.core.policy import Policy
 from faultwatch.logs import log_event
@@ -72,9 +73,12 @@ def policy_for(ruleset: RuleSet, overrides: dict[str, Any]) -> Policy:
 
 
 def publisher(out: TextIO, decisions_out: Path | None) -> Callable[[Decision], None]:
-    """Embedded mode's decisions "topic": printed for a person, appended as JSON lines."""
+    """Embedded mode's decisions "topic": printed for a person (not the `diagnose` probes
+    the processor sends the agent during a silence: they are machinery, not news), appended
+    as JSON lines."""
     def publish(d: Decision) -> None:
-        print(render_decision(d), file=out, flush=True)
+        if not (d.action == "notify" and d.kind == DIAGNOSE_KIND):
+            print(render_decision(d), file=out, flush=True)
         if decisions_out is not None:
             with open(decisions_out, "ab") as f:
                 f.write(orjson.dumps(decision_to_dict(d)) + b"\n")
