@@ -93,10 +93,18 @@ class MatcherStage:
         self.metrics = metrics or Metrics()
         self.max_record_bytes = max_record_bytes
         self.logs_lag_s: dict[int, float] = {}  # event-time lag of the latest record, by partition
+        self._heartbeat: tuple[str, int, str] | None = None  # of the record signal_dicts read
 
     def process_batch(self, records: Iterable[InRecord], now: float) -> list[tuple[bytes, bytes]]:
-        """The (key, value) signals records for a batch of logs records, in send order."""
-        out: dict[str, list[bytes]] = {}
+        """The (key, value) signals records for a batch of logs records, in send order.
+
+        Heartbeats fold into a liveness summary per job: within a run of a job's heartbeats
+        (no other signal of the job between them), a node's later heartbeat replaces its
+        earlier one. Nothing happened on that node in between (its lines would be a signal
+        between them), and the job state after the run is the same; a backlog is read with
+        one heartbeat per node instead of one per interval it lagged."""
+        out: dict[str, list[bytes | None]] = {}
+        runs: dict[str, dict[tuple[str, int, str], int]] = {}  # job -> hb of the run -> index
         m = self.metrics
         for rec in records:
             m.records += 1
@@ -105,12 +113,24 @@ class MatcherStage:
             except Exception as e:  # noqa: BLE001 - one bad record never stops the stage
                 self._dead(rec, e)
                 continue
+            hb = self._heartbeat
             for job, raw in dicts:
-                out.setdefault(job, []).append(raw)
+                ds = out.setdefault(job, [])
+                run = runs.setdefault(job, {})
+                if hb is None:
+                    run.clear()
+                else:
+                    i = run.get(hb)
+                    if i is not None:
+                        ds[i] = None  # superseded by this later heartbeat of the node
+                        m.count("heartbeats_folded")
+                    run[hb] = len(ds)
+                ds.append(raw)
         sent: list[tuple[bytes, bytes]] = []
-        for job, ds in out.items():
-            m.signals += len(ds)
-            for value in encode_bundles(job, ds, self.max_record_bytes):
+        for job, maybe in out.items():
+            kept = [d for d in maybe if d is not None]
+            m.signals += len(kept)
+            for value in encode_bundles(job, kept, self.max_record_bytes):
                 sent.append((job_key(job), value))
         m.signals_records += len(sent)
         return sent
@@ -119,6 +139,8 @@ class MatcherStage:
         """(job, encoded capped signal dict) for one logs record; raises DecodeError on a
         record wire.decode_logs refuses and ValueError on a signal that cannot fit a record."""
         lr = decode_logs(rec.value)
+        # the node a heartbeat record is about (its only signal), for process_batch's fold
+        self._heartbeat = (lr.node, lr.attempt, lr.run_id) if isinstance(lr, Heartbeat) else None
         if isinstance(lr, LinesBatch) and lr.lines:
             self.metrics.lines += len(lr.lines)
             self.metrics.logs_event_lag_s = now - lr.lines[-1].ts
