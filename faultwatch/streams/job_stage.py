@@ -12,8 +12,8 @@ from typing import Any, Protocol
 
 import orjson
 
-from faultwatch.core.events import Decision, Heartbeat, Output, Progress, Signal
-from faultwatch.core.job import JobState, Phase, apply, new_state, tick
+from faultwatch.core.events import Decision, Heartbeat, Output, Progress, RunStart, Signal
+from faultwatch.core.job import JobState, Phase, apply_batch, new_state, tick
 from faultwatch.logs import log_event
 from faultwatch.streams.metrics import Metrics
 from faultwatch.streams.records import MAX_RECORD_BYTES, DeadLetter, InRecord, LiveRules
@@ -183,23 +183,38 @@ class JobStage:
         live = self.live
         staged: dict[bytes, tuple[JobState, JobState | None, bool]] = {}  # key -> new, old, durable
         decs: list[Decision] = []
-        for sig in sigs:
-            key = job_key(sig.job)
+        i, n = 0, len(sigs)
+        while i < n:  # runs of one job's signals (a bundle is one job) folded at once
+            job = sigs[i].job
+            j = i + 1
+            while j < n and sigs[j].job == job:
+                j += 1
+            group = sigs[i:j]
+            i = j
+            key = job_key(job)
             if key in staged:
                 st, old, durable = staged[key]
             else:
                 old = self.load(key, p)
                 durable = False
-                fresh = new_state(sig) if old is None else old
-                if fresh is None:  # only a run-start starts a job's state (no phantom jobs)
-                    self.metrics.count("dropped.no-run")
-                    continue
-                st = fresh
+                if old is None:  # only a run-start starts a job's state (no phantom jobs)
+                    first = next((k for k, sig in enumerate(group)
+                                  if isinstance(sig, RunStart)), len(group))
+                    if first:
+                        self.metrics.count("dropped.no-run", first)
+                    group = group[first:]
+                    fresh = new_state(group[0]) if group else None
+                    if fresh is None:
+                        continue
+                    st = fresh
+                else:
+                    st = old
             prev = st
-            st, new_decs = apply(st, sig, now, live.policy, live.rules_version)
+            st, new_decs = apply_batch(st, group, now, live.policy, live.rules_version)
             if st is not prev:
                 durable = durable or bool(new_decs) or st.phase != prev.phase \
-                    or st.attempt != prev.attempt or not isinstance(sig, LIVENESS)
+                    or st.attempt != prev.attempt \
+                    or any(not isinstance(sig, LIVENESS) for sig in group)
             staged[key] = (st, old, durable)
             decs += new_decs
         for key, (st, old, durable) in staged.items():
