@@ -81,6 +81,17 @@ def encode_bundles(job: str, signals: Sequence[bytes],
     return out
 
 
+def supersedes(later: Heartbeat, earlier: Heartbeat) -> bool:
+    """`later` (the same node, attempt and run) says all `earlier` says: not older, and its
+    last output not older (a job state folds last_output_ts with max, last_hb_ts with the
+    latest), so the job state after both is the state after `later` alone."""
+    if later.ts < earlier.ts:
+        return False
+    if earlier.last_output_ts is None:
+        return True
+    return later.last_output_ts is not None and later.last_output_ts >= earlier.last_output_ts
+
+
 class MatcherStage:
     """Logs records -> signals records. Per batch, every signal a job's records imply goes
     out in the order of those records, in one bundle per job (several when one would pass
@@ -93,7 +104,7 @@ class MatcherStage:
         self.metrics = metrics or Metrics()
         self.max_record_bytes = max_record_bytes
         self.logs_lag_s: dict[int, float] = {}  # event-time lag of the latest record, by partition
-        self._heartbeat: tuple[str, int, str] | None = None  # of the record signal_dicts read
+        self._heartbeat: Heartbeat | None = None  # the record signal_dicts read, if one
 
     def process_batch(self, records: Iterable[InRecord], now: float) -> list[tuple[bytes, bytes]]:
         """The (key, value) signals records for a batch of logs records, in send order.
@@ -104,7 +115,7 @@ class MatcherStage:
         between them), and the job state after the run is the same; a backlog is read with
         one heartbeat per node instead of one per interval it lagged."""
         out: dict[str, list[bytes | None]] = {}
-        runs: dict[str, dict[tuple[str, int, str], int]] = {}  # job -> hb of the run -> index
+        runs: dict[str, dict[tuple[str, int, str], tuple[int, Heartbeat]]] = {}  # job -> run
         m = self.metrics
         for rec in records:
             m.records += 1
@@ -120,11 +131,12 @@ class MatcherStage:
                 if hb is None:
                     run.clear()
                 else:
-                    i = run.get(hb)
-                    if i is not None:
-                        ds[i] = None  # superseded by this later heartbeat of the node
+                    hb_key = (hb.node, hb.attempt, hb.run_id)
+                    prev = run.get(hb_key)
+                    if prev is not None and supersedes(hb, prev[1]):
+                        ds[prev[0]] = None  # superseded by this later heartbeat of the node
                         m.count("heartbeats_folded")
-                    run[hb] = len(ds)
+                    run[hb_key] = (len(ds), hb)
                 ds.append(raw)
         sent: list[tuple[bytes, bytes]] = []
         for job, maybe in out.items():
@@ -140,7 +152,7 @@ class MatcherStage:
         record wire.decode_logs refuses and ValueError on a signal that cannot fit a record."""
         lr = decode_logs(rec.value)
         # the node a heartbeat record is about (its only signal), for process_batch's fold
-        self._heartbeat = (lr.node, lr.attempt, lr.run_id) if isinstance(lr, Heartbeat) else None
+        self._heartbeat = lr if isinstance(lr, Heartbeat) else None
         if isinstance(lr, LinesBatch) and lr.lines:
             self.metrics.lines += len(lr.lines)
             self.metrics.logs_event_lag_s = now - lr.lines[-1].ts

@@ -72,6 +72,18 @@ def test_a_line_between_two_heartbeats_keeps_both() -> None:
     assert "heartbeats_folded" not in stage.metrics.extra
 
 
+def test_a_heartbeat_that_says_less_does_not_replace_an_earlier_one() -> None:
+    """A resent (older) heartbeat after a newer one, or one with an older last output: both
+    stay (the state keeps the newest output time from either)."""
+    stage = MatcherStage(live(), dead)
+    out = stage.process_batch(logs([hb("a", "n0", T0 + 5), hb("a", "n0", T0 + 3),
+                                    hb("a", "n1", T0 + 5, T0 + 4), hb("a", "n1", T0 + 6, T0 + 2)]),
+                              T0 + 7)
+    assert heartbeats_out(out) == [("a", "n0", T0 + 5), ("a", "n0", T0 + 3),
+                                   ("a", "n1", T0 + 5), ("a", "n1", T0 + 6)]
+    assert "heartbeats_folded" not in stage.metrics.extra
+
+
 def test_folded_heartbeats_decide_the_same_hang() -> None:
     """A hung job read from a backlog: every heartbeat one by one, or folded, gives the same
     decision (its id; folded, it is made at the run's last heartbeat) and the same nodes."""
