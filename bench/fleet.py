@@ -18,11 +18,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import hashlib
 import heapq
 import random
 import re
+import subprocess
 import sys
 import time
+import zlib
 from bisect import bisect_left
 from collections import Counter
 from collections.abc import Callable
@@ -43,7 +46,9 @@ from fleet_common import (  # noqa: E402
     start_processor,
     stop_processor,
 )
+from processor_throughput import summarize_spy  # noqa: E402
 
+from faultwatch.agents.agent import heartbeat_due  # noqa: E402
 from faultwatch.core.events import Exit, Heartbeat, Line, RunStart  # noqa: E402
 from faultwatch.topics import Topics, ensure_topics  # noqa: E402
 from faultwatch.wire import (  # noqa: E402
@@ -96,6 +101,7 @@ class Node:
     seq: dict[str, int] = field(default_factory=lambda: {"stdout": 0, "stderr": 0})
     last_output_ts: float | None = None
     last_hb_ts: float | None = None
+    hb_seen_output_ts: float | None = None  # last_output_ts at the previous heartbeat tick
     alive: bool = True
     exited: bool = False
 
@@ -295,6 +301,15 @@ class Fleet:
     async def heartbeat(self, node: Node, t: float) -> None:
         if node.exited or self.stopping:
             return
+        # the agent's cadence (agents/agent.py heartbeat_due): every interval in which the
+        # node printed nothing, else every --hb-flowing-s
+        printed = node.last_output_ts != node.hb_seen_output_ts
+        node.hb_seen_output_ts = node.last_output_ts
+        if not heartbeat_due(printed, t - (node.last_hb_ts or node.started_ts or t),
+                             self.a.hb_flowing_s):
+            self.sent["heartbeats_skipped"] += 1
+            self.at(t + self.a.hb_s * self.rng.uniform(0.95, 1.05), self.heartbeat, node)
+            return
         await self.flush(node)
         hb = Heartbeat(job=node.job.name, attempt=0, node=node.name, ts=t, alive=True,
                        last_output_ts=node.last_output_ts, started_ts=node.started_ts)
@@ -437,6 +452,134 @@ class Decisions:
         await self.c.stop()
 
 
+class _Sent:
+    """What a fake producer's send resolves to (partition, offset), like aiokafka's."""
+
+    def __init__(self, partition: int, offset: int) -> None:
+        self.partition, self.offset = partition, offset
+
+
+class MemoryProducer:
+    """The in-process mode's producer: records go to a list (key, value, partition)."""
+
+    def __init__(self, partitions: int) -> None:
+        self.partitions = partitions
+        self.out: list[tuple[bytes, bytes, int]] = []
+        self.offsets = [0] * partitions
+
+    async def send(self, topic: str, value: bytes, key: bytes) -> Any:
+        p = zlib.crc32(key) % self.partitions
+        fut = asyncio.get_running_loop().create_future()
+        fut.set_result(_Sent(p, self.offsets[p]))
+        self.offsets[p] += 1
+        self.out.append((key, value, p))
+        return fut
+
+    async def flush(self) -> None:
+        return None
+
+
+async def in_process(a: argparse.Namespace) -> dict[str, Any]:
+    """The fleet on a virtual clock through the processor's two stages in this process (no
+    Kafka, no Faust): CPU seconds per simulated second of each stage and of the ticks. The
+    machine's load does not change these (process CPU time), so before/after compare."""
+    from faultwatch.embedded import policy_for
+    from faultwatch.rules import Matcher, load_ruleset
+    from faultwatch.streams.job_stage import TICK_S, DictStore, JobStage
+    from faultwatch.streams.matcher_stage import MatcherStage
+    from faultwatch.streams.records import InRecord, LiveRules
+    from faultwatch.wire import encode_tick
+
+    rs = load_ruleset([])
+    pol = policy_for(rs, {"hang_window_s": a.hang_window_s, "settle_s": a.settle_s,
+                          "node_lost_s": a.node_lost_s})
+    live = LiveRules(Matcher(rs), pol, rs.version)
+    dead: list[Any] = []
+    matcher = MatcherStage(live, lambda r, e: dead.append((r, repr(e))))
+    jobs = JobStage(live, DictStore(), lambda r, e: dead.append((r, repr(e))))
+    prod = MemoryProducer(a.partitions)
+    fleet = Fleet(a, prod, "logs")
+    t0 = 1_000_000.0
+    fleet.build(t0 + 0.5)
+    t_end = t0 + a.duration_s
+    cpu = Counter()
+    by_kind = Counter()
+    decided: dict[str, tuple[float, Any]] = {}
+    records = signals_records = 0
+    step = TICK_S
+    t = t0
+    while t < t_end + a.drain_timeout_s:
+        while fleet.heap and fleet.heap[0][0] <= t and t < t_end:
+            tt, _, fn, args = heapq.heappop(fleet.heap)
+            await fn(*args, tt)
+        if t >= t_end and not fleet.stopping:
+            fleet.stopping = True
+            for job in fleet.jobs:
+                for node in job.nodes:
+                    await fleet.flush(node)
+        batch = [InRecord("logs", p, i, k, v) for i, (k, v, p) in enumerate(prod.out)]
+        prod.out.clear()
+        records += len(batch)
+        c0 = time.process_time()
+        sigs = matcher.process_batch(batch, t)
+        c1 = time.process_time()
+        signals_records += len(sigs)
+        recs = [InRecord("signals", zlib.crc32(k) % a.partitions, i, k, v)
+                for i, (k, v) in enumerate(sigs)]
+        decs = jobs.process_batch(recs, t)
+        c2 = time.process_time()
+        for p in range(a.partitions):
+            decs += jobs.process_batch([InRecord("signals", p, 0, None, encode_tick(t))], t)
+        c3 = time.process_time()
+        cpu["matcher"] += c1 - c0
+        cpu["jobs"] += c2 - c1
+        cpu["ticks"] += c3 - c2
+        for d in decs:
+            if d.id not in decided:
+                decided[d.id] = (t, d)
+                by_kind[f"{d.kind}/{d.action}"] += 1
+        t += step
+        if t >= t_end and not fleet.heap and not prod.out and t > t_end + 2 * a.node_lost_s:
+            break
+    faulted = {j.name: j for j in fleet.jobs if j.fault in EXPECTED}
+    got: dict[str, list[Any]] = {}
+    for _, d in decided.values():
+        got.setdefault(d.job, []).append(d)
+    correct = Counter()
+    false = []
+    for name, ds in got.items():
+        acts = [d for d in ds if d.kind not in REQUESTS]
+        job = faulted.get(name)
+        for d in acts:
+            ok = job is not None and (d.kind, d.action) == EXPECTED[str(job.fault)][:2]
+            if ok:
+                correct[str(job.fault)] += 1
+            elif not (d.kind == "node-lost" and decided[d.id][0] >= t_end + a.node_lost_s
+                      - 1.05 * max(a.hb_s, a.hb_flowing_s) - 1.0):
+                false.append([d.job, d.kind, d.action, d.rule])
+    missed = [n for n in faulted if not any(d.kind not in REQUESTS for d in got.get(n, []))]
+    total_cpu = sum(cpu.values())
+    ranks = sum(j.world for j in fleet.jobs)
+    return {"mode": "in-process", "config": {k: v for k, v in vars(a).items()},
+            "jobs": len(fleet.jobs), "nodes": sum(len(j.nodes) for j in fleet.jobs),
+            "ranks": ranks, "records": records, "signals_records": signals_records,
+            "by_type": dict(fleet.sent), "dead_letters": len(dead),
+            "cpu_s": {k: round(v, 2) for k, v in cpu.items()},
+            "cpu_s_per_simulated_s": round(total_cpu / a.duration_s, 4),
+            "ranks_per_core_stages_only": round(ranks * a.duration_s / total_cpu)
+            if total_cpu else None,
+            # equal digests: the same decisions (ids) at the same simulated times
+            "decisions_digest": hashlib.sha256(repr(sorted(
+                (i, round(tt, 3)) for i, (tt, _) in decided.items())).encode()).hexdigest()[:16],
+            "decisions": {"by_kind_action": dict(by_kind), "expected": len(faulted),
+                          "correct": dict(correct), "false_decisions": len(false),
+                          "false_examples": false[:10], "missed": len(missed),
+                          "missed_examples": missed[:10]}}
+
+
+REQUESTS = ("diagnose",)  # notify decisions that ask agents for evidence, about no fault
+
+
 def lines_upto(meta_by_p: dict[int, tuple[list[int], list[int]]], p: int, offset: int) -> int:
     """Lines in records of partition p with offset < `offset`."""
     offs, cum = meta_by_p.get(p, ([], []))
@@ -501,6 +644,13 @@ async def main_async(a: argparse.Namespace) -> dict[str, Any]:
             await asyncio.sleep(a.sample_s)
 
     stask = asyncio.create_task(sampler())
+    spy = None
+    if a.py_spy and proc is not None:  # the processor's profile during the load
+        spy = subprocess.Popen(
+            [str(Path(sys.executable).parent / "py-spy"), "record", "-p", str(proc.pid),
+             "-o", a.py_spy, "--format", "raw", "-r", "50", "-d",
+             str(int(min(a.py_spy_s, a.duration_s)))],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     await fleet.run(t_end)
     t_gen_end = time.time()
     gen_cpu = self_cpu_s() - cpu0["gen"]
@@ -582,12 +732,17 @@ async def main_async(a: argparse.Namespace) -> dict[str, Any]:
     for job_name, recs in per_job.items():
         recs.sort(key=lambda r: r[0])
         job = faulted.get(job_name)
-        for k, (tts, rts, d) in enumerate(recs):
+        k = -1
+        for tts, rts, d in recs:
             kind, action, rule = d["reason"]["kind"], d["action"], d["reason"].get("rule")
             by_kind[f"{kind}/{action}"] += 1
-            if kind == "node-lost" and tts >= t_gen_end + a.node_lost_s - 1.05 * a.hb_s - 1.0:
+            if kind in REQUESTS:
+                continue  # a request for stacks before a hang decision: no decision itself
+            k += 1
+            if kind == "node-lost" and \
+                    tts >= t_gen_end + a.node_lost_s - 1.05 * max(a.hb_s, a.hb_flowing_s) - 1.0:
                 # the generator stops every heartbeat at the end of the run; a node's last
-                # one came up to one heartbeat interval before that
+                # record came up to one (flowing) heartbeat interval before that
                 after_stop += 1
                 continue
             brief = {"job": job_name, "kind": kind, "action": action, "rule": rule,
@@ -688,6 +843,15 @@ async def main_async(a: argparse.Namespace) -> dict[str, Any]:
                 "p50": percentile(hang_lat_ideal, 50), "p99": percentile(hang_lat_ideal, 99)},
         },
     })
+    lags_s = [float(x) for x in re.findall(r"logs_event_lag_s=([0-9.]+)",
+                                            plog.read_text(errors="replace"))] \
+        if plog.exists() else []
+    out["processor"]["logs_event_lag_s_max"] = max(lags_s, default=None)
+    out["processor"]["logs_event_lag_s_note"] = (
+        "the processor's own report every 10 s: now - ts of the newest line it matched")
+    if spy is not None:
+        spy.wait(30)
+        out["processor_profile"] = summarize_spy(a.py_spy)
     return out
 
 
@@ -714,7 +878,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--warn-rate", type=float, default=0.01, help="per node per step")
     p.add_argument("--ckpt-lo", type=float, default=0.3, help="checkpoint quiet, x hang window")
     p.add_argument("--ckpt-hi", type=float, default=0.7)
-    p.add_argument("--hb-s", type=float, default=2.0)
+    p.add_argument("--hb-s", type=float, default=2.0, help="agent --heartbeat-s")
+    p.add_argument("--hb-flowing-s", type=float, default=10.0,
+                   help="agent --heartbeat-flowing-s (2 = every heartbeat, the old agent)")
     p.add_argument("--linger-s", type=float, default=0.5, help="agent line batching linger")
     p.add_argument("--lines-per-record", type=int, default=100)
     p.add_argument("--start-spread-s", type=float, default=5.0)
@@ -731,6 +897,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--job-prefix", default="")
     p.add_argument("--seed", type=int, default=7)
     p.add_argument("--out", default="", help="also write the JSON here")
+    p.add_argument("--py-spy", default="", help="write a py-spy raw profile of the processor "
+                                                "(during the load) here")
+    p.add_argument("--py-spy-s", type=float, default=60.0)
+    p.add_argument("--in-process", action="store_true",
+                   help="no Kafka: the fleet on a virtual clock through both stages in this "
+                        "process; prints their CPU cost")
     a = p.parse_args(argv)
     lo, _, hi = a.nodes_per_job.partition("-")
     a.nodes_lo, a.nodes_hi = int(lo), int(hi or lo)
@@ -746,7 +918,7 @@ def dumps(res: dict[str, Any]) -> str:
 
 def main() -> None:
     a = parse_args()
-    res = asyncio.run(main_async(a))
+    res = asyncio.run(in_process(a) if a.in_process else main_async(a))
     s = dumps(res)
     if a.out:
         Path(a.out).write_text(s)

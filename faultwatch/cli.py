@@ -404,7 +404,11 @@ def _add_agent_common(p: argparse.ArgumentParser, job_required: bool) -> None:
                    help="job name (default $FAULTWATCH_JOB)")
     p.add_argument("--node", default=None,
                    help="node name (default $FAULTWATCH_NODE, else the hostname)")
-    p.add_argument("--heartbeat-s", type=float, default=2.0, help="heartbeat interval")
+    p.add_argument("--heartbeat-s", type=float, default=2.0,
+                   help="heartbeat interval while the child is quiet")
+    p.add_argument("--heartbeat-flowing-s", type=float, default=10.0,
+                   help="heartbeat interval while the child prints (its lines prove it alive); "
+                        "keep it + --heartbeat-s below half the processor's node_lost_s")
     p.add_argument("--run-id", default=None,
                    help="the job run's identity, shared by its agents and attempts (default "
                         "$FAULTWATCH_RUN_ID, else Slurm's job id, torchrun's --rdzv-id, "

@@ -109,6 +109,7 @@ def agent_config(cfg: EmbeddedConfig) -> AgentConfig:
     """The agent's configuration for one node that follows its own decisions."""
     return AgentConfig(bootstrap="", job=cfg.job, node=cfg.node, cmd=cfg.cmd,
                        spool_dir=Path(tempfile.gettempdir()), heartbeat_s=HEARTBEAT_S,
+                       heartbeat_flowing_s=HEARTBEAT_S,  # in process: no record to save
                        term_grace_s=cfg.term_grace_s, follow_decisions=True,
                        decision_wait_s=cfg.decision_wait_s, sdk=cfg.sdk)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import bisect
 import math
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Protocol, overload
@@ -70,8 +71,11 @@ def _bad(field: str, why: str, x: Any) -> DecodeError:
     return DecodeError(f"{field}: {why}, got {shown[:80]}{'...' if len(shown) > 80 else ''}")
 
 
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")  # C0, DEL and C1
+
+
 def _has_control(s: str) -> bool:
-    return any(ord(c) < 32 or 127 <= ord(c) < 160 for c in s)
+    return _CONTROL.search(s) is not None  # one C scan (a per-char genexpr cost 10% of a stage)
 
 
 def safe_name(x: Any, field: str, *, empty_ok: bool = False) -> str:

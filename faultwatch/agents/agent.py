@@ -34,6 +34,15 @@ PIPE_POLL_S = 0.1
 LEFTOVER_GRACE_S = 2.0  # group members left after the leader: SIGTERM, then SIGKILL
 
 
+def heartbeat_due(printed: bool, since_sent_s: float, flowing_s: float) -> bool:
+    """Whether the heartbeat of this interval is sent. A heartbeat proves silence (hang
+    detection, in event time), so every interval in which the child printed nothing sends
+    one; while it prints, its shipped lines already show the node alive (node lost) and a
+    heartbeat goes out only every `flowing_s` (progress stall and exit hang, which need
+    output to flow, are evaluated on it)."""
+    return not printed or since_sent_s >= flowing_s
+
+
 class Agent:
     """The supervisor of one command: the transport lives as long as it; attempts come and go.
 
@@ -123,9 +132,16 @@ class Agent:
         self.transport.submit_lifecycle(wire.encode_heartbeat(hb, self.run_id, self.stats()))
 
     async def heartbeats(self) -> None:
+        sent_at = time.monotonic()
+        seen = self.last_output_ts()
         while True:
             await asyncio.sleep(self.cfg.heartbeat_s)
-            self.heartbeat()
+            out = self.last_output_ts()
+            if heartbeat_due(out != seen, time.monotonic() - sent_at,
+                             self.cfg.heartbeat_flowing_s):
+                self.heartbeat()
+                sent_at = time.monotonic()
+            seen = out
 
     def run_start(self, pid: int) -> None:
         c = self.cfg

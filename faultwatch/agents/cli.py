@@ -52,6 +52,7 @@ def config_from_args(args: argparse.Namespace) -> AgentConfig:
     return AgentConfig.from_env_defaults(
         bootstrap=args.bootstrap, job=args.job, node=args.node, cmd=tuple(cmd),
         topic_prefix=args.topic_prefix, attempt=_attempt(args), heartbeat_s=args.heartbeat_s,
+        heartbeat_flowing_s=args.heartbeat_flowing_s,
         spool_dir=args.spool_dir, rank=args.rank, nnodes=args.nnodes,
         term_grace_s=args.term_grace_s, exit_flush_timeout_s=args.exit_flush_timeout_s,
         max_line_bytes=args.max_line_bytes, spool_cap_bytes=args.spool_cap_mb << 20,

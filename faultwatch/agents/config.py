@@ -93,6 +93,9 @@ class AgentConfig:
     topic_prefix: str = DEFAULT_PREFIX
     attempt: int = 0
     heartbeat_s: float = 2.0
+    # while the child prints, its lines already prove the node alive: a heartbeat only this
+    # often (see heartbeat_due); keep it + heartbeat_s below half the processor's node_lost_s
+    heartbeat_flowing_s: float = 10.0
     rank: int | None = None
     world_size: int | None = None
     nnodes: int | None = None

@@ -9,6 +9,8 @@ module only dispatches; nothing below imports it.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from faultwatch.core import failure, notices, silence
 from faultwatch.core.decide import decision_id
 from faultwatch.core.diagnosis import DIAGNOSIS_NOTE, fold_answer
@@ -45,7 +47,7 @@ from faultwatch.core.state import (
 )
 
 __all__ = ["DECIDED", "DONE", "MAX_ATTEMPT_STEP", "RUNNING", "SETTLING", "JobState", "NodeState",
-           "Phase", "apply", "decision_id", "new_state", "tick"]
+           "Phase", "apply", "apply_batch", "decision_id", "new_state", "tick"]
 
 Result = tuple[JobState, list[Decision]]
 
@@ -93,6 +95,19 @@ def apply(st: JobState, sig: Signal, now: float, policy: Policy,
             return fold_answer(st, sig), []
         return notices.on_notice(st, sig, policy, rv)
     return st, []
+
+
+def apply_batch(st: JobState, sigs: Sequence[Signal], now: float, policy: Policy,
+                rules_version: str = "") -> Result:
+    """Fold a job's signals in order (a bundle, as the matcher stage sends them): the same
+    state and decisions as apply() one by one, without the caller's per-signal bookkeeping.
+    Every signal must be of this job."""
+    decs: list[Decision] = []
+    for sig in sigs:
+        st, new = apply(st, sig, now, policy, rules_version)
+        if new:
+            decs += new
+    return st, decs
 
 
 def tick(st: JobState, now: float, policy: Policy, rules_version: str = "", *,

@@ -18,10 +18,8 @@ A job name is reused (Slurm array tasks, re-created K8s Jobs, a second `faultwat
 
 from __future__ import annotations
 
-import dataclasses
-
 from faultwatch.core.events import RunStart, Signal
-from faultwatch.core.state import JobState, Phase, freeze
+from faultwatch.core.state import JobState, Phase, evolve, freeze
 
 MAX_ATTEMPT_STEP = 3  # a run-start may move the attempt at most this far at once
 MAX_RETIRED = 32  # retired run ids remembered per job name
@@ -89,11 +87,11 @@ def _member(st: JobState, sig: RunStart) -> JobState:
     if len(st.run_ids) >= MAX_RUN_IDS:
         return st
     if st.run_id:
-        return dataclasses.replace(st, run_ids=st.run_ids | {sig.run_id})
-    return dataclasses.replace(st, run_id=sig.run_id, run_source=sig.run_source,
+        return evolve(st, run_ids=st.run_ids | {sig.run_id})
+    return evolve(st, run_id=sig.run_id, run_source=sig.run_source,
                                scheduler=freeze(dict(sig.scheduler)),
                                run_ids=st.run_ids | {sig.run_id})
 
 
 def count_drop(st: JobState, reason: str) -> JobState:
-    return dataclasses.replace(st, dropped=st.dropped.set(reason, st.dropped.get(reason, 0) + 1))
+    return evolve(st, dropped=st.dropped.set(reason, st.dropped.get(reason, 0) + 1))

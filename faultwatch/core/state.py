@@ -72,6 +72,7 @@ class NodeState:
 
 
 _NODE_FIELDS = tuple(f.name for f in dataclasses.fields(NodeState))
+_NODE_FIELD_SET = frozenset(_NODE_FIELDS)
 
 
 @dataclass(frozen=True)
@@ -234,11 +235,37 @@ def thaw(x: Any) -> Any:
     return x
 
 
+# ---- cheap copies ---------------------------------------------------------------------------
+
+def evolve(st: JobState, **changes: Any) -> JobState:
+    """`dataclasses.replace(st, **changes)` at a fraction of its cost: JobState has ~45
+    fields and no __post_init__, so a copy of its __dict__ is the same value. The folds
+    below run once per signal (a job's progress lines are one signal per rank and step),
+    where replace's keyword building and __init__ were the job stage's largest cost."""
+    if not _FIELD_SET.issuperset(changes):
+        raise TypeError(f"JobState has no field(s) {sorted(set(changes) - _FIELD_SET)}")
+    new = object.__new__(JobState)
+    d = new.__dict__
+    d.update(st.__dict__)
+    d.update(changes)
+    return new
+
+
+def node_with(ns: NodeState, **changes: Any) -> NodeState:
+    """`dataclasses.replace` for a NodeState (slots: copied field by field, no __init__)."""
+    if not _NODE_FIELD_SET.issuperset(changes):
+        raise TypeError(f"NodeState has no field(s) {sorted(set(changes) - _NODE_FIELD_SET)}")
+    new = object.__new__(NodeState)
+    for f in _NODE_FIELDS:
+        object.__setattr__(new, f, changes[f] if f in changes else getattr(ns, f))
+    return new
+
+
 # ---- folds: one signal into the state, no decisions ---------------------------------------
 
 def new_attempt(st: JobState, attempt: int) -> JobState:
     """Reset every attempt-scoped field (and the dataclass default of each) for `attempt`."""
-    return dataclasses.replace(st, attempt=attempt, phase=Phase.RUNNING, **_ATTEMPT_RESET)
+    return evolve(st, attempt=attempt, phase=Phase.RUNNING, **_ATTEMPT_RESET)
 
 
 def fold_start(st: JobState, ev: RunStart, now: float) -> JobState:
@@ -247,7 +274,7 @@ def fold_start(st: JobState, ev: RunStart, now: float) -> JobState:
     phase = Phase.RUNNING if st.phase == Phase.DONE else st.phase
     world = max(st.expected_world or 0, ev.world_size or 0) or None
     nn = max(st.expected_nodes or 0, ev.nnodes or 0) or None
-    return dataclasses.replace(st, nodes=st.nodes.set(ev.node, ns), phase=phase,
+    return evolve(st, nodes=st.nodes.set(ev.node, ns), phase=phase,
                                expected_world=world, expected_nodes=nn)
 
 
@@ -284,9 +311,8 @@ def fold_output(st: JobState, ev: Output, now: float) -> JobState:
                     hists = _add_gaps(hists, pending[:1])
                     pending = pending[1:]
     job_last = ev.ts if prev is None else max(prev, ev.ts)
-    return dataclasses.replace(
-        st, nodes=st.nodes.set(ev.node, dataclasses.replace(ns, last_output_ts=last,
-                                                            seen_at=now)),
+    return evolve(
+        st, nodes=st.nodes.set(ev.node, node_with(ns, last_output_ts=last, seen_at=now)),
         rank_last_ts=ranks, tail=tail, last_output_ts=job_last, outputs=st.outputs + 1,
         hists=hists, diagnoses=PMap() if st.diagnoses else st.diagnoses,
         outputs_since_step=st.outputs_since_step + 1, pending_gaps=pending)
@@ -313,24 +339,24 @@ def fold_heartbeat(st: JobState, ev: Heartbeat, now: float) -> JobState:
     if ev.last_output_ts is not None:
         last = max(last or ev.last_output_ts, ev.last_output_ts)
     alive = ev.alive and ns.exit_ts is None
-    ns = dataclasses.replace(ns, last_output_ts=last, last_hb_ts=ev.ts, alive=alive, seen_at=now)
-    return dataclasses.replace(st, nodes=st.nodes.set(ev.node, ns))
+    ns = node_with(ns, last_output_ts=last, last_hb_ts=ev.ts, alive=alive, seen_at=now)
+    return evolve(st, nodes=st.nodes.set(ev.node, ns))
 
 
 def fold_exit(st: JobState, ev: Exit, now: float) -> JobState:
-    ns = dataclasses.replace(st.node(ev.node, ev.ts), alive=False, exit_code=ev.exit_code,
+    ns = node_with(st.node(ev.node, ev.ts), alive=False, exit_code=ev.exit_code,
                              signal=ev.signal, exit_ts=ev.ts, seen_at=now)
-    st = dataclasses.replace(st, nodes=st.nodes.set(ev.node, ns))
+    st = evolve(st, nodes=st.nodes.set(ev.node, ns))
     if st.phase == Phase.SETTLING and ev.exit_code != 0 and st.failure_ts is not None \
             and ev.ts < st.failure_ts:
-        return dataclasses.replace(st, failure_ts=ev.ts)  # an earlier failure, seen later
+        return evolve(st, failure_ts=ev.ts)  # an earlier failure, seen later
     if st.phase != Phase.RUNNING:
         return st
     if ev.exit_code != 0:
-        return dataclasses.replace(st, phase=Phase.SETTLING, failure_seen_at=now,
+        return evolve(st, phase=Phase.SETTLING, failure_seen_at=now,
                                    failure_ts=ev.ts)
     if all(not n.alive and n.exit_code == 0 for n in st.nodes.values()):
-        return dataclasses.replace(st, phase=Phase.DONE)
+        return evolve(st, phase=Phase.DONE)
     return st
 
 
@@ -341,7 +367,7 @@ def fold_progress(st: JobState, ev: Progress) -> JobState:
     key = -1 if ev.rank is None else ev.rank
     prev: RankProg | None = st.progress.get(key)
     rp, advanced = fold_step(prev, ev.step, ev.ts, ev.step_time_s, ev.node)
-    st = dataclasses.replace(st, progress=st.progress.set(key, rp))
+    st = evolve(st, progress=st.progress.set(key, rp))
     if advanced:
         assert prev is not None
         weight = min(max(ev.step - prev.step, 1), STEP_WEIGHT_MAX)  # a bar restarting: 1
@@ -355,25 +381,25 @@ def fold_progress(st: JobState, ev: Progress) -> JobState:
                 and (st.stage_ts is None or st.stage_ts < st.step_ts):
             held += ((f"{STEPS_HIST}:{weight}", ev.ts - st.step_ts, ev.ts),)
         step_ts = ev.ts if st.step_ts is None else max(st.step_ts, ev.ts)
-        st = dataclasses.replace(st, step_ts=step_ts, steps=st.steps + weight,
+        st = evolve(st, step_ts=step_ts, steps=st.steps + weight,
                                  hists=_add_gaps(st.hists, done), pending_gaps=held,
                                  outputs_since_step=0)
     elif prev is None and st.step_ts is None:
-        st = dataclasses.replace(st, step_ts=ev.ts)
+        st = evolve(st, step_ts=ev.ts)
     return st
 
 
 def fold_stage(st: JobState, ev: Stage) -> JobState:
     key = -1 if ev.rank is None else ev.rank
     if ev.opens:
-        return dataclasses.replace(st, stages=st.stages.set(
+        return evolve(st, stages=st.stages.set(
             key, OpenStage(ev.stage, ev.hang_window_s, ev.ts)), stage_ts=ev.ts)
     cur: OpenStage | None = st.stages.get(key)
     if cur is None or cur.stage != ev.stage:
         return st
     # the step clock restarts when a stage ends (a long checkpoint is no stall)
     step_ts = None if st.step_ts is None else max(st.step_ts, ev.ts)
-    return dataclasses.replace(st, stages=st.stages.remove(key), step_ts=step_ts,
+    return evolve(st, stages=st.stages.remove(key), step_ts=step_ts,
                                stage_ts=ev.ts)
 
 
@@ -381,10 +407,10 @@ def fold_hit(st: JobState, hit: Hit, now: float) -> JobState:
     """Keep the hit (the earliest MAX_HITS); a hardware root error starts settling."""
     if len(st.hits) >= MAX_HITS:
         return st
-    st = dataclasses.replace(st, hits=st.hits + (hit,))
+    st = evolve(st, hits=st.hits + (hit,))
     m = hit.match
     if m.category == "hardware" and not m.cascade and st.phase == Phase.RUNNING:
-        st = dataclasses.replace(st, phase=Phase.SETTLING, failure_seen_at=now, failure_ts=m.ts)
+        st = evolve(st, phase=Phase.SETTLING, failure_seen_at=now, failure_ts=m.ts)
     return st
 
 
@@ -510,6 +536,7 @@ def _defaults() -> dict[str, Any]:
 
 
 _ATTEMPT_RESET = _defaults()
+_FIELD_SET = frozenset(f.name for f in dataclasses.fields(JobState))
 
 _missing = {f.name for f in dataclasses.fields(JobState)} ^ set(_CODECS)
 if _missing:  # a field added without a codec (or a codec for a removed field)

@@ -5,14 +5,15 @@ record or one broken job state never stops a batch, a tick or the other jobs."""
 from __future__ import annotations
 
 import dataclasses
+import heapq
 from collections.abc import Callable, Iterable, Iterator, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import orjson
 
-from faultwatch.core.events import Decision, Heartbeat, Output, Progress, Signal
-from faultwatch.core.job import JobState, Phase, apply, new_state, tick
+from faultwatch.core.events import Decision, Heartbeat, Output, Progress, RunStart, Signal
+from faultwatch.core.job import JobState, Phase, apply_batch, new_state, tick
 from faultwatch.logs import log_event
 from faultwatch.streams.metrics import Metrics
 from faultwatch.streams.records import MAX_RECORD_BYTES, DeadLetter, InRecord, LiveRules
@@ -58,7 +59,12 @@ class DictStore:
 
 @dataclass
 class PartitionCache:
-    """A signals partition this worker owns: cached job states, dirty and active keys."""
+    """A signals partition this worker owns: cached job states, dirty and active keys.
+
+    A tick costs what is due, not one call per job: `settling` jobs are ticked every time
+    (settle fallback), running ones only when their oldest live node may be lost
+    (`lost_due`: a heap of (earliest seen_at, key), re-checked lazily), and write-behind
+    takes the dirty jobs whose write is due from `write_due` ((due, key), lazily)."""
 
     since: float  # when this worker (re)started serving the partition, or caught up
     last_tick: float | None = None
@@ -67,6 +73,22 @@ class PartitionCache:
     active: set[bytes] = field(default_factory=set)
     written: dict[bytes, float] = field(default_factory=dict)  # last store write (processor)
     broken: set[bytes] = field(default_factory=set)  # jobs whose state failed a tick
+    settling: set[bytes] = field(default_factory=set)
+    lost_due: list[tuple[float, bytes]] = field(default_factory=list)
+    lost_queued: set[bytes] = field(default_factory=set)  # keys with an entry in lost_due
+    write_due: list[tuple[float, bytes]] = field(default_factory=list)
+
+    def watch(self, key: bytes, since: float) -> None:
+        """`key` is active: its node-lost check is due no earlier than `since` + window."""
+        if key not in self.lost_queued:
+            self.lost_queued.add(key)
+            heapq.heappush(self.lost_due, (since, key))
+
+
+def earliest_seen(st: JobState) -> float | None:
+    """Processor time of the least recently heard-from live node (node lost), or None."""
+    seen = [n.seen_at for n in st.nodes.values() if n.alive and n.seen_at is not None]
+    return min(seen) if seen else None
 
 
 def _cut(x: Any, depth: int = 0) -> Any:
@@ -118,23 +140,38 @@ class JobStage:
         self.node_lost = True  # False: processor time never declares a node lost
         # signals of a record in, signals to apply out (faultwatch.nodes.gate.NodeGate)
         self.gate: Callable[[list[Signal], float], list[Signal]] | None = None
+        # during process_batch: durable writes held to its end (key -> partition, cache)
+        self._batch_writes: dict[bytes, tuple[int, PartitionCache]] | None = None
 
     # ---- batches ------------------------------------------------------------------------
 
     def process_batch(self, records: Iterable[InRecord], now: float) -> list[Decision]:
         """Decisions of a batch of signals records (ticks included), in order."""
         out: list[Decision] = []
-        for rec in records:
-            try:
-                sigs = decode_signals(rec.value)
-                if isinstance(sigs, Tick):
-                    out += self.tick(rec.partition, sigs.now, now)
-                elif sigs:
-                    out += self.fold(rec.partition, sigs, now)
-            except Exception as e:  # noqa: BLE001 - one bad record never stops the stage
-                self.metrics.dead_letters += 1
-                self.dead_letter(rec, e)
+        self._batch_writes = {}  # durable writes wait for the batch's end: one per job
+        try:
+            for rec in records:
+                try:
+                    sigs = decode_signals(rec.value)
+                    if isinstance(sigs, Tick):
+                        out += self.tick(rec.partition, sigs.now, now)
+                    elif sigs:
+                        out += self.fold(rec.partition, sigs, now)
+                except Exception as e:  # noqa: BLE001 - one bad record never stops the stage
+                    self.metrics.dead_letters += 1
+                    self.dead_letter(rec, e)
+        finally:
+            self._write_batch(now)
+            self._batch_writes = None
         return out
+
+    def _write_batch(self, now: float) -> None:
+        pending = self._batch_writes
+        if pending:
+            for key, (partition, p) in list(pending.items()):
+                if key in p.dirty:
+                    self._write(key, partition, p, now)
+            pending.clear()
 
     def fold(self, partition: int, sigs: list[Signal], now: float) -> list[Decision]:
         """Apply one record's signals in order, all or nothing: if one raises, no state of
@@ -146,23 +183,38 @@ class JobStage:
         live = self.live
         staged: dict[bytes, tuple[JobState, JobState | None, bool]] = {}  # key -> new, old, durable
         decs: list[Decision] = []
-        for sig in sigs:
-            key = job_key(sig.job)
+        i, n = 0, len(sigs)
+        while i < n:  # runs of one job's signals (a bundle is one job) folded at once
+            job = sigs[i].job
+            j = i + 1
+            while j < n and sigs[j].job == job:
+                j += 1
+            group = sigs[i:j]
+            i = j
+            key = job_key(job)
             if key in staged:
                 st, old, durable = staged[key]
             else:
                 old = self.load(key, p)
                 durable = False
-                fresh = new_state(sig) if old is None else old
-                if fresh is None:  # only a run-start starts a job's state (no phantom jobs)
-                    self.metrics.count("dropped.no-run")
-                    continue
-                st = fresh
+                if old is None:  # only a run-start starts a job's state (no phantom jobs)
+                    first = next((k for k, sig in enumerate(group)
+                                  if isinstance(sig, RunStart)), len(group))
+                    if first:
+                        self.metrics.count("dropped.no-run", first)
+                    group = group[first:]
+                    fresh = new_state(group[0]) if group else None
+                    if fresh is None:
+                        continue
+                    st = fresh
+                else:
+                    st = old
             prev = st
-            st, new_decs = apply(st, sig, now, live.policy, live.rules_version)
+            st, new_decs = apply_batch(st, group, now, live.policy, live.rules_version)
             if st is not prev:
                 durable = durable or bool(new_decs) or st.phase != prev.phase \
-                    or st.attempt != prev.attempt or not isinstance(sig, LIVENESS)
+                    or st.attempt != prev.attempt \
+                    or any(not isinstance(sig, LIVENESS) for sig in group)
             staged[key] = (st, old, durable)
             decs += new_decs
         for key, (st, old, durable) in staged.items():
@@ -179,9 +231,15 @@ class JobStage:
         p = self.partition(partition, now)
         lag = max(0.0, now - sent)
         self.metrics.tick_lag_s[partition] = round(lag, 3)
-        for key in list(p.dirty):
-            if now - p.written.get(key, 0.0) >= WRITE_BEHIND_S:
+        while p.write_due and p.write_due[0][0] <= now:
+            _, key = heapq.heappop(p.write_due)
+            if key not in p.dirty:
+                continue  # written meanwhile (durable)
+            when = p.written.get(key, 0.0) + WRITE_BEHIND_S
+            if when <= now:
                 self._write(key, partition, p, now)
+            else:
+                heapq.heappush(p.write_due, (when, key))
         # processor time is trusted for node-lost only when this partition is caught up (the
         # tick came through the topic quickly) and every node had a full window to show
         # itself since the partition was assigned or recovered. A lagging partition, or one
@@ -193,11 +251,29 @@ class JobStage:
         live_clock = self.node_lost and now - p.since >= live.policy.node_lost_s + GRACE_S
         caught_up = lag < CAUGHT_UP_S and self.logs_caught_up
         out: list[Decision] = []
-        for key in list(p.active):
+        due = set(p.settling)  # the settle fallback
+        if live_clock and live.policy.node_lost_detection:
+            horizon = now - live.policy.node_lost_s
+            while p.lost_due and p.lost_due[0][0] <= horizon:
+                _, key = heapq.heappop(p.lost_due)
+                p.lost_queued.discard(key)
+                if key not in p.active:
+                    continue  # decided or done since it was queued
+                st = p.cache.get(key)
+                if st is None:
+                    due.add(key)  # not cached: the tick below loads it
+                    continue
+                first = earliest_seen(st)
+                if first is not None and first <= horizon:
+                    due.add(key)  # a live node is silent for the window: may be lost
+                elif st.phase in ACTIVE:
+                    p.watch(key, now if first is None else first)
+        for key in due:
             try:
                 st = self.load(key, p)
                 if st is None:
                     p.active.discard(key)
+                    p.settling.discard(key)
                     continue
                 st2, decs = tick(st, now, live.policy, live.rules_version,
                                  live_clock=live_clock, caught_up=caught_up)
@@ -205,9 +281,13 @@ class JobStage:
                     self.save(key, st2, partition, p, True, now)
                 elif st.phase not in ACTIVE:
                     p.active.discard(key)
+                    p.settling.discard(key)
+                elif key in p.active:
+                    p.watch(key, earliest_seen(st) or now)
                 out += [bounded_decision(d, self.max_record_bytes) for d in decs]
             except Exception as e:  # noqa: BLE001 - one broken state never stops a tick
                 p.active.discard(key)
+                p.settling.discard(key)
                 p.broken.add(key)
                 self.metrics.count("jobs_broken")
                 log_event("job_tick_failed", job=key.decode(errors="replace"),
@@ -229,6 +309,9 @@ class JobStage:
                     d = orjson.loads(raw)
                     if d.get(PARTITION_FIELD) == partition and d.get("phase") in ACTIVE:
                         p.active.add(k)
+                        p.watch(k, now)  # checked once the grace has passed
+                        if d.get("phase") == Phase.SETTLING:
+                            p.settling.add(k)
                 except (orjson.JSONDecodeError, AttributeError):
                     continue
         return p
@@ -248,10 +331,21 @@ class JobStage:
              now: float) -> None:
         p.cache[key] = st
         p.broken.discard(key)
-        (p.active.add if st.phase in ACTIVE else p.active.discard)(key)
-        p.dirty.add(key)
+        if st.phase in ACTIVE:
+            if key not in p.active:
+                p.active.add(key)
+                p.watch(key, now)
+        else:
+            p.active.discard(key)
+        (p.settling.add if st.phase == Phase.SETTLING else p.settling.discard)(key)
+        if key not in p.dirty:
+            p.dirty.add(key)
+            heapq.heappush(p.write_due, (p.written.get(key, 0.0) + WRITE_BEHIND_S, key))
         if durable:
-            self._write(key, partition, p, now)
+            if self._batch_writes is not None:
+                self._batch_writes[key] = (partition, p)
+            else:
+                self._write(key, partition, p, now)
 
     def _write(self, key: bytes, partition: int, p: PartitionCache, now: float) -> None:
         st = p.cache.get(key)

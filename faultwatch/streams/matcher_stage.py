@@ -81,6 +81,17 @@ def encode_bundles(job: str, signals: Sequence[bytes],
     return out
 
 
+def supersedes(later: Heartbeat, earlier: Heartbeat) -> bool:
+    """`later` (the same node, attempt and run) says all `earlier` says: not older, and its
+    last output not older (a job state folds last_output_ts with max, last_hb_ts with the
+    latest), so the job state after both is the state after `later` alone."""
+    if later.ts < earlier.ts:
+        return False
+    if earlier.last_output_ts is None:
+        return True
+    return later.last_output_ts is not None and later.last_output_ts >= earlier.last_output_ts
+
+
 class MatcherStage:
     """Logs records -> signals records. Per batch, every signal a job's records imply goes
     out in the order of those records, in one bundle per job (several when one would pass
@@ -93,10 +104,18 @@ class MatcherStage:
         self.metrics = metrics or Metrics()
         self.max_record_bytes = max_record_bytes
         self.logs_lag_s: dict[int, float] = {}  # event-time lag of the latest record, by partition
+        self._heartbeat: Heartbeat | None = None  # the record signal_dicts read, if one
 
     def process_batch(self, records: Iterable[InRecord], now: float) -> list[tuple[bytes, bytes]]:
-        """The (key, value) signals records for a batch of logs records, in send order."""
-        out: dict[str, list[bytes]] = {}
+        """The (key, value) signals records for a batch of logs records, in send order.
+
+        Heartbeats fold into a liveness summary per job: within a run of a job's heartbeats
+        (no other signal of the job between them), a node's later heartbeat replaces its
+        earlier one. Nothing happened on that node in between (its lines would be a signal
+        between them), and the job state after the run is the same; a backlog is read with
+        one heartbeat per node instead of one per interval it lagged."""
+        out: dict[str, list[bytes | None]] = {}
+        runs: dict[str, dict[tuple[str, int, str], tuple[int, Heartbeat]]] = {}  # job -> run
         m = self.metrics
         for rec in records:
             m.records += 1
@@ -105,12 +124,25 @@ class MatcherStage:
             except Exception as e:  # noqa: BLE001 - one bad record never stops the stage
                 self._dead(rec, e)
                 continue
+            hb = self._heartbeat
             for job, raw in dicts:
-                out.setdefault(job, []).append(raw)
+                ds = out.setdefault(job, [])
+                run = runs.setdefault(job, {})
+                if hb is None:
+                    run.clear()
+                else:
+                    hb_key = (hb.node, hb.attempt, hb.run_id)
+                    prev = run.get(hb_key)
+                    if prev is not None and supersedes(hb, prev[1]):
+                        ds[prev[0]] = None  # superseded by this later heartbeat of the node
+                        m.count("heartbeats_folded")
+                    run[hb_key] = (len(ds), hb)
+                ds.append(raw)
         sent: list[tuple[bytes, bytes]] = []
-        for job, ds in out.items():
-            m.signals += len(ds)
-            for value in encode_bundles(job, ds, self.max_record_bytes):
+        for job, maybe in out.items():
+            kept = [d for d in maybe if d is not None]
+            m.signals += len(kept)
+            for value in encode_bundles(job, kept, self.max_record_bytes):
                 sent.append((job_key(job), value))
         m.signals_records += len(sent)
         return sent
@@ -119,6 +151,8 @@ class MatcherStage:
         """(job, encoded capped signal dict) for one logs record; raises DecodeError on a
         record wire.decode_logs refuses and ValueError on a signal that cannot fit a record."""
         lr = decode_logs(rec.value)
+        # the node a heartbeat record is about (its only signal), for process_batch's fold
+        self._heartbeat = lr if isinstance(lr, Heartbeat) else None
         if isinstance(lr, LinesBatch) and lr.lines:
             self.metrics.lines += len(lr.lines)
             self.metrics.logs_event_lag_s = now - lr.lines[-1].ts

@@ -143,19 +143,19 @@ def test_a_record_whose_fold_raises_keeps_no_state_and_no_decision(
     dead = DeadLetters()
     store = DictStore()
     stage = JobStage(live(), store, dead)
-    real = job_stage_mod.apply
+    real = job_stage_mod.apply_batch
 
-    def apply(st: Any, sig: Any, *a: Any) -> Any:
-        if isinstance(sig, Exit):
+    def apply_batch(st: Any, sigs: Any, *a: Any) -> Any:
+        if any(isinstance(sig, Exit) for sig in sigs):
             raise ValueError("poisoned")
-        return real(st, sig, *a)
+        return real(st, sigs, *a)
 
-    monkeypatch.setattr(job_stage_mod, "apply", apply)
+    monkeypatch.setattr(job_stage_mod, "apply_batch", apply_batch)
     recs = signals_recs(matched("a"))
     assert stage.process_batch(recs, T0 + 0.2) == []  # the decision was not let out
     assert len(dead) == 1 and "poisoned" in str(dead[0][1])
     assert b"a" not in store.data and stage.parts[0].cache == {}
-    monkeypatch.setattr(job_stage_mod, "apply", real)  # positive control: same record, fine
+    monkeypatch.setattr(job_stage_mod, "apply_batch", real)  # positive control: same record
     assert [d.kind for d in stage.process_batch(recs, T0 + 0.2)] == ["error"]
     assert b"a" in store.data
 
