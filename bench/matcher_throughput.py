@@ -160,7 +160,10 @@ def main(argv: list[str] | None = None) -> int:
     stage_s, n_signals = run_stage(matcher, texts, args.batch)
     floor_join, floor_scan = run_floor(matcher, texts, args.batch)
     # ripgrep joins -f patterns into one alternation: drop group names (they would clash)
-    pats = [("(?i)" if p.ignore_case else "") + re.sub(r"\(\?P?<([A-Za-z_]\w*)>", "(", p.source)
+    # and say `\v` for `\n` (one rule spans two lines; rg without -U refuses `\n`, and per line
+    # `\v` never matches either: same work, no extra hits)
+    pats = [("(?i)" if p.ignore_case else "")
+            + re.sub(r"\(\?P?<([A-Za-z_]\w*)>", "(", p.source).replace("\\n", "\\v")
             for p in matcher.patterns]
     rg = run_rg(pats, texts)
     out: dict[str, object] = {
