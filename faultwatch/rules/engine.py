@@ -293,11 +293,10 @@ class Matcher:
             m = _RANK_TOKEN.fullmatch(tok)
             if m is not None:  # else the line is read by line_ranks
                 known[tok] = int(m.group(1))
+        # a line's second carrier makes a token from its start that is no `[rank3]:`: such
+        # lines (and any other token) go to line_ranks, which overrides the first token
         rks = list(map(known.get, toks, repeat(-1)))
         good = list(map((-1).__ne__, rks))
-        if len(set(line_of)) < len(line_of):  # lines with more than one: line_ranks
-            more = {i for i, k in Counter(line_of).items() if k > 1}
-            good = [g and i not in more for g, i in zip(good, line_of, strict=True)]
         named = dict(zip(compress(line_of, good), compress(rks, good), strict=False))
         ranks: list[int | None] = list(map(named.get, range(n), repeat(default_rank)))
         slow = list(compress(line_of, map(not_, good)))

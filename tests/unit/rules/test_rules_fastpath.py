@@ -164,3 +164,27 @@ def test_prefix_ranks_and_line_ranks_equal_normalise_line() -> None:
             continue
         assert named is not None, texts
         assert [named.get(i, d) for i in range(len(texts))] == want, texts
+
+
+def test_each_ranks_last_step_wherever_it_is_in_the_batch() -> None:
+    """Progress is each rank's last step in the batch, also when it lies far before the
+    batch's tail (a rank that went quiet) or only in an earlier line than other ranks'."""
+    fast, exact = Matcher(RS), Matcher(RS)
+    exact._fast = False  # noqa: SLF001
+    rnd = random.Random(14)
+    for _ in range(300):
+        n = rnd.randint(1, 200)
+        want: dict[int | None, int] = {}
+        texts = []
+        for i in range(n):
+            rank = rnd.choice([None, 0, 1, 2, 5])
+            pre = "" if rank is None else rnd.choice([f"[rank{rank}]:", f"{rank}: "])
+            if rnd.random() < 0.05:
+                texts.append(f"{pre}step {i}/1000 | loss 1.5")
+                want[rank] = i
+            else:
+                texts.append(pre + rnd.choice(["hello", "", "data worker 3 ready"]))
+        lines = [Line("stdout", i, float(i), t) for i, t in enumerate(texts)]
+        for m in (fast, exact):
+            got = {p.rank: p.step for p in m.match_lines(lines, default_rank=None).progress}
+            assert got == want, texts
