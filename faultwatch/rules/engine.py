@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from itertools import accumulate, compress, repeat
 from operator import add, itemgetter, not_
-from typing import Any
+from typing import Any, cast
 
 import regex
 
@@ -20,6 +20,7 @@ from faultwatch.rules.normalise import (
     normalise_batch,
     normalise_line,
     prefix_ranks,
+    run_rank_of,
 )
 from faultwatch.rules.patterns import (
     LOOSE_ANCHOR,
@@ -43,7 +44,6 @@ from faultwatch.rules.validate import REGEX_TIMEOUT_S
 log = logging.getLogger(__name__)
 MARK_BLOCK = -1  # pattern owner for "a traceback / terminate block starts here"
 MARK_PREFIX = -2  # pattern owner for line prefixes (that there are some, not what they say)
-_RANK_TOKEN = regex.compile(rb"\[[A-Za-z_]{1,32}?(\d{1,7})\]:")  # one at a line start
 USER_PRIORITY = 100
 PROGRESS_TAIL = 8  # lines per rank scanned first for its last step
 
@@ -156,7 +156,7 @@ class Matcher:
         # the markers reported once per batch (hyperscan; re2 would report every line)
         self._fast = self._bytes
         self._run_rank: dict[str, int] = {}  # prefix_ranks()' cache: prefix run -> rank
-        self._token_rank: dict[bytes, int] = {}  # b"[rank3]:" -> 3
+        self._token_rank: dict[bytes, int] = {}  # b" 3: " -> 3 (run_rank_of)
 
     def _timed_out(self, pid: int) -> None:
         """A regex-module search hit its timeout: never silent. Counted per rule id in
@@ -257,12 +257,12 @@ class Matcher:
                 if self._scan_p else ()
             return MatchBatch((), progress, (), {default_rank: lines[-1].ts},
                               (default_rank,) * n)
-        if mid or len(carried) * 4 > n:  # many: one regex split over the batch
+        if mid:  # stacked or merged: one regex split over the batch says which
             named = prefix_ranks(joined, n, self._run_rank, check_mid=mid)
             if named is None:
                 return None  # merged output, or a line holding a newline
             ranks: list[int | None] = list(map(named.get, range(n), repeat(default_rank)))
-        else:  # few: work per such line
+        else:
             ranks = self._carried_ranks(texts, data, len(data) == len(joined), carried,
                                         default_rank)
         last_ts = {r: lines[i].ts for r, i in dict(zip(ranks, range(n), strict=True)).items()}
@@ -274,8 +274,9 @@ class Matcher:
     def _carried_ranks(self, texts: list[str], data: bytes, ascii_only: bool,
                        carried: list[int], default_rank: int | None) -> list[int | None]:
         """Each line's rank, given where rank-carrying prefixes may end (`carried`, offsets
-        in `data`): a line with one, a `[rank3]:` token at its start, is read from the token
-        (a cache of tokens); other such lines by one regex match each (line_ranks)."""
+        in `data`): the line's text up to there is read as a run of prefixes once per
+        distinct text (a cache: `[rank3]:`, ` 3: `, `[Rank 3] `...); the innermost one per
+        line wins; lines where that text is no such run go to line_ranks (a regex each)."""
         n = len(texts)
         sizes: Any = map(len, texts) if ascii_only else \
             [len(t.encode("utf-8", "replace")) for t in texts]
@@ -289,14 +290,14 @@ class Matcher:
         if new and len(known) + len(new) > 4096:
             known.clear()
             new = set(toks)
+        local: dict[bytes, int] = {}
         for tok in new:
-            m = _RANK_TOKEN.fullmatch(tok)
-            if m is not None:  # else the line is read by line_ranks
-                known[tok] = int(m.group(1))
-        # a line's second carrier makes a token from its start that is no `[rank3]:`: such
-        # lines (and any other token) go to line_ranks, which overrides the first token
-        rks = list(map(known.get, toks, repeat(-1)))
-        good = list(map((-1).__ne__, rks))
+            r = run_rank_of(tok)
+            (known if r >= 0 and len(tok) <= 64 else local)[tok] = r
+        # a token that is no run of prefixes naming a rank (a lookalike after other text):
+        # its line goes to line_ranks, which overrides the line's other tokens
+        rks = cast(list[int], list(map(known.get, toks, map(local.get, toks))))
+        good = list(map((0).__le__, rks))
         named = dict(zip(compress(line_of, good), compress(rks, good), strict=False))
         ranks: list[int | None] = list(map(named.get, range(n), repeat(default_rank)))
         slow = list(compress(line_of, map(not_, good)))

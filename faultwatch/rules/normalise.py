@@ -223,6 +223,22 @@ def prefix_ranks(joined: str, n: int, cache: MutableMapping[str, int], *,
 _LINE_RUN_RANK = re.compile(_RUN_RANK.pattern[:-1] + f"{{1,{MAX_STACK}}}", re.ASCII)
 
 
+NOT_A_RUN = -2
+
+
+def run_rank_of(text: bytes) -> int:
+    """The rank a line's start up to some offset names when that start is exactly a run of
+    prefixes (the innermost rank-carrying one), _NO_CARRIER (-1) when such a run names
+    none, NOT_A_RUN (-2) when it is no run."""
+    if not text.isascii():
+        return NOT_A_RUN
+    s = text.decode("ascii")
+    m = _LINE_RUN_RANK.match(s)
+    if m is None or m.end() != len(s):
+        return NOT_A_RUN
+    return _NO_CARRIER if m.lastindex is None else int(m.group(m.lastindex))
+
+
 def line_ranks(texts: Sequence[str], default_rank: int | None) -> list[int | None]:
     """normalise_line(t, default_rank).rank for each text, with one regex match per text
     (the innermost rank-carrying prefix of its run, by the match's last group)."""
