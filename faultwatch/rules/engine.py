@@ -16,10 +16,10 @@ import regex
 from faultwatch.core.events import EXIT_STREAM, Line, Match
 from faultwatch.rules.model import MatchBatch, ProgressMark, Rule, RuleSet, StageMark
 from faultwatch.rules.normalise import (
+    NOT_A_RUN,
     line_ranks,
     normalise_batch,
     normalise_line,
-    prefix_ranks,
     run_rank_of,
 )
 from faultwatch.rules.patterns import (
@@ -106,13 +106,13 @@ class Matcher:
         # the fast scan sees lines with their prefixes still on (no stripped copy of a batch
         # is made unless something matched): anchors also accept the end of a prefix
         # (LOOSE_ANCHOR, a superset), and two more patterns say where a line's prefixes may
-        # name a rank, and (once per batch at most) whether a rank prefix sits inside a line;
+        # name a rank, and where a rank prefix follows another character (stacked or merged);
         # the exact path scans stripped lines with the patterns as written
         scan_pats = [Pattern(anchor_after_prefix(p.source, LOOSE_ANCHOR), p.owner,
                              p.ignore_case) for p in pats]
         self._pid_line, self._pid_mid = len(pats), len(pats) + 1
         scan_pats += [Pattern(RANK_CARRIER_PATTERN, MARK_PREFIX),
-                      Pattern(MID_PREFIX_PATTERN, MARK_PREFIX, single=True)]
+                      Pattern(MID_PREFIX_PATTERN, MARK_PREFIX)]
         # progress lines are common (every step), and only each rank's last one per batch
         # matters: they get their own database, scanned backwards in chunks (see _progress)
         self._e_ids = [i for i, p in enumerate(scan_pats)
@@ -155,7 +155,6 @@ class Matcher:
         # the fast path handles batches where nothing but prefixes and progress hit; it needs
         # the markers reported once per batch (hyperscan; re2 would report every line)
         self._fast = self._bytes
-        self._run_rank: dict[str, int] = {}  # prefix_ranks()' cache: prefix run -> rank
         self._token_rank: dict[bytes, int] = {}  # b" 3: " -> 3 (run_rank_of)
 
     def _timed_out(self, pid: int) -> None:
@@ -239,15 +238,17 @@ class Matcher:
         only C loops run (the scan, list building); Python works per batch, per line whose
         prefixes may name a rank, and per progress hit."""
         n = len(texts)
+        if joined.count("\n") != n - 1:
+            return None  # a line holding a newline: the exact path splits it
         data = joined.encode("utf-8", "replace")
-        pid_line = self._pid_line
+        pid_line, pid_mid = self._pid_line, self._pid_mid
         carried: list[int] = []  # where a rank-carrying prefix may end
-        mid = False
+        mid: list[int] = []  # where a rank prefix after another character ends
         for to, pid in self._scan(data):
             if pid == pid_line:
                 carried.append(to)
-            elif pid == self._pid_mid:
-                mid = True
+            elif pid == pid_mid:
+                mid.append(to)
             else:  # a rule matched: the exact path names, groups and attributes it
                 return None
         if not carried:
@@ -257,14 +258,10 @@ class Matcher:
                 if self._scan_p else ()
             return MatchBatch((), progress, (), {default_rank: lines[-1].ts},
                               (default_rank,) * n)
-        if mid:  # stacked or merged: one regex split over the batch says which
-            named = prefix_ranks(joined, n, self._run_rank, check_mid=mid)
-            if named is None:
-                return None  # merged output, or a line holding a newline
-            ranks: list[int | None] = list(map(named.get, range(n), repeat(default_rank)))
-        else:
-            ranks = self._carried_ranks(texts, data, len(data) == len(joined), carried,
-                                        default_rank)
+        ranks, in_runs = self._carried_ranks(texts, data, len(data) == len(joined), carried,
+                                             default_rank)
+        if mid and not in_runs.issuperset(mid):
+            return None  # a rank prefix after a line's prefixes (merged output)
         last_ts = {r: lines[i].ts for r, i in dict(zip(ranks, range(n), strict=True)).items()}
         one = len(last_ts) == 1
         progress = self._progress(lines, texts, _same, None if one else ranks, ranks[0],
@@ -272,11 +269,13 @@ class Matcher:
         return MatchBatch((), progress, (), last_ts, tuple(ranks))
 
     def _carried_ranks(self, texts: list[str], data: bytes, ascii_only: bool,
-                       carried: list[int], default_rank: int | None) -> list[int | None]:
+                       carried: list[int], default_rank: int | None
+                       ) -> tuple[list[int | None], set[int]]:
         """Each line's rank, given where rank-carrying prefixes may end (`carried`, offsets
         in `data`): the line's text up to there is read as a run of prefixes once per
         distinct text (a cache: `[rank3]:`, ` 3: `, `[Rank 3] `...); the innermost one per
-        line wins; lines where that text is no such run go to line_ranks (a regex each)."""
+        line wins; lines where that text is no such run go to line_ranks (a regex each).
+        Also the offsets of `carried` that end a line's run of prefixes (stacked ones)."""
         n = len(texts)
         sizes: Any = map(len, texts) if ascii_only else \
             [len(t.encode("utf-8", "replace")) for t in texts]
@@ -298,6 +297,7 @@ class Matcher:
         # its line goes to line_ranks, which overrides the line's other tokens
         rks = cast(list[int], list(map(known.get, toks, map(local.get, toks))))
         good = list(map((0).__le__, rks))
+        in_runs = set(compress(carried, map(NOT_A_RUN.__lt__, rks)))
         named = dict(zip(compress(line_of, good), compress(rks, good), strict=False))
         ranks: list[int | None] = list(map(named.get, range(n), repeat(default_rank)))
         slow = list(compress(line_of, map(not_, good)))
@@ -306,7 +306,7 @@ class Matcher:
             for i, rank in zip(at, line_ranks(list(map(texts.__getitem__, at)), default_rank),
                                strict=True):
                 ranks[i] = rank
-        return ranks
+        return ranks, in_runs
 
     def _exact_batch(self, lines: Sequence[Line], texts: list[str], joined: str,
                      default_rank: int | None) -> MatchBatch:

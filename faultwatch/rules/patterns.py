@@ -19,11 +19,11 @@ Scanner = Callable[[str], list[tuple[int, int]]]
 
 # rank prefixes as the scanner sees them (the `regex`-module form is prefix.PREFIX_RE)
 PREFIX_TOKEN = r"\[[A-Za-z_]{1,32}\d{1,7}\]:"
-# markers for the matcher's fast scan: a rank-carrying prefix (normalise.PREFIX_KINDS' rank,
-# rank_word, mpi_tag, srun_label) at a line start or after what ends a prefix (LOOSE_ANCHOR's
-# characters): a superset of "a line's run of prefixes names a rank", reported at each;
-# and, once per batch at most (`single`), a rank prefix after any other character (merged
-# lines; also the inner ones of a stacked run)
+# markers for the matcher's fast scan, each reported where it ends: a rank-carrying prefix
+# (normalise.PREFIX_KINDS' rank, rank_word, mpi_tag, srun_label) at a line start or after what
+# ends a prefix (`]`, `]:`, `>:`, or one of LOOSE_ANCHOR's characters and a space): a superset
+# of "a line's run of prefixes names a rank"; and a rank prefix after any other character
+# (stacked on other prefixes, or merged output when it is not part of the line's run)
 RANK_CARRIER_PATTERN = (r"(?:^|[\])>:|] |\]:?|>:|[Z0-9] )(?:" + PREFIX_TOKEN + r"|\[Rank \d{1,7}\] "
                         r"|\[\d{1,6},\d{1,7}\]<(?:stdout|stderr)>:| {0,6}\d{1,6}: )")
 MID_PREFIX_PATTERN = "[^\n]" + PREFIX_TOKEN
