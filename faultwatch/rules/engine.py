@@ -8,7 +8,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import replace
 from itertools import accumulate, compress, repeat
-from operator import add, itemgetter, not_
+from operator import add, itemgetter
 from typing import Any, cast
 
 import regex
@@ -43,6 +43,7 @@ from faultwatch.rules.validate import REGEX_TIMEOUT_S
 
 log = logging.getLogger(__name__)
 MARK_BLOCK = -1  # pattern owner for "a traceback / terminate block starts here"
+_HELD_NEWLINE = -3  # _carried_ranks: a token holding a newline (a line holding a newline)
 MARK_PREFIX = -2  # pattern owner for line prefixes (that there are some, not what they say)
 USER_PRIORITY = 100
 PROGRESS_TAIL = 8  # lines per rank scanned first for its last step
@@ -176,11 +177,11 @@ class Matcher:
         return scan_global
 
     def _ends(self, texts: Sequence[str], joined: str) -> list[int]:
+        """Where each text ends in `joined` (bytes for hyperscan), with C loops."""
+        sizes: Any = map(len, texts)
         if self._bytes and not joined.isascii():
-            ends = accumulate(len(t.encode("utf-8", "replace")) + 1 for t in texts)
-        else:
-            ends = accumulate(len(t) + 1 for t in texts)
-        return [e - 1 for e in ends]
+            sizes = (len(t.encode("utf-8", "replace")) for t in texts)
+        return list(accumulate(map(add, sizes, repeat(1)), initial=-1))[1:]
 
     # -- exits ---------------------------------------------------------------
     def match_exit(self, exit_code: int, signal: int | None, ts: float) -> Match | None:
@@ -238,8 +239,6 @@ class Matcher:
         only C loops run (the scan, list building); Python works per batch, per line whose
         prefixes may name a rank, and per progress hit."""
         n = len(texts)
-        if joined.count("\n") != n - 1:
-            return None  # a line holding a newline: the exact path splits it
         data = joined.encode("utf-8", "replace")
         pid_line, pid_mid = self._pid_line, self._pid_mid
         carried: list[int] = []  # where a rank-carrying prefix may end
@@ -258,8 +257,11 @@ class Matcher:
                 if self._scan_p else ()
             return MatchBatch((), progress, (), {default_rank: lines[-1].ts},
                               (default_rank,) * n)
-        ranks, in_runs = self._carried_ranks(texts, data, len(data) == len(joined), carried,
-                                             default_rank)
+        carried_ranks = self._carried_ranks(texts, data, len(data) == len(joined), carried,
+                                            default_rank)
+        if carried_ranks is None:
+            return None  # a prefix after a newline inside a line: the exact path splits it
+        ranks, in_runs = carried_ranks
         if mid and not in_runs.issuperset(mid):
             return None  # a rank prefix after a line's prefixes (merged output)
         last_ts = {r: lines[i].ts for r, i in dict(zip(ranks, range(n), strict=True)).items()}
@@ -270,12 +272,13 @@ class Matcher:
 
     def _carried_ranks(self, texts: list[str], data: bytes, ascii_only: bool,
                        carried: list[int], default_rank: int | None
-                       ) -> tuple[list[int | None], set[int]]:
+                       ) -> tuple[list[int | None], set[int]] | None:
         """Each line's rank, given where rank-carrying prefixes may end (`carried`, offsets
         in `data`): the line's text up to there is read as a run of prefixes once per
         distinct text (a cache: `[rank3]:`, ` 3: `, `[Rank 3] `...); the innermost one per
-        line wins; lines where that text is no such run go to line_ranks (a regex each).
-        Also the offsets of `carried` that end a line's run of prefixes (stacked ones)."""
+        line wins; a text that is no such run is a lookalike after the line's run (ignored).
+        Also the offsets of `carried` that end a line's run of prefixes (stacked ones). None
+        when a line holds a newline with a prefix after it (the exact path splits it)."""
         n = len(texts)
         sizes: Any = map(len, texts) if ascii_only else \
             [len(t.encode("utf-8", "replace")) for t in texts]
@@ -291,16 +294,18 @@ class Matcher:
             new = set(toks)
         local: dict[bytes, int] = {}
         for tok in new:
-            r = run_rank_of(tok)
-            (known if r >= 0 and len(tok) <= 64 else local)[tok] = r
-        # a token that is no run of prefixes naming a rank (a lookalike after other text):
-        # its line goes to line_ranks, which overrides the line's other tokens
+            r = _HELD_NEWLINE if b"\n" in tok else run_rank_of(tok)
+            (known if r != _HELD_NEWLINE and len(tok) <= 128 else local)[tok] = r
+        # -1: a run naming no rank (a carrier read as another kind): its line goes to
+        # line_ranks; NOT_A_RUN: a lookalike after other text, not part of the line's run
         rks = cast(list[int], list(map(known.get, toks, map(local.get, toks))))
+        if _HELD_NEWLINE in rks:
+            return None
         good = list(map((0).__le__, rks))
         in_runs = set(compress(carried, map(NOT_A_RUN.__lt__, rks)))
         named = dict(zip(compress(line_of, good), compress(rks, good), strict=False))
         ranks: list[int | None] = list(map(named.get, range(n), repeat(default_rank)))
-        slow = list(compress(line_of, map(not_, good)))
+        slow = list(compress(line_of, map((-1).__eq__, rks)))
         if slow:
             at = sorted(set(slow))
             for i, rank in zip(at, line_ranks(list(map(texts.__getitem__, at)), default_rank),
