@@ -476,24 +476,28 @@ class Matcher:
                   ranks: Sequence[int | None] | None, default_rank: int | None, *,
                   strip: bool = False) -> tuple[ProgressMark, ...]:
         """Each rank's last step in the batch (`ranks`: each text's rank, None when all are
-        `default_rank`; `strip`: the texts still carry their prefixes). Two scans at most:
-        the batch's last lines (PROGRESS_TAIL per rank), then the earlier lines of the ranks
-        that had no step there."""
+        `default_rank`; `strip`: the texts still carry their prefixes). Scans backwards in
+        windows, each over the lines of the ranks still without a step: the batch's last
+        PROGRESS_TAIL lines, then PROGRESS_TAIL per rank, then the rest (three at most)."""
         assert self._scan_p is not None
         n = len(texts)
         present = {default_rank} if ranks is None else set(ranks)
-        cut = max(0, n - PROGRESS_TAIL * len(present))
         out: list[tuple[int, ProgressMark]] = []
         found: set[int | None] = set()
-        self._last_marks(lines, texts, lidx, ranks, default_rank, range(cut, n), found, out,
-                         strip)
-        pending = present - found
-        if pending and cut:
-            segs: Sequence[int] = range(cut) if ranks is None else list(
-                compress(range(cut), map(pending.__contains__, ranks[:cut])))
+        hi = n
+        for lo in sorted({max(0, n - PROGRESS_TAIL), max(0, n - PROGRESS_TAIL * len(present)),
+                          0}, reverse=True):
+            if lo >= hi:
+                continue
+            pending = present - found
+            segs: Sequence[int] = range(lo, hi) if ranks is None or pending == present else \
+                list(compress(range(lo, hi), map(pending.__contains__, ranks[lo:hi])))
             if segs:
                 self._last_marks(lines, texts, lidx, ranks, default_rank, segs, found, out,
                                  strip)
+            if len(found) == len(present):
+                break
+            hi = lo
         out.sort(key=itemgetter(0))
         return tuple(p for _, p in out)
 
