@@ -3,34 +3,35 @@
 from __future__ import annotations
 
 import logging
-from bisect import bisect_left, bisect_right
+from bisect import bisect_left
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
-from itertools import accumulate, filterfalse, repeat
-from operator import add
-from typing import Any
+from itertools import accumulate, compress, repeat
+from operator import add, itemgetter
+from typing import Any, cast
 
 import regex
 
 from faultwatch.core.events import EXIT_STREAM, Line, Match
 from faultwatch.rules.model import MatchBatch, ProgressMark, Rule, RuleSet, StageMark
 from faultwatch.rules.normalise import (
-    ORIGIN_PREFIX_PATTERN,
-    has_other_prefix,
+    NOT_A_RUN,
+    line_ranks,
     normalise_batch,
     normalise_line,
+    run_rank_of,
 )
 from faultwatch.rules.patterns import (
-    LINE_PREFIX_PATTERN,
     LOOSE_ANCHOR,
     MID_PREFIX_PATTERN,
+    RANK_CARRIER_PATTERN,
     Pattern,
     anchor_after_prefix,
     build_scanner,
     lit_escape,
 )
-from faultwatch.rules.prefix import PREFIX_RE, split_prefixed, strip_fast
+from faultwatch.rules.prefix import PREFIX_RE, split_prefixed
 from faultwatch.rules.traceback import (
     CONTEXT_LINES,
     CPP_START,
@@ -42,8 +43,8 @@ from faultwatch.rules.validate import REGEX_TIMEOUT_S
 
 log = logging.getLogger(__name__)
 MARK_BLOCK = -1  # pattern owner for "a traceback / terminate block starts here"
-MARK_PREFIX = -2  # pattern owner for rank prefixes (where they are, not what they say)
-MARK_ORIGIN = -3  # owner for other prefixes naming a rank or node (srun -l, Ray, syslog...)
+_HELD_NEWLINE = -3  # _carried_ranks: a token holding a newline (a line holding a newline)
+MARK_PREFIX = -2  # pattern owner for line prefixes (that there are some, not what they say)
 USER_PRIORITY = 100
 PROGRESS_TAIL = 8  # lines per rank scanned first for its last step
 
@@ -105,14 +106,14 @@ class Matcher:
         self.patterns = pats  # as written (confirmation, introspection, benchmarks)
         # the fast scan sees lines with their prefixes still on (no stripped copy of a batch
         # is made unless something matched): anchors also accept the end of a prefix
-        # (LOOSE_ANCHOR, a superset), and three more patterns say where prefixes are; the
-        # exact path scans stripped lines with the patterns as written
+        # (LOOSE_ANCHOR, a superset), and two more patterns say where a line's prefixes may
+        # name a rank, and where a rank prefix follows another character (stacked or merged);
+        # the exact path scans stripped lines with the patterns as written
         scan_pats = [Pattern(anchor_after_prefix(p.source, LOOSE_ANCHOR), p.owner,
                              p.ignore_case) for p in pats]
         self._pid_line, self._pid_mid = len(pats), len(pats) + 1
-        scan_pats += [Pattern(LINE_PREFIX_PATTERN, MARK_PREFIX),
-                      Pattern(MID_PREFIX_PATTERN, MARK_PREFIX),
-                      Pattern(ORIGIN_PREFIX_PATTERN, MARK_ORIGIN)]
+        scan_pats += [Pattern(RANK_CARRIER_PATTERN, MARK_PREFIX),
+                      Pattern(MID_PREFIX_PATTERN, MARK_PREFIX)]
         # progress lines are common (every step), and only each rank's last one per batch
         # matters: they get their own database, scanned backwards in chunks (see _progress)
         self._e_ids = [i for i, p in enumerate(scan_pats)
@@ -152,10 +153,10 @@ class Matcher:
         self._prefilter = prefilter
         self._kind = [self.rules[p.owner].kind if p.owner >= 0 else "" for p in scan_pats]
         self._bytes = self.engine == "hyperscan"
-        # hyperscan reports where each prefix ends, which the fast path needs (re2 reports
-        # lines); the fast path handles batches where nothing but prefixes and progress hit
+        # the fast path handles batches where nothing but prefixes and progress hit; it needs
+        # the markers reported once per batch (hyperscan; re2 would report every line)
         self._fast = self._bytes
-        self._prefix_rank: dict[bytes, int] = {}
+        self._token_rank: dict[bytes, int] = {}  # b" 3: " -> 3 (run_rank_of)
 
     def _timed_out(self, pid: int) -> None:
         """A regex-module search hit its timeout: never silent. Counted per rule id in
@@ -176,11 +177,11 @@ class Matcher:
         return scan_global
 
     def _ends(self, texts: Sequence[str], joined: str) -> list[int]:
+        """Where each text ends in `joined` (bytes for hyperscan), with C loops."""
+        sizes: Any = map(len, texts)
         if self._bytes and not joined.isascii():
-            ends = accumulate(len(t.encode("utf-8", "replace")) + 1 for t in texts)
-        else:
-            ends = accumulate(len(t) + 1 for t in texts)
-        return [e - 1 for e in ends]
+            sizes = (len(t.encode("utf-8", "replace")) for t in texts)
+        return list(accumulate(map(add, sizes, repeat(1)), initial=-1))[1:]
 
     # -- exits ---------------------------------------------------------------
     def match_exit(self, exit_code: int, signal: int | None, ts: float) -> Match | None:
@@ -234,65 +235,83 @@ class Matcher:
     def _fast_batch(self, lines: Sequence[Line], texts: list[str], joined: str,
                     default_rank: int | None) -> MatchBatch | None:
         """The common case in one hyperscan pass over the batch as it came: no rule hit,
-        only rank prefixes (and progress). None when the batch needs the exact path."""
+        only prefixes (and progress). None when the batch needs the exact path. Per line,
+        only C loops run (the scan, list building); Python works per batch, per line whose
+        prefixes may name a rank, and per progress hit."""
         n = len(texts)
         data = joined.encode("utf-8", "replace")
-        hits = self._scan(data)
-        if not hits:
-            by_rank: Mapping[int | None, Sequence[int]] = {default_rank: range(n)}
-            progress = self._progress(lines, texts, _same, by_rank) if self._scan_p else ()
+        pid_line, pid_mid = self._pid_line, self._pid_mid
+        carried: list[int] = []  # where a rank-carrying prefix may end
+        mid: list[int] = []  # where a rank prefix after another character ends
+        for to, pid in self._scan(data):
+            if pid == pid_line:
+                carried.append(to)
+            elif pid == pid_mid:
+                mid.append(to)
+            else:  # a rule matched: the exact path names, groups and attributes it
+                return None
+        if not carried:
+            if mid:
+                return None  # a rank prefix in the middle of a line (merged output)
+            progress = self._progress(lines, texts, _same, None, default_rank, strip=True) \
+                if self._scan_p else ()
             return MatchBatch((), progress, (), {default_rank: lines[-1].ts},
                               (default_rank,) * n)
-        pid_line, pid_mid = self._pid_line, self._pid_mid
-        line_ends: list[int] = []
-        mid_ends: list[int] = []
-        for to, pid in hits:
-            if pid == pid_line:
-                line_ends.append(to)
-            elif pid == pid_mid:
-                mid_ends.append(to)
-            else:  # a rule matched (the exact path names, groups and attributes), or a
-                return None  # prefix naming a rank or node that only the exact path reads
-        if mid_ends and not set(mid_ends) <= set(line_ends):
-            return None  # a prefix in the middle of a line (merged output)
-        if len(data) == len(joined):  # ASCII: bytes are characters
-            sizes: Iterable[int] = map(len, texts)
-        else:
-            sizes = [len(t.encode("utf-8", "replace")) for t in texts]
-        starts = list(accumulate(map(add, sizes, repeat(1))))  # where line i + 1 starts
-        # C loops over the prefixes: their lines, their tokens (b"[rank3]:"), their ranks
-        at = map(bisect_right, repeat(starts), line_ends)
-        toks = list(map(data.__getitem__, map(slice, map(data.rfind, repeat(b"["), repeat(0),
-                                                          line_ends), line_ends)))
-        known = self._prefix_rank
+        carried_ranks = self._carried_ranks(texts, data, len(data) == len(joined), carried,
+                                            default_rank)
+        if carried_ranks is None:
+            return None  # a prefix after a newline inside a line: the exact path splits it
+        ranks, in_runs = carried_ranks
+        if mid and not in_runs.issuperset(mid):
+            return None  # a rank prefix after a line's prefixes (merged output)
+        last_ts = {r: lines[i].ts for r, i in dict(zip(ranks, range(n), strict=True)).items()}
+        one = len(last_ts) == 1
+        progress = self._progress(lines, texts, _same, None if one else ranks, ranks[0],
+                                  strip=True) if self._scan_p else ()
+        return MatchBatch((), progress, (), last_ts, tuple(ranks))
+
+    def _carried_ranks(self, texts: list[str], data: bytes, ascii_only: bool,
+                       carried: list[int], default_rank: int | None
+                       ) -> tuple[list[int | None], set[int]] | None:
+        """Each line's rank, given where rank-carrying prefixes may end (`carried`, offsets
+        in `data`): the line's text up to there is read as a run of prefixes once per
+        distinct text (a cache: `[rank3]:`, ` 3: `, `[Rank 3] `...); the innermost one per
+        line wins; a text that is no such run is a lookalike after the line's run (ignored).
+        Also the offsets of `carried` that end a line's run of prefixes (stacked ones). None
+        when a line holds a newline with a prefix after it (the exact path splits it)."""
+        n = len(texts)
+        sizes: Any = map(len, texts) if ascii_only else \
+            [len(t.encode("utf-8", "replace")) for t in texts]
+        ends = list(accumulate(map(add, sizes, repeat(1))))  # one past each line's "\n"
+        line_of = list(map(bisect_left, repeat(ends), carried))
+        starts = [0, *ends]
+        toks = list(map(data.__getitem__, map(slice, map(starts.__getitem__, line_of),
+                                                carried)))
+        known = self._token_rank
         new = set(toks).difference(known)
         if new and len(known) + len(new) > 4096:
             known.clear()
             new = set(toks)
+        local: dict[bytes, int] = {}
         for tok in new:
-            m = PREFIX_RE.match(tok.decode("ascii", "replace"))
-            if m is None:
-                return None
-            known[tok] = int(m.group(2))
-        # stacked prefixes: the innermost (last) wins
-        line_rank = dict(zip(at, map(known.__getitem__, toks), strict=True))
-        ranks: list[int | None] = [default_rank] * n
-        groups: dict[int | None, list[int]] = {}
-        for i, r in line_rank.items():
-            ranks[i] = r
-            idx = groups.get(r)
-            if idx is None:
-                groups[r] = [i]
-            else:
-                idx.append(i)
-        rest = list(filterfalse(line_rank.__contains__, range(n)))
-        if rest:
-            mine = groups.get(default_rank)
-            groups[default_rank] = sorted(mine + rest) if mine else rest
-        last_ts = {r: lines[idx[-1]].ts for r, idx in groups.items()}
-        progress = (self._progress(lines, texts, _same, groups, strip=True)
-                    if self._scan_p else ())
-        return MatchBatch((), progress, (), last_ts, tuple(ranks))
+            r = _HELD_NEWLINE if b"\n" in tok else run_rank_of(tok)
+            (known if r != _HELD_NEWLINE and len(tok) <= 128 else local)[tok] = r
+        # -1: a run naming no rank (a carrier read as another kind): its line goes to
+        # line_ranks; NOT_A_RUN: a lookalike after other text, not part of the line's run
+        rks = cast(list[int], list(map(known.get, toks, map(local.get, toks))))
+        if _HELD_NEWLINE in rks:
+            return None
+        good = list(map((0).__le__, rks))
+        in_runs = set(compress(carried, map(NOT_A_RUN.__lt__, rks)))
+        named = dict(zip(compress(line_of, good), compress(rks, good), strict=False))
+        ranks: list[int | None] = list(map(named.get, range(n), repeat(default_rank)))
+        slow = list(compress(line_of, map((-1).__eq__, rks)))
+        if slow:
+            at = sorted(set(slow))
+            for i, rank in zip(at, line_ranks(list(map(texts.__getitem__, at)), default_rank),
+                               strict=True):
+                ranks[i] = rank
+        return ranks, in_runs
 
     def _exact_batch(self, lines: Sequence[Line], texts: list[str], joined: str,
                      default_rank: int | None) -> MatchBatch:
@@ -302,9 +321,10 @@ class Matcher:
         last_ts = {r: lines[idx[-1] if seg_line is None else seg_line[idx[-1]]].ts
                    for r, idx in by_rank.items()}
         lidx: Any = _same if seg_line is None else seg_line.__getitem__
-        progress = self._progress(lines, seg_text, lidx, by_rank) if self._scan_p else ()
-        hits = [h for h in self._scan_exact(joined)
-                if self._owner[h[1]] not in (MARK_PREFIX, MARK_ORIGIN)]
+        one = len(by_rank) == 1  # (one rank: no per-text ranks needed)
+        progress = self._progress(lines, seg_text, lidx, None if one else seg_rank,
+                                  next(iter(by_rank))) if self._scan_p else ()
+        hits = [h for h in self._scan_exact(joined) if self._owner[h[1]] != MARK_PREFIX]
         if not hits:
             return MatchBatch((), progress, (), last_ts, ranks)
         ends = self._ends(seg_text, joined)
@@ -332,42 +352,22 @@ class Matcher:
         """(joined, segment texts, segment ranks, segment -> line or None when 1:1, line
         ranks, segment indices per rank): rank prefixes stripped, merged lines split."""
         n = len(texts)
-        if has_other_prefix(joined):
-            batch = normalise_batch(joined, n, default_rank)
-            if batch is not None:  # one C pass; else merged lines: line by line
-                stripped, seg_rank = batch
-                per_rank: dict[int | None, list[int]] = {}
-                for i, r in enumerate(seg_rank):
-                    idx = per_rank.get(r)
-                    if idx is None:
-                        per_rank[r] = [i]
-                    else:
-                        idx.append(i)
-                return (stripped, stripped.split("\n"), seg_rank, None, tuple(seg_rank),
-                        dict(per_rank))
+        batch = normalise_batch(joined, n, default_rank)
+        if batch is None:  # merged lines, or a line holding a newline: line by line
             return Matcher._normalised_segments(texts, default_rank)
-        if not (joined.startswith("[") or "\n[" in joined):
-            return (joined, texts, [default_rank] * n, None, (default_rank,) * n,
-                    {default_rank: range(n)})
-        fast = strip_fast(joined, n, default_rank)
-        if fast is not None:  # else merged lines or a line holding a newline: careful path
-            stripped, seg_rank, per_rank = fast
-            return (stripped, stripped.split("\n"), seg_rank, None, tuple(seg_rank),
-                    dict(per_rank))
-        seg_text: list[str] = []
-        seg_rank = []
-        seg_line: list[int] = []
-        line_rank: list[int | None] = []
+        stripped, seg_rank = batch
+        per_rank = dict(zip(seg_rank, repeat(None)))
+        if len(per_rank) == 1:
+            return (stripped, texts if stripped == joined else stripped.split("\n"), seg_rank,
+                    None, tuple(seg_rank), {seg_rank[0]: range(n)})
         by_rank: dict[int | None, list[int]] = {}
-        for i, t in enumerate(texts):
-            segs = split_prefixed(t, default_rank) if t.startswith("[") else [(default_rank, t)]
-            line_rank.append(segs[0][0])
-            for r, st in segs:
-                by_rank.setdefault(r, []).append(len(seg_text))
-                seg_text.append(st)
-                seg_rank.append(r)
-                seg_line.append(i)
-        return ("\n".join(seg_text), seg_text, seg_rank, seg_line, tuple(line_rank),
+        for i, r in enumerate(seg_rank):
+            idx = by_rank.get(r)
+            if idx is None:
+                by_rank[r] = [i]
+            else:
+                idx.append(i)
+        return (stripped, stripped.split("\n"), seg_rank, None, tuple(seg_rank),
                 dict(by_rank))
 
     @staticmethod
@@ -473,46 +473,58 @@ class Matcher:
             return None
 
     def _progress(self, lines: Sequence[Line], texts: list[str], lidx: Any,
-                  by_rank: Mapping[int | None, Sequence[int]], *,
+                  ranks: Sequence[int | None] | None, default_rank: int | None, *,
                   strip: bool = False) -> tuple[ProgressMark, ...]:
-        """Each rank's last step in the batch (`strip`: the texts still carry their rank
-        prefixes). Two scans at most: every rank's last few lines together, then all the
-        earlier lines of the ranks that had no step there."""
+        """Each rank's last step in the batch (`ranks`: each text's rank, None when all are
+        `default_rank`; `strip`: the texts still carry their prefixes). Scans backwards in
+        windows, each over the lines of the ranks still without a step: the batch's last
+        PROGRESS_TAIL lines, then PROGRESS_TAIL per rank, then the rest (three at most)."""
         assert self._scan_p is not None
+        n = len(texts)
+        present = {default_rank} if ranks is None else set(ranks)
         out: list[tuple[int, ProgressMark]] = []
-        pending = list(by_rank.items())
-        for tail in (True, False):
-            segs: list[int] = []
-            owner: list[int | None] = []
-            for rank, idx in pending:
-                cut = max(0, len(idx) - PROGRESS_TAIL)
-                part = idx[cut:] if tail else idx[:cut]
-                segs.extend(part)
-                owner.extend(repeat(rank, len(part)))
-            if not segs:
+        found: set[int | None] = set()
+        hi = n
+        for lo in sorted({max(0, n - PROGRESS_TAIL), max(0, n - PROGRESS_TAIL * len(present)),
+                          0}, reverse=True):
+            if lo >= hi:
+                continue
+            pending = present - found
+            segs: Sequence[int] = range(lo, hi) if ranks is None or pending == present else \
+                list(compress(range(lo, hi), map(pending.__contains__, ranks[lo:hi])))
+            if segs:
+                self._last_marks(lines, texts, lidx, ranks, default_rank, segs, found, out,
+                                 strip)
+            if len(found) == len(present):
                 break
-            chunk = [texts[i] for i in segs]
-            joined = "\n".join(chunk)
-            hits = self._scan_p(joined)
-            found: set[int | None] = set()
-            if hits:
-                ends = self._ends(chunk, joined)
-                for to, pid in sorted(hits, reverse=True):  # each rank's latest line first
-                    k = bisect_left(ends, to)
-                    rank = owner[k]
-                    if rank in found:
-                        continue
-                    seg = segs[k]
-                    text = normalise_line(texts[seg]).text if strip else texts[seg]
-                    mark = self._mark(pid, text, rank, lines[lidx(seg)].ts)
-                    if mark is not None:
-                        out.append((seg, mark))
-                        found.add(rank)
-            pending = [(r, idx) for r, idx in pending if r not in found]
-            if not pending:
-                break
-        out.sort(key=lambda x: x[0])
+            hi = lo
+        out.sort(key=itemgetter(0))
         return tuple(p for _, p in out)
+
+    def _last_marks(self, lines: Sequence[Line], texts: list[str], lidx: Any,
+                    ranks: Sequence[int | None] | None, default_rank: int | None,
+                    segs: Sequence[int], found: set[int | None],
+                    out: list[tuple[int, ProgressMark]], strip: bool) -> None:
+        """The latest step among `segs` (ascending text indices) of each rank not `found`
+        yet: one scan over those texts, then work per hit, latest first."""
+        assert self._scan_p is not None
+        chunk = texts[segs.start:segs.stop] if isinstance(segs, range) else \
+            list(map(texts.__getitem__, segs))
+        joined = "\n".join(chunk)
+        hits = self._scan_p(joined)
+        if not hits:
+            return
+        ends = self._ends(chunk, joined)
+        for to, pid in sorted(hits, reverse=True):
+            seg = segs[bisect_left(ends, to)]
+            rank = default_rank if ranks is None else ranks[seg]
+            if rank in found:
+                continue
+            text = normalise_line(texts[seg]).text if strip else texts[seg]
+            mark = self._mark(pid, text, rank, lines[lidx(seg)].ts)
+            if mark is not None:
+                out.append((seg, mark))
+                found.add(rank)
 
     def _mark(self, pid: int, text: str, rank: int | None, ts: float) -> ProgressMark | None:
         m = self._extract(pid, text)

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import re
+from collections.abc import MutableMapping, Sequence
 from dataclasses import dataclass
+from itertools import accumulate, compress, repeat
+from operator import add
 
 # Each kind: (name, pattern). Patterns use only syntax that Python's `re`, the `regex` module
 # and hyperscan all accept once the named groups are made non-capturing (`hs_source`); a
@@ -73,17 +76,17 @@ def _combined() -> re.Pattern[str]:
     for i, (_name, p) in enumerate(PREFIX_KINDS):
         p = p.replace("(?P<rank>", f"(?P<rank{i}>").replace("(?P<node>", f"(?P<node{i}>")
         alts.append(f"(?P<k{i}>{p})")
-    return re.compile("|".join(alts))
+    return re.compile("|".join(alts), re.ASCII)
 
 
 _ONE = _combined()
 _KIND_NAMES = tuple(name for name, _ in PREFIX_KINDS)
 _HAS_RANK = tuple("(?P<rank>" in p for _, p in PREFIX_KINDS)
 _HAS_NODE = tuple("(?P<node>" in p for _, p in PREFIX_KINDS)
-_ANY_AT_START = re.compile(PREFIX_ANY)
+_ANY_AT_START = re.compile(PREFIX_ANY, re.ASCII)
 _OTHER_AT_LINE_START = re.compile(
     "^(?:" + "|".join(hs_source(p) for name, p in PREFIX_KINDS if name != "rank") + ")",
-    re.MULTILINE)
+    re.MULTILINE | re.ASCII)
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,42 +127,122 @@ def normalise_line(text: str, default_rank: int | None = None) -> Normalised:
     return Normalised(text[pos:], rank, node, text[:pos], tuple(kinds))
 
 
-_RUN_AT_LINE_START = re.compile(f"^{PREFIX_ANY}{{1,{MAX_STACK}}}", re.MULTILINE)
-_RANK_CARRIER = re.compile("|".join(
-    p.replace("(?P<rank>", f"(?P<rank{i}>").replace("(?P<node>", "(?:")
-    for i, (_name, p) in enumerate(PREFIX_KINDS) if "(?P<rank>" in p))
-
-
 def normalise_batch(joined: str, n: int, default_rank: int | None
                     ) -> tuple[str, list[int | None]] | None:
     """normalise_line() over a newline-joined batch of n lines with C loops: (text without
     prefixes, rank of each line). None when a line holds a newline or a rank prefix sits in
     the middle of a line (merged output): the caller then goes line by line."""
-    stripped = _RUN_AT_LINE_START.sub("", joined)
-    if stripped.count("\n") != n - 1:
+    split = _split_runs(joined, n)
+    if split is None:
         return None
+    stripped = "\n".join(split[0])[1:]
     if "]:" in stripped and _MID_RANK.search(stripped) is not None:
         return None
-    ranks: list[int | None] = [default_rank] * n
-    findall = _RANK_CARRIER.findall
-    count = joined.count
-    line = last = 0
-    for m in _RUN_AT_LINE_START.finditer(joined):
-        found = findall(m.group())
-        if found:
-            start = m.start()
-            line += count("\n", last, start)
-            last = start
-            innermost = found[-1]
-            ranks[line] = int(innermost if isinstance(innermost, str)
-                              else next(g for g in innermost if g))
-    return stripped, ranks
+    named = _ranks_of_runs(*split, {})
+    return stripped, list(map(named.get, range(n), repeat(default_rank)))
 
 
-_MID_RANK = re.compile(r"\[[A-Za-z_]{1,32}?\d{1,7}\]: ?")
+_MID_RANK = re.compile(r"\[[A-Za-z_]{1,32}?\d{1,7}\]: ?", re.ASCII)
 
 
 def has_other_prefix(joined: str) -> bool:
     """Whether any line of a newline-joined batch starts with a known prefix other than a
     `[rank3]:` one (those have their own fast strip in prefix.py)."""
     return _OTHER_AT_LINE_START.search(joined) is not None
+
+
+# for prefix_ranks(): a line start ("\n" before it) and its run of prefixes (group 1); and one
+# run tokenised as normalise_line() does it, each rank carrier's number a group of its own
+# (`lastindex` is then the innermost carrier's)
+_SPLIT_RUNS = re.compile(f"\n({PREFIX_ANY}{{1,{MAX_STACK}}})", re.ASCII)
+_RUN_RANK = re.compile("(?:" + "|".join(
+    p.replace("(?P<rank>", "(").replace("(?P<node>", "(?:") for _, p in PREFIX_KINDS) + ")*",
+    re.ASCII)
+_NO_CARRIER = -1
+MAX_RUN_CACHE = 4096
+
+
+def _run_rank(run: str) -> int:
+    """The innermost rank a run of prefixes names (normalise_line's), else _NO_CARRIER."""
+    m = _RUN_RANK.fullmatch(run)
+    if m is None:  # not for a run split off by _SPLIT_RUNS; stay right anyway
+        rank = normalise_line(run).rank
+        return _NO_CARRIER if rank is None else rank
+    return _NO_CARRIER if m.lastindex is None else int(m.group(m.lastindex))
+
+
+def _split_runs(joined: str, n: int) -> tuple[list[str], list[str], list[int]] | None:
+    """(texts between line-start runs of prefixes, the runs, running newline counts of the
+    former) for a newline-joined batch of n lines; None when a line holds a newline."""
+    parts = _SPLIT_RUNS.split("\n" + joined)
+    pieces = parts[0::2]
+    runs = parts[1::2]
+    nl = list(accumulate(map(str.count, pieces, repeat("\n"))))
+    if nl[-1] != n - len(runs):
+        return None
+    return pieces, runs, nl
+
+
+def _ranks_of_runs(pieces: list[str], runs: list[str], nl: list[int],
+                   cache: MutableMapping[str, int]) -> dict[int, int]:
+    """{line index: rank} for the runs that name a rank; a rank is worked out once per
+    distinct run (`cache` keeps them across calls, bounded)."""
+    if not runs:
+        return {}
+    new = set(runs).difference(cache)
+    if new:
+        if len(cache) + len(new) > MAX_RUN_CACHE:
+            cache.clear()
+            new = set(runs)
+        for run in new:
+            cache[run] = _run_rank(run)
+    rks = list(map(cache.__getitem__, runs))
+    at = map(add, nl, range(len(runs)))  # run j starts line nl[j] + j
+    keep = list(map(_NO_CARRIER.__ne__, rks))
+    return dict(zip(compress(at, keep), compress(rks, keep), strict=False))
+
+
+def prefix_ranks(joined: str, n: int, cache: MutableMapping[str, int], *,
+                 check_mid: bool = True) -> dict[int, int] | None:
+    """The ranks that line prefixes name in a newline-joined batch of n lines, as {line index:
+    rank} for the lines whose prefix run names one (normalise_line's rank, the innermost),
+    with C loops: one regex split, a rank worked out once per distinct run.
+
+    None when a line holds a newline, or (`check_mid`) when a rank prefix sits in the middle
+    of a line once the runs are stripped (merged output): the caller goes line by line."""
+    split = _split_runs(joined, n)
+    if split is None:
+        return None
+    if check_mid:
+        stripped = "\n".join(split[0])
+        if "]:" in stripped and _MID_RANK.search(stripped) is not None:
+            return None
+    return _ranks_of_runs(*split, cache)
+
+
+_LINE_RUN_RANK = re.compile(_RUN_RANK.pattern[:-1] + f"{{1,{MAX_STACK}}}", re.ASCII)
+
+
+NOT_A_RUN = -2
+
+
+def run_rank_of(text: bytes) -> int:
+    """The rank a line's start up to some offset names when that start is exactly a run of
+    prefixes (the innermost rank-carrying one), _NO_CARRIER (-1) when such a run names
+    none, NOT_A_RUN (-2) when it is no run."""
+    if not text.isascii():
+        return NOT_A_RUN
+    s = text.decode("ascii")
+    m = _LINE_RUN_RANK.match(s)
+    if m is None or m.end() != len(s):
+        return NOT_A_RUN
+    return _NO_CARRIER if m.lastindex is None else int(m.group(m.lastindex))
+
+
+def line_ranks(texts: Sequence[str], default_rank: int | None) -> list[int | None]:
+    """normalise_line(t, default_rank).rank for each text, with one regex match per text
+    (the innermost rank-carrying prefix of its run, by the match's last group)."""
+    ms = list(map(_LINE_RUN_RANK.match, texts))
+    idx = [0 if m is None or m.lastindex is None else m.lastindex for m in ms]
+    return [default_rank if i == 0 else int(m.group(i))  # type: ignore[union-attr]
+            for m, i in zip(ms, idx, strict=True)]

@@ -19,10 +19,13 @@ Scanner = Callable[[str], list[tuple[int, int]]]
 
 # rank prefixes as the scanner sees them (the `regex`-module form is prefix.PREFIX_RE)
 PREFIX_TOKEN = r"\[[A-Za-z_]{1,32}\d{1,7}\]:"
-RANK_RUN = r"(?:\[[A-Za-z_]{1,32}\d{1,7}\]: ?)*"
-# a line starting with one or more prefixes: reported at the end of each of them
-LINE_PREFIX_PATTERN = "^" + RANK_RUN + PREFIX_TOKEN
-# a prefix after any other character (merged lines; also the inner ones of a stacked run)
+# markers for the matcher's fast scan, each reported where it ends: a rank-carrying prefix
+# (normalise.PREFIX_KINDS' rank, rank_word, mpi_tag, srun_label) at a line start or after what
+# ends a prefix (`]`, `]:`, `>:`, or one of LOOSE_ANCHOR's characters and a space): a superset
+# of "a line's run of prefixes names a rank"; and a rank prefix after any other character
+# (stacked on other prefixes, or merged output when it is not part of the line's run)
+RANK_CARRIER_PATTERN = (r"(?:^|[\])>:|] |\]:?|>:|[Z0-9] )(?:" + PREFIX_TOKEN + r"|\[Rank \d{1,7}\] "
+                        r"|\[\d{1,6},\d{1,7}\]<(?:stdout|stderr)>:| {0,6}\d{1,6}: )")
 MID_PREFIX_PATTERN = "[^\n]" + PREFIX_TOKEN
 
 
@@ -114,6 +117,7 @@ class Pattern:
     source: str
     owner: int
     ignore_case: bool = False
+    single: bool = False  # report it once per scan at most (hyperscan; re2 reports all)
 
 
 def _hyperscan_scanner(pats: Sequence[Pattern]) -> tuple[Scanner, set[int]]:
@@ -121,7 +125,8 @@ def _hyperscan_scanner(pats: Sequence[Pattern]) -> tuple[Scanner, set[int]]:
     import hyperscan as hs  # lazy: optional, x86-64 only
 
     base = hs.HS_FLAG_MULTILINE
-    flags = [base | (hs.HS_FLAG_CASELESS if p.ignore_case else 0) for p in pats]
+    flags = [base | (hs.HS_FLAG_CASELESS if p.ignore_case else 0)
+             | (hs.HS_FLAG_SINGLEMATCH if p.single else 0) for p in pats]
     exprs = [p.source.encode() for p in pats]
     prefilter: set[int] = set()
     db = hs.Database()

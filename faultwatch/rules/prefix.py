@@ -7,11 +7,11 @@ from itertools import accumulate, compress, repeat
 from operator import not_
 
 # [rank3]:  [default3]:  [trainer3]:  (role name, then the global/local rank, then "]:")
-PREFIX_RE = re.compile(r"\[([A-Za-z_]{1,32}?)(\d{1,7})\]: ?")
+PREFIX_RE = re.compile(r"\[([A-Za-z_]{1,32}?)(\d{1,7})\]: ?", re.ASCII)
 
 
 # one or more stacked prefixes at the start of a line (the innermost rank is captured)
-_LINE_PREFIXES = re.compile(r"\n(?:\[[A-Za-z_]{1,32}?(\d{1,7})\]: ?)+")
+_LINE_PREFIXES = re.compile(r"\n(?:\[[A-Za-z_]{1,32}?(\d{1,7})\]: ?)+", re.ASCII)
 
 
 def strip_fast(joined: str, n: int, default_rank: int | None
