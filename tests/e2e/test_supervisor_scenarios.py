@@ -15,7 +15,7 @@ import sys
 import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -55,10 +55,14 @@ class Mode:
     tmp: Path
     bootstrap: str = ""
     prefix: str = ""
+    # agent mode: one node name per test. The processor is shared by the module's tests and
+    # keeps a fleet-wide node registry: a node blacklisted by one test stays quarantined,
+    # and the next job starting on it would be turned away at once (the registry's gate).
+    agent_node: str = field(default_factory=lambda: f"node-{uuid.uuid4().hex[:6]}")
 
     @property
     def node(self) -> str:
-        return "local" if self.name == "run" else "node-0"
+        return "local" if self.name == "run" else self.agent_node
 
     def cmd(self, job: str, child: list[str]) -> list[str]:
         common = ["--job", job, "--term-grace-s", str(GRACE_S)]
@@ -151,7 +155,7 @@ def test_restart_relaunches_next_attempt_after_not_before(mode: Mode, tmp_path: 
     assert decs[1]["evidence"]["restart_not_before"] - decs[1]["ts"] > 0.5, decs[1]
 
 
-def test_blacklist_naming_this_node_exits_75_without_relaunch(mode: Mode,
+def test_blacklist_naming_this_node_exits_138_without_relaunch(mode: Mode,
                                                               tmp_path: Path) -> None:
     job, log = job_name("blacklist"), tmp_path / "starts"
     proc, _ = run(mode, job, launch_logger(log, f'echo "{HARDWARE}" >&2; exit 1'))
