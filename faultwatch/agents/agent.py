@@ -32,14 +32,22 @@ PIPE_DRAIN_AFTER_EXIT_S = 5.0  # grandchildren may hold the pipes open after the
 PIPE_QUIET_S = 0.3  # ... reading stops earlier once they were quiet this long
 PIPE_POLL_S = 0.1
 LEFTOVER_GRACE_S = 2.0  # group members left after the leader: SIGTERM, then SIGKILL
+# After a gap (lines dropped: full spool disk, spool cap) the printed lines do not reach the
+# processor, so they prove nothing: heartbeats keep the quiet cadence for this long after
+# the last drop report (the shipper reports drops at most every 5 s, WRITE_DROP_REPORT_S).
+LINES_LOST_HOLD_S = 10.0
 
 
-def heartbeat_due(printed: bool, since_sent_s: float, flowing_s: float) -> bool:
+def heartbeat_due(printed: bool, since_sent_s: float, flowing_s: float,
+                  since_lines_lost_s: float = float("inf")) -> bool:
     """Whether the heartbeat of this interval is sent. A heartbeat proves silence (hang
     detection, in event time), so every interval in which the child printed nothing sends
     one; while it prints, its shipped lines already show the node alive (node lost) and a
     heartbeat goes out only every `flowing_s` (progress stall and exit hang, which need
-    output to flow, are evaluated on it)."""
+    output to flow, are evaluated on it). Printed lines that were dropped
+    (`since_lines_lost_s` < LINES_LOST_HOLD_S) do not count: they never reach the processor."""
+    if since_lines_lost_s < LINES_LOST_HOLD_S:
+        return True
     return not printed or since_sent_s >= flowing_s
 
 
@@ -70,6 +78,7 @@ class Agent:
             self.extra_env.update(self.diagnoser.env)
         self.sdk: SdkServer | None = None
         self.born_ts = time.time()
+        self.lines_lost_mono = -float("inf")  # when the last gap (dropped lines) was reported
         # The job run's identity: stable across this agent's attempts (restarts do not make
         # a new run). Generated per agent process until a flag or scheduler names the run.
         self.run_id = cfg.run_id or f"g-{uuid.uuid4().hex}"  # agents/identity.py
@@ -109,6 +118,7 @@ class Agent:
             run_id=self.run_id))
 
     def _gap(self, records: int, lines: int, kept: int, reason: str = "spool_cap") -> None:
+        self.lines_lost_mono = time.monotonic()
         self.note("gap", {"run_id": self.run_id, "records": records, "dropped_lines": lines,
                           "lines": lines, "kept_records": kept, "reason": reason})
 
@@ -137,8 +147,9 @@ class Agent:
         while True:
             await asyncio.sleep(self.cfg.heartbeat_s)
             out = self.last_output_ts()
-            if heartbeat_due(out != seen, time.monotonic() - sent_at,
-                             self.cfg.heartbeat_flowing_s):
+            now = time.monotonic()
+            if heartbeat_due(out != seen, now - sent_at, self.cfg.heartbeat_flowing_s,
+                             now - self.lines_lost_mono):
                 self.heartbeat()
                 sent_at = time.monotonic()
             seen = out

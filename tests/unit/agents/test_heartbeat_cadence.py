@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from faultwatch.agents.agent import heartbeat_due
+from faultwatch.agents.agent import LINES_LOST_HOLD_S, heartbeat_due
 from faultwatch.agents.config import AgentConfig
 from faultwatch.core.policy import Policy
 
@@ -25,3 +25,10 @@ def test_the_default_flowing_interval_fits_the_default_node_lost_window() -> Non
     # a flowing node's heartbeats must not lag more
     # than half of it behind a quiet node's, or the hang check treats them as stale
     assert cfg.heartbeat_flowing_s + cfg.heartbeat_s < Policy().node_lost_s / 2
+
+
+def test_dropped_lines_prove_nothing_so_heartbeats_keep_the_quiet_cadence() -> None:
+    # a full spool disk drops the printed lines: the processor sees only heartbeats
+    assert heartbeat_due(True, 2.0, 10.0, since_lines_lost_s=1.0)
+    assert heartbeat_due(True, 2.0, 10.0, since_lines_lost_s=LINES_LOST_HOLD_S - 0.1)
+    assert not heartbeat_due(True, 2.0, 10.0, since_lines_lost_s=LINES_LOST_HOLD_S)
