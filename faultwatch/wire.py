@@ -362,10 +362,16 @@ class LinesBatch:
 def encode_lines(job: str, attempt: int, node: str, run_id: str, lines: list[Line],
                  rank: int | None = None) -> bytes:
     """A batch of lines; `rank` is set in rank mode (one agent per rank), else None."""
-    rows = [[_STREAM_CODE.get(ln.stream, ln.stream), ln.seq, ln.ts, ln.text, ln.flags, ln.orig_len]
-            for ln in lines]
+    return _encode_line_rows(job, attempt, node, run_id, "lines", lines, rank)
+
+
+def _encode_line_rows(job: str, attempt: int, node: str, run_id: str, field: str,
+                      items: Sequence[LineChunk], rank: int | None) -> bytes:
+    """A lines record whose `field` ("lines" or "chunks") holds one row per item."""
+    rows = [[_STREAM_CODE.get(c.stream, c.stream), c.seq, c.ts, c.text, c.flags, c.orig_len]
+            for c in items]
     d: dict[str, Any] = {"v": SCHEMA_VERSION, "t": "lines", "job": job, "attempt": attempt,
-                         "node": node, "run_id": run_id, "lines": rows}
+                         "node": node, "run_id": run_id, field: rows}
     if rank is not None:
         d["rank"] = rank
     return orjson.dumps(d)
@@ -394,13 +400,7 @@ def encode_line_chunks(job: str, attempt: int, node: str, run_id: str,
     one or more consecutive lines of one stream and read, joined by "\n" (numbered from its
     seq, all with its ts); flags and orig_len only on a chunk of one line. No line text may
     hold "\n" itself (the agent's splitter never makes one)."""
-    rows = [[_STREAM_CODE.get(c.stream, c.stream), c.seq, c.ts, c.text, c.flags, c.orig_len]
-            for c in chunks]
-    d: dict[str, Any] = {"v": SCHEMA_VERSION, "t": "lines", "job": job, "attempt": attempt,
-                         "node": node, "run_id": run_id, "chunks": rows}
-    if rank is not None:
-        d["rank"] = rank
-    return orjson.dumps(d)
+    return _encode_line_rows(job, attempt, node, run_id, "chunks", chunks, rank)
 
 
 def line_rows(d: Mapping[str, Any]) -> LineRows:
