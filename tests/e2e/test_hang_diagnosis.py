@@ -53,6 +53,17 @@ def _run_until_blocked(scenario: str, diag: Path) -> subprocess.Popen[str]:
     return proc
 
 
+def _kill_job(proc: subprocess.Popen[str] | subprocess.Popen[bytes]) -> None:
+    """SIGKILL a torchrun job: its group and its ranks, which torchrun starts in sessions of
+    their own (killing only the group left orphaned ranks blocked in all_reduce)."""
+    ranks = rank_pids(proc.pid)
+    os.killpg(proc.pid, signal.SIGKILL)
+    for pid in ranks.values():
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    proc.wait(30)
+
+
 def _blocked(pids: dict[int, int]) -> None:
     """Wait until the ranks are parked: some rank inside a collective and the picture the
     same in three captures in a row."""
@@ -105,14 +116,7 @@ def test_culprit_named_from_real_ranks(tmp_path: Path, scenario: str, summary_fr
         assert found is not None and found.sentence.startswith(summary_fr), found.sentence
         assert 1 in found.culprits and found.basis == "flight recorder"
     finally:
-        # torchrun starts its workers in sessions of their own: kill them too, or they
-        # outlive the test (seen: orphaned ranks blocked in all_reduce)
-        ranks = rank_pids(proc.pid)
-        os.killpg(proc.pid, signal.SIGKILL)
-        for pid in ranks.values():
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        proc.wait(30)
+        _kill_job(proc)
 
 
 @pytest.mark.kafka
@@ -231,9 +235,4 @@ def test_ddp_gradient_all_reduce_inside_backward_is_seen_as_the_collective(tmp_p
         assert found.sentence.startswith(
             "rank 0 in DDP gradient all_reduce; rank 1 is at ddp_stall.py:"), found.sentence
     finally:
-        ranks = rank_pids(proc.pid)
-        os.killpg(proc.pid, signal.SIGKILL)
-        for pid in ranks.values():
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        proc.wait(30)
+        _kill_job(proc)
