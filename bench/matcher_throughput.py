@@ -13,6 +13,13 @@ torch's `[rankN]:`, kubectl --timestamps with a time per line, both, DeepSpeed's
 mpirun --tag-output), each Matcher.match_lines against rg on those same lines; `--repeat R`
 interleaves R runs of each and reports the median of the per-run ratios (the machine may be
 busy: both sides see the same load).
+
+rg's time includes its start: reading and compiling the ~400 patterns (~0.1 s, about as
+long as it takes to scan 200 k lines) while the Matcher is built before its clock starts.
+`rg_start_s` is rg with the same patterns on a one-line file (best of 3), and the
+`*_vs_rg_scan` ratios compare against rg's time minus that start: rg's steady rate, the
+fair peer for a long-running processor. Both are printed; the scan ratio is the one that
+counts (at 200 k lines the start is half of rg's time and flatters the matcher).
 """
 
 from __future__ import annotations
@@ -104,21 +111,29 @@ CASES: dict[str, Any] = {
 
 def run_case(matcher: Matcher, pats: list[str], texts: list[str], batch: int,
              repeat: int) -> dict[str, object]:
-    """Matcher.match_lines and rg on the same lines, interleaved `repeat` times."""
+    """Matcher.match_lines and rg on the same lines, interleaved `repeat` times (rg's start
+    measured again each time, on a one-line file)."""
     ratios: list[float] = []
-    best_m = best_rg = float("inf")
+    scan_ratios: list[float] = []
+    best_m = best_rg = best_start = float("inf")
     for _ in range(repeat):
         secs = run_matcher(matcher, texts, batch)[0]
         rg = run_rg(pats, texts, runs=1)
+        start = run_rg(pats, texts[:1], runs=1)
         best_m = min(best_m, secs)
-        if rg is not None:
+        if rg is not None and start is not None:
             best_rg = min(best_rg, rg[0])
+            best_start = min(best_start, start[0])
             ratios.append(rg[0] / secs)
+            scan_ratios.append(max(rg[0] - start[0], 1e-6) / secs)
     out: dict[str, object] = {"matcher_lines_per_s": round(len(texts) / best_m)}
     if ratios:
+        scan_s = max(best_rg - best_start, 1e-6)
         out.update({"rg_lines_per_s": round(len(texts) / best_rg),
                     "ratio_vs_rg_median": round(statistics.median(ratios), 2),
-                    "ratios": [round(r, 2) for r in ratios]})
+                    "ratios": [round(r, 2) for r in ratios],
+                    "rg_scan_lines_per_s": round(len(texts) / scan_s),
+                    "ratio_vs_rg_scan_median": round(statistics.median(scan_ratios), 2)})
     return out
 
 
@@ -213,6 +228,8 @@ def main(argv: list[str] | None = None) -> int:
             + re.sub(r"\(\?P?<([A-Za-z_]\w*)>", "(", p.source).replace("\\n", "\\v")
             for p in matcher.patterns]
     rg = run_rg(pats, texts)
+    start = run_rg(pats, texts[:1])
+    rg_start_s = start[0] if start is not None else 0.0
     out: dict[str, object] = {
         "lines": len(texts), "batch": args.batch, "engine": matcher.engine,
         "patterns": len(pats), "matcher_s": round(secs, 3),
@@ -224,8 +241,12 @@ def main(argv: list[str] | None = None) -> int:
         "floor_scan_lines_per_s": round(len(texts) / floor_scan),
     }
     if rg is not None:
+        rg_scan_s = max(rg[0] - rg_start_s, 1e-6)
         out.update({"rg_s": round(rg[0], 3), "rg_lines_per_s": round(len(texts) / rg[0]),
+                    "rg_start_s": round(rg_start_s, 3),
+                    "rg_scan_lines_per_s": round(len(texts) / rg_scan_s),
                     "rg_matching_lines": rg[1], "ratio_vs_rg": round(rg[0] / secs, 2),
+                    "ratio_vs_rg_scan": round(rg_scan_s / secs, 2),
                     "stage_ratio_vs_rg": round(rg[0] / stage_s, 2),
                     "floor_scan_ratio_vs_rg": round(rg[0] / floor_scan, 2)})
     if rg is not None:
