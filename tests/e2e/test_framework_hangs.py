@@ -4,7 +4,11 @@ ranks, gloo, CPU, the training-image env .venv-train). One run per framework is 
 the job first spends a long time silent inside a checkpoint write (torch.save through a
 crawling file: the main thread is in torch/serialization.py, which py-spy shows) and must not
 be decided a hang; after the save rank 1 stops for good and the hang must be decided within
-90 s of the stall, naming rank 1 and where it is."""
+90 s of the stall, naming rank 1 and where it is.
+
+The two runs overlap (they mostly wait): the Lightning job starts when the Trainer job begins
+its save, so the Trainer learns its window alone and Lightning's CPU-heavy startup falls in
+the Trainer's silent save; each run is stopped as soon as its hang is decided."""
 
 from __future__ import annotations
 
@@ -14,6 +18,7 @@ import signal
 import subprocess
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +31,7 @@ TRAIN_ENV = ROOT / ".venv-train" / "bin"
 HF_JOB = Path(__file__).parent / "jobs" / "hf_stall.py"
 LIGHTNING_JOB = Path(__file__).parent / "jobs" / "lightning_stall.py"
 pytestmark = pytest.mark.slow
+RERUN_WAITS_FOR_THE_OTHER_S = 180.0
 
 
 def _train_bin() -> Path:
@@ -50,7 +56,9 @@ class Run:
         self.proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE,
                                      stderr=subprocess.STDOUT, start_new_session=True)
         self.output: list[bytes] = []
+        self._stopping = threading.Lock()
         threading.Thread(target=self._read, daemon=True).start()
+        threading.Thread(target=self._stop_once_hang_decided, daemon=True).start()
 
     def _read(self) -> None:
         assert self.proc.stdout is not None
@@ -95,13 +103,76 @@ class Run:
     def stop(self) -> None:
         """SIGTERM faultwatch: it stops the job (torchrun stops its ranks, which live in
         sessions of their own: a SIGKILL of our group would leave them behind)."""
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(30)
+        with self._stopping:
+            if self.proc.poll() is None:
+                os.killpg(self.proc.pid, signal.SIGTERM)
+                try:
+                    self.proc.wait(30)
+                except subprocess.TimeoutExpired:
+                    os.killpg(self.proc.pid, signal.SIGKILL)
+                    self.proc.wait(30)
+
+    def _stop_once_hang_decided(self) -> None:
+        """Everything the tests assert is written by the hang decision; the restart that
+        follows it would only load the machine under the other framework's run."""
+        while self.proc.poll() is None:
+            if self.hang():
+                self.stop()
+                return
+            time.sleep(0.5)
+
+
+class Runs:
+    """The module's two framework runs, overlapped: the Trainer job starts at once, the
+    Lightning job when the Trainer job begins its save (or has ended, or after 300 s).
+    `take` hands each test its run; a test taking its run again (a rerun) gets a fresh one
+    of its own."""
+
+    def __init__(self, tmp: pytest.TempPathFactory, wanted: set[str]):
+        self.tmp = tmp
+        self.runs: dict[str, Run] = {}
+        self.taken: set[str] = set()
+        self._closing = threading.Event()
+        self._lightning_started = threading.Event()
+        if "trainer" in wanted:
+            self.runs["trainer"] = self.start("trainer")
+        if "lightning" in wanted:
+            threading.Thread(target=self._start_lightning_at_the_trainer_save,
+                             daemon=True).start()
+
+    def start(self, name: str) -> Run:
+        job, fault = FRAMEWORK_RUNS[name]
+        return Run(self.tmp.mktemp(name), job, **fault)
+
+    def _start_lightning_at_the_trainer_save(self) -> None:
+        trainer = self.runs.get("trainer")
+        deadline = time.monotonic() + 300
+        while (trainer is not None and not trainer.mark("save")
+               and trainer.proc.poll() is None and time.monotonic() < deadline):
+            if self._closing.wait(0.5):
+                return
+        if not self._closing.is_set():
+            self.runs["lightning"] = self.start("lightning")
+        self._lightning_started.set()
+
+    def take(self, name: str) -> Run:
+        if name in self.taken:  # a rerun: alone, once the other run has decided (or later)
+            for other in list(self.runs.values()):
+                try:
+                    other.proc.wait(RERUN_WAITS_FOR_THE_OTHER_S)
+                except subprocess.TimeoutExpired:
+                    pass
+            self.runs[name] = self.start(name)
+        self.taken.add(name)
+        if name == "lightning":
+            self._lightning_started.wait(330)
+        assert name in self.runs, f"the {name} run was never started"
+        return self.runs[name]
+
+    def stop(self) -> None:
+        self._closing.set()
+        for run in list(self.runs.values()):
+            run.stop()
 
 
 def _no_hang_during_the_save(run: Run, save_s: float) -> tuple[float, float]:
@@ -144,10 +215,9 @@ STACKS_DECIDE_BY_S = 60.0  # 2 x hang_floor_s: the probes that can show 30 s of 
 
 
 @pytest.mark.timeout(600)  # startup (30-90 s on 2 busy cores) + save + stall + decision
-def test_trainer_silent_save_is_no_hang_then_a_stuck_rank_is_one_naming_rank_1(tmp_path: Path
+def test_trainer_silent_save_is_no_hang_then_a_stuck_rank_is_one_naming_rank_1(runs: Runs
                                                                                ) -> None:
-    run = Run(tmp_path, HF_JOB, FW_SAVE_AT="40", FW_SAVE_S=str(HF_SAVE_S), FW_STALL_AT="50",
-              FW_RANK="1")
+    run = runs.take("trainer")
     try:
         began, ended = _no_hang_during_the_save(run, HF_SAVE_S)
         # the requests made during the save: the stacks were looked at, and they carry the
@@ -180,13 +250,33 @@ def test_trainer_silent_save_is_no_hang_then_a_stuck_rank_is_one_naming_rank_1(t
 # Lightning's barrier, stacks unchanged throughout) lasts LIGHTNING_SAVE_S, longer than that:
 # without the checkpoint exemption the probes would decide a hang inside it.
 LIGHTNING_SAVE_S = 80.0
+FRAMEWORK_RUNS: dict[str, tuple[Path, dict[str, str]]] = {
+    "trainer": (HF_JOB, {"FW_SAVE_AT": "40", "FW_SAVE_S": str(HF_SAVE_S), "FW_STALL_AT": "50",
+                         "FW_RANK": "1"}),
+    "lightning": (LIGHTNING_JOB, {"FW_SAVE_AT": "10", "FW_SAVE_S": str(LIGHTNING_SAVE_S),
+                                  "FW_STALL_AT": "15", "FW_RANK": "1"}),
+}
+
+
+@pytest.fixture(scope="module")
+def runs(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+         ) -> Iterator[Runs]:
+    """The framework runs the selected tests need, overlapped (see Runs); all stopped at the
+    end."""
+    _train_bin()
+    wanted = {name for name in FRAMEWORK_RUNS
+              if any(item.name.startswith(f"test_{name}_") for item in request.session.items)}
+    both = Runs(tmp_path_factory, wanted)
+    try:
+        yield both
+    finally:
+        both.stop()
 
 
 @pytest.mark.timeout(600)
 def test_lightning_silent_save_is_no_hang_then_a_stuck_rank_is_one_naming_rank_1(
-        tmp_path: Path) -> None:
-    run = Run(tmp_path, LIGHTNING_JOB, FW_SAVE_AT="10", FW_SAVE_S=str(LIGHTNING_SAVE_S),
-              FW_STALL_AT="15", FW_RANK="1")
+        runs: Runs) -> None:
+    run = runs.take("lightning")
     try:
         began, ended = _no_hang_during_the_save(run, LIGHTNING_SAVE_S)
         probes = [d for d in run.decided() if d["reason"]["kind"] == "diagnose"
