@@ -2,6 +2,8 @@
 
 The jobs run with .venv-train (the newest transformers/lightning beside faultwatch's node side);
 a real Unix socket stands where the agent's SDK server would, recording what the SDK sends.
+Both jobs run at once (each is one single-threaded process: on 2 cores together they take
+about the time of one); a rerun of a test records its job anew.
 """
 
 from __future__ import annotations
@@ -11,6 +13,8 @@ import os
 import socket
 import subprocess
 import threading
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +65,45 @@ def _run_recording(script: Path, tmp: Path) -> list[dict[str, Any]]:
     return got
 
 
+JOB_SCRIPTS = {"huggingface": "hf_tiny.py", "lightning": "lightning_tiny.py"}
+
+
+class Recordings:
+    """The module's jobs, recorded concurrently from the start; `take` hands a test its job's
+    messages and directory, a second `take` (a rerun) records the job again."""
+
+    def __init__(self, tmp: pytest.TempPathFactory, wanted: set[str]):
+        self.tmp = tmp
+        self.pool = ThreadPoolExecutor(max_workers=len(JOB_SCRIPTS))
+        self.started: dict[str, tuple[Future[list[dict[str, Any]]], Path]] = {
+            name: self._start(name) for name in wanted}
+        self.taken: set[str] = set()
+
+    def _start(self, name: str) -> tuple[Future[list[dict[str, Any]]], Path]:
+        tmp = self.tmp.mktemp(name)
+        return self.pool.submit(_run_recording, JOBS / JOB_SCRIPTS[name], tmp), tmp
+
+    def take(self, name: str) -> tuple[list[dict[str, Any]], Path]:
+        if name in self.taken or name not in self.started:
+            self.started[name] = self._start(name)
+        self.taken.add(name)
+        future, tmp = self.started[name]
+        return future.result(), tmp
+
+
+@pytest.fixture(scope="module")
+def recordings(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+               ) -> Iterator[Recordings]:
+    _train_python()
+    wanted = {name for name in JOB_SCRIPTS
+              if any(item.name.startswith(f"test_{name}_") for item in request.session.items)}
+    both = Recordings(tmp_path_factory, wanted)
+    try:
+        yield both
+    finally:
+        both.pool.shutdown(wait=True)
+
+
 def _stages(msgs: list[dict[str, Any]]) -> list[tuple[str, bool]]:
     return [(m["d"]["stage"], m["d"]["opens"]) for m in msgs if m["k"] == "stage"]
 
@@ -69,8 +112,8 @@ def _steps(msgs: list[dict[str, Any]]) -> list[int]:
     return [m["d"]["step"] for m in msgs if m["k"] == "progress"]
 
 
-def test_huggingface_trainer_reports_steps_eval_and_saves(tmp_path: Path) -> None:
-    msgs = _run_recording(JOBS / "hf_tiny.py", tmp_path)
+def test_huggingface_trainer_reports_steps_eval_and_saves(recordings: Recordings) -> None:
+    msgs, tmp_path = recordings.take("huggingface")
     steps = _steps(msgs)
     assert steps and steps == sorted(steps) and steps[-1] == 12
     st = _stages(msgs)
@@ -84,8 +127,8 @@ def test_huggingface_trainer_reports_steps_eval_and_saves(tmp_path: Path) -> Non
     assert (tmp_path / "out" / "checkpoint-5").is_dir()
 
 
-def test_lightning_reports_steps_validation_and_checkpoint(tmp_path: Path) -> None:
-    msgs = _run_recording(JOBS / "lightning_tiny.py", tmp_path)
+def test_lightning_reports_steps_validation_and_checkpoint(recordings: Recordings) -> None:
+    msgs, _ = recordings.take("lightning")
     steps = _steps(msgs)
     assert steps and steps == sorted(steps) and steps[-1] == 12
     st = _stages(msgs)
