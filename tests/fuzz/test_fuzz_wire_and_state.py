@@ -16,7 +16,7 @@ from faultwatch.core.job import MAX_ATTEMPT_STEP, JobState, apply, new_state, ti
 from faultwatch.core.policy import Policy
 from faultwatch.errors import DecodeError
 from faultwatch.matching import signals_of_record
-from faultwatch.rules import Matcher, load_ruleset
+from faultwatch.rules import Matcher
 from faultwatch.wire import (
     MAX_ATTEMPT,
     LinesBatch,
@@ -26,6 +26,7 @@ from faultwatch.wire import (
     decode_signals,
     encode_decision,
 )
+from tests.builtin_rules import builtin_ruleset
 from tests.fuzz.records import Gen
 
 SEEDS = range(8)
@@ -38,7 +39,7 @@ POLICIES = [Policy(settle_s=0, max_restarts=3, node_lost_s=20, hang_window_s=10)
 
 @pytest.fixture(scope="module")
 def matcher() -> Matcher:
-    return Matcher(load_ruleset(()))
+    return Matcher(builtin_ruleset())
 
 
 def _check_signal_fields(sig: object) -> None:

@@ -16,7 +16,7 @@ from faultwatch.core.matching import signals_of_lines
 from faultwatch.core.pmap import PMap
 from faultwatch.errors import DecodeError
 from faultwatch.matching import signals_of_record as signals_of
-from faultwatch.rules import Matcher, load_ruleset
+from faultwatch.rules import Matcher
 from faultwatch.wire import (
     LogsRecord,
     decision_to_dict,
@@ -26,6 +26,7 @@ from faultwatch.wire import (
     encode_signal,
     signal_of,
 )
+from tests.builtin_rules import builtin_ruleset
 from tests.unit.core import test_detectors as td
 
 SCHEMA = Path(faultwatch.__file__).parent / "schemas" / "decision.schema.json"
@@ -33,7 +34,7 @@ SCHEMA = Path(faultwatch.__file__).parent / "schemas" / "decision.schema.json"
 
 @pytest.fixture(scope="module")
 def matcher() -> Matcher:
-    return Matcher(load_ruleset(()))
+    return Matcher(builtin_ruleset())
 
 
 def note(kind: str, data: dict) -> LogsRecord:

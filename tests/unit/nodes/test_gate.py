@@ -18,6 +18,7 @@ from faultwatch.nodes.gate import (
 from faultwatch.nodes.registry import NodeRecord, Reason, RegistryPolicy, quarantine
 from faultwatch.nodes.writer import RegistryWriter
 from faultwatch.wire import encode_node, node_key
+from tests.builtin_rules import builtin_ruleset
 
 POL = Policy(settle_s=1.0)
 
@@ -151,11 +152,10 @@ def test_a_node_that_aborts_on_a_failed_check_is_blacklisted_in_a_running_job() 
 
 
 def test_embedded_mode_decides_a_failed_check_in_memory() -> None:
-    from faultwatch.rules import load_ruleset
     from faultwatch.streams.local import LocalPipeline
     from faultwatch.wire import encode_heartbeat, encode_notice, encode_run_start, log_key
 
-    pipe = LocalPipeline(load_ruleset(), Policy(settle_s=1.0))
+    pipe = LocalPipeline(builtin_ruleset(), Policy(settle_s=1.0))
     key = log_key("job", "n1")
     pipe.submit(key, encode_notice("job", 0, "n1", 99.0, "bootcheck", {
         "ok": False, "checks": [check("disk:/d", False, None, "OSError: EIO")]},

@@ -7,8 +7,9 @@ from pathlib import Path
 import pytest
 
 from faultwatch.rules import check_files, classify, load_ruleset
+from tests.builtin_rules import builtin_ruleset
 
-RS = load_ruleset()
+RS = builtin_ruleset()
 
 
 def tb(*final: str, frames: tuple[str, ...] = ('  File "train.py", line 9, in <module>',

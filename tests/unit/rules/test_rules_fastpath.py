@@ -5,12 +5,13 @@ from __future__ import annotations
 import random
 
 from faultwatch.core.events import Line
-from faultwatch.rules import Matcher, load_ruleset
+from faultwatch.rules import Matcher
 from faultwatch.rules.normalise import PREFIX_RUN, line_ranks, normalise_line, prefix_ranks
 from faultwatch.rules.patterns import anchor_after_prefix
 from faultwatch.rules.prefix import strip_fast, strip_joined
+from tests.builtin_rules import builtin_ruleset
 
-RS = load_ruleset()
+RS = builtin_ruleset()
 PREFIXES = ["", "", "", "", "", "[rank0]:", "[rank1]: ", "[default2]:", "[default0]:[rank3]:",
             "[rank12]:", "x[rank1]:", "[2024-01-01] ", "[W x] ", "[stderr]",
             "[2025-04-09 17:15:22] ", "2025-04-09T17:15:22.123456789Z ", "3: ", "[Rank 2] ",

@@ -13,8 +13,9 @@ from faultwatch.rules import (
     pick_root,
     split_prefixed,
 )
+from tests.builtin_rules import builtin_ruleset
 
-RS = load_ruleset()
+RS = builtin_ruleset()
 M = Matcher(RS)
 
 

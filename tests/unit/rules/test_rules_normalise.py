@@ -5,10 +5,11 @@ from __future__ import annotations
 import pytest
 
 from faultwatch.core.events import STDERR, Line
-from faultwatch.rules import Matcher, classify, load_ruleset
+from faultwatch.rules import Matcher, classify
 from faultwatch.rules.normalise import has_other_prefix, normalise_line
+from tests.builtin_rules import builtin_ruleset
 
-RS = load_ruleset()
+RS = builtin_ruleset()
 MATCHER = Matcher(RS)
 
 

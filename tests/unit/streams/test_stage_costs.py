@@ -13,11 +13,12 @@ import pytest
 from faultwatch import wire
 from faultwatch.core.events import Decision, Heartbeat, Line, RunStart, Stage
 from faultwatch.core.policy import Policy
-from faultwatch.rules import Matcher, load_ruleset
+from faultwatch.rules import Matcher
 from faultwatch.streams import job_stage as job_stage_mod
 from faultwatch.streams.job_stage import WRITE_BEHIND_S, DictStore, JobStage
 from faultwatch.streams.matcher_stage import MatcherStage
 from faultwatch.streams.records import InRecord, LiveRules
+from tests.builtin_rules import builtin_ruleset
 
 T0 = 1_700_000_000.0
 POLICY = Policy(settle_s=0.5, node_lost_s=5.0)
@@ -25,7 +26,7 @@ POLICY = Policy(settle_s=0.5, node_lost_s=5.0)
 
 @functools.cache
 def ruleset() -> Any:
-    return load_ruleset(())
+    return builtin_ruleset()
 
 
 def live() -> LiveRules:

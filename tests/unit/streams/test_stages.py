@@ -13,7 +13,7 @@ import pytest
 from faultwatch import wire
 from faultwatch.core.events import Decision, Exit, Heartbeat, Line, RunStart
 from faultwatch.core.policy import Policy
-from faultwatch.rules import Matcher, load_ruleset
+from faultwatch.rules import Matcher
 from faultwatch.streams import job_stage as job_stage_mod
 from faultwatch.streams.job_stage import DictStore, JobStage, bounded_decision
 from faultwatch.streams.local import LocalPipeline
@@ -25,6 +25,7 @@ from faultwatch.streams.matcher_stage import (
     encode_bundles,
 )
 from faultwatch.streams.records import MAX_RECORD_BYTES, InRecord, LiveRules
+from tests.builtin_rules import builtin_ruleset
 
 T0 = 1_700_000_000.0
 POLICY = Policy(settle_s=0.5, node_lost_s=5.0)
@@ -32,7 +33,7 @@ POLICY = Policy(settle_s=0.5, node_lost_s=5.0)
 
 @functools.cache
 def ruleset() -> Any:
-    return load_ruleset(())
+    return builtin_ruleset()
 
 
 def live() -> LiveRules:

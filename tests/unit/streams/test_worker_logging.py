@@ -10,16 +10,16 @@ from pathlib import Path
 import pytest
 
 from faultwatch.embedded import policy_for
-from faultwatch.rules import load_ruleset
 from faultwatch.streams.faust_app import ProcessorConfig, build_processor
 from faultwatch.streams.worker import ProcessorWorker
 from faultwatch.topics import Topics
+from tests.builtin_rules import builtin_ruleset
 
 
 def test_the_worker_keeps_the_root_logger_at_its_level(tmp_path: Path,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("FAULTWATCH_PROCESSOR_DIR", str(tmp_path))
-    rs = load_ruleset([])
+    rs = builtin_ruleset()
     cfg = ProcessorConfig(bootstrap="127.0.0.1:9", ruleset=rs, policy=policy_for(rs, {}),
                           topics=Topics("unit.worker.logging."))
     root = logging.getLogger()
