@@ -157,6 +157,7 @@ class Runs:
 
     def take(self, name: str) -> Run:
         if name in self.taken:  # a rerun: alone, once the other run has decided (or later)
+            self.runs[name].stop()
             for other in list(self.runs.values()):
                 try:
                     other.proc.wait(RERUN_WAITS_FOR_THE_OTHER_S)
