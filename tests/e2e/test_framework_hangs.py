@@ -132,6 +132,7 @@ class Runs:
         self.tmp = tmp
         self.runs: dict[str, Run] = {}
         self.taken: set[str] = set()
+        self._lock = threading.Lock()  # a rerun's replacement is atomic for the starter
         self._closing = threading.Event()
         self._lightning_started = threading.Event()
         if "trainer" in wanted:
@@ -145,26 +146,27 @@ class Runs:
         return Run(self.tmp.mktemp(name), job, **fault)
 
     def _start_lightning_at_the_trainer_save(self) -> None:
-        trainer = self.runs.get("trainer")
         deadline = time.monotonic() + 300
-        while (trainer is not None and not trainer.mark("save")
-               and trainer.proc.poll() is None and time.monotonic() < deadline):
-            if self._closing.wait(0.5):
-                return
-        if not self._closing.is_set():
-            self.runs["lightning"] = self.start("lightning")
+        while not self._closing.wait(0.5):
+            with self._lock:  # the current Trainer run (a rerun replaces a failed one)
+                trainer = self.runs.get("trainer")
+                if (trainer is None or trainer.mark("save") or trainer.proc.poll() is not None
+                        or time.monotonic() > deadline):
+                    self.runs["lightning"] = self.start("lightning")
+                    break
         self._lightning_started.set()
 
     def take(self, name: str) -> Run:
-        if name in self.taken:  # a rerun: alone, once the other run has decided (or later)
-            self.runs[name].stop()
-            for other in list(self.runs.values()):
-                try:
-                    other.proc.wait(RERUN_WAITS_FOR_THE_OTHER_S)
-                except subprocess.TimeoutExpired:
-                    pass
-            self.runs[name] = self.start(name)
-        self.taken.add(name)
+        with self._lock:
+            if name in self.taken:  # a rerun: alone, once the other run has decided (or later)
+                self.runs[name].stop()
+                for other in list(self.runs.values()):
+                    try:
+                        other.proc.wait(RERUN_WAITS_FOR_THE_OTHER_S)
+                    except subprocess.TimeoutExpired:
+                        pass
+                self.runs[name] = self.start(name)
+            self.taken.add(name)
         if name == "lightning":
             self._lightning_started.wait(330)
         assert name in self.runs, f"the {name} run was never started"
