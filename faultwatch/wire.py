@@ -22,6 +22,8 @@ from faultwatch.core.events import (
     Notice,
     Output,
     Progress,
+    ProgressBatch,
+    RankStep,
     RunStart,
     Signal,
     Stage,
@@ -596,6 +598,9 @@ def signal_dict(sig: Signal) -> dict[str, Any]:
         if sig.step_time_s is not None:
             d["step_time_s"] = sig.step_time_s
         return _with_run(d, sig.run_id)
+    if isinstance(sig, ProgressBatch):
+        return _with_run({"t": "progs", **head, "marks": [tuple(m) for m in sig.marks]},
+                         sig.run_id)
     if isinstance(sig, Stage):
         return _with_run({"t": "stage", **head, "ts": sig.ts, "rank": sig.rank,
                           "stage": sig.stage, "opens": sig.opens,
@@ -713,6 +718,26 @@ def _output_of(d: Mapping[str, Any]) -> Output:
                   rank_last_ts=tuple(ranks), tail=tuple(tail), run_id=h.run_id)
 
 
+def _progress_batch_of(d: Mapping[str, Any]) -> ProgressBatch:
+    """A `progs` signal: every rank's last step of a batch, `marks` [[rank, ts, step, total],
+    ...] in line order (the single-rank `prog` form is still decoded as Progress)."""
+    h = _head(d, "progs", ts=False)
+    rows = _list(_get(d, "marks", "progs"), "progs.marks", MAX_LINES)
+    if not rows:
+        raise _bad("progs.marks", "must not be empty", rows)
+    marks = []
+    for i, x in enumerate(rows):
+        where = f"progs.marks[{i}]"
+        if (type(x) is not list and type(x) is not tuple) or len(x) != 4:
+            raise _bad(where, "must be [rank, ts, step, total]", x)
+        rank, ts, step, total = x
+        marks.append(RankStep(_opt_int(rank, f"{where}.rank", 0, MAX_RANK),
+                              _num(ts, f"{where}.ts"),
+                              _int(step, f"{where}.step", -MAX_STEP, MAX_STEP),
+                              _opt_int(total, f"{where}.total", 0, MAX_STEP)))
+    return ProgressBatch(h.job, h.attempt, h.node, tuple(marks), h.run_id)
+
+
 def _src(d: Mapping[str, Any], where: str) -> str:
     return safe_name(d.get("src", "log"), f"{where}.src")
 
@@ -721,6 +746,7 @@ _SIGNAL_DECODERS: dict[str, Callable[[Mapping[str, Any]], Signal]] = {
     "start": run_start_of, "hb": heartbeat_of, "exit": exit_of, "note": notice_of,
     "hit": _hit_of, "out": _output_of,
     "prog": lambda d: _progress(_head(d, "prog"), d, "prog", _src(d, "prog")),
+    "progs": _progress_batch_of,
     "stage": lambda d: _stage(_head(d, "stage"), d, "stage", _src(d, "stage"),
                               _get(d, "opens", "stage")),
 }

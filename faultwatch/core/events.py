@@ -148,6 +148,27 @@ class Progress:
     run_id: str = ""
 
 
+class RankStep(NamedTuple):
+    """One rank's last step in a batch of a node's lines (an entry of a ProgressBatch)."""
+
+    rank: int | None
+    ts: float
+    step: int
+    total: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ProgressBatch:
+    """Every rank's last step in one batch of a node's lines (progress rules), in line order:
+    the job state folds it as the Progress of each mark in turn, in one state copy."""
+
+    job: str
+    attempt: int
+    node: str
+    marks: tuple[RankStep, ...]
+    run_id: str = ""
+
+
 @dataclass(frozen=True, slots=True)
 class Stage:
     """A rank entered (opens) or left a stage; hang_window_s None: no hang detection in it."""
@@ -177,7 +198,7 @@ class Notice:
     run_id: str = ""
 
 
-Signal = RunStart | Output | Hit | Heartbeat | Exit | Progress | Stage | Notice
+Signal = RunStart | Output | Hit | Heartbeat | Exit | Progress | ProgressBatch | Stage | Notice
 
 
 @dataclass(frozen=True, slots=True)

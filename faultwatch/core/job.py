@@ -22,6 +22,7 @@ from faultwatch.core.events import (
     Notice,
     Output,
     Progress,
+    ProgressBatch,
     RunStart,
     Signal,
     Stage,
@@ -41,6 +42,7 @@ from faultwatch.core.state import (
     fold_hit,
     fold_output,
     fold_progress,
+    fold_progress_batch,
     fold_stage,
     fold_start,
     new_attempt,
@@ -75,6 +77,8 @@ def apply(st: JobState, sig: Signal, now: float, policy: Policy,
         if st.phase == Phase.SETTLING:
             return failure.settle(st, now, policy, rv)
         return silence.check(st, policy, rv)
+    if isinstance(sig, ProgressBatch):  # log steps: no step times, nothing to decide
+        return fold_progress_batch(st, sig), []
     if isinstance(sig, Progress):
         return notices.on_progress(fold_progress(st, sig), sig, policy, rv)
     if isinstance(sig, Hit):

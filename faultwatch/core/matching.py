@@ -11,7 +11,8 @@ from faultwatch.core.events import (
     Line,
     Match,
     Output,
-    Progress,
+    ProgressBatch,
+    RankStep,
     Signal,
     Stage,
     TailLine,
@@ -57,7 +58,9 @@ class LineMatcher(Protocol):
 def signals_of_lines(job: str, attempt: int, node: str, lines: Sequence[Line],
                      matcher: LineMatcher, *, rank: int | None = None,
                      run_id: str = "") -> list[Signal]:
-    """An Output (liveness and tail) and one Hit per rule match for a batch of lines."""
+    """An Output (liveness and tail), one Hit per rule match, the stages, and one
+    ProgressBatch with every rank's last step (when a progress rule matched) for a batch of
+    lines."""
     if not lines:
         return []
     batch: BatchResult = matcher.match_lines(lines, default_rank=rank)
@@ -71,8 +74,11 @@ def signals_of_lines(job: str, attempt: int, node: str, lines: Sequence[Line],
     out.extend(Hit(job, attempt, node, m, run_id) for m in batch.matches)
     out.extend(Stage(job, attempt, node, st.ts, st.rank, st.stage, st.opens, st.hang_window_s,
                      run_id=run_id) for st in getattr(batch, "stages", ()))
-    out.extend(Progress(job, attempt, node, p.ts, p.rank, p.step, p.total, run_id=run_id)
-               for p in getattr(batch, "progress", ()))
+    marks = getattr(batch, "progress", ())
+    if marks:
+        out.append(ProgressBatch(job, attempt, node,
+                                 tuple(RankStep(p.rank, p.ts, p.step, p.total) for p in marks),
+                                 run_id))
     return out
 
 

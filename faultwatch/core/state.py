@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -15,6 +15,7 @@ from faultwatch.core.events import (
     Match,
     Output,
     Progress,
+    ProgressBatch,
     RunStart,
     Stage,
     TailLine,
@@ -240,8 +241,8 @@ def thaw(x: Any) -> Any:
 def evolve(st: JobState, **changes: Any) -> JobState:
     """`dataclasses.replace(st, **changes)` at a fraction of its cost: JobState has ~45
     fields and no __post_init__, so a copy of its __dict__ is the same value. The folds
-    below run once per signal (a job's progress lines are one signal per rank and step),
-    where replace's keyword building and __init__ were the job stage's largest cost."""
+    below run once per signal, where replace's keyword building and __init__ were the job
+    stage's largest cost."""
     if not _FIELD_SET.issuperset(changes):
         raise TypeError(f"JobState has no field(s) {sorted(set(changes) - _FIELD_SET)}")
     new = object.__new__(JobState)
@@ -361,32 +362,60 @@ def fold_exit(st: JobState, ev: Exit, now: float) -> JobState:
 
 
 def fold_progress(st: JobState, ev: Progress) -> JobState:
-    """A rank's step. An advance of k steps (a bar's counter jumps between the rate-limited
-    redraws the agent ships) counts k steps (at most STEP_WEIGHT_MAX) toward the warm-up and
-    as that many samples of the gap since the job's previous advance (windows.py)."""
-    key = -1 if ev.rank is None else ev.rank
-    prev: RankProg | None = st.progress.get(key)
-    rp, advanced = fold_step(prev, ev.step, ev.ts, ev.step_time_s, ev.node)
-    st = evolve(st, progress=st.progress.set(key, rp))
-    if advanced:
-        assert prev is not None
-        weight = min(max(ev.step - prev.step, 1), STEP_WEIGHT_MAX)  # a bar restarting: 1
-        # what waited for this advance becomes samples; what ended with it waits for the next
-        done = tuple(g for g in st.pending_gaps if g[2] < ev.ts)
-        held = tuple(g for g in st.pending_gaps if g[2] >= ev.ts)
-        # the advance out of step 0 spans start-up (first step, compilation, first
-        # collective): no sample, unless the attempt already advanced past its warm-up
-        if st.step_ts is not None and ev.ts > st.step_ts and not st.stages \
-                and (prev.step > 0 or st.steps >= WARMUP_STEPS) \
-                and (st.stage_ts is None or st.stage_ts < st.step_ts):
-            held += ((f"{STEPS_HIST}:{weight}", ev.ts - st.step_ts, ev.ts),)
-        step_ts = ev.ts if st.step_ts is None else max(st.step_ts, ev.ts)
-        st = evolve(st, step_ts=step_ts, steps=st.steps + weight,
-                                 hists=_add_gaps(st.hists, done), pending_gaps=held,
-                                 outputs_since_step=0)
-    elif prev is None and st.step_ts is None:
-        st = evolve(st, step_ts=ev.ts)
-    return st
+    """A rank's step (see fold_steps)."""
+    return fold_steps(st, ev.node, ((ev.rank, ev.ts, ev.step, ev.step_time_s),))
+
+
+def fold_progress_batch(st: JobState, ev: ProgressBatch) -> JobState:
+    """Every rank's last step of a batch of lines: the state fold_progress gives for the
+    Progress of each mark in turn, in one state copy instead of one per rank."""
+    return fold_steps(st, ev.node, ((m.rank, m.ts, m.step, None) for m in ev.marks))
+
+
+StepMark = tuple[int | None, float, int, float | None]  # (rank, ts, step, step_time_s)
+
+
+def fold_steps(st: JobState, node: str, marks: Iterable[StepMark]) -> JobState:
+    """Ranks' steps, in order. An advance of k steps (a bar's counter jumps between the
+    rate-limited redraws the agent ships) counts k steps (at most STEP_WEIGHT_MAX) toward the
+    warm-up and as that many samples of the gap since the job's previous advance (windows.py).
+    The marks fold one after another into local values, and the state is copied once."""
+    progress = st.progress
+    step_ts = st.step_ts
+    steps = st.steps
+    hists = st.hists
+    pending = st.pending_gaps
+    since_step = st.outputs_since_step
+    no_stages = not st.stages
+    stage_ts = st.stage_ts
+    for rank, ts, step, step_time_s in marks:
+        key = -1 if rank is None else rank
+        prev: RankProg | None = progress.get(key)
+        rp, advanced = fold_step(prev, step, ts, step_time_s, node)
+        progress = progress.set(key, rp)
+        if advanced:
+            assert prev is not None
+            weight = min(max(step - prev.step, 1), STEP_WEIGHT_MAX)  # a bar restarting: 1
+            # what waited for this advance becomes samples; what ended with it waits for the
+            # next
+            done = tuple(g for g in pending if g[2] < ts)
+            held = tuple(g for g in pending if g[2] >= ts)
+            # the advance out of step 0 spans start-up (first step, compilation, first
+            # collective): no sample, unless the attempt already advanced past its warm-up
+            if step_ts is not None and ts > step_ts and no_stages \
+                    and (prev.step > 0 or steps >= WARMUP_STEPS) \
+                    and (stage_ts is None or stage_ts < step_ts):
+                held += ((f"{STEPS_HIST}:{weight}", ts - step_ts, ts),)
+            step_ts = ts if step_ts is None else max(step_ts, ts)
+            steps += weight
+            if done:
+                hists = _add_gaps(hists, done)
+            pending = held
+            since_step = 0
+        elif prev is None and step_ts is None:
+            step_ts = ts
+    return evolve(st, progress=progress, step_ts=step_ts, steps=steps, hists=hists,
+                  pending_gaps=pending, outputs_since_step=since_step)
 
 
 def fold_stage(st: JobState, ev: Stage) -> JobState:

@@ -12,7 +12,15 @@ from typing import Any, Protocol
 
 import orjson
 
-from faultwatch.core.events import Decision, Heartbeat, Output, Progress, RunStart, Signal
+from faultwatch.core.events import (
+    Decision,
+    Heartbeat,
+    Output,
+    Progress,
+    ProgressBatch,
+    RunStart,
+    Signal,
+)
 from faultwatch.core.job import JobState, Phase, apply_batch, new_state, tick
 from faultwatch.logs import log_event
 from faultwatch.streams.metrics import Metrics
@@ -25,7 +33,7 @@ TICK_GAP_S = 4 * TICK_S + CAUGHT_UP_S  # no tick for this long: the clock was no
 GRACE_S = 5.0  # extra grace (beyond node_lost_s) after assignment/recovery before node-lost
 WRITE_BEHIND_S = 5.0  # a job whose only changes are liveness is written at most this often
 ACTIVE = (Phase.RUNNING, Phase.SETTLING)
-LIVENESS = (Output, Heartbeat, Progress)
+LIVENESS = (Output, Heartbeat, Progress, ProgressBatch)
 PARTITION_FIELD = "_p"  # stored beside a state: the signals partition it belongs to
 MAX_EVIDENCE_STR = 4096  # evidence strings of a too-big decision are cut to this
 MAX_EVIDENCE_ITEMS = 64  # ... and its lists to this many items

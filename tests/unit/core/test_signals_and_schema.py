@@ -10,7 +10,7 @@ import orjson
 import pytest
 
 import faultwatch
-from faultwatch.core.events import Line, Notice, Progress, Stage
+from faultwatch.core.events import Line, Notice, Progress, ProgressBatch, RankStep, Stage
 from faultwatch.core.job import apply, tick
 from faultwatch.core.matching import signals_of_lines
 from faultwatch.core.pmap import PMap
@@ -45,11 +45,26 @@ def test_progress_and_stage_lines_become_signals(matcher: Matcher) -> None:
     lines = [Line("stdout", 0, 10.0, "Step 120/5000 | loss 2.31"),
              Line("stdout", 1, 11.0, "saving checkpoint at iteration 120 to /ckpt"),
              Line("stdout", 2, 12.0, "Step 121/5000 | loss 2.30")]
-    sigs = signals_of_lines("j", 0, "n0", lines, matcher, rank=3)
-    progress = [s for s in sigs if isinstance(s, Progress)]
+    sigs = signals_of_lines("j", 0, "n0", lines, matcher, rank=3, run_id="r")
+    progress = [s for s in sigs if isinstance(s, ProgressBatch | Progress)]
     stages = [s for s in sigs if isinstance(s, Stage)]
-    assert [(p.rank, p.step, p.total) for p in progress] == [(3, 121, 5000)]
+    assert progress == [ProgressBatch("j", 0, "n0", (RankStep(3, 12.0, 121, 5000),), "r")]
     assert [(s.stage, s.opens, s.hang_window_s) for s in stages] == [("checkpoint", True, 3600.0)]
+
+
+def test_a_batch_of_many_ranks_becomes_one_progress_signal(matcher: Matcher) -> None:
+    """torchrun's `[rankN]:` prefixes: each rank's last step of the batch, in line order,
+    in ONE signal (issue 14: not one signal per rank)."""
+    lines = [Line("stdout", i, 10.0 + i, f"[rank{r}]:Step {s}/500 | loss 2.3")
+             for i, (r, s) in enumerate([(0, 7), (1, 7), (0, 8), (2, 6), (1, 8)])]
+    sigs = signals_of_lines("j", 0, "n0", lines, matcher)
+    progress = [s for s in sigs if isinstance(s, ProgressBatch | Progress)]
+    assert progress == [ProgressBatch("j", 0, "n0", (
+        RankStep(0, 12.0, 8, 500), RankStep(2, 13.0, 6, 500), RankStep(1, 14.0, 8, 500)))]
+    assert signals_of_lines("j", 0, "n0", lines[:0], matcher) == []
+    quiet = [s for s in signals_of_lines("j", 0, "n0", [Line("stdout", 0, 1.0, "hello")],
+                                         matcher) if isinstance(s, ProgressBatch)]
+    assert quiet == []
 
 
 def test_sdk_notes_become_signals(matcher: Matcher) -> None:
@@ -73,6 +88,8 @@ def test_sdk_notes_become_signals(matcher: Matcher) -> None:
 def test_new_signals_round_trip_on_the_wire() -> None:
     for sig in (Progress("j", 1, "n", 5.0, None, 3, 10, 0.25, "sdk"),
                 Progress("j", 1, "n", 5.0, 2, 3),
+                ProgressBatch("j", 1, "n", (RankStep(0, 5.0, 3, 10), RankStep(None, 5.5, -1)),
+                              "r"),
                 Stage("j", 1, "n", 5.0, 0, "checkpoint", False, None, "log"),
                 Stage("j", 1, "n", 5.0, None, "eval", True, 30.0, "sdk"),
                 Notice("j", 1, "n", 5.0, "notify", {"message": "m", "level": "info"})):
