@@ -322,15 +322,22 @@ def fold_output(st: JobState, ev: Output, now: float) -> JobState:
 Gap = tuple[str, float, float]  # (histogram key, gap, when it ended)
 
 
-def _add_gaps(hists: PMap[str, GapHist], gaps: tuple[Gap, ...]) -> PMap[str, GapHist]:
+def _add_gaps(hists: PMap[str, GapHist], gaps: Iterable[Gap]) -> PMap[str, GapHist]:
+    """The histograms with the gaps added in order; each histogram the gaps change is set
+    once, in the order of first change (the map adding them one by one would give)."""
+    changed: dict[str, GapHist] = {}
     for key, gap, _end in gaps:
         weight = 1
         if key.startswith(STEPS_HIST + ":"):  # a step gap with its weight
             key, weight = STEPS_HIST, int(key.rsplit(":", 1)[1])
-        hist = hists.get(key, GapHist())
+        hist = changed.get(key)
+        if hist is None:
+            hist = hists.get(key, GapHist())
         new = hist.add(gap, weight)
         if new is not hist:
-            hists = hists.set(key, new)
+            changed[key] = new
+    for key, hist in changed.items():
+        hists = hists.set(key, hist)
     return hists
 
 
@@ -381,25 +388,30 @@ def fold_steps(st: JobState, node: str, marks: Iterable[StepMark]) -> JobState:
     warm-up and as that many samples of the gap since the job's previous advance (windows.py).
     The marks fold one after another into local values, and the state is copied once."""
     progress = st.progress
+    folded: dict[int, RankProg] = {}  # ranks' new progress, in order of first mark
     step_ts = st.step_ts
     steps = st.steps
-    hists = st.hists
     pending = st.pending_gaps
+    samples: list[Gap] = []  # pending gaps that became samples, in order
     since_step = st.outputs_since_step
     no_stages = not st.stages
     stage_ts = st.stage_ts
     for rank, ts, step, step_time_s in marks:
         key = -1 if rank is None else rank
-        prev: RankProg | None = progress.get(key)
+        prev: RankProg | None = folded.get(key)
+        if prev is None:
+            prev = progress.get(key)
         rp, advanced = fold_step(prev, step, ts, step_time_s, node)
-        progress = progress.set(key, rp)
+        folded[key] = rp
         if advanced:
             assert prev is not None
             weight = min(max(step - prev.step, 1), STEP_WEIGHT_MAX)  # a bar restarting: 1
             # what waited for this advance becomes samples; what ended with it waits for the
             # next
-            done = tuple(g for g in pending if g[2] < ts)
-            held = tuple(g for g in pending if g[2] >= ts)
+            held: tuple[Gap, ...] = ()
+            if pending:
+                samples += (g for g in pending if g[2] < ts)
+                held = tuple(g for g in pending if g[2] >= ts)
             # the advance out of step 0 spans start-up (first step, compilation, first
             # collective): no sample, unless the attempt already advanced past its warm-up
             if step_ts is not None and ts > step_ts and no_stages \
@@ -408,12 +420,13 @@ def fold_steps(st: JobState, node: str, marks: Iterable[StepMark]) -> JobState:
                 held += ((f"{STEPS_HIST}:{weight}", ts - step_ts, ts),)
             step_ts = ts if step_ts is None else max(step_ts, ts)
             steps += weight
-            if done:
-                hists = _add_gaps(hists, done)
             pending = held
             since_step = 0
         elif prev is None and step_ts is None:
             step_ts = ts
+    for key, rp in folded.items():  # set in first-mark order: the map one by one would give
+        progress = progress.set(key, rp)
+    hists = _add_gaps(st.hists, samples) if samples else st.hists
     return evolve(st, progress=progress, step_ts=step_ts, steps=steps, hists=hists,
                   pending_gaps=pending, outputs_since_step=since_step)
 

@@ -37,13 +37,12 @@ def singles(b: ProgressBatch) -> list[Progress]:
 
 
 def random_marks(rng: random.Random, t: float, steps: dict[int | None, int],
-                 node: int) -> tuple[RankStep, ...]:
+                 ranks: list[int | None]) -> tuple[RankStep, ...]:
     """Some ranks of the node (or the unprefixed rank None), in line order: steps advance
     by 0-15 (a bar's counter jumps), sometimes restart at 0; a rank may appear twice and
     timestamps may go backwards a little (lines of several streams)."""
-    ranks: list[int | None] = [None, *range(4 * node, 4 * node + 4)]
     out = []
-    for _ in range(rng.randint(1, 7)):
+    for _ in range(rng.randint(1, 2 * len(ranks))):
         r = rng.choice(ranks)
         s = steps.get(r, 0)
         s = 0 if rng.random() < 0.03 else s + rng.choice((0, 0, 1, 1, 1, 2, 5, 15))
@@ -53,9 +52,11 @@ def random_marks(rng: random.Random, t: float, steps: dict[int | None, int],
 
 
 def random_job(seed: int) -> list[Signal]:
-    """Two nodes: outputs (pending gaps), progress batches, a stage now and then, heartbeats;
-    the run ends quiet so the learned window decides a hang."""
+    """Two nodes of 4 or (odd seeds) 24 ranks, so the job's rank maps outgrow one shard:
+    outputs (pending gaps), progress batches, a stage now and then, heartbeats; the run
+    ends quiet so the learned window decides a hang."""
     rng = random.Random(seed)
+    per_node = 24 if seed % 2 else 4
     sigs: list[Signal] = [RunStart("j", 0, n, T0, run_id="r", world_size=8, nnodes=2)
                           for n in NODES]
     steps: dict[int | None, int] = {}
@@ -65,10 +66,11 @@ def random_job(seed: int) -> list[Signal]:
         t += rng.uniform(0.2, 2.0)
         i = rng.randrange(2)
         n = NODES[i]
-        r = 4 * i
+        r = per_node * i
         sigs.append(Output("j", 0, n, t, 3, ((r, t),), (TailLine(r, t, "x"),), run_id="r"))
         if rng.random() < 0.8:
-            sigs.append(ProgressBatch("j", 0, n, random_marks(rng, t, steps, i), "r"))
+            sigs.append(ProgressBatch("j", 0, n, random_marks(
+                rng, t, steps, [None, *range(r, r + per_node)]), "r"))
         if rng.random() < 0.05:
             sigs.append(Stage("j", 0, n, t, r, "checkpoint", not open_stage, 30.0,
                               run_id="r"))
@@ -100,14 +102,19 @@ def test_a_batch_folds_like_its_marks_one_by_one(seed: int) -> None:
     single, sdecs = run(sigs, expand=True)
     for i, (b, s) in enumerate(zip(batched, single, strict=True)):
         assert b == s, f"seed {seed}: states differ after signal {i}: {sigs[i]}"
-    assert batched[-1].to_dict() == single[-1].to_dict()
+    for b, s in ((batched[-1], single[-1]), (batched[len(sigs) // 2], single[len(sigs) // 2])):
+        assert b.to_dict() == s.to_dict()
+        # the same order too: slow-rank scans and evidence iterate these maps
+        assert list(b.progress.items()) == list(s.progress.items())
+        assert list(b.hists.items()) == list(s.hists.items())
     assert bdecs == sdecs
 
 
 def test_the_random_jobs_exercise_what_the_fold_must_keep() -> None:
     """Positive controls for the property above: the random jobs learn step gaps, hold
-    output gaps for the next advance, see more than one rank per batch, and decide hangs."""
-    learned = pending = multi = hangs = 0
+    output gaps for the next advance, see more than one rank per batch, decide hangs, and
+    outgrow one shard of the rank map."""
+    learned = pending = multi = hangs = sharded = 0
     for seed in range(40):
         sigs = random_job(seed)
         states, decs = run(sigs, expand=False)
@@ -116,8 +123,9 @@ def test_the_random_jobs_exercise_what_the_fold_must_keep() -> None:
         multi += any(isinstance(s, ProgressBatch) and len({m.rank for m in s.marks}) > 1
                      for s in sigs)
         hangs += any(d.kind == "hang" for d in decs)
-    assert learned >= 30 and pending >= 30 and multi == 40 and hangs >= 30, \
-        (learned, pending, multi, hangs)
+        sharded += len(states[-1].progress) > 32
+    assert learned >= 30 and pending >= 30 and multi == 40 and hangs >= 30 \
+        and sharded >= 15, (learned, pending, multi, hangs, sharded)
 
 
 def test_fold_progress_batch_is_one_copy_with_every_rank() -> None:
