@@ -18,6 +18,8 @@ from faultwatch.core.events import (
     Notice,
     Output,
     Progress,
+    ProgressBatch,
+    RankStep,
     RunStart,
     Signal,
     Stage,
@@ -98,6 +100,11 @@ class Gen:
         if k == 4:
             return Exit(job, attempt, node, ts, r.choice([0, 0, 1, 137, 255, -9]),
                         r.choice([None, 9, 15]), run_id=run)
+        if k == 5 and r.random() < 0.5:
+            return ProgressBatch(job, attempt, node, tuple(
+                RankStep(r.choice([None, 0, 1, 2]), ts - r.choice([0.0, 0.5]),
+                         r.randrange(0, 20), r.choice([None, 100]))
+                for _ in range(r.randint(1, 4))), run_id=run)
         if k == 5:
             return Progress(job, attempt, node, ts, r.choice([None, 0, 1, 2]),
                             r.randrange(0, 20), r.choice([None, 100]),
