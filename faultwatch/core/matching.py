@@ -65,10 +65,11 @@ def signals_of_lines(job: str, attempt: int, node: str, lines: Sequence[Line],
         return []
     batch: BatchResult = matcher.match_lines(lines, default_rank=rank)
     ranks = batch.ranks
-    tail = tuple(TailLine(ranks[i] if i < len(ranks) else None, lines[i].ts,
-                           lines[i].text[:TAIL_CHARS])
-                 for i in range(max(0, len(lines) - TAIL_LINES), len(lines)))
-    out: list[Signal] = [Output(job=job, attempt=attempt, node=node, ts=lines[-1].ts,
+    n = len(lines)
+    last = lines[max(0, n - TAIL_LINES):]  # one Line each (a record's rows build them lazily)
+    tail = tuple(TailLine(ranks[i] if i < len(ranks) else None, ln.ts, ln.text[:TAIL_CHARS])
+                 for i, ln in enumerate(last, n - len(last)))
+    out: list[Signal] = [Output(job=job, attempt=attempt, node=node, ts=last[-1].ts,
                                 count=len(lines), rank_last_ts=tuple(batch.rank_last_ts.items()),
                                 tail=tail, run_id=run_id)]
     out.extend(Hit(job, attempt, node, m, run_id) for m in batch.matches)

@@ -10,7 +10,15 @@ import orjson
 import pytest
 
 import faultwatch
-from faultwatch.core.events import Line, Notice, Progress, ProgressBatch, RankStep, Stage
+from faultwatch.core.events import (
+    Line,
+    Notice,
+    Output,
+    Progress,
+    ProgressBatch,
+    RankStep,
+    Stage,
+)
 from faultwatch.core.job import apply, tick
 from faultwatch.core.matching import signals_of_lines
 from faultwatch.core.pmap import PMap
@@ -61,6 +69,15 @@ def test_a_batch_of_many_ranks_becomes_one_progress_signal(matcher: Matcher) -> 
     progress = [s for s in sigs if isinstance(s, ProgressBatch | Progress)]
     assert progress == [ProgressBatch("j", 0, "n0", (
         RankStep(0, 12.0, 8, 500), RankStep(2, 13.0, 6, 500), RankStep(1, 14.0, 8, 500)))]
+    [o] = [s for s in sigs if isinstance(s, Output)]  # the tail: each line's rank and text
+    assert [(t.rank, t.ts, t.text) for t in o.tail] == \
+        [(r, 10.0 + i, f"[rank{r}]:Step {s}/500 | loss 2.3")
+         for i, (r, s) in enumerate([(0, 7), (1, 7), (0, 8), (2, 6), (1, 8)])]
+    assert o.ts == 14.0 and o.count == 5
+    many = [Line("stdout", i, 20.0 + i, f"[rank{i % 3}]:x{i}") for i in range(12)]
+    [o] = [s for s in signals_of_lines("j", 0, "n0", many, matcher) if isinstance(s, Output)]
+    assert [(t.rank, t.ts, t.text) for t in o.tail] == \
+        [(i % 3, 20.0 + i, f"[rank{i % 3}]:x{i}") for i in range(4, 12)]  # the last 8
     assert signals_of_lines("j", 0, "n0", lines[:0], matcher) == []
     quiet = [s for s in signals_of_lines("j", 0, "n0", [Line("stdout", 0, 1.0, "hello")],
                                          matcher) if isinstance(s, ProgressBatch)]
