@@ -718,23 +718,37 @@ def _output_of(d: Mapping[str, Any]) -> Output:
                   rank_last_ts=tuple(ranks), tail=tuple(tail), run_id=h.run_id)
 
 
+def _mark_of(x: Any, where: str) -> RankStep:
+    """One [rank, ts, step, total] mark of a `progs` signal, every field checked."""
+    if (type(x) is not list and type(x) is not tuple) or len(x) != 4:
+        raise _bad(where, "must be [rank, ts, step, total]", x)
+    rank, ts, step, total = x
+    return RankStep(_opt_int(rank, f"{where}.rank", 0, MAX_RANK), _num(ts, f"{where}.ts"),
+                    _int(step, f"{where}.step", -MAX_STEP, MAX_STEP),
+                    _opt_int(total, f"{where}.total", 0, MAX_STEP))
+
+
 def _progress_batch_of(d: Mapping[str, Any]) -> ProgressBatch:
     """A `progs` signal: every rank's last step of a batch, `marks` [[rank, ts, step, total],
-    ...] in line order (the single-rank `prog` form is still decoded as Progress)."""
+    ...] in line order (the single-rank `prog` form is still decoded as Progress). A mark of
+    the usual shape passes one inline check (a subset of what _mark_of accepts: NaN and
+    infinities fail its range tests); any other goes through _mark_of, which names the
+    field it refuses."""
     h = _head(d, "progs", ts=False)
     rows = _list(_get(d, "marks", "progs"), "progs.marks", MAX_LINES)
     if not rows:
         raise _bad("progs.marks", "must not be empty", rows)
     marks = []
     for i, x in enumerate(rows):
-        where = f"progs.marks[{i}]"
-        if (type(x) is not list and type(x) is not tuple) or len(x) != 4:
-            raise _bad(where, "must be [rank, ts, step, total]", x)
-        rank, ts, step, total = x
-        marks.append(RankStep(_opt_int(rank, f"{where}.rank", 0, MAX_RANK),
-                              _num(ts, f"{where}.ts"),
-                              _int(step, f"{where}.step", -MAX_STEP, MAX_STEP),
-                              _opt_int(total, f"{where}.total", 0, MAX_STEP)))
+        if type(x) is list and len(x) == 4:
+            rank, ts, step, total = x
+            if (rank is None or (type(rank) is int and 0 <= rank <= MAX_RANK)) \
+                    and type(ts) is float and 0.0 <= ts <= MAX_TS \
+                    and type(step) is int and -MAX_STEP <= step <= MAX_STEP \
+                    and (total is None or (type(total) is int and 0 <= total <= MAX_STEP)):
+                marks.append(RankStep(rank, ts, step, total))
+                continue
+        marks.append(_mark_of(x, f"progs.marks[{i}]"))
     return ProgressBatch(h.job, h.attempt, h.node, tuple(marks), h.run_id)
 
 

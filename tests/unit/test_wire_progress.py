@@ -80,12 +80,22 @@ def test_malformed_batches_are_decode_errors_naming_what_is_wrong(field: str, wh
     assert f"progs{'.' if field else ''}{field}: {why}" in msg, msg
 
 
+def test_marks_off_the_usual_shape_still_decode_when_valid() -> None:
+    """An integer time or a tuple row (a dict built in-process) takes the checked path."""
+    got = signal_of({**HEAD, "marks": [[0, 5, 1, None], (None, 6.5, 2, 9)]})
+    assert got == ProgressBatch("j", 3, "n0", (RankStep(0, 5.0, 1), RankStep(None, 6.5, 2, 9)),
+                                "r")
+    assert type(got.marks[0].ts) is float  # type: ignore[union-attr]
+
+
 def test_a_non_finite_ts_and_an_oversized_batch_are_refused() -> None:
     with pytest.raises(DecodeError, match="not JSON"):  # orjson refuses NaN and 1e999
         decode_signals(b'{"v":1,"t":"progs","job":"j","attempt":0,"node":"n",'
                        b'"marks":[[0,NaN,1,null]]}')
     with pytest.raises(DecodeError, match=r"progs\.marks\[0\]\.ts: must be finite"):
         signal_of({**HEAD, "marks": [[0, float("inf"), 1, None]]})
+    with pytest.raises(DecodeError, match=r"progs\.marks\[1\]\.ts: must be finite"):
+        signal_of({**HEAD, "marks": [[0, 1.0, 1, None], [0, float("nan"), 1, None]]})
     with pytest.raises(DecodeError, match=f"more than {MAX_LINES} items"):
         decode_signals(rec(**HEAD, marks=[[0, 1.0, 1, None]] * (MAX_LINES + 1)))
 
