@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from faultwatch.core.pmap import PMap
 
@@ -14,9 +13,11 @@ SLOW_MIN_RANKS = 2
 SLOW_MIN_DELTA_S = 0.01  # ignore outliers by less than this (timer noise)
 
 
-@dataclass(frozen=True, slots=True)
-class RankProg:
-    """One rank's latest step, when it last changed, its smoothed step time, its strikes."""
+class RankProg(NamedTuple):
+    """One rank's latest step, when it last changed, its smoothed step time, its strikes.
+
+    A NamedTuple: one is built per rank per progress mark, where a frozen dataclass's
+    __init__ was a third of a progress fold."""
 
     step: int
     ts: float
