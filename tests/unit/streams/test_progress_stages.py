@@ -10,11 +10,12 @@ from typing import Any
 from faultwatch import wire
 from faultwatch.core.events import Line, Progress, ProgressBatch, RunStart
 from faultwatch.core.policy import Policy
-from faultwatch.rules import Matcher, load_ruleset
+from faultwatch.rules import Matcher
 from faultwatch.streams.job_stage import DictStore, JobStage
 from faultwatch.streams.local import LocalPipeline
 from faultwatch.streams.matcher_stage import MatcherStage
 from faultwatch.streams.records import InRecord, LiveRules
+from tests.builtin_rules import builtin_ruleset
 
 T0 = 1_700_000_000.0
 POLICY = Policy(settle_s=0.5, node_lost_s=5.0)
@@ -22,13 +23,8 @@ RANKS = 8
 
 
 @functools.cache
-def ruleset() -> Any:
-    return load_ruleset(())
-
-
-@functools.cache
 def live() -> LiveRules:
-    rs = ruleset()
+    rs = builtin_ruleset()
     return LiveRules(Matcher(rs), POLICY, rs.version)
 
 
@@ -97,7 +93,7 @@ def test_the_job_stage_folds_both_forms_into_the_same_state() -> None:
 
 
 def test_embedded_mode_learns_steps_from_the_batches() -> None:
-    pipe = LocalPipeline(ruleset(), POLICY, node_lost=False)
+    pipe = LocalPipeline(builtin_ruleset(), POLICY, node_lost=False)
     for i, v in enumerate(records()):
         assert pipe.submit(wire.log_key("j", "n0"), v, T0 + i) == []
     st = pipe.jobs.load(wire.job_key("j"), pipe.jobs.partition(0, T0 + 10))
