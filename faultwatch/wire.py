@@ -251,11 +251,14 @@ class LineRows(Sequence[Line]):
     """The lines of a decoded record as a lazy sequence. Every text's type and every time's
     finiteness are checked at once (what the matcher reads; text sizes are bounded by the
     record's); a Line object is built, and fully checked, only when indexed: the matcher
-    reads every text but only a few lines' other fields."""
+    reads every text but only a few lines' other fields. An indexed Line is kept: the
+    matcher stage reads the same few lines (the tail, each rank's last line, progress
+    lines) several times."""
 
-    __slots__ = ("_rows", "texts")
+    __slots__ = ("_lines", "_rows", "texts")
 
     _rows: Sequence[Any]
+    _lines: dict[int, Line]  # by the index as it was given (-1 and n-1 are two entries)
 
     def __init__(self, rows: list[Any]) -> None:
         try:
@@ -269,6 +272,7 @@ class LineRows(Sequence[Line]):
             raise DecodeError("malformed lines record: a line text is not a string")
         self.texts = texts
         self._rows = rows
+        self._lines = {}
 
     def __len__(self) -> int:
         return len(self._rows)
@@ -282,14 +286,17 @@ class LineRows(Sequence[Line]):
     def __getitem__(self, i: int | slice) -> Line | list[Line]:
         if isinstance(i, slice):
             return [_row_line(r) for r in self._rows[i]]
-        return _row_line(self._rows[i])
+        ln = self._lines.get(i)
+        if ln is None:
+            ln = self._lines[i] = _row_line(self._rows[i])
+        return ln
 
     @classmethod
     def of_chunks(cls, chunks: list[Any]) -> LineRows:
         """The lines of a chunked record (see encode_line_chunks), each chunk checked."""
         self = cls.__new__(cls)
         rows = _ChunkRows(chunks)
-        self.texts, self._rows = rows.texts, rows
+        self.texts, self._rows, self._lines = rows.texts, rows, {}
         return self
 
 

@@ -96,6 +96,32 @@ def test_chunked_lines_records_decode_to_the_same_lines_as_row_records() -> None
     assert lines_of(d) == lines and "lines" not in d
 
 
+def test_indexed_lines_are_kept_and_bad_rows_fail_each_time() -> None:
+    """LineRows keeps a Line it built (the stage reads the tail and each rank's last line
+    several times); each index its own line, a malformed row a DecodeError at every read."""
+    lines = [Line("stdout", i, 1.0 + i, f"t{i}") for i in range(5)]
+    for raw in (encode_lines("j", 0, "n", "r", lines),
+                encode_line_chunks("j", 0, "n", "r", [Line("stdout", 0, 1.0, "t0\nt1")])):
+        got = decode_logs(raw)
+        assert isinstance(got, LinesBatch)
+        rows = got.lines
+        n = len(rows)
+        for i in [*range(n), *range(-n, 0), -1, 0]:
+            assert rows[i] == (lines[i % n] if n == 5 else Line("stdout", i % n, 1.0,
+                                                                  f"t{i % n}"))
+        assert rows[-1] is rows[-1] and rows[0] is rows[0]
+        with pytest.raises(IndexError):
+            rows[n]
+    d = orjson.loads(encode_lines("j", 0, "n", "r", lines))
+    d["lines"][3][1] = "seven"  # a bad seq: found when that line is read, every time
+    bad = decode_logs(orjson.dumps(d))
+    assert isinstance(bad, LinesBatch)
+    assert bad.lines[4] == lines[4]
+    for _ in range(2):
+        with pytest.raises(DecodeError, match="line row seq"):
+            bad.lines[3]
+
+
 @pytest.mark.parametrize("chunk, why", [
     (["o", 0, 1.0, "a\nb", 1, 0], "flags or orig_len on a chunk of several lines"),
     (["o", 0, -1.0, "a", 0, 0], "line chunk ts"),
