@@ -21,6 +21,7 @@ from faultwatch.rules.normalise import (
     normalise_batch,
     normalise_line,
     run_rank_of,
+    strip_prefixes,
 )
 from faultwatch.rules.patterns import (
     LOOSE_ANCHOR,
@@ -520,7 +521,7 @@ class Matcher:
             rank = default_rank if ranks is None else ranks[seg]
             if rank in found:
                 continue
-            text = normalise_line(texts[seg]).text if strip else texts[seg]
+            text = strip_prefixes(texts[seg]) if strip else texts[seg]
             mark = self._mark(pid, text, rank, lines[lidx(seg)].ts)
             if mark is not None:
                 out.append((seg, mark))

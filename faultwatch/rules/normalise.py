@@ -239,6 +239,12 @@ def run_rank_of(text: bytes) -> int:
     return _NO_CARRIER if m.lastindex is None else int(m.group(m.lastindex))
 
 
+def strip_prefixes(text: str) -> str:
+    """normalise_line(text).text with one regex match (the run of prefixes as one repeat)."""
+    m = _LINE_RUN_RANK.match(text)
+    return text if m is None else text[m.end():]
+
+
 def line_ranks(texts: Sequence[str], default_rank: int | None) -> list[int | None]:
     """normalise_line(t, default_rank).rank for each text, with one regex match per text
     (the innermost rank-carrying prefix of its run, by the match's last group)."""

@@ -6,7 +6,13 @@ import random
 
 from faultwatch.core.events import Line
 from faultwatch.rules import Matcher
-from faultwatch.rules.normalise import PREFIX_RUN, line_ranks, normalise_line, prefix_ranks
+from faultwatch.rules.normalise import (
+    PREFIX_RUN,
+    line_ranks,
+    normalise_line,
+    prefix_ranks,
+    strip_prefixes,
+)
 from faultwatch.rules.patterns import anchor_after_prefix
 from faultwatch.rules.prefix import strip_fast, strip_joined
 from tests.builtin_rules import builtin_ruleset
@@ -166,6 +172,19 @@ def test_prefix_ranks_and_line_ranks_equal_normalise_line() -> None:
             continue
         assert named is not None, texts
         assert [named.get(i, d) for i in range(len(texts))] == want, texts
+
+
+def test_strip_prefixes_equals_normalise_line() -> None:
+    """The progress path's one-match strip gives normalise_line's text, also past
+    MAX_STACK prefixes, on lookalikes, unicode digits and lines holding a newline."""
+    rnd = random.Random(15)
+    stripped = 0
+    for _ in range(4000):
+        for t in _batch(rnd, 10, True):
+            got = strip_prefixes(t)
+            assert got == normalise_line(t).text, t
+            stripped += got != t
+    assert stripped > 1000
 
 
 def test_each_ranks_last_step_wherever_it_is_in_the_batch() -> None:
