@@ -209,3 +209,33 @@ def test_each_ranks_last_step_wherever_it_is_in_the_batch() -> None:
         for m in (fast, exact):
             got = {p.rank: p.step for p in m.match_lines(lines, default_rank=None).progress}
             assert got == want, texts
+
+
+def test_one_carrier_per_line_reading_equals_the_general_one() -> None:
+    """_carried_ranks' shortcut (as many carriers as lines, none holding a newline) gives
+    the general reading's ranks and runs, and declines where that reading is needed."""
+    fast, general = Matcher(RS), Matcher(RS)
+    if not fast._fast:  # noqa: SLF001 - re2 engine: no carried scan
+        return
+    general._one_carrier_per_line = lambda *_: None  # type: ignore[method-assign]  # noqa: SLF001
+    carriers = ["[rank{r}]:", "[rank{r}]: ", "[default{r}]:", "{r}: ", " {r}: ", "[Rank {r}] ",
+                "[1,{r}]<stdout>:", "[stderr][rank{r}]:", "2025-04-09T17:15:22Z {r}: ",
+                "[worker-1] ", "x[rank{r}]:", "[\u0663]: ", "", "[default0]:[rank{r}]:",
+                "[" + "x" * 140 + "{r}]: ", "Apr  9 17:15:22 n1 {r}: "]
+    rnd = random.Random(16)
+    used = 0
+    real = fast._one_carrier_per_line  # noqa: SLF001
+    for _ in range(1500):
+        pool = rnd.sample(carriers, rnd.randint(1, 2))
+        odd = ["held\nnewline", "held\n[rank5]:newline", "7: x"] if rnd.random() < 0.2 else []
+        texts = [rnd.choice(pool).format(r=rnd.randint(0, 300)) + rnd.choice(QUIET + odd)
+                 for _ in range(rnd.randint(1, 50))]
+        joined = "\n".join(texts)
+        data = joined.encode()
+        carried = [to for to, pid in fast._scan(data) if pid == fast._pid_line]  # noqa: SLF001
+        d = rnd.choice([None, 0, 3])
+        args = (texts, data, len(data) == len(joined), carried, d)
+        assert fast._carried_ranks(*args) == general._carried_ranks(*args), texts  # noqa: SLF001
+        used += len(carried) == len(texts) and "\n" not in "".join(texts) and \
+            real(data, carried) is not None
+    assert used > 200, used
