@@ -128,6 +128,10 @@ class Matcher:
             [scan_pats[i] for i in self._e_ids], engine,
             lambda i: self._timed_out(self._e_ids[i]))
         self._scan = self._remap(scan_e, self._e_ids)
+        # the fast path reads the scan's own ids (no remapped list per batch): the markers'
+        self._scan_e_own: Any = scan_e
+        self._e_line, self._e_mid = (self._e_ids.index(self._pid_line),
+                                     self._e_ids.index(self._pid_mid))
         prefilter = {self._e_ids[i] for i in pre_e}
         self._x_ids = [i for i in self._e_ids if i < len(pats)]
         if any("^" in pats[i].source for i in self._x_ids):
@@ -137,11 +141,12 @@ class Matcher:
             prefilter |= {self._x_ids[i] for i in pre_x}
         else:
             self._scan_exact = self._scan
-        self._scan_p = None
+        self._scan_p = self._scan_p_own = None
         if self._p_ids:
             scan_p, pre_p, _ = build_scanner([scan_pats[i] for i in self._p_ids], self.engine,
                                              lambda i: self._timed_out(self._p_ids[i]))
             self._scan_p = self._remap(scan_p, self._p_ids)
+            self._scan_p_own = scan_p  # (_last_marks maps the ids of the hits it reads)
             prefilter |= {self._p_ids[i] for i in pre_p}
         flags = regex.IGNORECASE
         # exact confirmation with the regex module, for prefiltered ids and extractors
@@ -241,10 +246,10 @@ class Matcher:
         prefixes may name a rank, and per progress hit."""
         n = len(texts)
         data = joined.encode("utf-8", "replace")
-        pid_line, pid_mid = self._pid_line, self._pid_mid
+        pid_line, pid_mid = self._e_line, self._e_mid
         carried: list[int] = []  # where a rank-carrying prefix may end
         mid: list[int] = []  # where a rank prefix after another character ends
-        for to, pid in self._scan(data):
+        for to, pid in self._scan_e_own(data):
             if pid == pid_line:
                 carried.append(to)
             elif pid == pid_mid:
@@ -537,21 +542,22 @@ class Matcher:
                     out: list[tuple[int, ProgressMark]], strip: bool) -> None:
         """The latest step among `segs` (ascending text indices) of each rank not `found`
         yet: one scan over those texts, then work per hit, latest first."""
-        assert self._scan_p is not None
+        assert self._scan_p_own is not None
         chunk = texts[segs.start:segs.stop] if isinstance(segs, range) else \
             list(map(texts.__getitem__, segs))
         joined = "\n".join(chunk)
-        hits = self._scan_p(joined)
+        hits = self._scan_p_own(joined)
         if not hits:
             return
         ends = self._ends(chunk, joined)
-        for to, pid in sorted(hits, reverse=True):
+        ids = self._p_ids  # ascending: the scan's own ids sort as the global ones
+        for to, own in sorted(hits, reverse=True):
             seg = segs[bisect_left(ends, to)]
             rank = default_rank if ranks is None else ranks[seg]
             if rank in found:
                 continue
             text = strip_prefixes(texts[seg]) if strip else texts[seg]
-            mark = self._mark(pid, text, rank, lines[lidx(seg)].ts)
+            mark = self._mark(ids[own], text, rank, lines[lidx(seg)].ts)
             if mark is not None:
                 out.append((seg, mark))
                 found.add(rank)
