@@ -249,13 +249,17 @@ class Matcher:
         pid_line, pid_mid = self._e_line, self._e_mid
         carried: list[int] = []  # where a rank-carrying prefix may end
         mid: list[int] = []  # where a rank prefix after another character ends
-        for to, pid in self._scan_e_own(data):
-            if pid == pid_line:
-                carried.append(to)
-            elif pid == pid_mid:
-                mid.append(to)
-            else:  # a rule matched: the exact path names, groups and attributes it
-                return None
+        hits = self._scan_e_own(data)
+        if hits:  # (split with C loops: a hit per line that carries a rank prefix)
+            tos, pids = zip(*hits, strict=True)
+            kinds = set(pids)
+            if not kinds.issubset((pid_line, pid_mid)):
+                return None  # a rule matched: the exact path names, groups and attributes it
+            if pid_mid in kinds:
+                carried = list(compress(tos, map(pid_line.__eq__, pids)))
+                mid = list(compress(tos, map(pid_mid.__eq__, pids)))
+            else:
+                carried = list(tos)
         if not carried:
             if mid:
                 return None  # a rank prefix in the middle of a line (merged output)
