@@ -274,7 +274,7 @@ class Matcher:
         ranks, in_runs = carried_ranks
         if mid and not in_runs.issuperset(mid):
             return None  # a rank prefix after a line's prefixes (merged output)
-        last_ts = {r: lines[i].ts for r, i in dict(zip(ranks, range(n), strict=True)).items()}
+        last_ts = {r: lines[i].ts for r, i in _last_index(ranks).items()}
         one = len(last_ts) == 1
         progress = self._progress(lines, texts, _same, None if one else ranks, ranks[0],
                                   strip=True) if self._scan_p else ()
@@ -317,8 +317,9 @@ class Matcher:
             return None
         good = list(map((0).__le__, rks))
         in_runs = set(compress(carried, map(NOT_A_RUN.__lt__, rks)))
-        named = dict(zip(compress(line_of, good), compress(rks, good), strict=False))
-        ranks: list[int | None] = list(map(named.get, range(n), repeat(default_rank)))
+        ranks: list[int | None] = [default_rank] * n
+        # (per carrier, not per line; a line's later carrier overwrites: the innermost wins)
+        list(map(ranks.__setitem__, compress(line_of, good), compress(rks, good)))
         slow = list(compress(line_of, map((-1).__eq__, rks)))
         if slow:
             at = sorted(set(slow))
@@ -620,6 +621,17 @@ class Matcher:
 
 def _same(i: int) -> int:
     return i
+
+
+def _last_index(ranks: list[int | None]) -> dict[int | None, int]:
+    """dict(zip(ranks, range(len(ranks)))) (each rank's last index, the ranks in the order
+    they first appear) with one C loop per rank instead of an entry per line."""
+    firsts = dict.fromkeys(ranks)
+    if len(firsts) > 16:
+        return dict(zip(ranks, range(len(ranks)), strict=True))
+    back = ranks[::-1]
+    last = len(ranks) - 1
+    return {r: last - back.index(r) for r in firsts}
 
 
 def split_line(text: str, default_rank: int | None) -> list[tuple[int | None, str]]:

@@ -6,6 +6,7 @@ import random
 
 from faultwatch.core.events import Line
 from faultwatch.rules import Matcher
+from faultwatch.rules.engine import _last_index
 from faultwatch.rules.normalise import (
     PREFIX_RUN,
     line_ranks,
@@ -239,3 +240,14 @@ def test_one_carrier_per_line_reading_equals_the_general_one() -> None:
         used += len(carried) == len(texts) and "\n" not in "".join(texts) and \
             real(data, carried) is not None
     assert used > 200, used
+
+
+def test_last_index_keeps_each_ranks_last_line_in_first_seen_order() -> None:
+    """The fast path's per-rank last line (its order becomes the order of an Output's
+    rank_last_ts): as dict(zip(ranks, range(n))) gives it, order included."""
+    rnd = random.Random(17)
+    for _ in range(2000):
+        pool: list[int | None] = [None, *rnd.sample(range(64), rnd.randint(1, 30))]
+        ranks = [rnd.choice(pool) for _ in range(rnd.randint(1, 120))]
+        want = dict(zip(ranks, range(len(ranks)), strict=True))
+        assert list(_last_index(ranks).items()) == list(want.items()), ranks
