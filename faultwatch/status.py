@@ -11,7 +11,7 @@ from faultwatch.core.policy import Policy
 from faultwatch.core.state import JobState, thaw
 from faultwatch.core.windows import choose_window
 
-STATUS_S = 3.0  # how often a processor publishes the snapshots of its active jobs
+STATUS_S = 3.0  # how often a processor looks for snapshots to publish (streams/status_publish.py)
 MAX_RANKS_SHOWN = 64  # per snapshot: the quietest ranks first
 MAX_DECISIONS_SHOWN = 5
 

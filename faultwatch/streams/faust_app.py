@@ -27,16 +27,16 @@ from faultwatch.nodes.registry import RegistryPolicy
 from faultwatch.nodes.store import nodes_topic
 from faultwatch.rules import Matcher, RuleSet
 from faultwatch.status import STATUS_S
-from faultwatch.status import snapshot as status_snapshot
 from faultwatch.streams.faust_compat import TableStore, reread_uncommitted_partitions
 from faultwatch.streams.job_stage import CAUGHT_UP_S, TICK_S, JobStage
 from faultwatch.streams.matcher_stage import MatcherStage
 from faultwatch.streams.metrics import Metrics
 from faultwatch.streams.records import InRecord, LiveRules
 from faultwatch.streams.rules_watch import RulesWatcher, cli_overrides
+from faultwatch.streams.status_publish import StatusPublisher
 from faultwatch.streams.stopping import StopGate
 from faultwatch.topics import DEFAULT_PARTITIONS, Topics
-from faultwatch.wire import SCHEMA_VERSION, decision_to_dict, encode_status, encode_tick, job_key
+from faultwatch.wire import SCHEMA_VERSION, decision_to_dict, encode_tick, job_key
 
 REPORT_S = 10.0  # processor metrics interval
 BATCH = 1000  # records per take_events() batch, both stages
@@ -333,19 +333,16 @@ def build_processor(cfg: ProcessorConfig, live: LiveRules | None = None,
                   rates=rates, counters=dict(metrics.extra))
 
     status_t = app.topic(topics.status, key_type=bytes, value_type=bytes)
+    statuses = StatusPublisher()
 
     @app.timer(interval=STATUS_S)
     async def publish_status() -> None:
-        """Snapshots of the active jobs of this worker's partitions, for `faultwatch status`."""
+        """Snapshots of this worker's jobs for `faultwatch status` (what changed, and a
+        bounded refresh of the rest: streams/status_publish.py)."""
         if app.rebalancing or gate.stopping:
             return
-        now = time.time()
-        for p in list(jobs.parts.values()):
-            for key in list(p.active):
-                st = p.cache.get(key)
-                if st is not None:
-                    await status_t.send(key=key, value=encode_status(
-                        status_snapshot(st, now, live.policy)))
+        for key, value in statuses.due(list(jobs.parts.values()), time.time(), live.policy):
+            await status_t.send(key=key, value=value)
 
     async def rules_watcher() -> None:
         await watcher.run()

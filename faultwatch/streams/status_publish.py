@@ -1,0 +1,108 @@
+"""Which job status snapshots a processor publishes, and when: a job's at once when what
+`faultwatch status` and `faultwatch diagnose` read of it changed, every job's at a cadence
+that scales with the jobs this worker holds (at most STATUS_MAX_PER_S refreshes a second)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from faultwatch.core.policy import Policy
+from faultwatch.core.state import JobState, Phase
+from faultwatch.status import STATUS_S, snapshot
+from faultwatch.wire import encode_status
+
+STATUS_MAX_PER_S = 100.0  # per worker: snapshots of unchanged jobs, spread over the calls
+ACTIVE = (Phase.RUNNING, Phase.SETTLING)
+
+Material = tuple[Any, ...]
+
+
+class Partitions(Protocol):
+    """What the publisher reads of a signals partition's cache (job_stage.PartitionCache)."""
+
+    cache: dict[bytes, JobState]
+    active: set[bytes]
+
+
+def material(st: JobState) -> Material:
+    """What a snapshot's reader acts on, without the ages and the step counter that change
+    with every line: run, attempt, phase, restarts, decisions, each node's liveness and exit,
+    ranks seen, expected size, open stages, whether the adaptive window is warmed up."""
+    return (st.run_id, st.attempt, st.phase, st.restarts_used, len(st.decided),
+            st.decided[-1] if st.decided else None,
+            tuple(sorted((n.node, n.alive, n.exit_code) for n in st.nodes.values())),
+            len(st.rank_last_ts), st.expected_nodes, st.expected_world,
+            tuple(sorted((k, s.stage) for k, s in st.stages.items())), st.warmed_up)
+
+
+@dataclass
+class _Seen:
+    state: JobState  # the latest state compared (states are immutable: `is` means unchanged)
+    material: Material  # ... and what a reader acts on in it
+    published_s: float  # when its last snapshot was published
+
+
+class StatusPublisher:
+    """Called every `status_s` with the partitions this worker owns; returns (key, record)
+    pairs to send to the compacted status topic:
+
+    * a job seen for the first time, or whose `material` changed since its last snapshot;
+    * a job that left the active phases (decided, done): one last snapshot, then it is
+      forgotten (before, the topic kept its last running snapshot);
+    * unchanged active jobs, oldest snapshot first, at most `max_per_s * status_s` a call
+      (less what changed), each no more often than every `status_s`: with N jobs a job's
+      snapshot is refreshed every max(status_s, N / max_per_s) seconds.
+    """
+
+    def __init__(self, status_s: float = STATUS_S, max_per_s: float = STATUS_MAX_PER_S
+                 ) -> None:
+        self.status_s = status_s
+        self.max_per_s = max_per_s
+        self.seen: dict[bytes, _Seen] = {}  # ordered by publication, oldest first
+
+    def refresh_s(self, jobs: int) -> float:
+        """How often an unchanged job's snapshot is refreshed when `jobs` are held."""
+        return max(self.status_s, jobs / self.max_per_s)
+
+    def due(self, parts: Sequence[Partitions], now: float, policy: Policy
+            ) -> list[tuple[bytes, bytes]]:
+        """The snapshots to publish now, as (job key, status record)."""
+        seen = self.seen
+        active: dict[bytes, JobState] = {}
+        for p in parts:
+            cache = p.cache
+            for key in p.active:
+                st = cache.get(key)
+                if st is not None:
+                    active[key] = st
+        out: list[tuple[bytes, bytes]] = []
+        for key in [k for k in seen if k not in active]:  # left the active phases or us
+            del seen[key]
+            last = next((p.cache[key] for p in parts if key in p.cache), None)
+            if last is not None and last.phase not in ACTIVE:
+                out.append((key, encode_status(snapshot(last, now, policy))))
+        publish: dict[bytes, tuple[JobState, Material]] = {}
+        for key, st in active.items():
+            s = seen.get(key)
+            if s is None:
+                publish[key] = (st, material(st))
+            elif s.state is not st:
+                m = material(st)
+                if m != s.material:
+                    publish[key] = (st, m)
+                else:
+                    s.state = st
+        budget = int(self.max_per_s * self.status_s) - len(publish)
+        for key, s in seen.items():  # unchanged ones, oldest snapshot first
+            if budget <= 0 or now - s.published_s < self.status_s:
+                break
+            if key not in publish:
+                publish[key] = (s.state, s.material)
+                budget -= 1
+        for key, (st, m) in publish.items():
+            seen.pop(key, None)
+            seen[key] = _Seen(st, m, now)  # to the end: the newest snapshot
+            out.append((key, encode_status(snapshot(st, now, policy))))
+        return out
