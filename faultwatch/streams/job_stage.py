@@ -32,6 +32,7 @@ CAUGHT_UP_S = 2.0  # a tick older than this when processed: the partition is lag
 TICK_GAP_S = 4 * TICK_S + CAUGHT_UP_S  # no tick for this long: the clock was not watching
 GRACE_S = 5.0  # extra grace (beyond node_lost_s) after assignment/recovery before node-lost
 WRITE_BEHIND_S = 5.0  # a job whose only changes are liveness is written at most this often
+LIVENESS_WRITES_MAX_PER_S = 200.0  # ... and with more active jobs, less often (write_behind_s)
 ACTIVE = (Phase.RUNNING, Phase.SETTLING)
 LIVENESS = (Output, Heartbeat, Progress, ProgressBatch)
 PARTITION_FIELD = "_p"  # stored beside a state: the signals partition it belongs to
@@ -131,8 +132,9 @@ class JobStage:
     Lifecycle signals and decisions write the job's state through to the store at once;
     liveness signals (output, heartbeats, progress) of big jobs arrive constantly, so they
     only mark the job dirty and a tick of its partition writes it at most every
-    WRITE_BEHIND_S. flush() writes every dirty state (revocation, stop). A tick record
-    (`{"t": "tick", "now": sent}`) advances processor time for its partition.
+    write_behind_s() (5 s, longer beyond 1,000 active jobs). flush() writes every dirty
+    state (revocation, stop). A tick record (`{"t": "tick", "now": sent}`) advances
+    processor time for its partition.
     """
 
     def __init__(self, live: LiveRules, store: StateStore, dead_letter: DeadLetter,
@@ -239,11 +241,12 @@ class JobStage:
         p = self.partition(partition, now)
         lag = max(0.0, now - sent)
         self.metrics.tick_lag_s[partition] = round(lag, 3)
+        behind_s = self.write_behind_s()
         while p.write_due and p.write_due[0][0] <= now:
             _, key = heapq.heappop(p.write_due)
             if key not in p.dirty:
                 continue  # written meanwhile (durable)
-            when = p.written.get(key, 0.0) + WRITE_BEHIND_S
+            when = p.written.get(key, 0.0) + behind_s
             if when <= now:
                 self._write(key, partition, p, now)
             else:
@@ -301,6 +304,14 @@ class JobStage:
                 log_event("job_tick_failed", job=key.decode(errors="replace"),
                           partition=partition, error=f"{type(e).__name__}: {e}")
         return out
+
+    def write_behind_s(self) -> float:
+        """How long a job's liveness-only changes may wait for their table write: every
+        WRITE_BEHIND_S, or with many active jobs at most LIVENESS_WRITES_MAX_PER_S writes a
+        second for this worker (each write is a changelog record). What waits is restored
+        by the node's next records after a crash (docs/decisions.md)."""
+        active = sum(len(p.active) for p in self.parts.values())
+        return max(WRITE_BEHIND_S, active / LIVENESS_WRITES_MAX_PER_S)
 
     # ---- states -------------------------------------------------------------------------
 

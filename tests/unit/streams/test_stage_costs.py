@@ -159,6 +159,25 @@ def test_liveness_is_written_behind_by_the_tick_once_due() -> None:
     assert store.puts == [b"j", b"j"] and stage.dirty == 0
 
 
+def test_liveness_writes_wait_longer_when_a_worker_holds_many_jobs(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """20 active jobs at 2 liveness writes a second: each job's write-behind is 10 s."""
+    monkeypatch.setattr(job_stage_mod, "LIVENESS_WRITES_MAX_PER_S", 2.0)
+    store = CountingStore()
+    stage = JobStage(live(), store, dead)
+    jobs = [f"j{i}" for i in range(20)]
+    stage.process_batch([signals(j, [RunStart(j, 0, "n0", T0, run_id="r")]) for j in jobs], T0)
+    assert stage.write_behind_s() == 10.0 and len(store.puts) == 20
+    stage.process_batch([signals(j, [Heartbeat(j, 0, "n0", T0 + 1, True, T0 + 1, T0,
+                                               run_id="r")]) for j in jobs], T0 + 1)
+    for k in range(2, 20):
+        stage.process_batch([tick_rec(T0 + k / 2)], T0 + k / 2)
+    stage.process_batch([tick_rec(T0 + WRITE_BEHIND_S + 1)], T0 + WRITE_BEHIND_S + 1)
+    assert len(store.puts) == 20 and stage.dirty == 20  # not at 5 s
+    stage.process_batch([tick_rec(T0 + 10.1)], T0 + 10.1)
+    assert len(store.puts) == 40 and stage.dirty == 0  # at 10 s
+
+
 def test_a_tick_calls_the_core_only_for_jobs_with_work(monkeypatch: pytest.MonkeyPatch) -> None:
     """50 jobs whose node heart-beats every second and one whose node went silent: over 40 s
     of ticks only the silent one reaches the core's tick, and it is decided lost."""
