@@ -291,11 +291,15 @@ def fold_output(st: JobState, ev: Output, now: float) -> JobState:
     ns = st.node(ev.node, ev.ts)
     last = max(ns.last_output_ts or ev.ts, ev.ts)
     ranks = st.rank_last_ts
+    newer: dict[int, float] = {}  # one copy of the rank map for the whole batch
     for rank, ts in ev.rank_last_ts:
         key = -1 if rank is None else rank
-        old = ranks.get(key)
+        old = newer.get(key)
+        if old is None:
+            old = ranks.get(key)
         if old is None or ts > old:
-            ranks = ranks.set(key, ts)
+            newer[key] = ts
+    ranks = ranks.update(newer)
     tail = (st.tail + ev.tail)[-MAX_TAIL:] if ev.tail else st.tail
     hists = st.hists
     pending = st.pending_gaps
