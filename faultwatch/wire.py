@@ -709,6 +709,15 @@ def _output_of(d: Mapping[str, Any]) -> Output:
     h = _head(d, "out")
     ranks = []
     for x in _list(_get(d, "ranks", "out"), "out.ranks", MAX_RANK):
+        # the checks below inline (one per rank and output): a rank of None or in
+        # [0, MAX_RANK], a finite time in [0, MAX_TS]; anything else takes the slow path,
+        # which raises the same error as ever
+        if type(x) is list and len(x) == 2:
+            r, t = x
+            if (r is None or (type(r) is int and 0 <= r <= MAX_RANK)) \
+                    and (type(t) is float or type(t) is int) and 0.0 <= t <= MAX_TS:
+                ranks.append((r, float(t)))
+                continue
         p = _pair(x, "out.ranks")
         if len(p) != 2:
             raise _bad("out.ranks", "items must be [rank, ts]", x)

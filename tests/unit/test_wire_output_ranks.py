@@ -1,0 +1,62 @@
+"""An output signal's rank times are checked inline (the job stage decodes one pair per rank
+and output): the same values accepted, the same errors raised as the field checks."""
+
+from __future__ import annotations
+
+import math
+import random
+from typing import Any
+
+import pytest
+
+from faultwatch import wire
+from faultwatch.errors import DecodeError
+
+ITEMS: list[Any] = [
+    [0, 1.5], [7, 1_700_000_000], [None, 2.0], [wire.MAX_RANK, 0.0], [3, wire.MAX_TS],
+    [-1, 1.0], [wire.MAX_RANK + 1, 1.0], [True, 1.0], [1.0, 1.0], ["1", 1.0],
+    [1, True], [1, "1"], [1, -0.5], [1, wire.MAX_TS * 2], [1, math.inf], [1, math.nan],
+    [1, 10**400], [1], [1, 2.0, 3], (1, 2.0), "x", None, {"r": 1},
+]
+
+
+def reference(item: Any) -> tuple[int | None, float]:
+    """What the field checks say of one item (the path before the inline checks)."""
+    p = wire._pair(item, "out.ranks")
+    if len(p) != 2:
+        raise wire._bad("out.ranks", "items must be [rank, ts]", item)
+    return (wire._opt_int(p[0], "out.ranks rank", 0, wire.MAX_RANK),
+            wire._num(p[1], "out.ranks ts"))
+
+
+def decoded(items: list[Any]) -> Any:
+    d = {"t": "out", "job": "j", "attempt": 0, "node": "n", "ts": 1.0, "count": 1,
+         "ranks": items, "tail": []}
+    try:
+        return wire.signal_of(d).rank_last_ts
+    except (DecodeError, OverflowError) as e:
+        return type(e), str(e)
+
+
+def expected(items: list[Any]) -> Any:
+    try:
+        return tuple(reference(x) for x in items)
+    except (DecodeError, OverflowError) as e:
+        return type(e), str(e)
+
+
+@pytest.mark.parametrize("item", ITEMS, ids=repr)
+def test_each_item_is_accepted_or_refused_as_by_the_field_checks(item: Any) -> None:
+    assert decoded([[1, 1.0], item]) == expected([[1, 1.0], item])
+
+
+def test_random_lists_decode_as_by_the_field_checks() -> None:
+    rng = random.Random(14)
+    good = [x for x in ITEMS if not isinstance(expected([x])[0], type)]
+    assert len(good) == 6  # positive control: some items are accepted, the rest refused
+    for _ in range(300):
+        items = [rng.choice(good if rng.random() < 0.9 else ITEMS) for _ in range(12)]
+        got = decoded(items)
+        assert got == expected(items)
+        if not isinstance(got[0], type):
+            assert all(type(t) is float for _, t in got)
