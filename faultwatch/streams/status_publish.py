@@ -27,21 +27,23 @@ class Partitions(Protocol):
 
 
 def material(st: JobState) -> Material:
-    """What a snapshot's reader acts on, without the ages and the step counter that change
-    with every line: run, attempt, phase, restarts, decisions, each node's liveness and exit,
-    ranks seen, expected size, open stages, whether the adaptive window is warmed up."""
+    """What a snapshot's reader acts on (`faultwatch diagnose` reads run, attempt, phase and
+    live nodes): run, attempt, phase, restarts, decisions, each node's liveness and exit,
+    ranks seen, expected size. Not the ages and step counter that change with every line,
+    nor open stages and the window (an eval or checkpoint opens and closes one every minute
+    or so per job: at 5,000 jobs that alone was ~250 snapshots a second); the refresh
+    shows those."""
     return (st.run_id, st.attempt, st.phase, st.restarts_used, len(st.decided),
             st.decided[-1] if st.decided else None,
             tuple(sorted((n.node, n.alive, n.exit_code) for n in st.nodes.values())),
-            len(st.rank_last_ts), st.expected_nodes, st.expected_world,
-            tuple(sorted((k, s.stage) for k, s in st.stages.items())), st.warmed_up)
+            len(st.rank_last_ts), st.expected_nodes, st.expected_world)
 
 
 @dataclass
 class _Seen:
-    state: JobState  # the latest state compared (states are immutable: `is` means unchanged)
-    material: Material  # ... and what a reader acts on in it
-    published_s: float  # when its last snapshot was published
+    material: Material  # what a reader acts on, in the job's last snapshot
+    published_s: float  # when that snapshot was published (no state is kept: ~3 µs a job to
+    # compare each time, against holding an old state per job alive)
 
 
 class StatusPublisher:
@@ -83,26 +85,21 @@ class StatusPublisher:
             last = next((p.cache[key] for p in parts if key in p.cache), None)
             if last is not None and last.phase not in ACTIVE:
                 out.append((key, encode_status(snapshot(last, now, policy))))
-        publish: dict[bytes, tuple[JobState, Material]] = {}
+        publish: dict[bytes, Material] = {}
         for key, st in active.items():
+            m = material(st)
             s = seen.get(key)
-            if s is None:
-                publish[key] = (st, material(st))
-            elif s.state is not st:
-                m = material(st)
-                if m != s.material:
-                    publish[key] = (st, m)
-                else:
-                    s.state = st
+            if s is None or m != s.material:
+                publish[key] = m
         budget = int(self.max_per_s * self.status_s) - len(publish)
         for key, s in seen.items():  # unchanged ones, oldest snapshot first
             if budget <= 0 or now - s.published_s < self.status_s:
                 break
             if key not in publish:
-                publish[key] = (s.state, s.material)
+                publish[key] = s.material
                 budget -= 1
-        for key, (st, m) in publish.items():
+        for key, m in publish.items():
             seen.pop(key, None)
-            seen[key] = _Seen(st, m, now)  # to the end: the newest snapshot
-            out.append((key, encode_status(snapshot(st, now, policy))))
+            seen[key] = _Seen(m, now)  # to the end: the newest snapshot
+            out.append((key, encode_status(snapshot(active[key], now, policy))))
         return out
