@@ -591,6 +591,9 @@ async def in_process(a: argparse.Namespace) -> dict[str, Any]:
             "cpu_s_per_simulated_s": round(total_cpu / a.duration_s, 4),
             # each one a send to the status topic by the shell (~0.2 ms of CPU in Faust)
             "status_snapshots_per_simulated_s": round(status_sent / (t - t0), 1),
+            # ... and so is each table write (the job state's changelog record)
+            "table_writes_per_simulated_s": round(
+                jobs.metrics.extra.get("table_writes", 0) / (t - t0), 1),
             "ranks_per_core_stages_only": round(ranks * a.duration_s / total_cpu)
             if total_cpu else None,
             # equal digests: the same decisions (ids) at the same simulated times
