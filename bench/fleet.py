@@ -508,7 +508,7 @@ async def in_process(a: argparse.Namespace) -> dict[str, Any]:
     decided: dict[str, tuple[float, Any]] = {}
     records = signals_records = 0
     statuses = StatusPublisher()
-    status_sent = 0
+    status_sent = status_steady = 0
     next_status = t0 + STATUS_S
 
     def status_every_job(now: float) -> list[tuple[bytes, bytes]]:
@@ -546,8 +546,11 @@ async def in_process(a: argparse.Namespace) -> dict[str, Any]:
         if t >= next_status and a.status != "off":  # the shell's status timer
             next_status += STATUS_S
             parts = list(jobs.parts.values())
-            status_sent += len(status_every_job(t) if a.status == "every-job"
-                               else statuses.due(parts, t, pol))
+            sent = len(status_every_job(t) if a.status == "every-job"
+                       else statuses.due(parts, t, pol))
+            status_sent += sent
+            if t0 + STEADY_FROM_S <= t < t_end:
+                status_steady += sent
         c4 = time.process_time()
         cpu["matcher"] += c1 - c0
         cpu["jobs"] += c2 - c1
@@ -591,6 +594,9 @@ async def in_process(a: argparse.Namespace) -> dict[str, Any]:
             "cpu_s_per_simulated_s": round(total_cpu / a.duration_s, 4),
             # each one a send to the status topic by the shell (~0.2 ms of CPU in Faust)
             "status_snapshots_per_simulated_s": round(status_sent / (t - t0), 1),
+            # the same while the fleet runs, past its start (every job's first snapshot)
+            "status_snapshots_per_s_steady": round(
+                status_steady / max(1e-9, a.duration_s - STEADY_FROM_S), 1),
             # ... and so is each table write (the job state's changelog record)
             "table_writes_per_simulated_s": round(
                 jobs.metrics.extra.get("table_writes", 0) / (t - t0), 1),
@@ -605,6 +611,7 @@ async def in_process(a: argparse.Namespace) -> dict[str, Any]:
                           "missed_examples": missed[:10]}}
 
 
+STEADY_FROM_S = 10.0  # --in-process: jobs start within --start-spread-s (5 s) of the start
 REQUESTS = ("diagnose",)  # notify decisions that ask agents for evidence, about no fault
 
 
