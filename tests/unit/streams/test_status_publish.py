@@ -9,7 +9,7 @@ from typing import Any
 import orjson
 
 from faultwatch import wire
-from faultwatch.core.events import Exit, Heartbeat, RunStart, Stage
+from faultwatch.core.events import Exit, Heartbeat, Output, RunStart, Stage
 from faultwatch.core.policy import Policy
 from faultwatch.rules import Matcher, load_ruleset
 from faultwatch.streams.job_stage import DictStore, JobStage
@@ -93,7 +93,9 @@ def test_a_material_change_is_published_at_once_without_the_refresh_budget() -> 
     beats(js, ["a", "b"], T0 + 1)
     assert published(pub, js, T0 + 3) == []  # liveness only
     feed(js, T0 + 4, Stage("a", 0, "n0", T0 + 4, 0, "checkpoint", True, 60.0, run_id="r"))
-    assert published(pub, js, T0 + 6) == []  # a stage is shown by the refresh only
+    feed(js, T0 + 5, Output("a", 0, "n0", T0 + 5, 2, rank_last_ts=((0, T0 + 5), (1, T0 + 5)),
+                            run_id="r"))
+    assert published(pub, js, T0 + 6) == []  # a stage and new ranks: by the refresh only
     feed(js, T0 + 7, Exit("b", 0, "n1", T0 + 7, exit_code=0, run_id="r"))
     [snap] = published(pub, js, T0 + 9)
     assert (snap["job"], snap["nodes_alive"]) == ("b", 1)
@@ -101,6 +103,7 @@ def test_a_material_change_is_published_at_once_without_the_refresh_budget() -> 
     feed(js, T0 + 13, Exit("a", 0, "n1", T0 + 13, exit_code=0, run_id="r"))
     [snap] = published(pub, js, T0 + 15)
     assert (snap["job"], snap["nodes_alive"], snap["stages"]) == ("a", 1, ["checkpoint"])
+    assert snap["ranks_total"] == 2
 
 
 def test_a_decided_job_gets_a_last_snapshot_then_is_forgotten() -> None:
