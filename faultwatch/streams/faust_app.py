@@ -27,7 +27,11 @@ from faultwatch.nodes.registry import RegistryPolicy
 from faultwatch.nodes.store import nodes_topic
 from faultwatch.rules import Matcher, RuleSet
 from faultwatch.status import STATUS_S
-from faultwatch.streams.faust_compat import TableStore, reread_uncommitted_partitions
+from faultwatch.streams.faust_compat import (
+    TableStore,
+    inline_message_callbacks,
+    reread_uncommitted_partitions,
+)
 from faultwatch.streams.job_stage import CAUGHT_UP_S, TICK_S, JobStage
 from faultwatch.streams.matcher_stage import MatcherStage
 from faultwatch.streams.metrics import Metrics
@@ -182,6 +186,7 @@ def build_processor(cfg: ProcessorConfig, live: LiveRules | None = None,
     table = app.Table("jobs", default=None, partitions=cfg.partitions, key_type=bytes,
                       value_type=bytes)
     reread_uncommitted_partitions(app, {topics.logs, topics.signals})
+    inline_message_callbacks(app)  # no four tasks per fetched message
     metrics = Metrics()
     prom = ProcessorMetrics()
     prom.watch(metrics)
