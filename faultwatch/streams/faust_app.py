@@ -28,6 +28,7 @@ from faultwatch.nodes.store import nodes_topic
 from faultwatch.rules import Matcher, RuleSet
 from faultwatch.status import STATUS_S
 from faultwatch.streams.faust_compat import (
+    QuietMonitor,
     TableStore,
     inline_message_callbacks,
     reread_uncommitted_partitions,
@@ -175,6 +176,7 @@ def build_processor(cfg: ProcessorConfig, live: LiveRules | None = None,
         broker_heartbeat_interval=max(0.5, cfg.session_timeout_s / 6),
         # our stop waits for the gate, not for every fetched event to be acknowledged
         stream_wait_empty=False,
+        monitor=QuietMonitor(),  # no per-record statistics (no Faust web views to read them)
         **kafka_settings.current().faust_settings(),  # SSL/SASL (docs/operating.md)
     )
     topics = cfg.topics

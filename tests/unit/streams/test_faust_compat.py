@@ -163,3 +163,38 @@ def test_a_callback_error_propagates() -> None:
 
     with pytest.raises(ValueError, match="bad message"):
         asyncio.run(main())
+
+
+def test_the_quiet_monitor_keeps_no_per_record_statistics_but_tracks_offsets() -> None:
+    from faust.sensors.monitor import Monitor
+    from faust.types import TP
+
+    tp = TP("logs", 0)
+
+    class Msg:
+        time_in = None
+
+    class Owner:
+        pass
+
+    class Stream:
+        task_owner = Owner()
+
+    def feed(mon: Monitor) -> None:
+        msg, stream = Msg(), Stream()
+        mon.on_message_in(tp, 5, msg)  # type: ignore[arg-type]
+        state = mon.on_stream_event_in(tp, 5, stream, msg)  # type: ignore[arg-type]
+        mon.on_stream_event_out(tp, 5, stream, msg, state)  # type: ignore[arg-type]
+        mon.on_message_out(tp, 5, msg)  # type: ignore[arg-type]
+        mon.track_tp_end_offset(tp, 9)
+
+    faust_mon = Monitor()
+    quiet = faust_compat.QuietMonitor()
+    feed(faust_mon)
+    feed(quiet)
+    assert faust_mon.messages_received_total == 1  # positive control: Faust counts
+    assert quiet.messages_received_total == 0 and quiet.events_total == 0
+    assert quiet.tp_end_offsets[tp] == 9  # offsets are still tracked
+    # a processor app uses it
+    from faultwatch.streams import faust_app
+    assert "monitor=QuietMonitor()" in inspect.getsource(faust_app.build_processor)
