@@ -30,7 +30,6 @@ from faultwatch.status import STATUS_S
 from faultwatch.streams.faust_compat import (
     QuietMonitor,
     TableStore,
-    inline_message_callbacks,
     reread_uncommitted_partitions,
 )
 from faultwatch.streams.job_stage import CAUGHT_UP_S, TICK_S, JobStage
@@ -188,7 +187,6 @@ def build_processor(cfg: ProcessorConfig, live: LiveRules | None = None,
     table = app.Table("jobs", default=None, partitions=cfg.partitions, key_type=bytes,
                       value_type=bytes)
     reread_uncommitted_partitions(app, {topics.logs, topics.signals})
-    inline_message_callbacks(app)  # no four tasks per fetched message
     metrics = Metrics()
     prom = ProcessorMetrics()
     prom.watch(metrics)

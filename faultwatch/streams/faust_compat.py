@@ -9,7 +9,6 @@ from typing import Any
 import faust
 import faust.streams
 from faust.sensors.monitor import Monitor
-from mode.services import WaitResults
 
 
 def set_current_event(event: Any) -> None:
@@ -78,68 +77,6 @@ def reread_uncommitted_partitions(app: faust.App, topics: set[str]) -> None:
         return committed
 
     consumer.seek_to_committed = seek_to_committed
-
-
-class _Resumed:
-    """The rest of a coroutine that was stepped once by hand and is waiting on `pending`:
-    awaiting this hands `pending` to the event loop, then keeps driving the coroutine
-    (results, exceptions and cancellation go through to it as if it had been awaited)."""
-
-    def __init__(self, coro: Any, pending: Any) -> None:
-        self.coro = coro
-        self.pending = pending
-
-    def __await__(self) -> Any:
-        coro, pending = self.coro, self.pending
-        while True:
-            try:
-                value = yield pending
-            except BaseException as exc:  # noqa: BLE001 - thrown in by the task (cancel)
-                try:
-                    pending = coro.throw(exc)
-                except StopIteration as done:
-                    return done.value
-            else:
-                try:
-                    pending = coro.send(value)
-                except StopIteration as done:
-                    return done.value
-
-
-def _waits_on(coro: Any, event: Any) -> bool:
-    """True when `coro` is a not yet started `event.wait()`."""
-    frame = getattr(coro, "cr_frame", None)
-    return frame is not None and frame.f_locals.get("self") is event
-
-
-def inline_message_callbacks(app: faust.App) -> None:
-    """Faust's fetcher hands every fetched message to the conductor with
-    `consumer.wait_first(callback(message), consumer.suspend_flow.wait())`: four tasks and an
-    `asyncio.wait` per message, so a stop_flow (rebalance, stop) can interrupt a callback
-    blocked on a full stream buffer. Almost every callback finishes without waiting. Here
-    the callback's first step runs inline: when it finishes there, that is its result (no
-    task); when it waits, the rest of it runs under Faust's wait_first as before, so a
-    suspended flow still interrupts it. Other wait_first calls are unchanged."""
-    consumer: Any = app.consumer
-    original = consumer.wait_first
-
-    async def wait_first(*coros: Any, timeout: Any = None) -> Any:
-        if (len(coros) != 2 or timeout is not None or not asyncio.iscoroutine(coros[0])
-                or not _waits_on(coros[1], consumer.suspend_flow)
-                or consumer.suspend_flow.is_set() or consumer.should_stop):
-            return await original(*coros, timeout=timeout)
-        callback, suspended = coros
-        try:
-            pending = callback.send(None)
-        except StopIteration as done:
-            suspended.close()
-            return WaitResults([callback], [done.value], False)
-        except BaseException:
-            suspended.close()
-            raise
-        return await original(_Resumed(callback, pending), suspended)
-
-    consumer.wait_first = wait_first
 
 
 class QuietMonitor(Monitor):

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextvars
 import inspect
-from typing import Any
 
 import aiokafka
 import faust
@@ -77,92 +76,6 @@ def test_uncommitted_partitions_of_our_topics_are_sought_to_the_beginning() -> N
     faust_compat.reread_uncommitted_partitions(app, {"logs"})
     asyncio.run(app.consumer.seek_to_committed())
     assert calls == [("logs/0", "logs/1")]
-
-
-def test_the_fetcher_waits_on_each_callback_and_the_suspended_flow() -> None:
-    # what inline_message_callbacks intercepts; if Faust changes this call, revisit it
-    src = inspect.getsource(faust.transport.consumer.Consumer._drain_messages)
-    assert "await self.wait_first(\n" in src
-    assert "callback(message), self.suspend_flow.wait()" in src
-
-
-def _inlined_app(name: str) -> faust.App:
-    app = faust.App(name, broker="kafka://127.0.0.1:1")
-    faust_compat.inline_message_callbacks(app)
-    return app
-
-
-def test_a_callback_that_does_not_wait_runs_inline_without_tasks() -> None:
-    import asyncio
-
-    created: list[object] = []
-
-    async def callback(n: int) -> int:
-        return n * 2
-
-    async def main() -> Any:
-        consumer: Any = _inlined_app("compat-inline-1").consumer
-        loop = asyncio.get_running_loop()
-
-        def factory(lp: asyncio.AbstractEventLoop, coro: Any, **kw: Any) -> asyncio.Task[Any]:
-            created.append(coro)
-            return asyncio.Task(coro, loop=lp, **kw)
-
-        loop.set_task_factory(factory)  # type: ignore[arg-type]
-        res = await consumer.wait_first(callback(21), consumer.suspend_flow.wait())
-        loop.set_task_factory(None)
-        return res
-
-    res = asyncio.run(main())
-    assert (res.results, res.stopped) == ([42], False)
-    assert created == []  # Faust's wait_first would have started four tasks
-
-
-def test_a_waiting_callback_finishes_or_is_interrupted_by_a_suspended_flow() -> None:
-    import asyncio
-
-    cancelled: list[bool] = []
-
-    async def callback(fut: asyncio.Future[int]) -> int:
-        try:
-            return await fut + 1
-        except asyncio.CancelledError:
-            cancelled.append(True)
-            raise
-
-    async def main() -> tuple[Any, Any]:
-        consumer: Any = _inlined_app("compat-inline-2").consumer  # its events on this loop
-        loop = asyncio.get_running_loop()
-        done: asyncio.Future[int] = loop.create_future()
-        loop.call_later(0.05, done.set_result, 41)
-        finished = await consumer.wait_first(callback(done), consumer.suspend_flow.wait())
-        stuck: asyncio.Future[int] = loop.create_future()
-        loop.call_later(0.05, consumer.suspend_flow.set)
-        interrupted = await asyncio.wait_for(
-            consumer.wait_first(callback(stuck), consumer.suspend_flow.wait()), 5)
-        await asyncio.sleep(0)
-        return finished, interrupted
-
-    finished, interrupted = asyncio.run(main())
-    assert finished.results == [42]  # positive control: the waiting callback completes
-    assert interrupted.results == [True]  # the suspended flow won (Event.wait() is True)
-    assert cancelled == [True]  # and the blocked callback was cancelled, as in Faust
-
-
-def test_a_callback_error_propagates() -> None:
-    import asyncio
-
-    import pytest
-
-    async def callback() -> None:
-        raise ValueError("bad message")
-
-    async def main() -> None:
-        consumer: Any = _inlined_app("compat-inline-3").consumer
-        await consumer.wait_first(callback(), consumer.suspend_flow.wait())
-
-    with pytest.raises(ValueError, match="bad message"):
-        asyncio.run(main())
 
 
 def test_the_quiet_monitor_keeps_no_per_record_statistics_but_tracks_offsets() -> None:
