@@ -30,6 +30,7 @@ from faultwatch.status import STATUS_S
 from faultwatch.streams.faust_compat import (
     QuietMonitor,
     TableStore,
+    keep_queues_when_flowing,
     reread_uncommitted_partitions,
 )
 from faultwatch.streams.job_stage import CAUGHT_UP_S, TICK_S, JobStage
@@ -187,6 +188,7 @@ def build_processor(cfg: ProcessorConfig, live: LiveRules | None = None,
     table = app.Table("jobs", default=None, partitions=cfg.partitions, key_type=bytes,
                       value_type=bytes)
     reread_uncommitted_partitions(app, {topics.logs, topics.signals})
+    keep_queues_when_flowing(app)  # recovery's second resume dropped fetched records
     metrics = Metrics()
     prom = ProcessorMetrics()
     prom.watch(metrics)

@@ -59,6 +59,27 @@ class TableStore:
         return list(self.table.items())
 
 
+def keep_queues_when_flowing(app: faust.App) -> None:
+    """Faust's table recovery resumes the flow twice after a rebalance, and each resume
+    clears every stream queue (mode's FlowControlEvent, clear_on_resume). Records fetched
+    from the committed offsets between the two resumes (the first ones a worker reads of the
+    partitions it took over: what the previous owner left unprocessed) were dropped while the
+    fetcher had already moved past them: lost, or a hole that held the partition's commits
+    back (faust-streaming issues #596, #606). A resume while the flow is already active now
+    keeps the queues; the first resume after a suspension (a revocation) still clears what
+    was fetched for the old assignment. Changelog records kept this way are applied once
+    more (a table write is a key's value: idempotent)."""
+    fc: Any = app.flow_control
+    original = fc.resume
+
+    def resume() -> None:
+        if fc.is_active():
+            return
+        original()
+
+    fc.resume = resume
+
+
 def reread_uncommitted_partitions(app: faust.App, topics: set[str]) -> None:
     """After every rebalance Faust seeks to the committed offsets (perform_seek ->
     seek_to_committed), but aiokafka seeks only partitions whose committed offset is > 0:

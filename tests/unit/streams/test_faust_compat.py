@@ -111,3 +111,25 @@ def test_the_quiet_monitor_keeps_no_per_record_statistics_but_tracks_offsets() -
     # a processor app uses it
     from faultwatch.streams import faust_app
     assert "monitor=QuietMonitor()" in inspect.getsource(faust_app.build_processor)
+
+
+def test_a_resume_while_flowing_keeps_the_queued_records_a_resume_after_suspend_clears() -> None:
+    app = faust.App(f"fc-{id(object())}", broker="kafka://127.0.0.1:1")
+    fc = app.flow_control
+    from mode.utils.queues import FlowControlQueue
+
+    queue: FlowControlQueue = FlowControlQueue(maxsize=10, flow_control=fc, clear_on_resume=True)
+    fc.manage_queue(queue)
+    faust_compat.keep_queues_when_flowing(app)
+    fc.resume()  # suspended at first: this resume clears, as Faust's does
+    assert fc.is_active()
+    queue.put_nowait("fetched from the committed offset")
+    fc.resume()  # recovery's second resume while already flowing
+    assert queue.qsize() == 1, "a resume while flowing dropped a fetched record"
+    fc.suspend()  # a revocation
+    fc.resume()
+    assert queue.qsize() == 0, "what was fetched before a suspension must still be cleared"
+    # positive control: Faust's own resume clears even while flowing (what we guard against)
+    queue.put_nowait("x")
+    type(fc).resume(fc)
+    assert queue.qsize() == 0
