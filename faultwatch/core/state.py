@@ -340,9 +340,7 @@ def _add_gaps(hists: PMap[str, GapHist], gaps: Iterable[Gap]) -> PMap[str, GapHi
         new = hist.add(gap, weight)
         if new is not hist:
             changed[key] = new
-    for key, hist in changed.items():
-        hists = hists.set(key, hist)
-    return hists
+    return hists.update(changed)
 
 
 def fold_heartbeat(st: JobState, ev: Heartbeat, now: float) -> JobState:
@@ -428,8 +426,7 @@ def fold_steps(st: JobState, node: str, marks: Iterable[StepMark]) -> JobState:
             since_step = 0
         elif prev is None and step_ts is None:
             step_ts = ts
-    for key, rp in folded.items():  # set in first-mark order: the map one by one would give
-        progress = progress.set(key, rp)
+    progress = progress.update(folded)  # in first-mark order: what one by one would give
     hists = _add_gaps(st.hists, samples) if samples else st.hists
     return evolve(st, progress=progress, step_ts=step_ts, steps=steps, hists=hists,
                   pending_gaps=pending, outputs_since_step=since_step)
