@@ -87,6 +87,29 @@ class _StageCollector:
                                 "Processor time minus the event time of the latest line")
         lag.add_metric([], float(getattr(c, "logs_event_lag_s", 0.0)))
         yield lag
+        for name, attr, doc in (
+                ("faultwatch_jobs_cached", "jobs_cached",
+                 "Job states decoded in the worker's cache (idle ones leave it)"),
+                ("faultwatch_jobs_max", "max_jobs", "The cap on active jobs per worker")):
+            jobs = GaugeMetricFamily(name, doc)
+            jobs.add_metric([], float(getattr(c, attr, 0) or 0))
+            yield jobs
+        refused = CounterMetricFamily("faultwatch_jobs_refused",
+                                      "New jobs refused at the cap on active jobs")
+        refused.add_metric([], float(getattr(c, "extra", {}).get("jobs_refused", 0)))
+        yield refused
+        storm = getattr(c, "storm", None) or {}
+        for name, k, doc in (
+                ("faultwatch_fleet_storm_holding", "holding",
+                 "1 while the blast-radius guard holds the actions of jobs lost together"),
+                ("faultwatch_fleet_storm_held_jobs", "held", "Jobs whose actions are held"),
+                ("faultwatch_fleet_storm_lapsed_jobs", "lapsed",
+                 "Jobs still silent after the hold ran out, decided at a bounded rate"),
+                ("faultwatch_fleet_storm_episodes", "episode",
+                 "Blast-radius episodes since the worker started")):
+            g = (CounterMetricFamily if k == "episode" else GaugeMetricFamily)(name, doc)
+            g.add_metric([], float(storm.get(k, 0) or 0))
+            yield g
 
     def describe(self) -> Iterator[Any]:
         return iter(())

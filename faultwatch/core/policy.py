@@ -51,6 +51,13 @@ class Policy:
     max_same_error: int = 10
     max_failure_rate: float = -1.0
     settle_s: float = 3.0
+    # the blast-radius guard (core/blast.py): jobs turning lost or hung together
+    fleet_storm_detection: bool = True
+    fleet_storm_share: float = 0.5  # share of active jobs (or their nodes) that trips it
+    fleet_storm_min_jobs: int = 3  # ... and at least this many jobs (a lone loss is decided)
+    fleet_storm_window_s: float = 30.0  # silences starting this close together are one event
+    fleet_storm_hold_max_s: float = 600.0  # the longest a hold lasts; then the fallback:
+    fleet_storm_release_per_min: float = 6.0  # jobs still silent decided at most this fast
     retryable_errors: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
@@ -90,6 +97,17 @@ class Policy:
             raise ConfigError("max_restarts", "must be >= 0")
         if self.max_same_error < 1:
             raise ConfigError("max_same_error", "must be >= 1")
+        if not 0 < self.fleet_storm_share <= 1:
+            raise ConfigError("fleet_storm_share", "must be a share of the jobs in (0, 1]")
+        if self.fleet_storm_min_jobs < 2:
+            raise ConfigError("fleet_storm_min_jobs", "must be >= 2 (a lone loss is decided)")
+        if not 0 < self.fleet_storm_window_s <= 3600:
+            raise ConfigError("fleet_storm_window_s", "must be in (0, 3600] seconds")
+        if not self.fleet_storm_window_s <= self.fleet_storm_hold_max_s <= 86400:
+            raise ConfigError("fleet_storm_hold_max_s",
+                              "must be in [fleet_storm_window_s, 86400] seconds")
+        if not 0 < self.fleet_storm_release_per_min <= 6000:
+            raise ConfigError("fleet_storm_release_per_min", "must be in (0, 6000] a minute")
         if self.max_failure_rate != -1 and not 0 < self.max_failure_rate <= 1:
             raise ConfigError("max_failure_rate", "must be in (0, 1], or -1 for off")
 
