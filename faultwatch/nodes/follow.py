@@ -18,6 +18,7 @@ from faultwatch.nodes.writer import RegistryWriter
 
 RETRY_FIRST_S, RETRY_MAX_S = 1.0, 30.0
 POLL_MS = 500
+RETRY_BACKOFF_MS = 1000  # aiokafka retries at most once a second while the broker is away
 
 
 async def follow_registry(bootstrap: str, topic: str, writer: RegistryWriter,
@@ -37,7 +38,7 @@ async def follow_registry(bootstrap: str, topic: str, writer: RegistryWriter,
             consumer = AIOKafkaConsumer(
                 bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False,
                 client_id=f"faultwatch-registry-{uuid.uuid4().hex[:6]}",
-                **kafka_settings.client_kwargs())
+                retry_backoff_ms=RETRY_BACKOFF_MS, **kafka_settings.client_kwargs())
             await consumer.start()
             parts = consumer.partitions_for_topic(topic) or {0}
             tps = [TopicPartition(topic, p) for p in sorted(parts)]
@@ -104,6 +105,7 @@ class RegistryLink:
                 if self._producer is None:
                     self._producer = AIOKafkaProducer(bootstrap_servers=self.bootstrap,
                                                       acks="all",
+                                                      retry_backoff_ms=RETRY_BACKOFF_MS,
                                                       **kafka_settings.client_kwargs())
                     await self._producer.start()
                 for key, value in records:

@@ -27,13 +27,14 @@ from faultwatch.nodes.registry import RegistryPolicy
 from faultwatch.nodes.store import nodes_topic
 from faultwatch.rules import Matcher, RuleSet
 from faultwatch.status import STATUS_S
+from faultwatch.streams import broker_calm, faust_compat
 from faultwatch.streams.faust_compat import (
     QuietMonitor,
     TableStore,
     keep_queues_when_flowing,
     reread_uncommitted_partitions,
 )
-from faultwatch.streams.job_stage import CAUGHT_UP_S, TICK_S, JobStage
+from faultwatch.streams.job_stage import CAUGHT_UP_S, MAX_JOBS, TICK_S, JobStage
 from faultwatch.streams.matcher_stage import MatcherStage
 from faultwatch.streams.metrics import Metrics
 from faultwatch.streams.records import InRecord, LiveRules
@@ -65,6 +66,9 @@ class ProcessorConfig:
         default_factory=lambda: float(os.environ.get("FAULTWATCH_SESSION_TIMEOUT_S", "10")))
     policy_overrides: dict[str, Any] = field(default_factory=dict)  # flags, kept on push
     metrics_port: int | None = None  # serve Prometheus /metrics on this port
+    # active jobs per worker; a new job beyond it is refused (docs/operating.md)
+    max_jobs: int = field(
+        default_factory=lambda: int(os.environ.get("FAULTWATCH_MAX_JOBS", str(MAX_JOBS))))
 
     @property
     def group(self) -> str:
@@ -151,6 +155,8 @@ def build_processor(cfg: ProcessorConfig, live: LiveRules | None = None,
                     watcher: RulesWatcher | None = None) -> Processor:
     """The worker's app wired to the stages. `live`/`watcher` come from the caller when it
     already loaded the rules topic's current set (worker.run_worker does)."""
+    faust_compat.slow_retries(broker_calm.RETRY_BACKOFF_MS)
+    gate_logs = broker_calm.install()
     app = faust.App(
         cfg.group,
         broker=f"kafka://{cfg.bootstrap}",
@@ -215,7 +221,7 @@ def build_processor(cfg: ProcessorConfig, live: LiveRules | None = None,
         dead.append(_sender(dead_t, rec.key, value))
 
     matcher = MatcherStage(live, dead_letter, metrics)
-    jobs = JobStage(live, TableStore(table), dead_letter, metrics)
+    jobs = JobStage(live, TableStore(table), dead_letter, metrics, max_jobs=cfg.max_jobs)
     # the node registry: every worker follows all of it; the job stage gates run-starts and
     # check notes with it and writes what its decisions change (docs/schedulers.md)
     registry = RegistryLink(cfg.bootstrap, nodes_topic(topics.prefix),
@@ -338,6 +344,11 @@ def build_processor(cfg: ProcessorConfig, live: LiveRules | None = None,
                   jobs_cached=sum(len(p.cache) for p in jobs.parts.values()),
                   jobs_active=sum(len(p.active) for p in jobs.parts.values()),
                   rates=rates, counters=dict(metrics.extra))
+
+    @app.timer(interval=broker_calm.POLL_S)
+    async def broker_state() -> None:
+        broker_calm.install(gate_logs)  # loggers created since the worker started
+        gate_logs.poll(time.time())
 
     status_t = app.topic(topics.status, key_type=bytes, value_type=bytes)
     statuses = StatusPublisher()

@@ -18,6 +18,7 @@ from faultwatch.core.policy import Policy
 from faultwatch.errors import BrokerError, FaultwatchError, RuleError
 from faultwatch.logs import log_event
 from faultwatch.rules import Matcher, RuleSet
+from faultwatch.streams.broker_calm import RETRY_BACKOFF_MS
 from faultwatch.streams.records import LiveRules
 from faultwatch.streams.rules_record import MAX_RECORD_BYTES, ruleset_of_record
 
@@ -116,6 +117,7 @@ class RulesWatcher:
                                     enable_auto_commit=False, auto_offset_reset="earliest",
                                     fetch_max_bytes=MAX_RECORD_BYTES * 2,
                                     max_partition_fetch_bytes=MAX_RECORD_BYTES,
+                                    retry_backoff_ms=RETRY_BACKOFF_MS,
                                     **kafka_settings.client_kwargs())
         await consumer.start()
         try:
