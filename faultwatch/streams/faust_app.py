@@ -87,6 +87,7 @@ class Processor:
     watcher: RulesWatcher
     gate: StopGate
     metrics: Metrics
+    assigned_once: bool = False  # the worker got partitions at least once (startup done)
 
     def flush_states(self) -> int:
         return self.jobs.flush(time.time())
@@ -293,6 +294,7 @@ def build_processor(cfg: ProcessorConfig, live: LiveRules | None = None,
     async def on_assigned(sender: Any, *args: Any, signal: Any = None, **kwargs: Any) -> None:
         matcher.on_assigned(tp.partition for tp in _tps(args, topics.logs))
         jobs.on_assigned(tp.partition for tp in _tps(args, topics.signals))
+        proc.assigned_once = True
         log_event("partitions_assigned", partitions=_names(_tps(args)))
 
     @app.timer(interval=TICK_S)

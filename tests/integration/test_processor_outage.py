@@ -16,10 +16,16 @@ import pytest
 
 from faultwatch import kafka_local, wire
 from faultwatch.core.events import Exit, Line, RunStart
-from tests.e2e.cluster import processor, wait_decisions, wait_processor_ready
+from tests.e2e.cluster import (
+    events,
+    processor,
+    wait_decisions,
+    wait_event,
+    wait_processor_ready,
+)
 from tests.integration.test_processor_dead_letters import produce
 
-pytestmark = [pytest.mark.slow, pytest.mark.kafka]
+pytestmark = [pytest.mark.slow, pytest.mark.kafka, pytest.mark.timeout(900)]
 
 OUTAGE_S = 20.0
 CPU_SHARE_MAX = 0.25  # of one core, averaged over the outage (today: ~0.96)
@@ -70,3 +76,27 @@ def test_processor_is_calm_while_the_broker_is_down_and_recovers(
     assert got and got[0]["action"] == "fail", text[-3000:]
     assert cpu_share < CPU_SHARE_MAX, (cpu_share, text[-3000:])
     assert logged <= LINES_MAX, text[-5000:]
+
+
+def test_processor_survives_the_broker_going_away_during_startup(
+        own_broker: tuple[str, Path, int], topic_prefix: str, tmp_path: Path) -> None:
+    """The broker stops while the worker starts (Faust declares its topics and joins the
+    group): the startup is retried with backoff, and the worker decides once it is back.
+    Before: Faust gave up at once and the process exited 1."""
+    bootstrap, data, port = own_broker
+    log = tmp_path / "processor.log"
+    with processor(bootstrap, topic_prefix, log, "--settle-s", "0.5") as proc:
+        wait_event(log, "processor_starting", 180, proc=proc)
+        kafka_local.down(data, port)
+        wait_event(log, "processor_start_retry", 120, proc=proc)
+        time.sleep(10.0)  # the broker stays away for a while: the retries back off
+        assert proc.poll() is None, log.read_text(errors="replace")[-3000:]
+        kafka_local.up(port=port, data_dir=data)
+        job = f"startup-{uuid.uuid4().hex[:6]}"
+        asyncio.run(produce(bootstrap, f"{topic_prefix}logs", _failing(job, time.time())))
+        got = wait_decisions(bootstrap, topic_prefix, job, 1, timeout_s=240)
+        alive = proc.poll() is None
+    text = log.read_text(errors="replace")
+    retries = [e["attempt"] for e in events(log, "processor_start_retry")]
+    print(f"\nstartup retries while the broker was away: {retries}")
+    assert alive and got and got[0]["action"] == "fail", text[-3000:]
