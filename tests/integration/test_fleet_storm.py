@@ -87,7 +87,7 @@ def test_fleet_freeze_is_held_with_one_notice_and_a_lone_loss_is_decided(
             print("decisions of the frozen fleet:", acted)
             assert acted == [(again, "node-lost")], acted
             notices = decisions(kafka_bootstrap, topic_prefix, "(fleet)")
-            print("notices:", [n["message"] for n in notices])
+            print("notices:", [n["reason"]["message"] for n in notices])
             assert len(notices) == 1 and notices[0]["reason"]["kind"] == "fleet-storm"
             assert notices[0]["action"] == "notify"
         finally:
