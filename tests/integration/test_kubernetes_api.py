@@ -347,3 +347,51 @@ def test_the_documented_job_with_its_pod_failure_policy_is_accepted(api: KubeAPI
     assert config.EXIT_BLACKLISTED in by_action.get("Ignore", set()), rules
     assert {config.EXIT_FAILED_BY_DECISION} <= by_action.get("FailJob", set()), rules
     assert created["spec"]["template"]["spec"]["restartPolicy"] == "Never"
+
+
+@pytest.mark.kafka
+def test_actuate_taints_a_quarantined_node_and_expiry_removes_the_taint(
+        api: KubeAPI, kafka_bootstrap: str, topic_prefix: str, tmp_path: Path) -> None:
+    """`faultwatch actuate --backend kubernetes` on the real broker and API server: a manual
+    quarantine of 6 s (the nodes topic) cordons and taints the node; its expiry undoes it."""
+    import asyncio
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from faultwatch.kafka.admin import ensure_topics
+    from faultwatch.wire.topics import Topics
+
+    asyncio.run(ensure_topics(kafka_bootstrap, Topics(topic_prefix), 1))
+    node, _ = _names()
+    api.node(node)
+    token = _token(tmp_path, api.token_for(SA_NS, SA_NAME))
+    env = dict(os.environ, FAULTWATCH_BOOTSTRAP=kafka_bootstrap,
+               FAULTWATCH_TOPIC_PREFIX=topic_prefix,
+               FAULTWATCH_DECISION_KEY="k1:0123456789abcdef0123456789")
+    log = tmp_path / "actuate.log"
+    with open(log, "wb") as fh:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "faultwatch", "actuate", "--backend", "kubernetes",
+             "--k8s-server", api.server, "--k8s-token-file", str(token),
+             "--k8s-ca-file", str(api.ca), "--state-file", str(tmp_path / "state.jsonl")],
+            stdout=fh, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    try:
+        def taints() -> set[str]:
+            assert proc.poll() is None, log.read_text()
+            return {t["key"] for t in api.get(f"/api/v1/nodes/{node}")["spec"].get("taints", [])}
+
+        subprocess.run([sys.executable, "-m", "faultwatch", "nodes", "quarantine", node,
+                        "--for", "6s", "--reason", "suspected bad HBM"], env=env, check=True,
+                       capture_output=True, timeout=60)
+        wait_until(lambda: TAINT_KEY in taints(), 60, "actuate to taint the node")
+        obj = api.get(f"/api/v1/nodes/{node}")
+        assert obj["spec"]["unschedulable"] is True
+        assert "decision manual-" in obj["metadata"]["annotations"][REASON_ANNOTATION]
+        wait_until(lambda: TAINT_KEY not in taints(), 60, "the expiry to remove the taint")
+        assert not api.get(f"/api/v1/nodes/{node}")["spec"].get("unschedulable")
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait(20)
