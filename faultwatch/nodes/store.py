@@ -12,7 +12,8 @@ from aiokafka.errors import KafkaError, TopicAlreadyExistsError
 from faultwatch import kafka_settings
 from faultwatch.errors import BrokerError
 from faultwatch.nodes.registry import NodeRecord, Registry
-from faultwatch.wire import decode_node, encode_node, node_key
+from faultwatch.nodes.writer import encode_signed
+from faultwatch.wire import decode_node, node_key
 
 
 def nodes_topic(prefix: str) -> str:
@@ -71,8 +72,9 @@ async def load_registry(bootstrap: str, topic: str) -> Registry:
 
 
 async def write_records(bootstrap: str, topic: str, records: list[NodeRecord],
-                        timeout_s: float = 30.0) -> None:
-    """Publish node records (acks=all) and wait until the broker has them."""
+                        timeout_s: float = 30.0, signer: Any = None) -> None:
+    """Publish node records (acks=all, signed with `signer` if given) and wait until the
+    broker has them."""
     if not records:
         return
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all",
@@ -81,7 +83,7 @@ async def write_records(bootstrap: str, topic: str, records: list[NodeRecord],
     await asyncio.wait_for(producer.start(), timeout_s)
     try:
         for rec in records:
-            await asyncio.wait_for(producer.send_and_wait(topic, encode_node(rec),
+            await asyncio.wait_for(producer.send_and_wait(topic, encode_signed(rec, signer),
                                                           key=node_key(rec.node)), timeout_s)
     finally:
         await producer.stop()

@@ -16,13 +16,14 @@ MAX_RECORD_BYTES = 900_000
 
 @dataclass(frozen=True, slots=True)
 class InRecord:
-    """One consumed record: its topic, partition, offset, key and raw value."""
+    """One consumed record: its topic, partition, offset, key, raw value and headers."""
 
     topic: str
     partition: int
     offset: int
     key: bytes | None
     value: bytes | None
+    headers: tuple[tuple[str, bytes], ...] = ()
 
     @property
     def where(self) -> str:
