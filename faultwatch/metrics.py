@@ -68,6 +68,7 @@ class ProcessorMetrics:
         """Expose the stages' counters (attributes lines, signals, dead_letters,
         logs_event_lag_s of `counters`), read at every scrape."""
         self.registry.register(_StageCollector(counters))
+        self.registry.register(RefusalCollector())
 
 
 class _StageCollector:
@@ -87,6 +88,24 @@ class _StageCollector:
                                 "Processor time minus the event time of the latest line")
         lag.add_metric([], float(getattr(c, "logs_event_lag_s", 0.0)))
         yield lag
+
+    def describe(self) -> Iterator[Any]:
+        return iter(())
+
+
+class RefusalCollector:
+    """`faultwatch_refused_total{what,reason}`: records refused by signature or the replay
+    rule in this process (faultwatch.trust.refusals.REFUSALS), read at scrape time."""
+
+    def collect(self) -> Iterator[Any]:
+        from faultwatch.trust.refusals import REFUSALS
+
+        fam = CounterMetricFamily("faultwatch_refused", "Records refused (signature, node "
+                                  "identity, replay rule), by what and reason",
+                                  labels=["what", "reason"])
+        for (what, reason), n in sorted(REFUSALS.items()):
+            fam.add_metric([what, reason], float(n))
+        yield fam
 
     def describe(self) -> Iterator[Any]:
         return iter(())
@@ -138,4 +157,5 @@ def agent_registry(stats: Callable[[], Mapping[str, Any]], child_alive: Callable
     registry = CollectorRegistry(auto_describe=False)
     collector: Collector = AgentCollector(stats, child_alive, labels)
     registry.register(collector)
+    registry.register(RefusalCollector())
     return registry

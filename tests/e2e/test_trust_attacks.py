@@ -13,8 +13,9 @@ up the way docs/operating.md says (processor key, operator key, node keys, one t
 5. a blacklist signed with what an agent holds (a node key) or with the legacy HMAC key is
    refused by `actuate`.
 
-With FAULTWATCH_TRUST_TESTS_OFF=1 the same tests run without keys (what today's main does)
-and fail: that is how they were checked to fail on the old code."""
+With FAULTWATCH_TRUST_TESTS_OFF=1 the same tests run without keys, --exec-confirm and
+--replay-state, and FAULTWATCH_TRUST_TESTS_CODE=/path/to/an/old/tree runs the faultwatch
+processes from that tree: that is how they were checked to fail on the code before issue 28."""
 
 from __future__ import annotations
 
@@ -53,6 +54,8 @@ from tests.e2e.conftest import faultwatch_exe, job_env
 pytestmark = [pytest.mark.slow, pytest.mark.kafka]
 
 OFF = os.environ.get("FAULTWATCH_TRUST_TESTS_OFF") == "1"
+CODE = {"PYTHONPATH": os.environ["FAULTWATCH_TRUST_TESTS_CODE"]} \
+    if os.environ.get("FAULTWATCH_TRUST_TESTS_CODE") else {}
 XID = "NVRM: Xid (PCI:0000:3b:00): 79, pid=4242, GPU has fallen off the bus."
 FOREVER = "import time\nprint('training', flush=True)\nwhile True: time.sleep(0.1)\n"
 RECORD = "import sys\nopen(sys.argv[1], 'a').write(' '.join(sys.argv[2:]) + '\\n')\n"
@@ -82,12 +85,13 @@ class Site:
         e = {k: v for k, v in job_env().items() if not k.startswith("FAULTWATCH_DECISION_KEY")}
         if not OFF:
             e["FAULTWATCH_TRUST_FILE"] = str(self.dir / "trust")
-        e.update(extra)
+        e.update(extra, **CODE)
         return e
 
     def processor_env(self) -> dict[str, str]:
-        return {} if OFF else {"FAULTWATCH_TRUST_FILE": str(self.dir / "trust"),
-                               "FAULTWATCH_SIGNING_KEY_FILE": str(self.key("proc"))}
+        return dict(CODE) if OFF else {"FAULTWATCH_TRUST_FILE": str(self.dir / "trust"),
+                                       "FAULTWATCH_SIGNING_KEY_FILE": str(self.key("proc")),
+                                       **CODE}
 
     def node_flags(self, name: str) -> list[str]:
         return [] if OFF else ["--node-key-file", str(self.key(name))]
@@ -121,7 +125,8 @@ def start_actuate(bootstrap: str, prefix: str, site: Site, tmp: Path,
     with open(log, "wb") as fh:
         proc = subprocess.Popen(
             [faultwatch_exe(), "actuate", "--backend", "exec", "--exec-quarantine", drain,
-             "--exec-confirm", confirm, "--bootstrap", bootstrap, "--topic-prefix", prefix,
+             *([] if OFF else ["--exec-confirm", confirm]), "--bootstrap", bootstrap,
+             "--topic-prefix", prefix,
              "--state-file", str(tmp / "state.jsonl")],
             stdout=fh, stderr=subprocess.STDOUT, env=site.env(), start_new_session=True)
     wait_event(log, "actuate_started", 60, proc=proc)
@@ -330,7 +335,7 @@ def test_case4_an_old_signed_decision_replayed_to_notify_is_not_posted(
             [faultwatch_exe(), "notify", "--bootstrap", kafka_bootstrap, "--topic-prefix",
              prefix, "--webhook", f"http://127.0.0.1:{srv.server_address[1]}/h",
              "--group-wait-s", "0.5", "--group-id", f"{prefix}notify", "--from-beginning",
-             "--replay-state", str(tmp_path / "seen")],
+             *([] if OFF else ["--replay-state", str(tmp_path / "seen")])],
             stdout=fh, stderr=subprocess.STDOUT, env=site.env(), start_new_session=True)
     try:
         wait_until(lambda: b"notify_started" in log.read_bytes(), 60, "notify to start")
