@@ -16,15 +16,15 @@ from faultwatch.actuate.confirm import confirm
 from faultwatch.actuate.journal import Journal
 from faultwatch.actuate.plan import Action, plan_decision, plan_node
 from faultwatch.core.events import Decision
-from faultwatch.errors import ConfigError, DecodeError, FaultwatchError
-from faultwatch.logs import log_event
-from faultwatch.nodes.registry import (
+from faultwatch.core.registry import (
     QUARANTINED,
     NodeRecord,
     Registry,
     RegistryPolicy,
     registry_updates,
 )
+from faultwatch.errors import ConfigError, DecodeError, FaultwatchError
+from faultwatch.logs import log_event
 from faultwatch.trust.refusals import REFUSALS
 from faultwatch.trust.replay import ReplayGuard
 from faultwatch.wire import decode_decision, decode_node
@@ -181,12 +181,13 @@ async def run(backend: Backend, cfg: ActuateConfig, stop: asyncio.Event | None =
     from aiokafka import AIOKafkaConsumer, TopicPartition
     from aiokafka.admin import AIOKafkaAdminClient
 
-    from faultwatch.nodes.store import ensure_nodes_topic, nodes_topic, write_records
-    from faultwatch.signing import DecisionGate
-    from faultwatch.topics import Topics
+    from faultwatch.kafka.admin import ensure_nodes_topic
+    from faultwatch.nodes.store import write_records
     from faultwatch.trust.decisions import decision_verifier
     from faultwatch.trust.keys import load_signing_key, load_trust
     from faultwatch.trust.records import NODE_RECORD, RecordGate, signer_for, verifier_for
+    from faultwatch.wire.signing import DecisionGate
+    from faultwatch.wire.topics import Topics
 
     stop = stop or asyncio.Event()
     gate = DecisionGate(decision_verifier(), log_event)  # $FAULTWATCH_TRUST_FILE (or HMAC)
@@ -195,7 +196,7 @@ async def run(backend: Backend, cfg: ActuateConfig, stop: asyncio.Event | None =
     node_gate.announce()
     signer = signer_for(NODE_RECORD, load_signing_key()) if cfg.write_registry else None
     topics = Topics(cfg.prefix)
-    ntopic = nodes_topic(cfg.prefix)
+    ntopic = topics.nodes
     await ensure_nodes_topic(cfg.bootstrap, ntopic)
     journal = Journal(cfg.state_file)
     seen = cfg.state_file.with_name(cfg.state_file.name + ".seen")

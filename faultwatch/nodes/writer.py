@@ -13,9 +13,7 @@ from typing import Any
 import orjson
 
 from faultwatch.core.events import Decision
-from faultwatch.errors import DecodeError
-from faultwatch.logs import log_event
-from faultwatch.nodes.registry import (
+from faultwatch.core.registry import (
     QUARANTINED,
     NodeRecord,
     Registry,
@@ -23,6 +21,8 @@ from faultwatch.nodes.registry import (
     expire,
     registry_updates,
 )
+from faultwatch.errors import DecodeError
+from faultwatch.logs import log_event
 from faultwatch.wire import decode_node, encode_node, node_key
 
 

@@ -82,8 +82,8 @@ def config_of(args: argparse.Namespace, bootstrap: str, topic: str) -> NotifierC
 def run(cfg: NotifierConfig) -> int:
     """Run the notifier until SIGTERM/SIGINT."""
     from faultwatch.logs import log_event, set_component
-    from faultwatch.signing import DecisionGate
     from faultwatch.trust.decisions import decision_verifier
+    from faultwatch.wire.signing import DecisionGate
 
     set_component("notify")
     gate = DecisionGate(decision_verifier(), log_event)

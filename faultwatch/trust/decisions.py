@@ -7,9 +7,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from faultwatch.signing import load_keyring
 from faultwatch.trust.keys import load_signing_key, load_trust
 from faultwatch.trust.records import DECISION, RecordSigner, RecordVerifier
+from faultwatch.wire.signing import load_keyring
 
 
 def decision_signer(key_file: Path | None = None, env: Mapping[str, str] | None = None

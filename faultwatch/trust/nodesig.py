@@ -13,10 +13,10 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from faultwatch.errors import DecodeError
-from faultwatch.signing import BAD_SIGNATURE, MALFORMED, UNKNOWN_KEY, UNSIGNED
 from faultwatch.trust.keys import NODE, SigningKey, TrustSet
 from faultwatch.trust.records import WRONG_ROLE
 from faultwatch.trust.refusals import REFUSALS
+from faultwatch.wire.signing import BAD_SIGNATURE, MALFORMED, UNKNOWN_KEY, UNSIGNED
 
 HEADER_KID, HEADER_SIG = "fw-kid", "fw-sig"
 CONTEXT = b"faultwatch/logs/v1\0"

@@ -21,7 +21,9 @@ from typing import Any
 
 import orjson
 
-from faultwatch.signing import (
+from faultwatch.trust.keys import ALG, NODE, OPERATOR, PROCESSOR, SigningKey, TrustSet
+from faultwatch.trust.refusals import REFUSALS
+from faultwatch.wire.signing import (
     BAD_SIGNATURE,
     MALFORMED,
     SIGNATURE_FIELD,
@@ -31,8 +33,6 @@ from faultwatch.signing import (
     Verdict,
     canonical,
 )
-from faultwatch.trust.keys import ALG, NODE, OPERATOR, PROCESSOR, SigningKey, TrustSet
-from faultwatch.trust.refusals import REFUSALS
 
 WRONG_ROLE = "wrong_role"
 DECISION, RULES, NODE_RECORD = "decision", "rules", "node"

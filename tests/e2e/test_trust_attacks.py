@@ -36,9 +36,9 @@ import pytest
 
 from faultwatch import wire
 from faultwatch.core.events import Decision
-from faultwatch.signing import Key, Keyring, sign
 from faultwatch.trust.keys import generate, read_signing_key
 from faultwatch.trust.records import DECISION, RecordSigner
+from faultwatch.wire.signing import Key, Keyring, sign
 from tests.conftest import wait_until
 from tests.e2e.cluster import (
     agent_cmd,

@@ -13,8 +13,8 @@ from faultwatch.actuate.exec import ExecBackend
 from faultwatch.actuate.plan import QUARANTINE, REQUEUE, Action, plan_decision, plan_node
 from faultwatch.actuate.slurm import SlurmBackend
 from faultwatch.core.events import Decision
-from faultwatch.nodes.registry import NodeRecord
-from faultwatch.nodes.registry import Reason as NodeReason
+from faultwatch.core.registry import NodeRecord
+from faultwatch.core.registry import Reason as NodeReason
 
 
 class FakeSlurm:

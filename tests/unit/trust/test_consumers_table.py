@@ -24,12 +24,11 @@ from faultwatch.actuate.runner import ActuateConfig, Actuator
 from faultwatch.agents.decisions import DecisionFollower
 from faultwatch.core.events import Decision, Line, RunStart
 from faultwatch.core.policy import Policy
-from faultwatch.nodes.registry import NodeRecord
+from faultwatch.core.registry import NodeRecord
 from faultwatch.nodes.writer import RegistryWriter
 from faultwatch.notify.sender import Receiver
 from faultwatch.notify.service import Notifier, NotifierConfig
 from faultwatch.rules import Matcher
-from faultwatch.signing import DecisionGate, Key, Keyring, sign
 from faultwatch.streams.matcher_stage import MatcherStage
 from faultwatch.streams.records import InRecord, LiveRules
 from faultwatch.streams.rules_record import build_record
@@ -45,6 +44,7 @@ from faultwatch.trust.records import (
 )
 from faultwatch.trust.refusals import REFUSALS
 from faultwatch.trust.replay import ReplayGuard
+from faultwatch.wire.signing import DecisionGate, Key, Keyring, sign
 from tests.builtin_rules import builtin_ruleset
 from tests.unit.trust.helpers import make_key, trust_of
 
