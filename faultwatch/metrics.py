@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
@@ -13,6 +14,10 @@ try:  # prometheus_client is a light optional dependency of the node side
     from prometheus_client.registry import Collector
 except ImportError:  # pragma: no cover - reported by serve()
     CollectorRegistry = None  # type: ignore[assignment,misc]
+
+# Records refused in this process, by (what, reason): decision, rules, node_record, logs,
+# actuate (signatures, node identity, the replay rule); `faultwatch_refused_total` reads it.
+REFUSALS: collections.Counter[tuple[str, str]] = collections.Counter()
 
 LATENCY_BUCKETS_S = (0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 
@@ -98,8 +103,6 @@ class RefusalCollector:
     rule in this process (faultwatch.trust.refusals.REFUSALS), read at scrape time."""
 
     def collect(self) -> Iterator[Any]:
-        from faultwatch.trust.refusals import REFUSALS
-
         fam = CounterMetricFamily("faultwatch_refused", "Records refused (signature, node "
                                   "identity, replay rule), by what and reason",
                                   labels=["what", "reason"])

@@ -1,10 +1,10 @@
 """Records refused in this process, by (what, reason): decision, rules, node_record, logs,
-actuate. The counter lives with the decision gate (faultwatch.wire.signing, below this
-package); the metric `faultwatch_refused_total{what,reason}` reads it."""
+actuate. The counter lives in faultwatch.metrics (the bottom floor: the decision gate in
+wire/signing counts into it too); the metric `faultwatch_refused_total{what,reason}` reads it."""
 
 from __future__ import annotations
 
-from faultwatch.wire.signing import REFUSALS
+from faultwatch.metrics import REFUSALS
 
 
 def refusals_text() -> dict[str, int]:

@@ -6,7 +6,6 @@ object with `sign_record` / `verify_record` (trust.records.RecordSigner / Record
 
 from __future__ import annotations
 
-import collections
 import hashlib
 import hmac
 import os
@@ -19,6 +18,7 @@ from typing import Any
 import orjson
 
 from faultwatch.errors import ConfigError
+from faultwatch.metrics import REFUSALS
 
 ALGORITHM = "HMAC-SHA256"
 SIGNATURE_FIELD = "signature"
@@ -26,11 +26,6 @@ KEY_ENV = "FAULTWATCH_DECISION_KEY"  # "<key-id>:<secret>[,<key-id>:<secret>]"
 KEY_FILE_ENV = "FAULTWATCH_DECISION_KEY_FILE"  # lines "<key-id> <secret>", first one signs
 MIN_SECRET_CHARS = 16
 _KEY_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
-
-# Records refused in this process, by (what, reason): decision, rules, node_record, logs,
-# actuate (faultwatch.trust counts its own refusals here too); the metric
-# `faultwatch_refused_total{what,reason}` reads it.
-REFUSALS: collections.Counter[tuple[str, str]] = collections.Counter()
 
 # Verdict reasons.
 SIGNED, UNSIGNED, UNKNOWN_KEY, BAD_SIGNATURE, MALFORMED = (
