@@ -272,10 +272,14 @@ def cmd_rules_push(args: argparse.Namespace) -> int:
         return e.exit_code
     bootstrap = _need_bootstrap(args)
     topics = Topics(args.topic_prefix)
+    from faultwatch.trust.keys import load_signing_key
+
+    key = load_signing_key(args.signing_key_file)  # the operator's: processors verify it
     rs = asyncio.run(push(bootstrap, args.files, topics=topics, builtin=not args.no_builtin,
-                          timeout_s=args.timeout_s))
+                          timeout_s=args.timeout_s, signing_key=key))
     print(f"pushed rules version {rs.version} ({len(rs.rules)} rules, {len(args.files)} "
-          f"file(s)) to {topics.rules}")
+          f"file(s)) to {topics.rules}" + (f", signed by key {key.key_id}" if key else
+                                           ", unsigned"))
     return EXIT_OK
 
 
@@ -456,6 +460,10 @@ def _add_agent(sub: Any) -> None:
     p.add_argument("--term-grace-s", type=float, default=10.0,
                    help="SIGTERM to SIGKILL escalation when stopping the child")
     p.add_argument("--max-line-bytes", type=int, default=65536)
+    p.add_argument("--node-key-file", type=Path, default=None,
+                   help="this node's Ed25519 key (`faultwatch keys generate --node NODE`): "
+                        "signs what the agent sends, so no other node can speak for this one "
+                        "(default $FAULTWATCH_NODE_KEY_FILE; never passed to the child)")
     p.add_argument("--follow-decisions", action=argparse.BooleanOptionalAction,
                    default=None,
                    help="act on <prefix>decisions for the job: restart the child on `restart`, "
@@ -556,7 +564,11 @@ def _add_rules(sub: Any) -> None:
     _add_kafka_flags(p)
     p.add_argument("files", nargs="+", metavar="FILE")
     p.add_argument("--no-builtin", action="store_true",
-                   help="the files replace the built-in rule set instead of extending it")
+                   help="the files replace the built-in rule set instead of extending it "
+                        "(honoured only from a signed push)")
+    p.add_argument("--signing-key-file", type=Path, default=None,
+                   help="operator's Ed25519 key that signs the rule set (default "
+                        "$FAULTWATCH_SIGNING_KEY_FILE; see `faultwatch keys`)")
     p.add_argument("--timeout-s", type=float, default=30.0, help="Kafka timeout (seconds)")
     p.set_defaults(func=cmd_rules_push)
 
@@ -643,9 +655,11 @@ def build_parser() -> argparse.ArgumentParser:
     _add_kafka(sub)
     from faultwatch.actuate import cli as actuate_cli
     from faultwatch.nodes import cli as nodes_cli
+    from faultwatch.trust import cli as keys_cli
 
     nodes_cli.register(sub)
     actuate_cli.register(sub)
+    keys_cli.register(sub)
     return parser
 
 

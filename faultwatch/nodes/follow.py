@@ -81,10 +81,10 @@ class RegistryLink:
     """One per processor worker: `writer` (what the gate asks), `follow()` (a task), and
     `publish(decisions)` after the decisions themselves are delivered."""
 
-    def __init__(self, bootstrap: str, topic: str, policy: RegistryPolicy | None = None
-                 ) -> None:
+    def __init__(self, bootstrap: str, topic: str, policy: RegistryPolicy | None = None,
+                 gate: Any = None, signer: Any = None) -> None:
         self.bootstrap, self.topic = bootstrap, topic
-        self.writer = RegistryWriter(policy)
+        self.writer = RegistryWriter(policy, gate, signer)
         self._producer: Any = None
 
     async def follow(self) -> None:

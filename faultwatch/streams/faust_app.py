@@ -104,9 +104,12 @@ def _data_root() -> Path:
 
 
 def _record(event: Any) -> InRecord:
+    from faultwatch.trust.nodesig import header_pairs
+
     msg = event.message
     value = event.value if isinstance(event.value, bytes | None) else None
-    return InRecord(msg.topic, msg.partition, msg.offset, event.key, value)
+    return InRecord(msg.topic, msg.partition, msg.offset, event.key, value,
+                    header_pairs(getattr(msg, "headers", None)))
 
 
 async def deliver(sends: list[Send], what: str) -> None:
@@ -200,9 +203,20 @@ def build_processor(cfg: ProcessorConfig, live: LiveRules | None = None,
     prom.watch(metrics)
     if cfg.metrics_port:
         serve_metrics(cfg.metrics_port, prom.registry)
-    keyring = signing.load_keyring()  # decisions are signed when a key is configured
-    log_event("decision_signing", signed=keyring is not None,
-              key_id=keyring.signing_key.key_id if keyring else None)
+    # decisions and registry records are signed with the processor's Ed25519 key
+    # ($FAULTWATCH_SIGNING_KEY_FILE; legacy: the HMAC decision key); rule sets, registry
+    # records and (with node keys) logs records are checked against $FAULTWATCH_TRUST_FILE
+    from faultwatch.trust.decisions import decision_signer, signer_key_id
+    from faultwatch.trust.keys import NODE, load_signing_key, load_trust
+    from faultwatch.trust.nodesig import NodeVerifier
+    from faultwatch.trust.records import NODE_RECORD, RecordGate, signer_for, verifier_for
+
+    keyring = decision_signer()
+    trust = load_trust()
+    node_verifier = NodeVerifier(trust) if trust is not None and trust.of_role(NODE) else None
+    log_event("decision_signing", signed=keyring is not None, key_id=signer_key_id(keyring),
+              trust_file=trust.source if trust else None,
+              node_keys=len(trust.of_role(NODE)) if trust else 0)
     if live is None:
         live = LiveRules(Matcher(cfg.ruleset), cfg.policy, cfg.ruleset.version)
     if watcher is None:
@@ -220,12 +234,14 @@ def build_processor(cfg: ProcessorConfig, live: LiveRules | None = None,
             "value_b64": base64.b64encode((rec.value or b"")[:600_000]).decode()})
         dead.append(_sender(dead_t, rec.key, value))
 
-    matcher = MatcherStage(live, dead_letter, metrics)
+    matcher = MatcherStage(live, dead_letter, metrics, node_verifier=node_verifier)
     jobs = JobStage(live, TableStore(table), dead_letter, metrics, max_jobs=cfg.max_jobs)
     # the node registry: every worker follows all of it; the job stage gates run-starts and
     # check notes with it and writes what its decisions change (docs/schedulers.md)
-    registry = RegistryLink(cfg.bootstrap, topics.nodes,
-                            RegistryPolicy(quarantine_s=cfg.policy.blacklist_s))
+    registry = RegistryLink(
+        cfg.bootstrap, topics.nodes, RegistryPolicy(quarantine_s=cfg.policy.blacklist_s),
+        gate=RecordGate("node_record", verifier_for(NODE_RECORD, trust), log_event),
+        signer=signer_for(NODE_RECORD, load_signing_key()))
     jobs.gate = NodeGate(registry.writer.quarantined)
     gate = StopGate()
     proc = Processor(app=app, matcher=matcher, jobs=jobs, live=live, watcher=watcher,

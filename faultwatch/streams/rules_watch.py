@@ -55,8 +55,15 @@ class RulesWatcher:
     """Follows the rules topic and swaps a worker's matcher, policy and rules version."""
 
     def __init__(self, bootstrap: str, topic: str, live: LiveRules, initial: RuleSet,
-                 overrides: dict[str, Any], log: Callable[..., None] = log_event) -> None:
+                 overrides: dict[str, Any], log: Callable[..., None] = log_event,
+                 gate: Any = None) -> None:
+        from faultwatch.trust.keys import load_trust
+        from faultwatch.trust.records import RULES, RecordGate, verifier_for
+
         self.bootstrap, self.topic = bootstrap, topic
+        # rule sets are an operator's: with $FAULTWATCH_TRUST_FILE unsigned (tombstones
+        # too), forged and non-operator records are refused
+        self.gate = gate or RecordGate("rules", verifier_for(RULES, load_trust()), log)
         self.live = live
         self.initial, self.overrides = initial, dict(overrides)
         self.initial_policy = live.policy
@@ -66,13 +73,16 @@ class RulesWatcher:
 
     # -- applying records (synchronous: matcher, policy and version change together) --------
     def apply(self, value: bytes | None, where: str = "") -> bool:
-        """Swap to the rule set in `value` if valid (None reverts to the startup rules)."""
+        """Swap to the rule set in `value` if valid and signed (None, a tombstone, reverts to
+        the startup rules when nothing is verified)."""
+        if not self.gate.admit_value(value, at=where or None, kept=self.live.rules_version):
+            return False
         if value is None:
             self._swap(self.initial, Matcher(self.initial), self.initial_policy, where,
                        "startup")
             return True
         try:
-            rs, rec = ruleset_of_record(value)
+            rs, rec = ruleset_of_record(value, signed=self.gate.verifying)
             policy = Policy().with_overrides(dict(rs.policy)).with_overrides(self.overrides)
             matcher = Matcher(rs)
         except RuleError as e:
