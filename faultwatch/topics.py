@@ -47,11 +47,13 @@ class Topics:
 
 
 async def ensure_topics(bootstrap: str, topics: Topics, partitions: int = DEFAULT_PARTITIONS,
-                        timeout_s: float = 30.0) -> None:
-    """Create the topics if missing (signals must match the job table's partition count)."""
+                        timeout_s: float = 30.0,
+                        security: kafka_settings.KafkaSecurity | None = None) -> None:
+    """Create the topics if missing (signals must match the job table's partition count).
+    `security`: these settings instead of the process-wide ones."""
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap,
                                 request_timeout_ms=int(timeout_s * 1000),
-                                **kafka_settings.client_kwargs())
+                                **(security or kafka_settings.current()).client_kwargs())
     try:
         await asyncio.wait_for(admin.start(), timeout_s)
     except Exception as e:

@@ -27,11 +27,13 @@ def broker_error(bootstrap: str, e: BaseException) -> BrokerError:
 BROKER_ERRORS = (KafkaError, OSError, asyncio.TimeoutError)
 
 
-async def ensure_nodes_topic(bootstrap: str, topic: str, timeout_s: float = 30.0) -> None:
-    """Create the compacted nodes topic (one partition: node updates are rare) if missing."""
+async def ensure_nodes_topic(bootstrap: str, topic: str, timeout_s: float = 30.0,
+                             security: kafka_settings.KafkaSecurity | None = None) -> None:
+    """Create the compacted nodes topic (one partition: node updates are rare) if missing.
+    `security`: these settings instead of the process-wide ones."""
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap,
                                 request_timeout_ms=int(timeout_s * 1000),
-                                **kafka_settings.client_kwargs())
+                                **(security or kafka_settings.current()).client_kwargs())
     await asyncio.wait_for(admin.start(), timeout_s)
     try:
         if topic in set(await admin.list_topics()):

@@ -1,0 +1,1 @@
+"""Kafka plumbing both sides use: the roles' ACLs, the locked-down local broker."""
