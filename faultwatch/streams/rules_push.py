@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from faultwatch import kafka_settings
-from faultwatch.errors import BrokerError, FaultwatchError
+from faultwatch.errors import FaultwatchError
 from faultwatch.rules import RuleSet
 from faultwatch.streams.rules_record import MAX_RECORD_BYTES, RULESET_KEY, build_record
 from faultwatch.topics import Topics
@@ -64,6 +64,6 @@ async def push(bootstrap: str, paths: Sequence[str | Path], *, topics: Topics | 
     except FaultwatchError:
         raise
     except Exception as e:  # noqa: BLE001 - any Kafka failure: one clear message
-        raise BrokerError(f"could not publish the rule set to {topics.rules} at {bootstrap}: "
-                          f"{type(e).__name__}: {e}") from None
+        raise await kafka_settings.diagnose(
+            e, bootstrap, f"could not publish the rule set to {topics.rules}") from None
     return ruleset

@@ -21,6 +21,7 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from faultwatch import kafka_local
+from faultwatch.agents.config import EXIT_BLACKLISTED
 from faultwatch.kafka import acl_admin, acls, secure_broker
 from faultwatch.kafka.secure_broker import SecureBroker
 from faultwatch.kafka_settings import KafkaSecurity
@@ -31,8 +32,12 @@ from tests.e2e.conftest import faultwatch_exe, job_env
 pytestmark = [pytest.mark.kafka]
 
 PREFIX = "fwacl."
-XID = ("import sys\nprint('NVRM: Xid (PCI:0000:3b:00): 79, pid=1, GPU has fallen off the "
-       "bus.', flush=True)\nsys.exit(1)\n")
+# runs a few seconds first (a status snapshot is published for a job active >= 3 s), then
+# a hardware line: the processor blacklists the node (and writes the registry); the agent
+# stops the child on that decision
+XID = ("import time\nprint('step 1', flush=True)\ntime.sleep(5)\n"
+       "print('NVRM: Xid (PCI:0000:3b:00): 79, pid=1, GPU has fallen off the bus.', "
+       "flush=True)\ntime.sleep(60)\n")
 
 
 @dataclass(frozen=True)
@@ -330,6 +335,7 @@ def test_a_real_processor_decides_a_real_agents_job_with_their_roles(
              "--follow-decisions", "--decision-wait-s", "90", "--", sys.executable, "-c", XID],
             capture_output=True, text=True, timeout=180, env=env)
         assert "event=broker_refused" not in agent.stderr, agent.stderr[-3000:]
+        assert agent.returncode == EXIT_BLACKLISTED, agent.stderr[-3000:]
         assert "component=agent event=decision " in agent.stderr, \
             agent.stderr[-3000:] + log.read_text()[-3000:]
         # the actuator role reads the decision the processor wrote
@@ -355,7 +361,8 @@ def test_a_real_processor_decides_a_real_agents_job_with_their_roles(
     pushed = _cli(broker, "admin", "rules", "push", str(rules))
     assert pushed.returncode == 0, pushed.stderr[-3000:]
     denied = _cli(broker, "processor", "rules", "push", str(rules))
-    assert denied.returncode != 0 and "not authorized" in denied.stderr, denied.stderr[-2000:]
+    assert denied.returncode == 5, denied.stderr[-2000:]  # EXIT_BROKER
+    assert "not authorized (protocol=SASL_SSL user=faultwatch-processor" in denied.stderr
 
 
 def test_kafka_acls_prints_the_table_without_a_broker() -> None:
