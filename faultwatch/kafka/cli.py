@@ -54,8 +54,8 @@ def cmd_acls(args: argparse.Namespace, need_bootstrap: Callable[[argparse.Namesp
     if not args.apply:
         return EXIT_OK
     from faultwatch.kafka import acl_admin
-    from faultwatch.nodes.store import ensure_nodes_topic
-    from faultwatch.topics import DEFAULT_PARTITIONS, Topics, ensure_topics
+    from faultwatch.kafka.admin import ensure_nodes_topic, ensure_topics
+    from faultwatch.wire.topics import DEFAULT_PARTITIONS, Topics
 
     bootstrap = need_bootstrap(args)
     security = kafka_settings.current()

@@ -237,8 +237,8 @@ def clients_of(data: Path) -> dict[str, Path]:
 
 
 async def _provision(plan: LockedDown, scope: acls.Scope, partitions: int) -> None:
-    from faultwatch.nodes.store import ensure_nodes_topic
-    from faultwatch.topics import Topics, ensure_topics
+    from faultwatch.kafka.admin import ensure_nodes_topic, ensure_topics
+    from faultwatch.wire.topics import Topics
 
     bootstrap, sec = plan.internal_bootstrap(), plan.broker_security()
     await ensure_topics(bootstrap, Topics(scope.prefix), partitions, security=sec)
@@ -251,7 +251,7 @@ def up(port: int = 9093, data_dir: Path | None = None, controller_port: int | No
        partitions: int | None = None) -> SecureBroker:
     """Start (or find) the locked-down broker of `data_dir`, create the faultwatch topics of
     `scope` and apply its role ACLs (both idempotent); return its address and client files."""
-    from faultwatch.topics import DEFAULT_PARTITIONS
+    from faultwatch.wire.topics import DEFAULT_PARTITIONS
 
     data = kafka_local._resolve(data_dir, port)  # noqa: SLF001
     if (data / "logs" / "meta.properties").exists() and not (data / SECURE_DIR).is_dir():
