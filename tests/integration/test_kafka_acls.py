@@ -44,6 +44,7 @@ XID = ("import time\nprint('step 1', flush=True)\ntime.sleep(5)\n"
 class Started:
     broker: SecureBroker
     stdout: str
+    stderr: str
     argvs: list[str]  # every command line seen on the machine while it started
 
 
@@ -78,7 +79,7 @@ def started(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Started]:
         assert out.returncode == 0, out.stderr[-3000:]
         broker = SecureBroker(out.stdout.splitlines()[-1].strip(), data,
                               secure_broker.clients_of(data), data / "clients" / "ca.pem")
-        yield Started(broker, out.stdout, seen)
+        yield Started(broker, out.stdout, out.stderr, seen)
     finally:
         kafka_local.down(data)
 
@@ -174,6 +175,8 @@ def test_no_password_appears_in_any_argv_while_it_starts(started: Started) -> No
     secrets.append((data / "secure" / "broker.password").read_text().strip())
     leaked = [a for a in set(started.argvs) for s in secrets if s in a]
     assert leaked == []
+    said = started.stdout + started.stderr + (data / kafka_local.LOG_FILE).read_text()
+    assert [s for s in secrets if s in said] == []  # nor in what it printed or logged
     # the SCRAM users went in through the argument file
     assert any("StorageTool format" in a and f"@{data}" in a for a in started.argvs)
     assert not (data / "format.args").exists()  # the argument file is gone after formatting
