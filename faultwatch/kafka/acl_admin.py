@@ -13,10 +13,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from faultwatch import kafka_settings
 from faultwatch.errors import BrokerError
 from faultwatch.kafka import acls
-from faultwatch.kafka_settings import KafkaSecurity
+from faultwatch.kafka.errors import broker_error
+from faultwatch.kafka.settings import KafkaSecurity
 
 _ANY = 1  # the ANY value of the resource, pattern, operation and permission filters
 
@@ -36,7 +36,7 @@ def _raise_for(code: int, message: str | None, bootstrap: str, what: str) -> Non
     from aiokafka.errors import for_code
 
     exc = for_code(code)(message or "")
-    raise kafka_settings.broker_error(exc, bootstrap, what)
+    raise broker_error(exc, bootstrap, what)
 
 
 async def _send(admin: Any, request: Any) -> Any:
@@ -73,11 +73,10 @@ async def create(admin: Any, bootstrap: str, wanted: Sequence[acls.Acl]) -> None
 
 async def open_admin(bootstrap: str, security: KafkaSecurity, timeout_s: float = 30.0) -> Any:
     """A started AIOKafkaAdminClient with `security` (errors translated)."""
-    from aiokafka.admin import AIOKafkaAdminClient
+    from faultwatch.kafka import clients
 
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap,
-                                request_timeout_ms=int(timeout_s * 1000),
-                                **security.client_kwargs())
+    admin = clients.admin(bootstrap_servers=bootstrap, security=security,
+                          request_timeout_ms=int(timeout_s * 1000))
     try:
         await asyncio.wait_for(admin.start(), timeout_s)
     except Exception as e:
@@ -85,7 +84,7 @@ async def open_admin(bootstrap: str, security: KafkaSecurity, timeout_s: float =
             await admin.close()
         if isinstance(e, BrokerError):
             raise
-        raise kafka_settings.broker_error(e, bootstrap, "connecting for ACLs") from e
+        raise broker_error(e, bootstrap, "connecting for ACLs") from e
     return admin
 
 

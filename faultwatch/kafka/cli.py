@@ -7,9 +7,9 @@ import asyncio
 import json
 from collections.abc import Callable
 
-from faultwatch import kafka_settings
 from faultwatch.errors import EXIT_OK, BrokerError
 from faultwatch.kafka import acls
+from faultwatch.kafka import settings as kafka_settings
 
 
 def add_scope_flags(p: argparse.ArgumentParser, *, prefix: bool) -> None:
@@ -54,7 +54,7 @@ def cmd_acls(args: argparse.Namespace, need_bootstrap: Callable[[argparse.Namesp
     if not args.apply:
         return EXIT_OK
     from faultwatch.kafka import acl_admin
-    from faultwatch.kafka.admin import ensure_nodes_topic, ensure_topics
+    from faultwatch.kafka.admin import ensure_compacted_topic, ensure_topics
     from faultwatch.wire.topics import DEFAULT_PARTITIONS, Topics
 
     bootstrap = need_bootstrap(args)
@@ -63,7 +63,7 @@ def cmd_acls(args: argparse.Namespace, need_bootstrap: Callable[[argparse.Namesp
     async def run() -> acl_admin.ApplyResult:
         await ensure_topics(bootstrap, Topics(scope.prefix),
                             args.partitions or DEFAULT_PARTITIONS, security=security)
-        await ensure_nodes_topic(bootstrap, scope.topic("nodes"), security=security)
+        await ensure_compacted_topic(bootstrap, scope.topic("nodes"), security=security)
         return await acl_admin.apply(bootstrap, security, scope, wanted)
 
     result = asyncio.run(run())

@@ -10,7 +10,7 @@ user. Role principals `faultwatch-<role>` get SCRAM passwords of their own, stor
 storage is formatted (from a 0600 argument file, never the command line), and the role
 ACLs of faultwatch.kafka.acls.
 
-Data directory layout (beside kafka_local's): `secure/` (0700: CA and broker keys, the
+Data directory layout (beside broker.py's): `secure/` (0700: CA and broker keys, the
 broker principal's password), `clients/<role>.yaml` (`--kafka-config` files),
 `clients/<role>.password` (0600), `clients/ca.pem`.
 """
@@ -23,12 +23,12 @@ import ipaddress
 import secrets
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from faultwatch import kafka_local, kafka_settings
 from faultwatch.errors import BrokerError
 from faultwatch.kafka import acl_admin, acls
-from faultwatch.kafka_settings import KafkaSecurity
+from faultwatch.kafka import broker as kafka_local
+from faultwatch.kafka import settings as kafka_settings
+from faultwatch.kafka.settings import KafkaSecurity
 
 BROKER_USER = "faultwatch-broker"
 MECHANISM = "SCRAM-SHA-512"
@@ -203,8 +203,8 @@ class LockedDown:
                 for arg in ("--add-scram", f'{MECHANISM}=[name="{user_of(role)}",'
                                            f'password="{pw}"]')]
 
-    def probe(self) -> tuple[str, dict[str, Any]]:
-        return self.internal_bootstrap(), self.broker_security().client_kwargs()
+    def probe(self) -> tuple[str, KafkaSecurity]:
+        return self.internal_bootstrap(), self.broker_security()
 
     def internal_bootstrap(self) -> str:
         for listener in kafka_local._props(self.data).get("listeners", "").split(","):  # noqa: SLF001
@@ -237,12 +237,12 @@ def clients_of(data: Path) -> dict[str, Path]:
 
 
 async def _provision(plan: LockedDown, scope: acls.Scope, partitions: int) -> None:
-    from faultwatch.kafka.admin import ensure_nodes_topic, ensure_topics
+    from faultwatch.kafka.admin import ensure_compacted_topic, ensure_topics
     from faultwatch.wire.topics import Topics
 
     bootstrap, sec = plan.internal_bootstrap(), plan.broker_security()
     await ensure_topics(bootstrap, Topics(scope.prefix), partitions, security=sec)
-    await ensure_nodes_topic(bootstrap, scope.topic("nodes"), security=sec)
+    await ensure_compacted_topic(bootstrap, scope.topic("nodes"), security=sec)
     await acl_admin.apply(bootstrap, sec, scope, acls.table(scope))
 
 

@@ -20,11 +20,11 @@ from pathlib import Path
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-from faultwatch import kafka_local
 from faultwatch.agents.config import EXIT_BLACKLISTED
 from faultwatch.kafka import acl_admin, acls, secure_broker
+from faultwatch.kafka import broker as kafka_local
 from faultwatch.kafka.secure_broker import SecureBroker
-from faultwatch.kafka_settings import KafkaSecurity
+from faultwatch.kafka.settings import KafkaSecurity
 from tests.conftest import wait_until
 from tests.e2e.cluster import events, processor, wait_event
 from tests.e2e.conftest import faultwatch_exe, job_env

@@ -17,9 +17,10 @@ import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol, TypedDict
+from typing import Protocol, TypedDict
 
 from faultwatch.errors import BrokerError
+from faultwatch.kafka.settings import KafkaSecurity
 
 KAFKA_VERSION = "3.9.1"
 CACHE_ENV = "FAULTWATCH_KAFKA_CACHE"
@@ -108,8 +109,8 @@ class Listeners(Protocol):
     def format_args(self) -> list[str]:
         """Extra `kafka-storage format` arguments (`_format` passes them in a 0600 file)."""
 
-    def probe(self) -> tuple[str, dict[str, Any]]:
-        """The bootstrap and client kwargs with which readiness is checked."""
+    def probe(self) -> tuple[str, KafkaSecurity]:
+        """The bootstrap and security settings with which readiness is checked."""
 
 
 _JAAS_PLAIN = "org.apache.kafka.common.security.plain.PlainLoginModule required"
@@ -384,10 +385,12 @@ def _log_tail(data: Path, since: int = 0) -> str:
     return _tail(text) or "(broker.log is empty)"
 
 
-async def _probe(bootstrap: str, kwargs: dict[str, Any]) -> bool:
-    from aiokafka.admin import AIOKafkaAdminClient
+async def _probe(bootstrap: str, security: KafkaSecurity | None) -> bool:
+    from faultwatch.kafka import clients
 
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=5000, **kwargs)
+    # the listener this module starts, whatever the process's settings say
+    admin = clients.admin(bootstrap_servers=bootstrap, security=security or KafkaSecurity(),
+                          request_timeout_ms=5000)
     try:
         await admin.start()
         info = await admin.describe_cluster()
@@ -397,10 +400,10 @@ async def _probe(bootstrap: str, kwargs: dict[str, Any]) -> bool:
             await admin.close()
 
 
-def _answers(bootstrap: str, kwargs: dict[str, Any] | None = None) -> bool:
+def _answers(bootstrap: str, security: KafkaSecurity | None = None) -> bool:
     """True once the broker serves a Kafka metadata request listing itself."""
     def run() -> bool:
-        return asyncio.run(_probe(bootstrap, kwargs or {}))
+        return asyncio.run(_probe(bootstrap, security))
 
     try:
         asyncio.get_running_loop()
@@ -412,7 +415,7 @@ def _answers(bootstrap: str, kwargs: dict[str, Any] | None = None) -> bool:
 
 def _wait_ready(pid: int, data: Path, bootstrap: str, timeout: float, since: int,
                 listeners: Listeners | None = None) -> None:
-    probe, kwargs = listeners.probe() if listeners is not None else (bootstrap, {})
+    probe, security = listeners.probe() if listeners is not None else (bootstrap, None)
     port = int(probe.rsplit(":", 1)[1])
     deadline = time.monotonic() + timeout
     last = "the port never accepted connections"
@@ -422,7 +425,7 @@ def _wait_ready(pid: int, data: Path, bootstrap: str, timeout: float, since: int
                               f"{data / LOG_FILE} ends with:\n{_log_tail(data, since)}")
         if _accepts(port):
             try:
-                if _answers(probe, kwargs):
+                if _answers(probe, security):
                     return
                 last = "metadata listed no broker yet"
             except Exception as exc:  # any client failure means "not yet"
