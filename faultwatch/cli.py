@@ -328,6 +328,10 @@ def _broker_errors(exc: OSError) -> BrokerError:
 def cmd_kafka_up(args: argparse.Namespace) -> int:
     from faultwatch.kafka import broker as kafka_local
 
+    if args.secure:
+        from faultwatch.kafka.cli import cmd_up_secure
+
+        return cmd_up_secure(args)
     try:
         print(kafka_local.up(args.port, args.data_dir, args.controller_port), flush=True)
     except OSError as e:
@@ -362,6 +366,12 @@ def cmd_kafka_status(args: argparse.Namespace) -> int:
     else:
         print(f"not running (data dir {info['data_dir']})")
     return EXIT_OK
+
+
+def cmd_kafka_acls(args: argparse.Namespace) -> int:
+    from faultwatch.kafka.cli import cmd_acls
+
+    return cmd_acls(args, _need_bootstrap)
 
 
 def cmd_kafka_fetch(args: argparse.Namespace) -> int:
@@ -535,6 +545,18 @@ def _add_kafka(sub: Any) -> None:
                        help="broker data directory (default ~/.cache/faultwatch/broker-PORT)")
     start.add_argument("--controller-port", type=int, default=None,
                        help="KRaft controller port (default: previous one, else a free one)")
+    start.add_argument("--secure", action="store_true",
+                       help="no unauthenticated listener: SASL_SSL (SCRAM-SHA-512) on --port, "
+                            "ACLs, one principal per role; writes DATA_DIR/clients/<role>.yaml")
+    start.add_argument("--partitions", type=int, default=None,
+                       help="with --secure: partitions of the topics it creates")
+    from faultwatch.kafka.cli import add_acls_flags, add_scope_flags
+
+    add_scope_flags(start, prefix=True)
+    acl = actions.add_parser("acls", help="print (--apply: create) the role ACLs of a prefix")
+    _add_kafka_flags(acl)
+    add_acls_flags(acl)
+    acl.set_defaults(func=cmd_kafka_acls)
     show.add_argument("--json", action="store_true", help="print JSON")
     fetch = actions.add_parser("fetch", help="resolve the broker jars from Maven Central (once)")
     start.set_defaults(func=cmd_kafka_up)
