@@ -61,4 +61,6 @@ def config_from_args(args: argparse.Namespace) -> AgentConfig:
         wait_for_nodes_timeout_s=args.wait_for_nodes_timeout_s, bootcheck=args.bootcheck,
         bootcheck_abort=args.bootcheck_abort, run_id=getattr(args, "run_id", None),
         labels=tuple(getattr(args, "label", None) or ()),
-        metrics_port=getattr(args, "metrics_port", None), **bootcheck_kw(args))
+        metrics_port=getattr(args, "metrics_port", None),
+        metrics_address=getattr(args, "metrics_address", None) or "127.0.0.1",
+        **bootcheck_kw(args))

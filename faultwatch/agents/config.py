@@ -128,6 +128,7 @@ class AgentConfig:
     scheduler: dict[str, object] = field(default_factory=dict)
     labels: tuple[str, ...] = ()  # --label k=v, as given
     metrics_port: int | None = None  # serve Prometheus /metrics on this port
+    metrics_address: str = "127.0.0.1"  # ... on this address (0.0.0.0: every interface)
 
     def __post_init__(self) -> None:
         check_name("job", self.job)

@@ -65,6 +65,7 @@ class ProcessorConfig:
         default_factory=lambda: float(os.environ.get("FAULTWATCH_SESSION_TIMEOUT_S", "10")))
     policy_overrides: dict[str, Any] = field(default_factory=dict)  # flags, kept on push
     metrics_port: int | None = None  # serve Prometheus /metrics on this port
+    metrics_address: str = "127.0.0.1"  # ... on this address (0.0.0.0: every interface)
 
     @property
     def group(self) -> str:
@@ -193,7 +194,7 @@ def build_processor(cfg: ProcessorConfig, live: LiveRules | None = None,
     prom = ProcessorMetrics()
     prom.watch(metrics)
     if cfg.metrics_port:
-        serve_metrics(cfg.metrics_port, prom.registry)
+        serve_metrics(cfg.metrics_port, prom.registry, addr=cfg.metrics_address)
     keyring = signing.load_keyring()  # decisions are signed when a key is configured
     log_event("decision_signing", signed=keyring is not None,
               key_id=keyring.signing_key.key_id if keyring else None)
