@@ -186,10 +186,15 @@ class KubernetesBackend:
         return f"deleted pod {ns}/{pod} on {node}"
 
 
+# the API server's answers that a retry cannot change: bad request, unauthenticated,
+# forbidden (RBAC), not found, invalid
+PERMANENT_STATUS = (400, 401, 403, 404, 405, 422)
+
+
 class _HTTPStatus(ActuateError):
     def __init__(self, code: int, message: str) -> None:
         self.code = code
-        super().__init__(message)
+        super().__init__(message, permanent=code in PERMANENT_STATUS)
 
 
 def from_args(args: Any) -> KubernetesBackend:

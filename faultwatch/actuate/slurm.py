@@ -14,6 +14,10 @@ REASON_PREFIX = "faultwatch "
 # job states in which the job no longer holds its nodes' allocation for this run
 PENDING_STATES = {"PENDING", "REQUEUED", "REQUEUE_FED", "REQUEUE_HOLD", "RESV_DEL_HOLD"}
 
+# scontrol's answers that a retry cannot change
+PERMANENT_ERRORS = ("Invalid node name", "Invalid job id", "Access/permission denied",
+                    "Invalid user id", "Invalid job id specified")
+
 Runner = Callable[..., "subprocess.CompletedProcess[str]"]
 
 
@@ -61,8 +65,9 @@ class SlurmBackend:
         except (OSError, subprocess.TimeoutExpired) as e:
             raise ActuateError(f"{argv[0]} failed to run: {e}") from None
         if r.returncode not in ok_codes:
-            raise ActuateError(f"{' '.join(argv)} exited {r.returncode}: "
-                               f"{(r.stderr or r.stdout).strip()[:300]}")
+            out = (r.stderr or r.stdout).strip()
+            raise ActuateError(f"{' '.join(argv)} exited {r.returncode}: {out[:300]}",
+                               permanent=any(p in out for p in PERMANENT_ERRORS))
         return str(r.stdout)
 
     def apply(self, action: Action) -> str:
