@@ -119,7 +119,7 @@ def register(sub: Any) -> argparse.ArgumentParser:
                    help="the window of --max-drains-per-window (default 600)")
     g.add_argument("--max-drained-share", type=float, default=0.1,
                    help="never more than this share of the nodes on the registry drained "
-                        "at once, but at least one node (default 0.1)")
+                        "at once, but always 3 nodes (default 0.1)")
     g.add_argument("--fleet-nodes", type=int, default=0,
                    help="nodes in the fleet, for --max-drained-share (default: the nodes on "
                         "the registry, which lists only nodes that ever had a record)")

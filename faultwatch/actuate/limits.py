@@ -7,10 +7,11 @@ taint) is allowed while both hold:
 
 - at most `max_drains_per_window` drains in the last `window_s` seconds, and
 - at most `max_drained_share` of the nodes actuate knows (the registry) drained by faultwatch
-  at once (never fewer than one node, so a small fleet can still lose its one bad node).
+  at once, but always `min_drained_nodes` (a small fleet, or one whose registry lists few
+  nodes, can still lose its few bad nodes).
 
 Beyond that the drain is held, with every later one, until an operator releases the hold
-(`faultwatch actuate release-hold`): the held drains then run, and counting starts afresh.
+(`faultwatch actuate --release-hold`): the held drains then run, and counting starts afresh.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ class ActuateLimits:
     max_drains_per_window: int = 5
     window_s: float = 600.0
     max_drained_share: float = 0.1
+    min_drained_nodes: int = 3
 
     def __post_init__(self) -> None:
         if self.max_drains_per_window < 1:
@@ -35,7 +37,7 @@ class ActuateLimits:
             raise ValueError("max_drained_share must be in (0, 1]")
 
     def max_drained(self, known_nodes: int) -> int:
-        return max(1, math.floor(self.max_drained_share * known_nodes))
+        return max(self.min_drained_nodes, math.floor(self.max_drained_share * known_nodes))
 
 
 class DrainLimiter:

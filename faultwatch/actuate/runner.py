@@ -51,7 +51,7 @@ def hold_file(state_file: Path) -> Path:
 
 
 def release_file(state_file: Path) -> Path:
-    """Created by `faultwatch actuate release-hold`: the running actuator releases the hold."""
+    """Created by `faultwatch actuate --release-hold`: the running actuator releases the hold."""
     return state_file.with_name(state_file.name + ".release")
 
 
@@ -133,9 +133,12 @@ class Actuator:
             self._next_hold_summary = now + self.cfg.hold_summary_s
             log_event("actuate_hold", backend=self.backend.name, why=why,
                       nodes=",".join(self.held_nodes())[:500],
-                      release=f"faultwatch actuate release-hold --state-file "
-                              f"{self.cfg.state_file}")
+                      release=self._release_cmd())
         self._write_hold()
+
+    def _release_cmd(self) -> str:
+        return (f"faultwatch actuate --backend {self.backend.name} --state-file "
+                f"{self.cfg.state_file} --release-hold")
 
     def held_nodes(self) -> list[str]:
         return list(dict.fromkeys(a.node for a in self.held.values() if a.kind == QUARANTINE))
@@ -148,7 +151,7 @@ class Actuator:
         tmp.write_bytes(orjson.dumps({
             "since": self.held_since, "why": self.held_why, "nodes": self.held_nodes(),
             "actions": len(self.held),
-            "release": f"faultwatch actuate release-hold --state-file {self.cfg.state_file}"},
+            "release": self._release_cmd()},
             option=orjson.OPT_INDENT_2))
         tmp.replace(path)
 
@@ -161,8 +164,7 @@ class Actuator:
                 self._next_hold_summary = now + self.cfg.hold_summary_s
                 log_event("actuate_holding", nodes=len(self.held_nodes()),
                           actions=len(self.held), since_s=round(now - (self.held_since or now)),
-                          release=f"faultwatch actuate release-hold --state-file "
-                                  f"{self.cfg.state_file}")
+                          release=self._release_cmd())
             return 0
         held = list(self.held.values())
         log_event("actuate_hold_released", nodes=len(self.held_nodes()), actions=len(held))

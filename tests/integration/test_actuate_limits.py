@@ -83,7 +83,7 @@ def test_a_storm_of_quarantines_drains_the_limit_holds_the_rest_until_released(
     time.sleep(2)  # the limits hold: no sixth drain however long we look (5 s of ticks)
     assert len(actuate.drained()) == 5, actuate.drained()
     assert actuate.text().count("event=actuate_hold ") == 1
-    assert "release-hold" in actuate.text()
+    assert "--release-hold" in actuate.text()
 
     rel = subprocess.run([sys.executable, "-m", "faultwatch", "actuate", "--backend", "exec",
                           "--state-file", str(actuate.state), "--release-hold"],

@@ -25,7 +25,11 @@ def test_the_share_limit_counts_drained_nodes_but_allows_one() -> None:
     assert "10 of 100 known nodes drained" in (lim.why_not("n10", 100, 0.0) or "")
     lim.resumed("n3")
     assert lim.why_not("n10", 100, 0.0) is None
-    assert DrainLimiter(ActuateLimits()).why_not("only", 3, 0.0) is None  # a small fleet
+    small = DrainLimiter(ActuateLimits())  # a small fleet still loses its few bad nodes
+    for n in ("a", "b", "c"):
+        assert small.why_not(n, 3, 0.0) is None
+        small.drained(n, 0.0)
+    assert small.why_not("d", 4, 0.0) is not None
 
 
 @pytest.mark.parametrize("bad", [{"max_drains_per_window": 0}, {"window_s": 0},
