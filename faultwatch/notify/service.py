@@ -14,7 +14,7 @@ from faultwatch.errors import DecodeError
 from faultwatch.notify.grouping import Grouper, GroupingPolicy, Notification
 from faultwatch.notify.limit import Digest, Limiter, RateLimits
 from faultwatch.notify.sender import Receiver, RetryPolicy, deliver
-from faultwatch.signing import DecisionGate
+from faultwatch.wire.signing import DecisionGate
 
 Log = Callable[..., None]
 
