@@ -14,7 +14,10 @@ from typing import Any
 from faultwatch import kafka_settings, wire
 from faultwatch.core.events import Decision
 from faultwatch.errors import DecodeError
+from faultwatch.quiet import Quiet
 from faultwatch.wire.signing import DecisionGate, load_keyring
+
+QUIET_EVENTS = ("decision_refused", "decision_other_run", "undecodable_decision")
 
 Log = Callable[..., None]
 
@@ -80,9 +83,10 @@ class DecisionFollower:
         self.start_ts = time.time()
         self.ready = asyncio.Event()  # assigned and positioned (or the topic is absent)
         self.bad_records = 0
-        self._log = log
+        # refusals are counted, not a line each: this log is the training job's stderr
+        self._log = self.quiet = Quiet(log, QUIET_EVENTS)
         self._factory = consumer_factory
-        self.gate = DecisionGate(load_keyring(), log)  # refuses forged decisions with a key
+        self.gate = DecisionGate(load_keyring(), self.quiet)  # refuses forged decisions
         self._seen: set[str] = set()
         self._pending: collections.deque[Decision] = collections.deque()
         self._arrived = asyncio.Event()
@@ -111,6 +115,7 @@ class DecisionFollower:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._task
+        self.quiet.flush()
 
     async def get(self, timeout: float | None = None) -> Decision | None:
         """The next new decision for the job, or None after timeout seconds (cancel-safe:
