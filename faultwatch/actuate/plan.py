@@ -10,12 +10,12 @@ from faultwatch.core.registry import HEALTHY, QUARANTINED, NodeRecord
 from faultwatch.errors import ConfigError
 from faultwatch.nodes.names import (
     DECISION_ID_RE,
-    JOB_NAME_RE,
     K8S_NAME_RE,
     K8S_NAMESPACE_RE,
     RULE_ID_RE,
     SLURM_JOB_ID_RE,
     check,
+    valid_job,
     valid_node,
 )
 
@@ -79,7 +79,7 @@ def plan_decision(dec: Decision) -> list[Action]:
     if dec.action != "blacklist":
         return []
     did = check("decision.id", dec.id, DECISION_ID_RE)
-    job = check("decision.job", dec.job, JOB_NAME_RE)
+    job = valid_job(dec.job, "decision.job")
     rule = check("decision.reason.rule", dec.rule or "unknown", RULE_ID_RE)
     if not dec.nodes:
         raise ConfigError("decision.targets.nodes", f"blacklist {did} names no node")

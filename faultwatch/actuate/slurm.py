@@ -8,7 +8,7 @@ from typing import Any
 
 from faultwatch.actuate.backend import ActuateError
 from faultwatch.actuate.plan import QUARANTINE, RELEASE, REQUEUE, Action
-from faultwatch.nodes.names import JOB_NAME_RE, SLURM_JOB_ID_RE, check, valid_node
+from faultwatch.nodes.names import SLURM_JOB_ID_RE, check, valid_job, valid_node
 
 REASON_PREFIX = "faultwatch "
 # job states in which the job no longer holds its nodes' allocation for this run
@@ -99,9 +99,16 @@ class SlurmBackend:
             return [check("job_id", action.scheduler["job_id"], SLURM_JOB_ID_RE)]
         if not action.job:
             return []
-        name = check("job", action.job, JOB_NAME_RE)
-        out = self._call([self.squeue, "-h", "-t", "all", "-w", node, "-n", name, "-o", "%i"])
-        return [check("job_id", j.strip(), SLURM_JOB_ID_RE) for j in out.split() if j.strip()]
+        name = valid_job(action.job)
+        # --name takes a comma list: keep only the jobs whose whole name is ours
+        out = self._call([self.squeue, "-h", "-t", "all", "-w", node, f"--name={name}",
+                          "-o", "%i %j"])
+        ids = []
+        for row in out.splitlines():
+            jid, _, jname = row.strip().partition(" ")
+            if jid and jname == name:
+                ids.append(check("job_id", jid, SLURM_JOB_ID_RE))
+        return ids
 
     def _requeue(self, node: str, action: Action) -> str:
         ids = self.job_ids(node, action)

@@ -15,7 +15,10 @@ RULE_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}")
 K8S_NAMESPACE_RE = re.compile(r"[a-z0-9](?:[-a-z0-9]{0,61}[a-z0-9])?")
 K8S_NAME_RE = re.compile(r"[a-z0-9](?:[-a-z0-9.]{0,251}[a-z0-9])?")
 K8S_UID_RE = re.compile(r"[0-9a-fA-F-]{1,64}")
-JOB_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@/-]{0,255}")
+# Slurm reads `all` (any case) as every node: `scontrol update nodename=all state=drain`
+# drained both nodes of the test cluster. Ranges (`n[1-9]`) and lists (`a,b`, `a b`) are
+# refused by NODE_RE already.
+MULTI_NODE_WORDS = frozenset({"all"})
 
 
 def check(kind: str, value: object, pattern: re.Pattern[str]) -> str:
@@ -26,4 +29,21 @@ def check(kind: str, value: object, pattern: re.Pattern[str]) -> str:
 
 
 def valid_node(node: object) -> str:
-    return check("node", node, NODE_RE)
+    """A node name a scheduler reads as exactly one node."""
+    name = check("node", node, NODE_RE)
+    if name.lower() in MULTI_NODE_WORDS:
+        raise ConfigError("node", f"{name!r} names every node to Slurm; refused")
+    return name
+
+
+def valid_job(job: object, field: str = "job") -> str:
+    """The one rule for job names, the agent's: wire's safe_name (a string of at most 256
+    characters without control characters). Actuators pass it as one whole argument value
+    (`squeue --name=JOB`, an exec template's placeholder), never through a shell."""
+    from faultwatch.errors import DecodeError
+    from faultwatch.wire._check import safe_name
+
+    try:
+        return safe_name(job, field)
+    except DecodeError as e:
+        raise ConfigError(field, str(e)) from None
