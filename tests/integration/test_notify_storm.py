@@ -79,9 +79,10 @@ def test_a_storm_is_rate_limited_into_digests_and_hostile_text_is_escaped(
         # 0.2 s apart (arrival times jitter with the receiver's threads: the span is checked)
         assert stamps[-1] - stamps[0] >= 0.2 * (len(stamps) - 1) * 0.9, stamps
     js = [b for _, b in json_hook.accepted()]
-    [dg] = [b for b in js if b.get("digest")]
-    assert dg["decisions"] == STORM - sum(len(b["new_ids"]) for b in js if not b.get("digest"))
-    assert set(dg["by_kind"]) == {"hang", "error"}
+    dgs = [b for b in js if b.get("digest")]  # one, or two when the storm outlasts 3 s
+    assert sum(d["decisions"] for d in dgs) == \
+        STORM - sum(len(b["new_ids"]) for b in js if not b.get("digest"))
+    assert set().union(*(d["by_kind"] for d in dgs)) == {"hang", "error"}
 
     slack_text = json.dumps([b for _, b in slack_hook.accepted()])
     assert "&lt;!channel&gt;" in slack_text  # the hostile job was posted (positive control)
