@@ -16,8 +16,10 @@ from pathlib import Path
 import orjson
 import pytest
 
-from faultwatch.nodes.registry import NodeRecord, Reason
-from faultwatch.nodes.store import ensure_nodes_topic, nodes_topic, write_records
+from faultwatch.core.registry import NodeRecord, Reason
+from faultwatch.kafka.admin import ensure_nodes_topic
+from faultwatch.nodes.store import write_records
+from faultwatch.wire.topics import Topics
 from tests.conftest import wait_until
 
 pytestmark = pytest.mark.kafka
@@ -64,7 +66,7 @@ class Actuate:
 
 @pytest.fixture
 def actuate(kafka_bootstrap: str, topic_prefix: str, tmp_path: Path) -> Iterator[Actuate]:
-    asyncio.run(ensure_nodes_topic(kafka_bootstrap, nodes_topic(topic_prefix)))
+    asyncio.run(ensure_nodes_topic(kafka_bootstrap, Topics(topic_prefix).nodes))
     a = Actuate(kafka_bootstrap, topic_prefix, tmp_path, "--fleet-nodes", "1000")
     wait_until(lambda: "event=actuate_started" in a.text(), 60, "actuate_started")
     yield a
@@ -74,7 +76,7 @@ def actuate(kafka_bootstrap: str, topic_prefix: str, tmp_path: Path) -> Iterator
 def test_a_storm_of_quarantines_drains_the_limit_holds_the_rest_until_released(
         kafka_bootstrap: str, topic_prefix: str, actuate: Actuate) -> None:
     nodes = [f"gpu-{i:03d}" for i in range(200)]
-    asyncio.run(write_records(kafka_bootstrap, nodes_topic(topic_prefix),
+    asyncio.run(write_records(kafka_bootstrap, Topics(topic_prefix).nodes,
                               [quarantined(n, i) for i, n in enumerate(nodes)]))
     wait_until(lambda: "event=actuate_hold " in actuate.text(), 60, "the hold")
     wait_until(lambda: len(actuate.drained()) >= 5, 30, "the first drains")  # positive control
@@ -98,7 +100,7 @@ def test_a_storm_of_quarantines_drains_the_limit_holds_the_rest_until_released(
 def test_a_permanent_error_is_reported_once_and_a_refused_entry_logged_once(
         kafka_bootstrap: str, topic_prefix: str, actuate: Actuate) -> None:
     past = time.time() - 10  # expired: planned again on every tick
-    asyncio.run(write_records(kafka_bootstrap, nodes_topic(topic_prefix), [
+    asyncio.run(write_records(kafka_bootstrap, Topics(topic_prefix).nodes, [
         quarantined("deny-1", 1), quarantined("bad;node", 2, until=past),
         quarantined("ok-1", 3)]))
     wait_until(lambda: actuate.drained() == ["ok-1"], 60, "ok-1 drained")  # positive control
