@@ -17,7 +17,7 @@ import orjson
 import pytest
 
 from faultwatch.core.registry import NodeRecord, Reason
-from faultwatch.kafka.admin import ensure_nodes_topic
+from faultwatch.kafka.admin import ensure_compacted_topic
 from faultwatch.nodes.store import write_records
 from faultwatch.wire.topics import Topics
 from tests.conftest import wait_until
@@ -66,7 +66,7 @@ class Actuate:
 
 @pytest.fixture
 def actuate(kafka_bootstrap: str, topic_prefix: str, tmp_path: Path) -> Iterator[Actuate]:
-    asyncio.run(ensure_nodes_topic(kafka_bootstrap, Topics(topic_prefix).nodes))
+    asyncio.run(ensure_compacted_topic(kafka_bootstrap, Topics(topic_prefix).nodes))
     a = Actuate(kafka_bootstrap, topic_prefix, tmp_path, "--fleet-nodes", "1000")
     wait_until(lambda: "event=actuate_started" in a.text(), 60, "actuate_started")
     yield a

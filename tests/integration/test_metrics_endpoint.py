@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from faultwatch import kafka_local
+from faultwatch.kafka import broker as kafka_local
 from tests.conftest import wait_until
 from tests.integration.test_agent_ship import agent_cmd
 
