@@ -36,14 +36,17 @@ def valid_node(node: object) -> str:
     return name
 
 
-def valid_job(job: object, field: str = "job") -> str:
-    """The one rule for job names, the agent's: wire's safe_name (a string of at most 256
-    characters without control characters). Actuators pass it as one whole argument value
-    (`squeue --name=JOB`, an exec template's placeholder), never through a shell."""
-    from faultwatch.errors import DecodeError
-    from faultwatch.wire._check import safe_name
+MAX_NAME_CHARS = 256  # wire's MAX_ID_CHARS
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")  # C0, DEL and C1, as wire's safe_name
 
-    try:
-        return safe_name(job, field)
-    except DecodeError as e:
-        raise ConfigError(field, str(e)) from None
+
+def valid_job(job: object, field: str = "job") -> str:
+    """The one rule for job names, the agent's: wire's safe_name (a string of 1 to 256
+    characters without control characters; tests/unit/nodes/test_names.py keeps both in
+    step, this module being pure cannot import wire). Actuators pass it as one whole
+    argument value (`squeue --name=JOB`, an exec template's placeholder), never a shell."""
+    if not isinstance(job, str) or not job or len(job) > MAX_NAME_CHARS \
+            or _CONTROL.search(job):
+        raise ConfigError(field, f"invalid job name {job!r:.80} (1-{MAX_NAME_CHARS} "
+                                 "characters, no control characters)")
+    return job
