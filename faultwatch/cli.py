@@ -149,7 +149,8 @@ def cmd_process(args: argparse.Namespace) -> int:
                           policy=policy_for(ruleset, _policy_overrides(args)),
                           topics=Topics(args.topic_prefix), partitions=args.partitions,
                           app_id=args.app_id or "", policy_overrides=_policy_overrides(args),
-                          metrics_port=args.metrics_port)
+                          metrics_port=args.metrics_port,
+                          metrics_address=args.metrics_address)
     run_worker(cfg, stop_timeout_s=args.stop_timeout_s, loglevel=args.loglevel)
     return 0
 
@@ -497,7 +498,11 @@ def _add_agent(sub: Any) -> None:
                    help=f"a failed boot check aborts the launch (exit {EXIT_BOOTCHECK_FAILED})")
     _add_bootcheck_flags(p)
     p.add_argument("--metrics-port", type=int, default=None,
-                   help="serve Prometheus metrics on http://0.0.0.0:PORT/metrics")
+                   help="serve Prometheus metrics on http://ADDRESS:PORT/metrics")
+    p.add_argument("--metrics-address", default="127.0.0.1",
+                   help="address /metrics listens on (default 127.0.0.1; 0.0.0.0 or :: for "
+                        "every interface); reads time out after 5 s, at most 16 "
+                        "connections at once")
     p.add_argument("--flush", action="store_true",
                    help="no command: deliver what an earlier agent left in the spool, exit")
     p.set_defaults(func=cmd_agent)
@@ -629,7 +634,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--stop-timeout-s", type=float, default=10.0,
                    help="on SIGTERM/SIGINT, flush and exit within this long (seconds)")
     p.add_argument("--metrics-port", type=int, default=None,
-                   help="serve Prometheus metrics on http://0.0.0.0:PORT/metrics")
+                   help="serve Prometheus metrics on http://ADDRESS:PORT/metrics")
+    p.add_argument("--metrics-address", default="127.0.0.1",
+                   help="address /metrics listens on (default 127.0.0.1; 0.0.0.0 or :: for "
+                        "every interface); reads time out after 5 s, at most 16 "
+                        "connections at once")
     _add_policy_flags(p)
     p.set_defaults(func=cmd_process)
 

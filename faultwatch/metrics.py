@@ -3,13 +3,23 @@
 from __future__ import annotations
 
 import collections
+import socket
+import threading
 from collections.abc import Callable, Iterator, Mapping
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from faultwatch.errors import ConfigError
 
 try:  # prometheus_client is a light optional dependency of the node side
-    from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+    from prometheus_client import (
+        CONTENT_TYPE_LATEST,
+        CollectorRegistry,
+        Counter,
+        Gauge,
+        Histogram,
+        generate_latest,
+    )
     from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
     from prometheus_client.registry import Collector
 except ImportError:  # pragma: no cover - reported by serve()
@@ -22,17 +32,89 @@ REFUSALS: collections.Counter[tuple[str, str]] = collections.Counter()
 LATENCY_BUCKETS_S = (0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 
 
-def serve(port: int, registry: Any, addr: str = "0.0.0.0") -> None:
-    """Serve `registry` on http://addr:port/metrics from a daemon thread."""
+DEFAULT_ADDRESS = "127.0.0.1"  # loopback unless the operator opens it (--metrics-address)
+READ_TIMEOUT_S = 5.0  # a client that has not sent its request by then is cut off
+MAX_CONNECTIONS = 16  # concurrent scrapes served; more are closed at once
+
+
+class _MetricsHandler(BaseHTTPRequestHandler):
+    """GET /metrics (or /): the registry in the Prometheus text format; nothing else."""
+
+    timeout = READ_TIMEOUT_S  # the socket timeout of every read: a slow client times out
+    registry: Any = None
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+        if self.path.split("?", 1)[0] not in ("/metrics", "/"):
+            self.send_error(404)
+            return
+        body = generate_latest(self.registry)
+        self.send_response(200)
+        self.send_header("Content-Type", CONTENT_TYPE_LATEST)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+        pass  # no access log on the training job's stderr
+
+
+class BoundedHTTPServer(ThreadingHTTPServer):
+    """A thread per connection, at most `max_connections` at once: a connection beyond
+    that is closed at once (a scraper retries next interval), so slow or idle clients cannot
+    pile up threads."""
+
+    daemon_threads = True
+    request_queue_size = 16
+
+    def __init__(self, addr: tuple[str, int], handler: type[BaseHTTPRequestHandler],
+                 max_connections: int = MAX_CONNECTIONS) -> None:
+        self._slots = threading.BoundedSemaphore(max_connections)
+        self.refused = 0
+        super().__init__(addr, handler)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self._slots.acquire(blocking=False):
+            self.refused += 1
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._slots.release()
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
+
+
+def serve(port: int, registry: Any, addr: str = DEFAULT_ADDRESS,
+          read_timeout_s: float = READ_TIMEOUT_S,
+          max_connections: int = MAX_CONNECTIONS) -> BoundedHTTPServer:
+    """Serve `registry` on http://addr:port/metrics from a daemon thread: reads time out
+    after `read_timeout_s`, at most `max_connections` are served at once."""
     if CollectorRegistry is None:
         raise ConfigError("metrics_port", "prometheus_client is not installed "
                                           "(pip install prometheus_client)")
     if not 0 < port < 65536:
         raise ConfigError("metrics_port", f"{port} is not a TCP port")
+    handler = type("MetricsHandler", (_MetricsHandler,),
+                   {"registry": registry, "timeout": read_timeout_s})
     try:
-        start_http_server(port, addr=addr, registry=registry)
-    except OSError as e:
-        raise ConfigError("metrics_port", f"cannot listen on {addr}:{port}: {e.strerror}") from e
+        if ":" in addr:
+            server: BoundedHTTPServer = type("BoundedHTTPServer6", (BoundedHTTPServer,),
+                                             {"address_family": socket.AF_INET6})(
+                (addr, port), handler, max_connections)
+        else:
+            server = BoundedHTTPServer((addr, port), handler, max_connections)
+    except (OSError, OverflowError) as e:
+        why = getattr(e, "strerror", None) or str(e)
+        raise ConfigError("metrics_address", f"cannot listen on {addr}:{port}: {why}") from e
+    threading.Thread(target=server.serve_forever, name="faultwatch-metrics",
+                     daemon=True).start()
+    return server
 
 
 class ProcessorMetrics:

@@ -22,11 +22,11 @@ from typing import Any
 from faultwatch.actuate.backend import ActuateError
 from faultwatch.actuate.plan import QUARANTINE, Action
 from faultwatch.nodes.names import (
-    JOB_NAME_RE,
     K8S_NAME_RE,
     K8S_NAMESPACE_RE,
     SLURM_JOB_ID_RE,
     check,
+    valid_job,
 )
 
 CONFIRM = "confirm"  # the exec backend's template key
@@ -64,8 +64,8 @@ def _slurm(b: Any, a: Action) -> str | None:
             return None
         return (f"Slurm job {jid} ({a.job}) does not run on {a.node} "
                 f"(its nodes: {','.join(hosts) or 'none'})")
-    name = check("job", a.job, JOB_NAME_RE)
-    out = b._call([b.squeue, "-h", "-t", "running", "-w", a.node, "-n", name,  # noqa: SLF001
+    name = valid_job(a.job)  # --name=: a name may start with "-" (one rule: wire's safe_name)
+    out = b._call([b.squeue, "-h", "-t", "running", "-w", a.node, f"--name={name}",  # noqa: SLF001
                    "-o", "%i"])
     if out.split():
         return None

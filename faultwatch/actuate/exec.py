@@ -17,6 +17,8 @@ from faultwatch.errors import ConfigError
 FIELDS = ("node", "decision", "rule", "job", "job_id", "namespace", "pod", "kind")
 _PLACEHOLDER = re.compile(r"\{([a-z_]+)\}")
 
+PERMANENT_EXITS = range(64, 79)  # sysexits.h EX_USAGE..EX_CONFIG: a retry changes nothing
+
 Runner = Callable[..., "subprocess.CompletedProcess[str]"]
 
 
@@ -84,9 +86,10 @@ class ExecBackend:
                           check=False, shell=False)
         except (OSError, subprocess.TimeoutExpired) as e:
             raise ActuateError(f"exec {argv[0]}: {e}") from None
-        if r.returncode != 0:
+        if r.returncode != 0:  # 64-78 (sysexits: usage, no input, no permission...): final
             raise ActuateError(f"exec {argv[0]} exited {r.returncode}: "
-                               f"{(r.stderr or '').strip()[:300]}")
+                               f"{(r.stderr or '').strip()[:300]}",
+                               permanent=r.returncode in PERMANENT_EXITS)
         return f"ran {argv[0]} ({action.kind} {action.node})"
 
 

@@ -13,7 +13,8 @@ from typing import Any
 from faultwatch.actuate.backend import ActuateError, Backend
 from faultwatch.actuate.confirm import confirm
 from faultwatch.actuate.journal import Journal
-from faultwatch.actuate.plan import Action, plan_decision, plan_node
+from faultwatch.actuate.limits import ActuateLimits, DrainLimiter
+from faultwatch.actuate.plan import QUARANTINE, RELEASE, REQUEUE, Action, plan_decision, plan_node
 from faultwatch.core.events import Decision
 from faultwatch.core.registry import (
     QUARANTINED,
@@ -41,6 +42,20 @@ class ActuateConfig:
     retry_s: float = 5.0
     max_tries: int = 5
     registry_policy: RegistryPolicy = RegistryPolicy()
+    limits: ActuateLimits = ActuateLimits()
+    fleet_nodes: int = 0  # the fleet's size when the registry knows fewer (healthy nodes
+    #                       that never had a record are not on it)
+    hold_summary_s: float = 300.0  # while holding: one line this often with the count
+
+
+def hold_file(state_file: Path) -> Path:
+    """Written while drains are held: which nodes, why, how to release."""
+    return state_file.with_name(state_file.name + ".hold")
+
+
+def release_file(state_file: Path) -> Path:
+    """Created by `faultwatch actuate --release-hold`: the running actuator releases the hold."""
+    return state_file.with_name(state_file.name + ".release")
 
 
 class Actuator:
@@ -55,6 +70,13 @@ class Actuator:
         self.registry: Registry = {}
         self.queue: deque[tuple[Action, int, float]] = deque()  # action, tries, not before
         self.queued: set[str] = set()
+        self.limiter = DrainLimiter(cfg.limits)
+        self.held: dict[str, Action] = {}  # key -> action held by the limits, in order
+        self.held_since: float | None = None
+        self.held_why = ""
+        self._next_hold_summary = 0.0
+        self._unlimited: set[str] = set()  # keys an operator released from a hold
+        self._refused: dict[str, str] = {}  # node -> the error last logged for it
         for a in journal.pending.values():  # begun before a crash: replay
             log_event("actuate_replay", key=a.key)
             self._enqueue(a, replay=True)
@@ -123,7 +145,90 @@ class Actuator:
             for a in plan_node(rec, now):
                 self._enqueue(a)
         except ConfigError as e:
-            log_event("actuate_node_rejected", node=rec.node[:80], error=str(e))
+            if self._refused.get(rec.node) != str(e):  # once per entry and error, not per tick
+                self._refused[rec.node] = str(e)
+                log_event("actuate_node_rejected", node=rec.node[:80], error=str(e))
+            return
+        self._refused.pop(rec.node, None)
+
+    def seed_drained(self, now: float) -> None:
+        """After the registry is read: the nodes faultwatch drained before a restart count
+        toward the limits (their quarantine is done in the journal)."""
+        for rec in self.registry.values():
+            try:
+                acts = plan_node(rec, now)
+            except ConfigError:
+                continue
+            if any(a.kind == QUARANTINE and self.journal.is_done(a.key) for a in acts):
+                self.limiter.drained(rec.node, now)
+
+    def _hold(self, a: Action, why: str, now: float) -> None:
+        first = not self.held
+        self.held[a.key] = a
+        self.queued.discard(a.key)
+        if first:
+            self.held_since, self.held_why = now, why
+            self._next_hold_summary = now + self.cfg.hold_summary_s
+            log_event("actuate_hold", backend=self.backend.name, why=why,
+                      nodes=",".join(self.held_nodes())[:500],
+                      release=self._release_cmd())
+        self._write_hold()
+
+    def _release_cmd(self) -> str:
+        return (f"faultwatch actuate --backend {self.backend.name} --state-file "
+                f"{self.cfg.state_file} --release-hold")
+
+    def held_nodes(self) -> list[str]:
+        return list(dict.fromkeys(a.node for a in self.held.values() if a.kind == QUARANTINE))
+
+    def _write_hold(self) -> None:
+        import orjson
+
+        path = hold_file(self.cfg.state_file)
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_bytes(orjson.dumps({
+            "since": self.held_since, "why": self.held_why, "nodes": self.held_nodes(),
+            "actions": len(self.held),
+            "release": self._release_cmd()},
+            option=orjson.OPT_INDENT_2))
+        tmp.replace(path)
+
+    def check_release(self, now: float) -> int:
+        """An operator asked to release the hold: the held actions run (beyond the limits),
+        counting starts afresh. Returns how many actions were released."""
+        rel = release_file(self.cfg.state_file)
+        if not rel.exists():
+            if self.held and now >= self._next_hold_summary:
+                self._next_hold_summary = now + self.cfg.hold_summary_s
+                log_event("actuate_holding", nodes=len(self.held_nodes()),
+                          actions=len(self.held), since_s=round(now - (self.held_since or now)),
+                          release=self._release_cmd())
+            return 0
+        held = list(self.held.values())
+        log_event("actuate_hold_released", nodes=len(self.held_nodes()), actions=len(held))
+        self.held.clear()
+        self.held_since = None
+        self.limiter.reset()
+        for a in held:
+            self._unlimited.add(a.key)
+            self._enqueue(a)
+        for f in (rel, hold_file(self.cfg.state_file)):
+            f.unlink(missing_ok=True)
+        return len(held)
+
+    def _limit(self, a: Action, now: float) -> str | None:
+        """Why this action must wait (the drain limits), or None."""
+        if a.key in self._unlimited:
+            return None
+        if a.kind == REQUEUE and any(h.node == a.node and h.kind == QUARANTINE
+                                     for h in self.held.values()):
+            return "its node's drain is held"
+        if a.kind != QUARANTINE:
+            return None
+        if self.held:
+            return self.held_why  # one hold: later drains wait behind the first held one
+        known = max(self.cfg.fleet_nodes, len(self.registry.keys() | {a.node}))
+        return self.limiter.why_not(a.node, known, now)
 
     def tick(self, now: float) -> None:
         """Quarantines that expired since: release them (keyed by their end time)."""
@@ -138,6 +243,10 @@ class Actuator:
             a, tries, not_before = self.queue.popleft()
             if not_before > now:
                 self.queue.append((a, tries, not_before))
+                continue
+            why = self._limit(a, now)
+            if why is not None:
+                self._hold(a, why, now)
                 continue
             if a.key not in self.journal.pending:
                 self.journal.begin(a)
@@ -154,6 +263,14 @@ class Actuator:
                 result = self.backend.apply(a)
             except (ActuateError, FaultwatchError) as e:
                 tries += 1
+                if getattr(e, "permanent", False):
+                    log_event("actuate_failed", backend=self.backend.name, kind=a.kind,
+                              node=a.node, decision=a.decision, tries=tries,
+                              cause=str(e), retry="no (a permanent error)")
+                    self.journal.done(a, f"failed: {e}")
+                    self.queued.discard(a.key)
+                    self._unlimited.discard(a.key)
+                    continue
                 if tries >= self.cfg.max_tries:
                     log_event("actuate_gave_up", backend=self.backend.name, kind=a.kind,
                               node=a.node, decision=a.decision, tries=tries, error=str(e))
@@ -166,6 +283,11 @@ class Actuator:
                 continue
             self.journal.done(a, result)
             self.queued.discard(a.key)
+            self._unlimited.discard(a.key)
+            if a.kind == QUARANTINE:
+                self.limiter.drained(a.node, now)
+            elif a.kind == RELEASE:
+                self.limiter.resumed(a.node)
             ran += 1
             log_event("actuated", backend=self.backend.name, kind=a.kind, node=a.node,
                       decision=a.decision, rule=a.rule, job=a.job, result=result)
@@ -223,6 +345,7 @@ async def run(backend: Backend, cfg: ActuateConfig, stop: asyncio.Event | None =
 
         while await nodes_c.position(tp) < end:  # the registry as it is, before decisions
             await pump_nodes(cfg.poll_ms)
+        act.seed_drained(time.time())
         log_event("actuate_started", backend=backend.name, nodes=len(act.registry),
                   group=cfg.group, state_file=str(cfg.state_file),
                   replaying=len(journal.pending))
@@ -252,6 +375,7 @@ async def run(backend: Backend, cfg: ActuateConfig, stop: asyncio.Event | None =
                 await write_records(cfg.bootstrap, ntopic, ups, signer=signer)
             now = time.time()
             act.tick(now)
+            act.check_release(now)
             await asyncio.to_thread(act.run_due, now)
             if batch and dec_c is not None:
                 await dec_c.commit()  # every action of these records is journaled

@@ -171,7 +171,9 @@ class Agent:
 
     def exit_event(self, st: ExitStatus) -> None:
         c = self.cfg
-        ev = Exit(c.job, self.attempt, c.node, time.time(), st.exit_code, st.signal)
+        # signalled (SIGTERM/SIGINT/SIGHUP to the agent): an operator's stop, not a failure
+        ev = Exit(c.job, self.attempt, c.node, time.time(), st.exit_code, st.signal,
+                  stopped=bool(self.signals))
         self.transport.submit_lifecycle(wire.encode_exit(ev, self.run_id))
 
     # ---- signals -------------------------------------------------------------------------

@@ -62,4 +62,6 @@ def config_from_args(args: argparse.Namespace) -> AgentConfig:
         bootcheck_abort=args.bootcheck_abort, run_id=getattr(args, "run_id", None),
         labels=tuple(getattr(args, "label", None) or ()),
         metrics_port=getattr(args, "metrics_port", None),
-        node_key_file=getattr(args, "node_key_file", None), **bootcheck_kw(args))
+        node_key_file=getattr(args, "node_key_file", None),
+        metrics_address=getattr(args, "metrics_address", None) or "127.0.0.1",
+        **bootcheck_kw(args))

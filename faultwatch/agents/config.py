@@ -129,6 +129,7 @@ class AgentConfig:
     labels: tuple[str, ...] = ()  # --label k=v, as given
     metrics_port: int | None = None  # serve Prometheus /metrics on this port
     node_key_file: Path | None = None  # the node's Ed25519 key (else $FAULTWATCH_NODE_KEY_FILE)
+    metrics_address: str = "127.0.0.1"  # ... on this address (0.0.0.0: every interface)
 
     def __post_init__(self) -> None:
         check_name("job", self.job)

@@ -15,9 +15,12 @@ from faultwatch import wire
 from faultwatch.core.events import Decision
 from faultwatch.errors import DecodeError
 from faultwatch.kafka import clients
+from faultwatch.quiet import Quiet
 from faultwatch.trust.decisions import decision_verifier
 from faultwatch.trust.replay import ReplayGuard, max_age_s, run_matches
 from faultwatch.wire.signing import DecisionGate
+
+QUIET_EVENTS = ("decision_refused", "decision_other_run", "undecodable_decision")
 
 Log = Callable[..., None]
 
@@ -89,9 +92,10 @@ class DecisionFollower:
         self.start_ts = time.time()
         self.ready = asyncio.Event()  # assigned and positioned (or the topic is absent)
         self.bad_records = 0
-        self._log = log
+        # refusals are counted, not a line each: this log is the training job's stderr
+        self._log = self.quiet = Quiet(log, QUIET_EVENTS)
         self._factory = consumer_factory
-        self.gate = DecisionGate(decision_verifier(), log)  # refuses forged decisions
+        self.gate = DecisionGate(decision_verifier(), self.quiet)  # refuses forged decisions
         # the replay rule: once, this run, within the maximum age (docs/decisions.md)
         self.replay = replay or ReplayGuard("decision", max_age_s(), log=log)
         self._seen: set[str] = set()
@@ -122,6 +126,7 @@ class DecisionFollower:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._task
+        self.quiet.flush()
 
     async def get(self, timeout: float | None = None) -> Decision | None:
         """The next new decision for the job, or None after timeout seconds (cancel-safe:

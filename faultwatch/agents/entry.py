@@ -37,7 +37,7 @@ async def run_agent(cfg: AgentConfig, transport: Transport | None = None,
 
         metrics.serve(cfg.metrics_port, metrics.agent_registry(
             agent.stats, lambda: agent.child is not None and agent.child.returncode is None,
-            {"job_name": cfg.job, "node": cfg.node}))
+            {"job_name": cfg.job, "node": cfg.node}), addr=cfg.metrics_address)
     await agent.transport.ready(cfg.decisions_ready_timeout_s)
     sdk = await _start_sdk(agent) if cfg.sdk else None
     try:

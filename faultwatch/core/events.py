@@ -130,6 +130,7 @@ class Exit:
     exit_code: int
     signal: int | None = None
     run_id: str = ""
+    stopped: bool = False  # the agent stopped the child on an operator's signal: no failure
 
 
 @dataclass(frozen=True, slots=True)

@@ -357,6 +357,10 @@ def fold_exit(st: JobState, ev: Exit, now: float) -> JobState:
     ns = node_with(st.node(ev.node, ev.ts), alive=False, exit_code=ev.exit_code,
                              signal=ev.signal, exit_ts=ev.ts, seen_at=now)
     st = evolve(st, nodes=st.nodes.set(ev.node, ns))
+    if ev.stopped:  # an operator's stop: not a failure; the job is done once every node is
+        if st.phase == Phase.RUNNING and not any(n.alive for n in st.nodes.values()):
+            return evolve(st, phase=Phase.DONE)
+        return st
     if st.phase == Phase.SETTLING and ev.exit_code != 0 and st.failure_ts is not None \
             and ev.ts < st.failure_ts:
         return evolve(st, failure_ts=ev.ts)  # an earlier failure, seen later

@@ -130,6 +130,11 @@ def _change(args: argparse.Namespace, make: Any) -> int:
 
 def cmd_quarantine(args: argparse.Namespace) -> int:
     duration = parse_duration_s(args.duration)
+    cap = RegistryPolicy().max_quarantine_s
+    if duration > cap and not args.force:
+        raise ConfigError("--for", f"{args.duration} is longer than the longest automatic "
+                                   f"quarantine ({cap / 86400:g} days); pass --force to "
+                                   "quarantine this long anyway")
     who = os.environ.get("USER", "")
 
     def make(rec: NodeRecord | None, node: str, now: float) -> NodeRecord:
@@ -186,6 +191,8 @@ def register(sub: Any) -> argparse.ArgumentParser:
     q.add_argument("--for", dest="duration", required=True, metavar="DURATION",
                    help="how long: 90s, 30m, 2h, 1d")
     q.add_argument("--reason", required=True, help="why (kept in the node's history)")
+    q.add_argument("--force", action="store_true",
+                   help="allow a --for longer than the automatic cap (7 days)")
     q.set_defaults(func=cmd_quarantine)
     r = nsub.add_parser("release", help="release NODE now (actuators resume it)")
     _kafka_flags(r, sub=True)

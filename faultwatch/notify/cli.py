@@ -11,17 +11,33 @@ from pathlib import Path
 
 from faultwatch.errors import ConfigError
 from faultwatch.notify.grouping import GROUP_FIELDS, GroupingPolicy
+from faultwatch.notify.limit import RateLimits
 from faultwatch.notify.sender import Receiver, RetryPolicy
 from faultwatch.notify.service import Notifier, NotifierConfig
 
 SECRET_ENV = "FAULTWATCH_WEBHOOK_SECRET"
+WEBHOOKS_ENV = "FAULTWATCH_WEBHOOKS"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The notify-specific flags."""
-    p.add_argument("--webhook", action="append", required=True, metavar="[FORMAT=]URL",
+    p.add_argument("--webhook", action="append", default=[], metavar="[FORMAT=]URL",
                    help="where to post; FORMAT is json (default), slack, feishu or dingtalk; "
-                        "repeat for several receivers")
+                        "repeat for several receivers. Visible in `ps`: prefer "
+                        f"--webhook-file or ${WEBHOOKS_ENV} for URLs that hold a token")
+    p.add_argument("--webhook-file", type=Path, action="append", default=[],
+                   help="a file of webhooks, one [FORMAT=]URL per line (# comments); "
+                        f"also read: ${WEBHOOKS_ENV} (whitespace-separated)")
+    p.add_argument("--max-posts-per-min", type=float, default=20.0,
+                   help="posts per minute to one webhook; beyond it decisions go into a "
+                        "digest (default 20)")
+    p.add_argument("--max-posts-per-min-total", type=float, default=60.0,
+                   help="posts per minute to all webhooks together (default 60)")
+    p.add_argument("--digest-interval-s", type=float, default=60.0,
+                   help="a webhook's digest of held-back decisions is sent this long after "
+                        "the first one (default 60)")
+    p.add_argument("--min-post-gap-s", type=float, default=1.0,
+                   help="posts to one webhook at least this far apart (Slack: ~1 s)")
     p.add_argument("--webhook-secret-file", type=Path, default=None,
                    help=f"signing secret of Feishu/DingTalk bots (default ${SECRET_ENV})")
     p.add_argument("--group-by", default="job,kind",
@@ -65,9 +81,16 @@ def config_of(args: argparse.Namespace, bootstrap: str, topic: str) -> NotifierC
             group_wait_s=args.group_wait_s, group_interval_s=args.group_interval_s,
             repeat_interval_s=args.repeat_interval_s, resolve_timeout_s=args.resolve_timeout_s)
         retry = RetryPolicy(attempts=max(1, args.retries), base_s=args.retry_base_s)
+        limits = RateLimits(per_webhook_per_min=args.max_posts_per_min,
+                            total_per_min=args.max_posts_per_min_total,
+                            digest_interval_s=args.digest_interval_s,
+                            min_gap_s=args.min_post_gap_s)
     except ValueError as e:
         raise ConfigError("notify", str(e)) from e
-    receivers = tuple(Receiver.parse(spec, secret) for spec in args.webhook)
+    receivers = tuple(Receiver.parse(spec, secret) for spec in webhook_specs(args))
+    if not receivers:
+        raise ConfigError("--webhook", f"no webhook: give --webhook, --webhook-file or "
+                                       f"${WEBHOOKS_ENV}")
     from faultwatch.trust.replay import max_age_s
 
     state = args.replay_state or Path.home() / ".faultwatch" / f"notify-{args.group_id}.seen"
@@ -76,7 +99,21 @@ def config_of(args: argparse.Namespace, bootstrap: str, topic: str) -> NotifierC
                           group_id=args.group_id, policy=policy, retry=retry,
                           from_beginning=args.from_beginning,
                           max_decision_age_s=max_age_s(args.max_decision_age_s),
-                          replay_state=state)
+                          replay_state=state, limits=limits)
+
+
+def webhook_specs(args: argparse.Namespace) -> list[str]:
+    """Webhooks from flags, files and the environment, in that order."""
+    specs = list(args.webhook)
+    for path in args.webhook_file:
+        try:
+            text = path.read_text()
+        except OSError as e:
+            raise ConfigError(str(path), f"cannot read: {e.strerror}") from e
+        specs += [ln.strip() for ln in text.splitlines()
+                  if ln.strip() and not ln.strip().startswith("#")]
+    specs += os.environ.get(WEBHOOKS_ENV, "").split()
+    return specs
 
 
 def run(cfg: NotifierConfig) -> int:

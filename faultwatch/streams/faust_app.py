@@ -68,6 +68,7 @@ class ProcessorConfig:
     # active jobs per worker; a new job beyond it is refused (docs/operating.md)
     max_jobs: int = field(
         default_factory=lambda: int(os.environ.get("FAULTWATCH_MAX_JOBS", str(MAX_JOBS))))
+    metrics_address: str = "127.0.0.1"  # ... on this address (0.0.0.0: every interface)
 
     @property
     def group(self) -> str:
@@ -202,7 +203,7 @@ def build_processor(cfg: ProcessorConfig, live: LiveRules | None = None,
     prom = ProcessorMetrics()
     prom.watch(metrics)
     if cfg.metrics_port:
-        serve_metrics(cfg.metrics_port, prom.registry)
+        serve_metrics(cfg.metrics_port, prom.registry, addr=cfg.metrics_address)
     # decisions and registry records are signed with the processor's Ed25519 key
     # ($FAULTWATCH_SIGNING_KEY_FILE; legacy: the HMAC decision key); rule sets, registry
     # records and (with node keys) logs records are checked against $FAULTWATCH_TRUST_FILE

@@ -227,7 +227,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
      "faultwatch.status", "faultwatch.diagnosis_request"),
     ("faultwatch.kafka", "faultwatch.trust"),
     ("faultwatch.wire", "faultwatch.rules", "faultwatch.matching"),
-    ("faultwatch.logs", "faultwatch.eventlog", "faultwatch.render"),
+    ("faultwatch.logs", "faultwatch.eventlog", "faultwatch.render", "faultwatch.quiet"),
     ("faultwatch.core",),
     ("faultwatch.sdk", "faultwatch.rank_dumps", "faultwatch.diagnose", "faultwatch.errors",
      "faultwatch.metrics"),

@@ -131,7 +131,7 @@ def test_backoff_doubles_up_to_the_cap_and_honours_retry_after() -> None:
 
 def test_receivers_parse_format_and_hide_the_token() -> None:
     r = Receiver.parse("dingtalk=https://oapi.dingtalk.com/robot/send?access_token=t")
-    assert r.fmt == "dingtalk" and r.where == "https://oapi.dingtalk.com/robot/send"
+    assert r.fmt == "dingtalk" and r.where == "https://oapi.dingtalk.com"  # scheme, host
     assert Receiver.parse("http://h/x?a=b").fmt == "json"
     with pytest.raises(Exception, match="http"):
         Receiver.parse("slack=ftp://x")
