@@ -32,7 +32,8 @@ class FakeSlurm:
         elif argv[1:3] == ["show", "hostnames"]:
             out = "gpu-01\ngpu-02\n" if argv[3] == "gpu-[01-02]" else ""
         elif argv[0] == "squeue":
-            node, name = argv[argv.index("-w") + 1], argv[argv.index("-n") + 1]
+            node = argv[argv.index("-w") + 1]
+            name = next(a.split("=", 1)[1] for a in argv if a.startswith("--name="))
             out = "77\n" if (node, name) == ("gpu-01", "train") else ""
         return subprocess.CompletedProcess(argv, 0, out, "")
 
