@@ -136,16 +136,15 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def cmd_process(args: argparse.Namespace) -> int:
     _require_extra("processor", "process", "faust")  # the node side installs without Faust
-    from faultwatch.embedded import policy_for
     from faultwatch.logs import set_component
-    from faultwatch.rules import load_ruleset
+    from faultwatch.rules import layers
     from faultwatch.streams.faust_app import ProcessorConfig
     from faultwatch.streams.worker import run_worker
 
     set_component("process")
-    ruleset = load_ruleset(args.rules or ())
-    cfg = ProcessorConfig(bootstrap=_need_bootstrap(args), ruleset=ruleset,
-                          policy=policy_for(ruleset, _policy_overrides(args)),
+    rules = layers.load(args.rules or (), flags=_policy_overrides(args))
+    cfg = ProcessorConfig(bootstrap=_need_bootstrap(args), ruleset=rules.ruleset,
+                          policy=rules.policy, rules=rules,
                           topics=Topics(args.topic_prefix), partitions=args.partitions,
                           app_id=args.app_id or "", policy_overrides=_policy_overrides(args),
                           metrics_port=args.metrics_port)
@@ -222,9 +221,9 @@ def cmd_logs(args: argparse.Namespace) -> int:
 
 
 def cmd_rules_check(args: argparse.Namespace) -> int:
-    from faultwatch.rules import check_files
+    from faultwatch.rules import layers
 
-    problems = check_files(args.files)
+    problems = layers.check(args.files)
     for p in problems:
         print(p, file=sys.stderr)
     if not problems:
@@ -233,11 +232,11 @@ def cmd_rules_check(args: argparse.Namespace) -> int:
 
 
 def cmd_rules_test(args: argparse.Namespace) -> int:
-    from faultwatch.rules import check_files, load_ruleset, run_rule_tests
+    from faultwatch.rules import layers, run_rule_tests
 
-    problems = check_files(args.files)
+    problems = layers.check(args.files)
     if not problems:
-        ruleset = load_ruleset(args.files, builtin=not args.no_builtin)
+        ruleset = layers.load(args.files, builtin=not args.no_builtin).ruleset
         problems = run_rule_tests(ruleset)
     for p in problems:
         print(p, file=sys.stderr)
@@ -247,9 +246,9 @@ def cmd_rules_test(args: argparse.Namespace) -> int:
 
 
 def cmd_rules_classify(args: argparse.Namespace) -> int:
-    from faultwatch.rules import classify, load_ruleset
+    from faultwatch.rules import classify, layers
 
-    ruleset = load_ruleset(args.rules or ())
+    ruleset = layers.load(args.rules or ()).ruleset
     if args.logfile in (None, "-"):
         text = sys.stdin.buffer.read().decode("utf-8", errors="replace")
     else:

@@ -37,7 +37,7 @@ from faultwatch.streams.job_stage import CAUGHT_UP_S, TICK_S, JobStage
 from faultwatch.streams.matcher_stage import MatcherStage
 from faultwatch.streams.metrics import Metrics
 from faultwatch.streams.records import InRecord, LiveRules
-from faultwatch.streams.rules_watch import RulesWatcher, cli_overrides
+from faultwatch.streams.rules_watch import RulesWatcher, base_rules
 from faultwatch.streams.status_publish import StatusPublisher
 from faultwatch.streams.stopping import StopGate
 from faultwatch.topics import DEFAULT_PARTITIONS, Topics
@@ -64,6 +64,9 @@ class ProcessorConfig:
     session_timeout_s: float = field(
         default_factory=lambda: float(os.environ.get("FAULTWATCH_SESSION_TIMEOUT_S", "10")))
     policy_overrides: dict[str, Any] = field(default_factory=dict)  # flags, kept on push
+    # the layers `ruleset`/`policy` were built from (rules.layers.RulesInForce; cli builds
+    # it): a push adds its layer on top of them. None: one layer holding `ruleset`
+    rules: Any = None
     metrics_port: int | None = None  # serve Prometheus /metrics on this port
 
     @property
@@ -200,8 +203,8 @@ def build_processor(cfg: ProcessorConfig, live: LiveRules | None = None,
     if live is None:
         live = LiveRules(Matcher(cfg.ruleset), cfg.policy, cfg.ruleset.version)
     if watcher is None:
-        overrides = cfg.policy_overrides or cli_overrides(cfg.ruleset, cfg.policy)
-        watcher = RulesWatcher(cfg.bootstrap, topics.rules, live, cfg.ruleset, overrides)
+        watcher = RulesWatcher(cfg.bootstrap, topics.rules, live, base_rules(
+            cfg.ruleset, cfg.policy, cfg.rules, cfg.policy_overrides))
     dead: list[Send] = []  # dead letters of the batch in progress
 
     def dead_letter(rec: InRecord, err: Exception) -> None:

@@ -165,13 +165,13 @@ def run_worker(cfg: ProcessorConfig, *, stop_timeout_s: float = DEFAULT_STOP_TIM
     """Create the topics, load the rules topic's current set, then run the worker until a
     stop signal (exits the process)."""
     from faultwatch.rules import Matcher
-    from faultwatch.streams.rules_watch import RulesWatcher, cli_overrides
+    from faultwatch.streams.rules_watch import RulesWatcher, base_rules
     from faultwatch.topics import ensure_topics
 
     exit_on_early_signal()
     live = LiveRules(Matcher(cfg.ruleset), cfg.policy, cfg.ruleset.version)
-    overrides = cfg.policy_overrides or cli_overrides(cfg.ruleset, cfg.policy)
-    watcher = RulesWatcher(cfg.bootstrap, cfg.topics.rules, live, cfg.ruleset, overrides)
+    watcher = RulesWatcher(cfg.bootstrap, cfg.topics.rules, live, base_rules(
+        cfg.ruleset, cfg.policy, cfg.rules, cfg.policy_overrides))
 
     async def prepare() -> None:
         await ensure_topics(cfg.bootstrap, cfg.topics, cfg.partitions)
@@ -181,7 +181,8 @@ def run_worker(cfg: ProcessorConfig, *, stop_timeout_s: float = DEFAULT_STOP_TIM
     asyncio.set_event_loop(asyncio.new_event_loop())
     proc = build_processor(cfg, live=live, watcher=watcher)
     log_event("processor_starting", bootstrap=cfg.bootstrap, group=cfg.group,
-              rules_version=live.rules_version, rules=len(cfg.ruleset.rules),
+              rules_version=live.rules_version, rules=len(watcher.ruleset.rules),
+              rules_source=watcher.rules.source,
               hang_window_s=live.policy.hang_window_s, settle_s=live.policy.settle_s)
     worker = ProcessorWorker(proc, stop_timeout_s=stop_timeout_s, loglevel=loglevel,
                              quiet=True)
