@@ -278,6 +278,30 @@ def cmd_rules_push(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _rules_local(args: argparse.Namespace) -> bool:
+    """`rules show`/`diff` read the local set (embedded mode) when given --rules or --local,
+    or when no bootstrap is known; else the processors' (cluster mode)."""
+    return bool(args.local or args.rules or not args.bootstrap)
+
+
+def cmd_rules_show(args: argparse.Namespace) -> int:
+    from faultwatch.streams import rules_show
+
+    if _rules_local(args):
+        return rules_show.show_local(args.rules or (), rule_id=args.rule, as_json=args.json)
+    return rules_show.show_cluster(args.bootstrap, Topics(args.topic_prefix), rule_id=args.rule,
+                                   as_json=args.json)
+
+
+def cmd_rules_diff(args: argparse.Namespace) -> int:
+    from faultwatch.streams import rules_show
+
+    return rules_show.diff_main(args.files, current=args.rules,
+                                bootstrap=None if _rules_local(args) else args.bootstrap,
+                                topics=Topics(args.topic_prefix), as_json=args.json,
+                                exit_code=args.exit_code)
+
+
 def cmd_notify(args: argparse.Namespace) -> int:
     topic = Topics(args.topic_prefix).decisions
     return notify_cli.run(notify_cli.config_of(args, _need_bootstrap(args), topic))
@@ -535,7 +559,7 @@ def _add_kafka(sub: Any) -> None:
 
 
 def _add_rules(sub: Any) -> None:
-    rules = sub.add_parser("rules", help="check, test, try and push rule files")
+    rules = sub.add_parser("rules", help="check, test, try, push, show and diff rule files")
     rsub = rules.add_subparsers(dest="rules_command", required=True, metavar="SUBCOMMAND",
                                 parser_class=_Parser)
     p = rsub.add_parser("check", help="validate rule files: path:line: message, all at once")
@@ -558,6 +582,27 @@ def _add_rules(sub: Any) -> None:
                    help="the files replace the built-in rule set instead of extending it")
     p.add_argument("--timeout-s", type=float, default=30.0, help="Kafka timeout (seconds)")
     p.set_defaults(func=cmd_rules_push)
+    p = rsub.add_parser("show", help="the rules in force per processor worker (version, "
+                                     "layers, files, push), or the local set with --rules")
+    _add_kafka_flags(p)
+    _add_rules_flag(p)
+    p.add_argument("--local", action="store_true",
+                   help="the local set (embedded mode), even with a bootstrap known")
+    p.add_argument("--rule", metavar="ID", help="why this rule is what it is: every layer and "
+                                                "file that defined it, the one in force last")
+    p.add_argument("--json", action="store_true", help="one JSON object per worker")
+    p.set_defaults(func=cmd_rules_show)
+    p = rsub.add_parser("diff", help="what rule files change against what runs: the pushed "
+                                     "set (a pending push), or the local --rules files")
+    _add_kafka_flags(p)
+    _add_rules_flag(p)
+    p.add_argument("files", nargs="+", metavar="FILE")
+    p.add_argument("--local", action="store_true",
+                   help="against the local set (built-in + --rules files), not the pushed one")
+    p.add_argument("--json", action="store_true", help="the diff as one JSON object")
+    p.add_argument("--exit-code", action="store_true",
+                   help="exit 1 when the sets differ (like git diff --exit-code)")
+    p.set_defaults(func=cmd_rules_diff)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -73,22 +73,54 @@ def table(snapshots: Iterable[Mapping[str, Any]], now: float) -> Any:
     return t
 
 
-async def read_snapshots(bootstrap: str, topic: str, job: str | None = None
-                         ) -> dict[str, dict[str, Any]]:
-    """The latest snapshot per job on the compacted status topic (read to its end)."""
+async def read_status(bootstrap: str, topic: str, job: str | None = None
+                      ) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]]]:
+    """(the latest snapshot per job, the latest record per processor worker) on the
+    compacted status topic, read to its end (worker records: streams/rules_status.py)."""
     from faultwatch import wire
     from faultwatch.errors import DecodeError
-    from faultwatch.reading import read_topic
+    from faultwatch.streams.rules_status import read_raw, split_status
 
+    jobs, workers = split_status(await read_raw(bootstrap, topic))
     latest: dict[str, dict[str, Any]] = {}
-    async for _msg, snap in read_topic(bootstrap, topic, decoder=wire.decode_status):
+    for value in jobs:
         try:
+            snap = wire.decode_status(value)
             name = str(snap["job"])
         except (KeyError, TypeError, DecodeError):
             continue
         if job is None or name == job:
             latest[name] = snap
-    return latest
+    return latest, workers
+
+
+async def read_snapshots(bootstrap: str, topic: str, job: str | None = None
+                         ) -> dict[str, dict[str, Any]]:
+    """The latest snapshot per job on the compacted status topic (read to its end)."""
+    return (await read_status(bootstrap, topic, job))[0]
+
+
+def workers_table(workers: Iterable[Mapping[str, Any]], now: float) -> Any:
+    """A rich Table: one row per processor worker and the rules it runs."""
+    from rich.table import Table
+
+    from faultwatch.streams.rules_status import STALE_S
+
+    t = Table(title="processor workers (faultwatch rules show: layers and sources)",
+              title_justify="left")
+    for col in ("worker", "group", "rules version", "layers", "push", "refused", "age"):
+        t.add_column(col, overflow="fold")
+    for w in sorted(workers, key=lambda w: str(w.get("worker"))):
+        rules = w.get("rules") or {}
+        pushed: dict[str, Any] = next((la for la in rules.get("layers", [])
+                                       if la.get("layer") == "pushed"), {})
+        age = now - float(w.get("ts", now))
+        t.add_row(str(w.get("worker")), str(w.get("group")), str(rules.get("version")),
+                  "+".join(str(la.get("layer")) for la in rules.get("layers", [])),
+                  f"{pushed.get('push_id', '-')} {pushed.get('author', '')}".strip(),
+                  str((w.get("rejected") or {}).get("count", 0)), _fmt_age(age),
+                  style="dim" if age > STALE_S else "")
+    return t
 
 
 def run(bootstrap: str, topic: str, *, job: str | None, as_json: bool, watch: bool,
@@ -97,14 +129,20 @@ def run(bootstrap: str, topic: str, *, job: str | None, as_json: bool, watch: bo
     import orjson
 
     if as_json or not watch:
-        snaps = asyncio.run(read_snapshots(bootstrap, topic, job))
+        snaps, workers = asyncio.run(read_status(bootstrap, topic, job))
+        if job is not None:
+            workers = {}  # one job's status: its snapshot only
         if as_json:
             for s in sorted(snaps.values(), key=lambda s: str(s.get("job"))):
                 print(orjson.dumps(s).decode(), flush=True)
+            for w in sorted(workers.values(), key=lambda w: str(w.get("worker"))):
+                print(orjson.dumps(w).decode(), flush=True)
         else:
             from rich.console import Console
 
             Console().print(table(snaps.values(), time.time()))
+            if workers:
+                Console().print(workers_table(workers.values(), time.time()))
         return 0
     from rich.live import Live
 

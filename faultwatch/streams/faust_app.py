@@ -37,6 +37,13 @@ from faultwatch.streams.job_stage import CAUGHT_UP_S, TICK_S, JobStage
 from faultwatch.streams.matcher_stage import MatcherStage
 from faultwatch.streams.metrics import Metrics
 from faultwatch.streams.records import InRecord, LiveRules
+from faultwatch.streams.rules_status import (
+    WORKER_S,
+    encode_worker,
+    info_labels,
+    worker_id,
+    worker_key,
+)
 from faultwatch.streams.rules_watch import RulesWatcher, base_rules
 from faultwatch.streams.status_publish import StatusPublisher
 from faultwatch.streams.stopping import StopGate
@@ -49,6 +56,7 @@ BATCH_WITHIN_S = 0.05  # ... or whatever arrived within this long
 RETRY_FIRST_S, RETRY_MAX_S = 0.5, 30.0  # backoff of a batch whose outputs were not delivered
 
 Send = Callable[[], Awaitable[Any]]  # starts one send; its result is awaited for delivery
+
 
 
 @dataclass
@@ -86,6 +94,8 @@ class Processor:
     watcher: RulesWatcher
     gate: StopGate
     metrics: Metrics
+    # removes this worker's record from the status topic (a clean stop)
+    forget_worker: Callable[[], Awaitable[Any]] | None = None
 
     def flush_states(self) -> int:
         return self.jobs.flush(time.time())
@@ -344,12 +354,34 @@ def build_processor(cfg: ProcessorConfig, live: LiveRules | None = None,
 
     status_t = app.topic(topics.status, key_type=bytes, value_type=bytes)
     statuses = StatusPublisher()
+    worker, started_at = worker_id(), time.time()
+    published: list[Any] = [None, 0.0]  # (rules version, refusals) last published, when
+    prom.watch_rules(lambda: info_labels(watcher.rules), lambda: watcher.rejected)
+
+    async def publish_worker(now: float) -> None:
+        """This worker's record (the rules it runs, their layers and sources) for `rules
+        show` and `status`: when they change, else every WORKER_S."""
+        state = (live.rules_version, watcher.rejected)
+        if state == published[0] and now - published[1] < WORKER_S:
+            return
+        await status_t.send(key=worker_key(worker), value=encode_worker(
+            worker, cfg.group, watcher.rules, now, started_at, watcher.rejected,
+            watcher.last_rejected))
+        published[:] = [state, now]
+
+    async def forget_worker() -> None:
+        await status_t.send(key=worker_key(worker), value=None)
+
+    proc.forget_worker = forget_worker
 
     @app.timer(interval=STATUS_S)
     async def publish_status() -> None:
         """Snapshots of this worker's jobs for `faultwatch status` (what changed, and a
-        bounded refresh of the rest: streams/status_publish.py)."""
-        if app.rebalancing or gate.stopping:
+        bounded refresh of the rest: streams/status_publish.py), and the worker's record."""
+        if gate.stopping:
+            return
+        await publish_worker(time.time())
+        if app.rebalancing:
             return
         for key, value in statuses.due(list(jobs.parts.values()), time.time(), live.policy):
             await status_t.send(key=key, value=value)

@@ -94,6 +94,10 @@ class ProcessorWorker(Worker):
         async def write_states() -> None:
             self.proc.flush_states()
 
+        async def forget_worker() -> None:  # `rules show` / `status` stop listing us
+            if self.proc.forget_worker is not None:
+                await self.proc.forget_worker()
+
         async def deliver() -> None:
             await app.producer.flush()
 
@@ -104,7 +108,8 @@ class ProcessorWorker(Worker):
             await faust_compat.leave_group(app)
 
         return [("stop_consuming", stop_consuming), ("finish_batches", gate.close),
-                ("write_states", write_states), ("deliver", deliver), ("commit", commit),
+                ("write_states", write_states), ("forget_worker", forget_worker),
+                ("deliver", deliver), ("commit", commit),
                 ("leave_group", leave_group)]
 
     async def _stop(self) -> None:
