@@ -30,7 +30,6 @@ from faultwatch.rules.layers import Layer, build, builtin_layer, texts_layer
 
 RULESET_KEY = b"ruleset"
 RECORD_VERSION = 1
-MAX_RECORD_BYTES = 8 << 20  # rule files are <= 1 MiB each; the record is gzip-compressed
 
 
 

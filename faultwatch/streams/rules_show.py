@@ -24,7 +24,7 @@ from faultwatch.streams.rules_status import (
     read_workers,
     worker_lines,
 )
-from faultwatch.topics import Topics
+from faultwatch.wire.topics import Topics
 
 
 def show_local(files: Sequence[str], *, rule_id: str | None = None, as_json: bool = False,

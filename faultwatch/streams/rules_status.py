@@ -2,35 +2,30 @@
 compacted status topic (`faultwatch status`, `faultwatch rules show`), reading it and the
 rules topic back, and the text of `rules show` / `rules diff`.
 
-A worker record (key `\\x00worker/<worker>`: the control character keeps it apart from every
-job name, which may not hold one):
+A worker record (wire.tables.encode_worker, key `\\x00worker/<worker>`):
 
     {"v": 1, "t": "worker", "worker": "host:pid", "group": "faultwatch.processor",
      "ts": <now>, "started_at": ..., "rules": <RulesInForce.describe()>,
      "rejected": {"count": 1, "last": {"version", "at", "errors"}} | absent}
 
-published at start, when the set in force or the refusals change, and every WORKER_S;
+is published at start, when the set in force or the refusals change, and every WORKER_S;
 a clean stop writes a tombstone. aiokafka is imported lazily (through faultwatch.reading).
 """
 
 from __future__ import annotations
 
-import math
 import os
 import socket
 import time
 from collections.abc import Mapping
 from typing import Any
 
-import orjson
-
 from faultwatch.errors import DecodeError
 from faultwatch.rules.layers import RulesInForce
+from faultwatch.wire.tables import WORKER_KEY_PREFIX, decode_worker, encode_worker
 
-WORKER_KEY_PREFIX = b"\x00worker/"
 WORKER_S = 15.0  # a worker's record is refreshed this often ...
 STALE_S = 3 * WORKER_S  # ... and shown as stale (the worker may be gone) after this long
-SCHEMA_VERSION = 1
 
 
 def worker_id() -> str:
@@ -38,17 +33,13 @@ def worker_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
-def worker_key(worker: str) -> bytes:
-    return WORKER_KEY_PREFIX + worker.encode()
-
-
-def encode_worker(worker: str, group: str, rules: RulesInForce, now: float, started_at: float,
-                  rejected: int = 0, last_rejected: Mapping[str, Any] | None = None) -> bytes:
-    d: dict[str, Any] = {"v": SCHEMA_VERSION, "t": "worker", "worker": worker, "group": group,
-                         "ts": now, "started_at": started_at, "rules": rules.describe()}
-    if rejected:
-        d["rejected"] = {"count": rejected, "last": dict(last_rejected or {})}
-    return orjson.dumps(d, default=str)
+def worker_record(worker: str, group: str, rules: RulesInForce, now: float,
+                  started_at: float, rejected: int = 0,
+                  last_rejected: Mapping[str, Any] | None = None) -> bytes:
+    """The status-topic record of a worker running `rules` (wire.encode_worker)."""
+    return encode_worker(worker, group, rules.describe(), now, started_at,
+                         {"count": rejected, "last": dict(last_rejected or {})}
+                         if rejected else None)
 
 
 def info_labels(rules: RulesInForce) -> dict[str, str]:
@@ -58,21 +49,6 @@ def info_labels(rules: RulesInForce) -> dict[str, str]:
     return {"version": rules.version, "source": rules.source,
             "layers": "+".join(la.name for la in rules.layers),
             "push_id": str(pushed.meta.get("push_id", "")) if pushed else ""}
-
-
-def decode_worker(value: bytes | None) -> dict[str, Any]:
-    """A worker record, checked enough to show (DecodeError otherwise)."""
-    try:
-        d = orjson.loads(value or b"")
-    except orjson.JSONDecodeError as e:
-        raise DecodeError(f"worker record is not JSON: {e}") from None
-    if not isinstance(d, dict) or d.get("v") != SCHEMA_VERSION or d.get("t") != "worker":
-        raise DecodeError("not a v1 worker record")
-    ts = d.get("ts")
-    if not isinstance(d.get("worker"), str) or not isinstance(ts, int | float) \
-            or not math.isfinite(ts) or not isinstance(d.get("rules"), dict):
-        raise DecodeError("worker record: worker, ts and rules are required")
-    return d
 
 
 def split_status(records: list[tuple[bytes | None, bytes | None]]

@@ -21,7 +21,8 @@ from faultwatch.logs import log_event
 from faultwatch.rules import Matcher, RuleSet
 from faultwatch.rules.layers import RulesInForce, build, from_ruleset
 from faultwatch.streams.records import LiveRules
-from faultwatch.streams.rules_record import MAX_RECORD_BYTES, layer_of_record
+from faultwatch.streams.rules_record import layer_of_record
+from faultwatch.wire import MAX_RULESET_RECORD_BYTES
 
 CATCH_UP_TIMEOUT_S = 15.0  # how long a starting worker waits for the topic's current set
 RETRY_S = 2.0
@@ -134,8 +135,8 @@ class RulesWatcher:
 
         consumer = AIOKafkaConsumer(bootstrap_servers=self.bootstrap, group_id=None,
                                     enable_auto_commit=False, auto_offset_reset="earliest",
-                                    fetch_max_bytes=MAX_RECORD_BYTES * 2,
-                                    max_partition_fetch_bytes=MAX_RECORD_BYTES,
+                                    fetch_max_bytes=MAX_RULESET_RECORD_BYTES * 2,
+                                    max_partition_fetch_bytes=MAX_RULESET_RECORD_BYTES,
                                     **kafka_settings.client_kwargs())
         await consumer.start()
         try:

@@ -9,15 +9,9 @@ from faultwatch.rules import Matcher, layers
 from faultwatch.rules import diff as rdiff
 from faultwatch.streams.records import LiveRules
 from faultwatch.streams.rules_record import build_record
-from faultwatch.streams.rules_status import (
-    decode_worker,
-    encode_worker,
-    info_labels,
-    split_status,
-    worker_key,
-    worker_lines,
-)
+from faultwatch.streams.rules_status import info_labels, split_status, worker_lines, worker_record
 from faultwatch.streams.rules_watch import RulesWatcher
+from faultwatch.wire import decode_worker, worker_key
 
 SITE = """\
 version: 1
@@ -68,7 +62,7 @@ def test_worker_record_round_trip_and_text(tmp_path: Path) -> None:
     site = tmp_path / "site.yaml"
     site.write_text(SITE)
     rules = layers.load([site])
-    value = encode_worker("h:1", "g", rules, 100.0, 90.0, 2, {"version": "x", "errors": ["e"]})
+    value = worker_record("h:1", "g", rules, 100.0, 90.0, 2, {"version": "x", "errors": ["e"]})
     rec = decode_worker(value)
     assert rec["rules"]["version"] == rules.version
     jobs, workers = split_status([(b"job-a", b"{}"), (worker_key("h:1"), value),
