@@ -144,11 +144,16 @@ def run(bootstrap: str, topic: str, *, job: str | None, as_json: bool, watch: bo
             if workers:
                 Console().print(workers_table(workers.values(), time.time()))
         return 0
+    from rich.console import Group
     from rich.live import Live
 
     with Live(table([], time.time()), auto_refresh=False) as live:
         while not stop():
-            snaps = asyncio.run(read_snapshots(bootstrap, topic, job))
-            live.update(table(snaps.values(), time.time()), refresh=True)
+            snaps, workers = asyncio.run(read_status(bootstrap, topic, job))
+            now = time.time()
+            shown = [table(snaps.values(), now)]
+            if workers and job is None:
+                shown.append(workers_table(workers.values(), now))
+            live.update(Group(*shown), refresh=True)
             time.sleep(interval_s)
     return 0
