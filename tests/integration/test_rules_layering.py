@@ -128,6 +128,9 @@ def test_push_adds_a_layer_over_the_workers_rules_files_and_show_names_it(
                   "--topic-prefix", topic_prefix, "--exit-code")
         assert same.returncode == 0 and "0 added, 0 removed, 0 changed" in same.stdout, same
         assert proc.poll() is None, log.read_text()[-3000:]
+    # a clean stop (SIGTERM) removes the worker's record: `rules show` lists live workers
+    assert proc.returncode == 0, log.read_text()[-3000:]
+    assert worker_records(kafka_bootstrap, topic_prefix) == [], log.read_text()[-3000:]
 
 
 def test_rules_check_refuses_an_override_that_drops_builtin_patterns(tmp_path: Path) -> None:
