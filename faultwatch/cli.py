@@ -19,7 +19,7 @@ from typing import Any, NoReturn
 
 import orjson
 
-from faultwatch import __version__, kafka_settings
+from faultwatch import __version__
 from faultwatch.agents.config import (
     EXIT_BLACKLISTED,
     EXIT_BOOTCHECK_FAILED,
@@ -38,6 +38,7 @@ from faultwatch.errors import (
     RuleError,
     UsageError,
 )
+from faultwatch.kafka import settings as kafka_settings
 from faultwatch.notify import cli as notify_cli
 from faultwatch.wire.topics import DEFAULT_PARTITIONS, DEFAULT_PREFIX, Topics
 
@@ -154,7 +155,7 @@ def cmd_process(args: argparse.Namespace) -> int:
 
 def cmd_decisions(args: argparse.Namespace) -> int:
     from faultwatch.core.events import Decision
-    from faultwatch.reading import read_topic, run_reader
+    from faultwatch.kafka.reading import read_topic, run_reader
     from faultwatch.render import render_decision
     from faultwatch.wire import decision_to_dict, decode_decision, job_key
 
@@ -179,7 +180,7 @@ def cmd_decisions(args: argparse.Namespace) -> int:
 
 
 def cmd_logs(args: argparse.Namespace) -> int:
-    from faultwatch.reading import read_topic, run_reader
+    from faultwatch.kafka.reading import read_topic, run_reader
     from faultwatch.render import render_line
     from faultwatch.rules.prefix import strip_rank
     from faultwatch.wire import lines_of
@@ -192,7 +193,7 @@ def cmd_logs(args: argparse.Namespace) -> int:
     def emit(item: tuple[Any, dict[str, Any]]) -> None:
         _, d = item
         if d.get("job") == args.job and d.get("t") == "note" and d.get("kind") == "bootcheck":
-            from faultwatch.nodes.checks import emit_check_note  # boot/after-failure checks
+            from faultwatch.nodes.show import emit_check_note  # boot/after-failure checks
 
             emit_check_note(d, seen_notes, args.json)
             return
@@ -344,7 +345,7 @@ def _broker_errors(exc: OSError) -> BrokerError:
 
 
 def cmd_kafka_up(args: argparse.Namespace) -> int:
-    from faultwatch import kafka_local
+    from faultwatch.kafka import broker as kafka_local
 
     try:
         print(kafka_local.up(args.port, args.data_dir, args.controller_port), flush=True)
@@ -354,7 +355,7 @@ def cmd_kafka_up(args: argparse.Namespace) -> int:
 
 
 def cmd_kafka_down(args: argparse.Namespace) -> int:
-    from faultwatch import kafka_local
+    from faultwatch.kafka import broker as kafka_local
 
     try:
         data = kafka_local.status(args.data_dir, args.port)["data_dir"]
@@ -366,7 +367,7 @@ def cmd_kafka_down(args: argparse.Namespace) -> int:
 
 
 def cmd_kafka_status(args: argparse.Namespace) -> int:
-    from faultwatch import kafka_local
+    from faultwatch.kafka import broker as kafka_local
 
     try:
         info = kafka_local.status(args.data_dir, args.port)
@@ -383,7 +384,7 @@ def cmd_kafka_status(args: argparse.Namespace) -> int:
 
 
 def cmd_kafka_fetch(args: argparse.Namespace) -> int:
-    from faultwatch import kafka_local
+    from faultwatch.kafka import broker as kafka_local
 
     try:
         print(kafka_local.ensure_jars())
@@ -532,7 +533,7 @@ def _add_agent(sub: Any) -> None:
 
 
 def _add_kafka(sub: Any) -> None:
-    from faultwatch.kafka_local import CACHE_ENV, KAFKA_VERSION
+    from faultwatch.kafka.broker import CACHE_ENV, KAFKA_VERSION
 
     kafka = sub.add_parser(
         "kafka", help="run a local single-node Kafka broker without Docker",

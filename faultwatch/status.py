@@ -10,10 +10,61 @@ from typing import Any
 from faultwatch.core.policy import Policy
 from faultwatch.core.state import JobState, thaw
 from faultwatch.core.windows import choose_window
+from faultwatch.errors import DecodeError
+from faultwatch.wire.tables import WORKER_KEY_PREFIX, decode_worker
 
 STATUS_S = 3.0  # how often a processor looks for snapshots to publish (streams/status_publish.py)
 MAX_RANKS_SHOWN = 64  # per snapshot: the quietest ranks first
 MAX_DECISIONS_SHOWN = 5
+
+
+WORKER_S = 15.0  # a processor worker's record (its rules) is refreshed this often ...
+STALE_S = 3 * WORKER_S  # ... and shown as stale (the worker may be gone) after this long
+
+
+def split_status(records: list[tuple[bytes | None, bytes | None]]
+                 ) -> tuple[list[bytes | None], dict[str, dict[str, Any]]]:
+    """(job snapshot values, latest worker record per worker) of status-topic records in
+    offset order; a worker's tombstone removes it."""
+    jobs: list[bytes | None] = []
+    workers: dict[str, dict[str, Any]] = {}
+    for key, value in records:
+        if key is not None and key.startswith(WORKER_KEY_PREFIX):
+            name = key[len(WORKER_KEY_PREFIX):].decode(errors="replace")
+            if value is None:
+                workers.pop(name, None)
+                continue
+            try:
+                workers[name] = decode_worker(value)
+            except DecodeError:
+                continue
+        else:
+            jobs.append(value)
+    return jobs, workers
+
+
+async def read_raw(bootstrap: str, topic: str) -> list[tuple[bytes | None, bytes | None]]:
+    """(key, value) of every record on a topic now, in offset order ([] if it is missing)."""
+    from faultwatch.kafka.reading import read_topic
+
+    out = []
+    async for msg, value in read_topic(bootstrap, topic, decoder=lambda v: v):
+        out.append((msg.key, value))
+    return out
+
+
+async def read_workers(bootstrap: str, status_topic: str) -> dict[str, dict[str, Any]]:
+    return split_status(await read_raw(bootstrap, status_topic))[1]
+
+
+async def read_pushed(bootstrap: str, rules_topic: str) -> bytes | None:
+    """The newest record of the pushed rule set (None: nothing pushed, or a tombstone)."""
+    latest: bytes | None = None
+    for key, value in await read_raw(bootstrap, rules_topic):
+        if key == b"ruleset":
+            latest = value
+    return latest
+
 
 
 def _age(now: float, ts: float | None) -> float | None:
@@ -79,7 +130,6 @@ async def read_status(bootstrap: str, topic: str, job: str | None = None
     compacted status topic, read to its end (worker records: streams/rules_status.py)."""
     from faultwatch import wire
     from faultwatch.errors import DecodeError
-    from faultwatch.streams.rules_status import read_raw, split_status
 
     jobs, workers = split_status(await read_raw(bootstrap, topic))
     latest: dict[str, dict[str, Any]] = {}
@@ -103,8 +153,6 @@ async def read_snapshots(bootstrap: str, topic: str, job: str | None = None
 def workers_table(workers: Iterable[Mapping[str, Any]], now: float) -> Any:
     """A rich Table: one row per processor worker and the rules it runs."""
     from rich.table import Table
-
-    from faultwatch.streams.rules_status import STALE_S
 
     t = Table(title="processor workers (faultwatch rules show: layers and sources)",
               title_justify="left")

@@ -83,20 +83,21 @@ def render(reg: Registry, now: float, as_json: bool) -> list[str]:
 
 
 def cmd_nodes(args: argparse.Namespace) -> int:
-    from faultwatch.nodes.store import BROKER_ERRORS, broker_error, load_registry
+    from faultwatch.kafka.errors import BROKER_ERRORS, broker_error
+    from faultwatch.nodes.store import load_registry
 
     bootstrap, topic = _topic(args)
     try:
         reg = asyncio.run(load_registry(bootstrap, topic))
     except BROKER_ERRORS as e:
-        raise broker_error(bootstrap, e) from None
+        raise broker_error(e, bootstrap, f"reading the node registry {topic}") from None
     for line in render(reg, time.time(), args.json):
         print(line)
     return 0
 
 
 def _change(args: argparse.Namespace, make: Any) -> int:
-    from faultwatch.kafka.admin import ensure_nodes_topic
+    from faultwatch.kafka.admin import ensure_compacted_topic
     from faultwatch.logs import log_event
     from faultwatch.nodes.store import load_registry, write_records
 
@@ -104,18 +105,18 @@ def _change(args: argparse.Namespace, make: Any) -> int:
     bootstrap, topic = _topic(args)
 
     async def main() -> NodeRecord:
-        await ensure_nodes_topic(bootstrap, topic)
+        await ensure_compacted_topic(bootstrap, topic)
         reg = await load_registry(bootstrap, topic)
         rec = make(reg.get(node), node, time.time())
         await write_records(bootstrap, topic, [rec])
         return rec
 
-    from faultwatch.nodes.store import BROKER_ERRORS, broker_error
+    from faultwatch.kafka.errors import BROKER_ERRORS, broker_error
 
     try:
         rec = asyncio.run(main())
     except BROKER_ERRORS as e:
-        raise broker_error(bootstrap, e) from None
+        raise broker_error(e, bootstrap, f"changing node {node} in {topic}") from None
     log_event(f"node_{args.nodes_command}", node=node, state=rec.state, until=rec.until,
               strikes=rec.strikes, decision=rec.reasons[-1].decision)
     print(orjson.dumps(node_json(rec)).decode())

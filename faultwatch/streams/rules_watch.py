@@ -14,9 +14,9 @@ from typing import Any
 
 import orjson
 
-from faultwatch import kafka_settings
 from faultwatch.core.policy import Policy
 from faultwatch.errors import BrokerError, FaultwatchError, RuleError
+from faultwatch.kafka import clients
 from faultwatch.logs import log_event
 from faultwatch.rules import Matcher, RuleSet
 from faultwatch.rules.layers import RulesInForce, build, from_ruleset
@@ -131,13 +131,10 @@ class RulesWatcher:
 
     # -- reading the topic ---------------------------------------------------------------
     async def _consumer(self) -> Any:
-        from aiokafka import AIOKafkaConsumer
-
-        consumer = AIOKafkaConsumer(bootstrap_servers=self.bootstrap, group_id=None,
+        consumer = clients.consumer(bootstrap_servers=self.bootstrap, group_id=None,
                                     enable_auto_commit=False, auto_offset_reset="earliest",
                                     fetch_max_bytes=MAX_RULESET_RECORD_BYTES * 2,
-                                    max_partition_fetch_bytes=MAX_RULESET_RECORD_BYTES,
-                                    **kafka_settings.client_kwargs())
+                                    max_partition_fetch_bytes=MAX_RULESET_RECORD_BYTES)
         await consumer.start()
         try:
             tps: list[Any] | None = None
