@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from faultwatch import kafka_local
 from faultwatch.errors import EXIT_RULES
+from faultwatch.kafka import broker as kafka_local
 from tests.conftest import wait_until
 from tests.e2e.cluster import processor
 from tests.integration.test_rules_push import (
