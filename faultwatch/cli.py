@@ -271,10 +271,14 @@ def cmd_rules_push(args: argparse.Namespace) -> int:
         return e.exit_code
     bootstrap = _need_bootstrap(args)
     topics = Topics(args.topic_prefix)
+    from faultwatch.trust.keys import load_signing_key
+
+    key = load_signing_key(args.signing_key_file)  # the operator's: processors verify it
     rs = asyncio.run(push(bootstrap, args.files, topics=topics, builtin=not args.no_builtin,
-                          timeout_s=args.timeout_s))
+                          timeout_s=args.timeout_s, signing_key=key))
     print(f"pushed rules version {rs.version} ({len(rs.rules)} rules, {len(args.files)} "
-          f"file(s)) to {topics.rules}")
+          f"file(s)) to {topics.rules}" + (f", signed by key {key.key_id}" if key else
+                                           ", unsigned"))
     return EXIT_OK
 
 
@@ -347,6 +351,10 @@ def _broker_errors(exc: OSError) -> BrokerError:
 def cmd_kafka_up(args: argparse.Namespace) -> int:
     from faultwatch.kafka import broker as kafka_local
 
+    if args.secure:
+        from faultwatch.kafka.cli import cmd_up_secure
+
+        return cmd_up_secure(args)
     try:
         print(kafka_local.up(args.port, args.data_dir, args.controller_port), flush=True)
     except OSError as e:
@@ -381,6 +389,12 @@ def cmd_kafka_status(args: argparse.Namespace) -> int:
     else:
         print(f"not running (data dir {info['data_dir']})")
     return EXIT_OK
+
+
+def cmd_kafka_acls(args: argparse.Namespace) -> int:
+    from faultwatch.kafka.cli import cmd_acls
+
+    return cmd_acls(args, _need_bootstrap)
 
 
 def cmd_kafka_fetch(args: argparse.Namespace) -> int:
@@ -479,6 +493,10 @@ def _add_agent(sub: Any) -> None:
     p.add_argument("--term-grace-s", type=float, default=10.0,
                    help="SIGTERM to SIGKILL escalation when stopping the child")
     p.add_argument("--max-line-bytes", type=int, default=65536)
+    p.add_argument("--node-key-file", type=Path, default=None,
+                   help="this node's Ed25519 key (`faultwatch keys generate --node NODE`): "
+                        "signs what the agent sends, so no other node can speak for this one "
+                        "(default $FAULTWATCH_NODE_KEY_FILE; never passed to the child)")
     p.add_argument("--follow-decisions", action=argparse.BooleanOptionalAction,
                    default=None,
                    help="act on <prefix>decisions for the job: restart the child on `restart`, "
@@ -550,6 +568,18 @@ def _add_kafka(sub: Any) -> None:
                        help="broker data directory (default ~/.cache/faultwatch/broker-PORT)")
     start.add_argument("--controller-port", type=int, default=None,
                        help="KRaft controller port (default: previous one, else a free one)")
+    start.add_argument("--secure", action="store_true",
+                       help="no unauthenticated listener: SASL_SSL (SCRAM-SHA-512) on --port, "
+                            "ACLs, one principal per role; writes DATA_DIR/clients/<role>.yaml")
+    start.add_argument("--partitions", type=int, default=None,
+                       help="with --secure: partitions of the topics it creates")
+    from faultwatch.kafka.cli import add_acls_flags, add_scope_flags
+
+    add_scope_flags(start, prefix=True)
+    acl = actions.add_parser("acls", help="print (--apply: create) the role ACLs of a prefix")
+    _add_kafka_flags(acl)
+    add_acls_flags(acl)
+    acl.set_defaults(func=cmd_kafka_acls)
     show.add_argument("--json", action="store_true", help="print JSON")
     fetch = actions.add_parser("fetch", help="resolve the broker jars from Maven Central (once)")
     start.set_defaults(func=cmd_kafka_up)
@@ -579,7 +609,11 @@ def _add_rules(sub: Any) -> None:
     _add_kafka_flags(p)
     p.add_argument("files", nargs="+", metavar="FILE")
     p.add_argument("--no-builtin", action="store_true",
-                   help="the files replace the built-in rule set instead of extending it")
+                   help="the files replace the built-in rule set instead of extending it "
+                        "(honoured only from a signed push)")
+    p.add_argument("--signing-key-file", type=Path, default=None,
+                   help="operator's Ed25519 key that signs the rule set (default "
+                        "$FAULTWATCH_SIGNING_KEY_FILE; see `faultwatch keys`)")
     p.add_argument("--timeout-s", type=float, default=30.0, help="Kafka timeout (seconds)")
     p.set_defaults(func=cmd_rules_push)
     p = rsub.add_parser("show", help="the rules in force per processor worker (version, "
@@ -687,9 +721,11 @@ def build_parser() -> argparse.ArgumentParser:
     _add_kafka(sub)
     from faultwatch.actuate import cli as actuate_cli
     from faultwatch.nodes import cli as nodes_cli
+    from faultwatch.trust import cli as keys_cli
 
     nodes_cli.register(sub)
     actuate_cli.register(sub)
+    keys_cli.register(sub)
     return parser
 
 

@@ -84,7 +84,9 @@ async def ask(bootstrap: str, topics: Any, job: str, timeout_s: float = ANSWER_T
         for tp in tps:  # fix the positions before the request goes out
             await consumer.position(tp)
         dec = request(snap, time.time())
-        value = signing.encode(wire.decision_to_dict(dec), signing.load_keyring())
+        from faultwatch.trust.decisions import decision_signer
+
+        value = signing.encode(wire.decision_to_dict(dec), decision_signer())
         await producer.send_and_wait(topics.decisions, value, key=wire.job_key(job))
         log(f"asked {len(alive)} node(s) of {job} (attempt {dec.attempt}) for stacks "
             f"and Flight Recorder dumps: request {dec.id}")

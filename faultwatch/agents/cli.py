@@ -61,4 +61,5 @@ def config_from_args(args: argparse.Namespace) -> AgentConfig:
         wait_for_nodes_timeout_s=args.wait_for_nodes_timeout_s, bootcheck=args.bootcheck,
         bootcheck_abort=args.bootcheck_abort, run_id=getattr(args, "run_id", None),
         labels=tuple(getattr(args, "label", None) or ()),
-        metrics_port=getattr(args, "metrics_port", None), **bootcheck_kw(args))
+        metrics_port=getattr(args, "metrics_port", None),
+        node_key_file=getattr(args, "node_key_file", None), **bootcheck_kw(args))

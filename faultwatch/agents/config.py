@@ -128,6 +128,7 @@ class AgentConfig:
     scheduler: dict[str, object] = field(default_factory=dict)
     labels: tuple[str, ...] = ()  # --label k=v, as given
     metrics_port: int | None = None  # serve Prometheus /metrics on this port
+    node_key_file: Path | None = None  # the node's Ed25519 key (else $FAULTWATCH_NODE_KEY_FILE)
 
     def __post_init__(self) -> None:
         check_name("job", self.job)

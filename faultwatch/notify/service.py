@@ -7,6 +7,7 @@ import contextlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from faultwatch import wire
@@ -15,6 +16,7 @@ from faultwatch.kafka import clients
 from faultwatch.kafka.errors import diagnose
 from faultwatch.notify.grouping import Grouper, GroupingPolicy, Notification
 from faultwatch.notify.sender import Receiver, RetryPolicy, deliver
+from faultwatch.trust.replay import ReplayGuard
 from faultwatch.wire.signing import DecisionGate
 
 Log = Callable[..., None]
@@ -29,6 +31,8 @@ class NotifierConfig:
     policy: GroupingPolicy = field(default_factory=GroupingPolicy)
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     from_beginning: bool = False
+    max_decision_age_s: float = 600.0
+    replay_state: Path | None = None  # ids of decisions taken (the replay rule across restarts)
 
 
 class Notifier:
@@ -41,6 +45,7 @@ class Notifier:
                  clock: Callable[[], float] = time.time):
         self.cfg, self.gate, self.log, self.clock = cfg, gate, log, clock
         self.grouper = Grouper(cfg.policy)
+        self.replay = ReplayGuard("decision", cfg.max_decision_age_s, cfg.replay_state, log)
         self._where: dict[str, tuple[Any, int]] = {}  # decision id -> (tp, offset)
         self._inflight: dict[str, int] = {}  # decision id -> deliveries still running
         self._tasks: set[asyncio.Task[None]] = set()
@@ -63,6 +68,14 @@ class Notifier:
         except DecodeError as e:
             self.log("undecodable_decision", topic=tp.topic, partition=tp.partition,
                      offset=offset, error=str(e))
+            return
+        where = f"{tp.topic}[{tp.partition}]@{offset}"
+        why = self.replay.check(str(raw["id"]), float(raw["ts"]), self.clock(), where)
+        if why is not None:
+            self.log("decision_refused", reason=why, id=raw["id"], job=raw["job"],
+                     action=raw["action"], age_s=round(self.clock() - float(raw["ts"]), 1),
+                     max_age_s=self.replay.max_age_s, topic=tp.topic, partition=tp.partition,
+                     offset=offset)
             return
         if self.grouper.add(raw, self.clock()):
             self._where[str(raw.get("id", ""))] = (tp, offset)

@@ -175,13 +175,15 @@ def check(paths: Sequence[str | Path], *, builtin: bool = True) -> list[RuleProb
     return build([*([builtin_layer()] if builtin else []), files_layer(paths)])[1]
 
 
-def from_ruleset(ruleset: RuleSet, flags: Mapping[str, Any] | None = None) -> RulesInForce:
+def from_ruleset(ruleset: RuleSet, flags: Mapping[str, Any] | None = None,
+                 layer: str = "files") -> RulesInForce:
     """A RulesInForce of an already merged rule set (callers that built one themselves,
-    e.g. benches and tests): one files layer holding it, provenance as merged."""
+    e.g. benches and tests): one layer holding it (`files`, or `builtin` where a pushed
+    `builtin: false` may drop it), provenance as merged."""
     res = FileResult("<startup>", rules=[dataclasses.replace(r, override=None)
                                          for r in ruleset.rules], policy=dict(ruleset.policy),
-                     exceptions=dict(ruleset.exceptions), layer="files")
-    rif, problems = build([Layer("files", (res,))], flags)
+                     exceptions=dict(ruleset.exceptions), layer=layer)
+    rif, problems = build([Layer(layer, (res,))], flags)
     if rif is None:
         raise RuleError(problems)
     return RulesInForce(ruleset, rif.policy, rif.layers, rif.flags)

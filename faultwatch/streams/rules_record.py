@@ -96,13 +96,16 @@ def layer_of_record(value: bytes, where: str = "") -> tuple[Layer, bool, dict[st
     return layer, d.get("builtin", True) is not False, d
 
 
-def ruleset_of_record(value: bytes) -> tuple[RuleSet, dict[str, Any]]:
+def ruleset_of_record(value: bytes, signed: bool = False) -> tuple[RuleSet, dict[str, Any]]:
     """(rule set, decoded record) of a rules-topic record on its own (built-in + pushed).
+    `builtin: false` (drop the built-in rules) is honoured only from a record whose operator
+    signature was verified (`signed`); from an unsigned record the built-in rules stay.
 
     Raises DecodeError for a record that is not a rule set and RuleError (problems named by
     the pushed files' names) for a rule set that does not validate.
     """
     layer, keep_builtin, d = layer_of_record(value)
+    keep_builtin = keep_builtin or not signed
     rif, problems = build([*([builtin_layer()] if keep_builtin else []), layer])
     if rif is None:
         raise RuleError(problems)

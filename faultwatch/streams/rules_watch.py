@@ -20,6 +20,7 @@ from faultwatch.kafka import clients
 from faultwatch.logs import log_event
 from faultwatch.rules import Matcher, RuleSet
 from faultwatch.rules.layers import RulesInForce, build, from_ruleset
+from faultwatch.streams.broker_calm import RETRY_BACKOFF_MS
 from faultwatch.streams.records import LiveRules
 from faultwatch.streams.rules_record import layer_of_record
 from faultwatch.wire import MAX_RULESET_RECORD_BYTES
@@ -65,10 +66,19 @@ class RulesWatcher:
     """Follows the rules topic and swaps a worker's rules: each valid pushed set becomes the
     `pushed` layer over the layers the worker started with (rules/layers.py)."""
 
-    def __init__(self, bootstrap: str, topic: str, live: LiveRules, base: RulesInForce,
-                 log: Callable[..., None] = log_event) -> None:
+    def __init__(self, bootstrap: str, topic: str, live: LiveRules,
+                 base: RulesInForce | RuleSet, overrides: dict[str, Any] | None = None,
+                 log: Callable[..., None] = log_event, gate: Any = None) -> None:
+        from faultwatch.trust.keys import load_trust
+        from faultwatch.trust.records import RULES, RecordGate, verifier_for
+
         self.bootstrap, self.topic = bootstrap, topic
+        # rule sets are an operator's: with $FAULTWATCH_TRUST_FILE unsigned (tombstones
+        # too), forged and non-operator records are refused
+        self.gate = gate or RecordGate("rules", verifier_for(RULES, load_trust()), log)
         self.live = live
+        if isinstance(base, RuleSet):  # a merged set (and its flags): as the built-in layer
+            base = from_ruleset(base, overrides or {}, layer="builtin")
         self.base = base
         self.rules = base
         self.next_offsets: dict[int, int] = {}
@@ -84,12 +94,17 @@ class RulesWatcher:
 
     # -- applying records (synchronous: matcher, policy and version change together) --------
     def apply(self, value: bytes | None, where: str = "") -> bool:
-        """Swap to the base layers plus the set in `value` if valid (None: the base alone)."""
+        """Swap to the base layers plus the set in `value` if valid and signed (None, a
+        tombstone, removes the pushed layer when nothing is verified)."""
+        if not self.gate.admit_value(value, at=where or None, kept=self.live.rules_version):
+            return False
         if value is None:
             self._swap(self.base, Matcher(self.base.ruleset), where)
             return True
         try:
             layer, keep_builtin, rec = layer_of_record(value, where)
+            # `builtin: false` is honoured only from a verified operator signature
+            keep_builtin = keep_builtin or not self.gate.verifying
             base = [la for la in self.base.layers if keep_builtin or la.name != "builtin"]
             rules, problems = build([*base, layer], self.base.flags)
             if rules is None:
@@ -134,7 +149,8 @@ class RulesWatcher:
         consumer = clients.consumer(bootstrap_servers=self.bootstrap, group_id=None,
                                     enable_auto_commit=False, auto_offset_reset="earliest",
                                     fetch_max_bytes=MAX_RULESET_RECORD_BYTES * 2,
-                                    max_partition_fetch_bytes=MAX_RULESET_RECORD_BYTES)
+                                    max_partition_fetch_bytes=MAX_RULESET_RECORD_BYTES,
+                                    retry_backoff_ms=RETRY_BACKOFF_MS)
         await consumer.start()
         try:
             tps: list[Any] | None = None

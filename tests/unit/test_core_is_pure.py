@@ -225,7 +225,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("faultwatch.streams", "faultwatch.actuate"),
     ("faultwatch.agents", "faultwatch.notify", "faultwatch.nodes", "faultwatch.integrations",
      "faultwatch.status", "faultwatch.diagnosis_request"),
-    ("faultwatch.kafka",),
+    ("faultwatch.kafka", "faultwatch.trust"),
     ("faultwatch.wire", "faultwatch.rules", "faultwatch.matching"),
     ("faultwatch.logs", "faultwatch.eventlog", "faultwatch.render"),
     ("faultwatch.core",),
