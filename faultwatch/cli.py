@@ -137,16 +137,15 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def cmd_process(args: argparse.Namespace) -> int:
     _require_extra("processor", "process", "faust")  # the node side installs without Faust
-    from faultwatch.embedded import policy_for
     from faultwatch.logs import set_component
-    from faultwatch.rules import load_ruleset
+    from faultwatch.rules import layers
     from faultwatch.streams.faust_app import ProcessorConfig
     from faultwatch.streams.worker import run_worker
 
     set_component("process")
-    ruleset = load_ruleset(args.rules or ())
-    cfg = ProcessorConfig(bootstrap=_need_bootstrap(args), ruleset=ruleset,
-                          policy=policy_for(ruleset, _policy_overrides(args)),
+    rules = layers.load(args.rules or (), flags=_policy_overrides(args))
+    cfg = ProcessorConfig(bootstrap=_need_bootstrap(args), ruleset=rules.ruleset,
+                          policy=rules.policy, rules=rules,
                           topics=Topics(args.topic_prefix), partitions=args.partitions,
                           app_id=args.app_id or "", policy_overrides=_policy_overrides(args),
                           metrics_port=args.metrics_port,
@@ -223,9 +222,9 @@ def cmd_logs(args: argparse.Namespace) -> int:
 
 
 def cmd_rules_check(args: argparse.Namespace) -> int:
-    from faultwatch.rules import check_files
+    from faultwatch.rules import layers
 
-    problems = check_files(args.files)
+    problems = layers.check(args.files)
     for p in problems:
         print(p, file=sys.stderr)
     if not problems:
@@ -234,11 +233,11 @@ def cmd_rules_check(args: argparse.Namespace) -> int:
 
 
 def cmd_rules_test(args: argparse.Namespace) -> int:
-    from faultwatch.rules import check_files, load_ruleset, run_rule_tests
+    from faultwatch.rules import layers, run_rule_tests
 
-    problems = check_files(args.files)
+    problems = layers.check(args.files)
     if not problems:
-        ruleset = load_ruleset(args.files, builtin=not args.no_builtin)
+        ruleset = layers.load(args.files, builtin=not args.no_builtin).ruleset
         problems = run_rule_tests(ruleset)
     for p in problems:
         print(p, file=sys.stderr)
@@ -248,9 +247,9 @@ def cmd_rules_test(args: argparse.Namespace) -> int:
 
 
 def cmd_rules_classify(args: argparse.Namespace) -> int:
-    from faultwatch.rules import classify, load_ruleset
+    from faultwatch.rules import classify, layers
 
-    ruleset = load_ruleset(args.rules or ())
+    ruleset = layers.load(args.rules or ()).ruleset
     if args.logfile in (None, "-"):
         text = sys.stdin.buffer.read().decode("utf-8", errors="replace")
     else:
@@ -282,6 +281,30 @@ def cmd_rules_push(args: argparse.Namespace) -> int:
           f"file(s)) to {topics.rules}" + (f", signed by key {key.key_id}" if key else
                                            ", unsigned"))
     return EXIT_OK
+
+
+def _rules_local(args: argparse.Namespace) -> bool:
+    """`rules show`/`diff` read the local set (embedded mode) when given --rules or --local,
+    or when no bootstrap is known; else the processors' (cluster mode)."""
+    return bool(args.local or args.rules or not args.bootstrap)
+
+
+def cmd_rules_show(args: argparse.Namespace) -> int:
+    from faultwatch.streams import rules_show
+
+    if _rules_local(args):
+        return rules_show.show_local(args.rules or (), rule_id=args.rule, as_json=args.json)
+    return rules_show.show_cluster(args.bootstrap, Topics(args.topic_prefix), rule_id=args.rule,
+                                   as_json=args.json)
+
+
+def cmd_rules_diff(args: argparse.Namespace) -> int:
+    from faultwatch.streams import rules_show
+
+    return rules_show.diff_main(args.files, current=args.rules,
+                                bootstrap=None if _rules_local(args) else args.bootstrap,
+                                topics=Topics(args.topic_prefix), as_json=args.json,
+                                exit_code=args.exit_code)
 
 
 def cmd_notify(args: argparse.Namespace) -> int:
@@ -571,7 +594,7 @@ def _add_kafka(sub: Any) -> None:
 
 
 def _add_rules(sub: Any) -> None:
-    rules = sub.add_parser("rules", help="check, test, try and push rule files")
+    rules = sub.add_parser("rules", help="check, test, try, push, show and diff rule files")
     rsub = rules.add_subparsers(dest="rules_command", required=True, metavar="SUBCOMMAND",
                                 parser_class=_Parser)
     p = rsub.add_parser("check", help="validate rule files: path:line: message, all at once")
@@ -598,6 +621,27 @@ def _add_rules(sub: Any) -> None:
                         "$FAULTWATCH_SIGNING_KEY_FILE; see `faultwatch keys`)")
     p.add_argument("--timeout-s", type=float, default=30.0, help="Kafka timeout (seconds)")
     p.set_defaults(func=cmd_rules_push)
+    p = rsub.add_parser("show", help="the rules in force per processor worker (version, "
+                                     "layers, files, push), or the local set with --rules")
+    _add_kafka_flags(p)
+    _add_rules_flag(p)
+    p.add_argument("--local", action="store_true",
+                   help="the local set (embedded mode), even with a bootstrap known")
+    p.add_argument("--rule", metavar="ID", help="why this rule is what it is: every layer and "
+                                                "file that defined it, the one in force last")
+    p.add_argument("--json", action="store_true", help="one JSON object per worker")
+    p.set_defaults(func=cmd_rules_show)
+    p = rsub.add_parser("diff", help="what rule files change against what runs: the pushed "
+                                     "set (a pending push), or the local --rules files")
+    _add_kafka_flags(p)
+    _add_rules_flag(p)
+    p.add_argument("files", nargs="+", metavar="FILE")
+    p.add_argument("--local", action="store_true",
+                   help="against the local set (built-in + --rules files), not the pushed one")
+    p.add_argument("--json", action="store_true", help="the diff as one JSON object")
+    p.add_argument("--exit-code", action="store_true",
+                   help="exit 1 when the sets differ (like git diff --exit-code)")
+    p.set_defaults(func=cmd_rules_diff)
 
 
 def build_parser() -> argparse.ArgumentParser:

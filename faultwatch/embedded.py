@@ -19,7 +19,7 @@ from faultwatch.core.events import Decision
 from faultwatch.core.policy import Policy
 from faultwatch.logs import log_event
 from faultwatch.render import render_decision
-from faultwatch.rules import Matcher, RuleSet, load_ruleset
+from faultwatch.rules import Matcher, RuleSet, layers
 from faultwatch.wire import decision_to_dict
 
 HEARTBEAT_S = 0.5  # in-process heartbeats and ticks are cheap; they bound hang latency
@@ -42,33 +42,54 @@ class EmbeddedConfig:
 
 
 class _Rules:
-    """The rule files behind embedded mode: re-read when one of them changes; an invalid
-    edit is refused (the last good set stays in effect), a valid one goes to `apply`."""
+    """The rule files behind embedded mode: the layers built-in + files (+ flags), built by
+    rules.layers like a processor's, re-built when one of the files changes; an invalid
+    edit is refused (the last good set stays in effect), a valid one goes to `apply`.
 
-    def __init__(self, paths: Sequence[str], apply: Callable[[RuleSet], None]) -> None:
+    The files are stat'ed BEFORE they are read: an edit made while the set is read and
+    compiled (seconds at start) differs from that stat and is applied at the first tick
+    (stat'ing after the compile lost such edits)."""
+
+    def __init__(self, paths: Sequence[str], flags: dict[str, Any]) -> None:
         self.paths = list(paths)
-        self._apply = apply
-        self._mtimes = self._stat()
+        self.flags = dict(flags)
+        self.apply: Callable[[layers.RulesInForce], object] = lambda rules: None
+        self._stats = self._stat()  # before the read: see the class docstring
+        self.rules = layers.load(self.paths, flags=self.flags)
 
-    def _stat(self) -> tuple[float, ...]:
-        return tuple(Path(p).stat().st_mtime if Path(p).exists() else 0.0 for p in self.paths)
+    def _stat(self) -> tuple[tuple[int, int, int], ...]:
+        out = []
+        for p in self.paths:
+            try:
+                st = Path(p).stat()
+                out.append((st.st_mtime_ns, st.st_size, st.st_ino))
+            except OSError:
+                out.append((0, 0, 0))
+        return tuple(out)
 
     def maybe_reload(self) -> None:
-        mtimes = self._stat()
-        if mtimes == self._mtimes:
+        stats = self._stat()
+        if stats == self._stats:
             return
-        self._mtimes = mtimes
-        try:
-            rs = load_ruleset(self.paths)
-        except Exception as e:  # noqa: BLE001 - keep the last good rule set, say why
-            log_event("rules_reload_rejected", errors=str(e).replace("\n", " | "))
+        self._stats = stats
+        rules, problems = layers.build([layers.builtin_layer(), layers.files_layer(self.paths)],
+                                       self.flags)
+        if rules is None:  # keep the last good rule set, say why
+            log_event("rules_reload_rejected", kept=self.rules.version, count=len(problems),
+                      errors=" | ".join(str(p) for p in problems))
             return
-        self._apply(rs)
-        log_event("rules_reloaded", version=rs.version)
+        if rules.version == self.rules.version:
+            return  # touched or rewritten alike: nothing changes
+        previous = self.rules.version
+        self.apply(rules)
+        self.rules = rules
+        log_event("rules_reloaded", version=rules.version, previous=previous,
+                  files=",".join(self.paths))
 
 
 def policy_for(ruleset: RuleSet, overrides: dict[str, Any]) -> Policy:
-    """Policy defaults, then the rule files' `policy:` sections, then flags."""
+    """Policy defaults, then the rule files' `policy:` sections, then flags (what
+    rules.layers.build does; kept for callers holding a merged rule set)."""
     return Policy().with_overrides(dict(ruleset.policy)).with_overrides(overrides)
 
 
@@ -90,16 +111,13 @@ def transport_for(cfg: EmbeddedConfig, out: TextIO = sys.stderr) -> LocalTranspo
     LocalTransport; changed rule files swap the pipeline's rules as a rules push does."""
     from faultwatch.streams.local import LocalPipeline
 
-    ruleset = load_ruleset(cfg.rule_paths)
-    pipeline = LocalPipeline(ruleset, policy_for(ruleset, cfg.policy_overrides))
-
-    def apply(rs: RuleSet) -> None:
-        live = pipeline.live
-        live.matcher = Matcher(rs)
-        live.policy = policy_for(rs, cfg.policy_overrides)
-        live.rules_version = rs.version
-
-    rules = _Rules(cfg.rule_paths, apply)
+    rules = _Rules(cfg.rule_paths, cfg.policy_overrides)
+    pipeline = LocalPipeline(rules.rules.ruleset, rules.rules.policy)
+    pipeline.live.rules = rules.rules
+    rules.apply = lambda new: pipeline.live.swap(new, Matcher(new.ruleset))
+    log_event("rules_loaded", version=rules.rules.version, rules=len(rules.rules.ruleset.rules),
+              source=rules.rules.source, layers="+".join(la.name for la in rules.rules.layers),
+              files=",".join(cfg.rule_paths) or None)
     return LocalTransport(pipeline, cfg.job, publisher(out, cfg.decisions_out), time.time,
                           tick_s=HEARTBEAT_S,
                           on_tick=rules.maybe_reload if cfg.reload_rules else None)

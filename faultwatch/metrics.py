@@ -151,6 +151,12 @@ class ProcessorMetrics:
     def set_lag(self, topic: str, partition: int, lag: int) -> None:
         self.lag.labels(topic, str(partition)).set(max(0, lag))
 
+    def watch_rules(self, info: Callable[[], Mapping[str, str]],
+                    rejected: Callable[[], int]) -> None:
+        """Expose the rules in force, read at every scrape: `faultwatch_rules_info` (1, with
+        labels version, source = the top layer, layers, push_id) and the refused pushes."""
+        self.registry.register(_RulesCollector(info, rejected))
+
     def watch(self, counters: Any) -> None:
         """Expose the stages' counters (attributes lines, signals, dead_letters,
         logs_event_lag_s of `counters`), read at every scrape."""
@@ -214,6 +220,25 @@ class RefusalCollector:
         for (what, reason), n in sorted(REFUSALS.items()):
             fam.add_metric([what, reason], float(n))
         yield fam
+
+    def describe(self) -> Iterator[Any]:
+        return iter(())
+
+
+class _RulesCollector:
+    def __init__(self, info: Callable[[], Mapping[str, str]], rejected: Callable[[], int]):
+        self._info, self._rejected = info, rejected
+
+    def collect(self) -> Iterator[Any]:
+        info = self._info()
+        names = sorted(info)
+        fam = GaugeMetricFamily("faultwatch_rules_info", "The rule set this worker runs "
+                                "(version, top layer, layers, push id)", labels=names)
+        fam.add_metric([str(info[k]) for k in names], 1.0)
+        yield fam
+        rej = CounterMetricFamily("faultwatch_rules_rejected", "Pushed rule sets refused")
+        rej.add_metric([], float(self._rejected()))
+        yield rej
 
     def describe(self) -> Iterator[Any]:
         return iter(())

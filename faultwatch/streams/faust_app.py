@@ -37,10 +37,18 @@ from faultwatch.streams.job_stage import CAUGHT_UP_S, MAX_JOBS, TICK_S, JobStage
 from faultwatch.streams.matcher_stage import MatcherStage
 from faultwatch.streams.metrics import Metrics
 from faultwatch.streams.records import InRecord, LiveRules
-from faultwatch.streams.rules_watch import RulesWatcher, cli_overrides
+from faultwatch.streams.rules_status import WORKER_S, info_labels, worker_id, worker_record
+from faultwatch.streams.rules_watch import RulesWatcher, base_rules
 from faultwatch.streams.status_publish import StatusPublisher
 from faultwatch.streams.stopping import StopGate
-from faultwatch.wire import SCHEMA_VERSION, decision_to_dict, encode_tick, job_key, signing
+from faultwatch.wire import (
+    SCHEMA_VERSION,
+    decision_to_dict,
+    encode_tick,
+    job_key,
+    signing,
+    worker_key,
+)
 from faultwatch.wire.topics import DEFAULT_PARTITIONS, Topics
 
 REPORT_S = 10.0  # processor metrics interval
@@ -49,6 +57,7 @@ BATCH_WITHIN_S = 0.05  # ... or whatever arrived within this long
 RETRY_FIRST_S, RETRY_MAX_S = 0.5, 30.0  # backoff of a batch whose outputs were not delivered
 
 Send = Callable[[], Awaitable[Any]]  # starts one send; its result is awaited for delivery
+
 
 
 @dataclass
@@ -64,6 +73,9 @@ class ProcessorConfig:
     session_timeout_s: float = field(
         default_factory=lambda: float(os.environ.get("FAULTWATCH_SESSION_TIMEOUT_S", "10")))
     policy_overrides: dict[str, Any] = field(default_factory=dict)  # flags, kept on push
+    # the layers `ruleset`/`policy` were built from (rules.layers.RulesInForce; cli builds
+    # it): a push adds its layer on top of them. None: one layer holding `ruleset`
+    rules: Any = None
     metrics_port: int | None = None  # serve Prometheus /metrics on this port
     # active jobs per worker; a new job beyond it is refused (docs/operating.md)
     max_jobs: int = field(
@@ -87,6 +99,8 @@ class Processor:
     watcher: RulesWatcher
     gate: StopGate
     metrics: Metrics
+    # removes this worker's record from the status topic (a clean stop)
+    forget_worker: Callable[[], Awaitable[Any]] | None = None
     assigned_once: bool = False  # the worker got partitions at least once (startup done)
 
     def flush_states(self) -> int:
@@ -221,8 +235,8 @@ def build_processor(cfg: ProcessorConfig, live: LiveRules | None = None,
     if live is None:
         live = LiveRules(Matcher(cfg.ruleset), cfg.policy, cfg.ruleset.version)
     if watcher is None:
-        overrides = cfg.policy_overrides or cli_overrides(cfg.ruleset, cfg.policy)
-        watcher = RulesWatcher(cfg.bootstrap, topics.rules, live, cfg.ruleset, overrides)
+        watcher = RulesWatcher(cfg.bootstrap, topics.rules, live, base_rules(
+            cfg.ruleset, cfg.policy, cfg.rules, cfg.policy_overrides))
     dead: list[Send] = []  # dead letters of the batch in progress
 
     def dead_letter(rec: InRecord, err: Exception) -> None:
@@ -370,12 +384,34 @@ def build_processor(cfg: ProcessorConfig, live: LiveRules | None = None,
 
     status_t = app.topic(topics.status, key_type=bytes, value_type=bytes)
     statuses = StatusPublisher()
+    worker, started_at = worker_id(), time.time()
+    published: list[Any] = [None, 0.0]  # (rules version, refusals) last published, when
+    prom.watch_rules(lambda: info_labels(watcher.rules), lambda: watcher.rejected)
+
+    async def publish_worker(now: float) -> None:
+        """This worker's record (the rules it runs, their layers and sources) for `rules
+        show` and `status`: when they change, else every WORKER_S."""
+        state = (live.rules_version, watcher.rejected)
+        if state == published[0] and now - published[1] < WORKER_S:
+            return
+        await status_t.send(key=worker_key(worker), value=worker_record(
+            worker, cfg.group, watcher.rules, now, started_at, watcher.rejected,
+            watcher.last_rejected))
+        published[:] = [state, now]
+
+    async def forget_worker() -> None:
+        await status_t.send(key=worker_key(worker), value=None)
+
+    proc.forget_worker = forget_worker
 
     @app.timer(interval=STATUS_S)
     async def publish_status() -> None:
         """Snapshots of this worker's jobs for `faultwatch status` (what changed, and a
-        bounded refresh of the rest: streams/status_publish.py)."""
-        if app.rebalancing or gate.stopping:
+        bounded refresh of the rest: streams/status_publish.py), and the worker's record."""
+        if gate.stopping:
+            return
+        await publish_worker(time.time())
+        if app.rebalancing:
             return
         for key, value in statuses.due(list(jobs.parts.values()), time.time(), live.policy):
             await status_t.send(key=key, value=value)

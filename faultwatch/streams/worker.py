@@ -95,6 +95,10 @@ class ProcessorWorker(Worker):
         async def write_states() -> None:
             self.proc.flush_states()
 
+        async def forget_worker() -> None:  # `rules show` / `status` stop listing us
+            if self.proc.forget_worker is not None:
+                await self.proc.forget_worker()
+
         async def deliver() -> None:
             await app.producer.flush()
 
@@ -105,7 +109,8 @@ class ProcessorWorker(Worker):
             await faust_compat.leave_group(app)
 
         return [("stop_consuming", stop_consuming), ("finish_batches", gate.close),
-                ("write_states", write_states), ("deliver", deliver), ("commit", commit),
+                ("write_states", write_states), ("forget_worker", forget_worker),
+                ("deliver", deliver), ("commit", commit),
                 ("leave_group", leave_group)]
 
     async def _stop(self) -> None:
@@ -167,12 +172,12 @@ def run_worker(cfg: ProcessorConfig, *, stop_timeout_s: float = DEFAULT_STOP_TIM
     stop signal (exits the process)."""
     from faultwatch.kafka.admin import ensure_topics
     from faultwatch.rules import Matcher
-    from faultwatch.streams.rules_watch import RulesWatcher, cli_overrides
+    from faultwatch.streams.rules_watch import RulesWatcher, base_rules
 
     exit_on_early_signal()
     live = LiveRules(Matcher(cfg.ruleset), cfg.policy, cfg.ruleset.version)
-    overrides = cfg.policy_overrides or cli_overrides(cfg.ruleset, cfg.policy)
-    watcher = RulesWatcher(cfg.bootstrap, cfg.topics.rules, live, cfg.ruleset, overrides)
+    watcher = RulesWatcher(cfg.bootstrap, cfg.topics.rules, live, base_rules(
+        cfg.ruleset, cfg.policy, cfg.rules, cfg.policy_overrides))
 
     async def prepare() -> None:
         await ensure_topics(cfg.bootstrap, cfg.topics, cfg.partitions)
@@ -187,7 +192,8 @@ def run_worker(cfg: ProcessorConfig, *, stop_timeout_s: float = DEFAULT_STOP_TIM
     asyncio.set_event_loop(asyncio.new_event_loop())
     proc = build_processor(cfg, live=live, watcher=watcher)
     log_event("processor_starting", bootstrap=cfg.bootstrap, group=cfg.group,
-              rules_version=live.rules_version, rules=len(cfg.ruleset.rules),
+              rules_version=live.rules_version, rules=len(watcher.ruleset.rules),
+              rules_source=watcher.rules.source,
               hang_window_s=live.policy.hang_window_s, settle_s=live.policy.settle_s)
     worker = ProcessorWorker(proc, stop_timeout_s=stop_timeout_s, loglevel=loglevel,
                              quiet=True)
