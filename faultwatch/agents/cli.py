@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from pathlib import Path
 from typing import Any
 
 from faultwatch.agents.config import AgentConfig
@@ -61,4 +62,11 @@ def config_from_args(args: argparse.Namespace) -> AgentConfig:
         wait_for_nodes_timeout_s=args.wait_for_nodes_timeout_s, bootcheck=args.bootcheck,
         bootcheck_abort=args.bootcheck_abort, run_id=getattr(args, "run_id", None),
         labels=tuple(getattr(args, "label", None) or ()),
-        metrics_port=getattr(args, "metrics_port", None), **bootcheck_kw(args))
+        metrics_port=getattr(args, "metrics_port", None),
+        verdict_out=_path(getattr(args, "verdict_out", None)),
+        decisions_out=_path(getattr(args, "decisions_out", None)),
+        on_restart=getattr(args, "on_restart", None) or "relaunch", **bootcheck_kw(args))
+
+
+def _path(v: str | None) -> Path | None:
+    return Path(v) if v else None

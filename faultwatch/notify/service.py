@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from faultwatch import kafka_settings, wire
+from faultwatch.core.diagnosis import is_probe
 from faultwatch.errors import DecodeError
 from faultwatch.notify.grouping import Grouper, GroupingPolicy, Notification
 from faultwatch.notify.sender import Receiver, RetryPolicy, deliver
@@ -59,11 +60,14 @@ class Notifier:
                                       offset=offset):
             return
         try:
-            raw = wire.decision_to_dict(wire.decode_decision(value))
+            dec = wire.decode_decision(value)
         except DecodeError as e:
             self.log("undecodable_decision", topic=tp.topic, partition=tp.partition,
                      offset=offset, error=str(e))
             return
+        if is_probe(dec):  # an older processor's probe: machinery, the hang's message has it
+            return
+        raw = wire.decision_to_dict(dec)
         if self.grouper.add(raw, self.clock()):
             self._where[str(raw.get("id", ""))] = (tp, offset)
 

@@ -15,6 +15,7 @@ import faust
 import orjson
 
 from faultwatch import kafka_settings, signing
+from faultwatch.core.diagnosis import is_probe
 from faultwatch.core.events import Decision
 from faultwatch.core.policy import Policy
 from faultwatch.errors import DecodeError
@@ -65,6 +66,9 @@ class ProcessorConfig:
         default_factory=lambda: float(os.environ.get("FAULTWATCH_SESSION_TIMEOUT_S", "10")))
     policy_overrides: dict[str, Any] = field(default_factory=dict)  # flags, kept on push
     metrics_port: int | None = None  # serve Prometheus /metrics on this port
+    # upgrade aid, for one release: also publish the probes on the decisions topic, where
+    # agents older than the control topic look for them (docs/decisions.md, "Upgrading")
+    probes_on_decisions: bool = False
 
     @property
     def group(self) -> str:
@@ -184,6 +188,7 @@ def build_processor(cfg: ProcessorConfig, live: LiveRules | None = None,
     signals_t = app.topic(topics.signals, key_type=bytes, value_type=bytes,
                           partitions=cfg.partitions)
     decisions_t = app.topic(topics.decisions, key_type=bytes, value_type=bytes)
+    control_t = app.topic(topics.control, key_type=bytes, value_type=bytes)
     dead_t = app.topic(topics.deadletter, key_type=bytes, value_type=bytes)
     table = app.Table("jobs", default=None, partitions=cfg.partitions, key_type=bytes,
                       value_type=bytes)
@@ -250,8 +255,12 @@ def build_processor(cfg: ProcessorConfig, live: LiveRules | None = None,
             log_event("decision", id=d.id, job=d.job, attempt=d.attempt, action=d.action,
                       kind=d.kind, rule=d.rule)
             prom.decided(d.kind, d.action, time.time() - d.ts)
-            sends.append(_sender(decisions_t, job_key(d.job),
-                                 signing.encode(decision_to_dict(d), keyring)))
+            value = signing.encode(decision_to_dict(d), keyring)
+            if is_probe(d):  # control traffic: the agents' channel, not the decisions topic
+                sends.append(_sender(control_t, job_key(d.job), value))
+                if not cfg.probes_on_decisions:
+                    continue
+            sends.append(_sender(decisions_t, job_key(d.job), value))
         return sends
 
     @app.agent(signals_t)
