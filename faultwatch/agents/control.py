@@ -28,7 +28,8 @@ def answer_probe(agent: Agent, dec: Decision, via: str) -> bool:
         return False
     if dec.nodes and agent.cfg.node not in dec.nodes:
         return False
-    if dec.id in agent.probes_seen:
+    if dec.id in agent.probes_seen:  # the same request on the other path: answered once
+        agent.log("probe_seen_again", id=dec.id, via=via)
         return False
     if len(agent.probes_seen) >= MAX_SEEN:
         agent.probes_seen.clear()
