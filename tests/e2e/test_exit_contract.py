@@ -39,7 +39,7 @@ policy:
   enable_restart: true
   max_restarts: 3
   settle_s: 0.5
-  restart_backoff_s: 0
+  restart_backoff_s: 0.1
   hang_detection: false
 rules: []
 """

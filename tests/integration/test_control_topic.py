@@ -33,7 +33,7 @@ version: 1
 policy:
   settle_s: 0.5
   hang_window_s: {WINDOW_S}
-  restart_backoff_s: 0
+  restart_backoff_s: 0.1
 rules: []
 """
 SILENT = "import time; print('step 1', flush=True); time.sleep(120)"
