@@ -22,7 +22,7 @@ import pytest
 from faultwatch import wire
 from faultwatch.core.events import Decision
 from tests.conftest import wait_until
-from tests.e2e.cluster import events, processor
+from tests.e2e.cluster import events, processor, wait_event
 from tests.e2e.conftest import faultwatch_exe, job_env
 
 pytestmark = [pytest.mark.slow, pytest.mark.kafka]
@@ -58,7 +58,10 @@ async def _read(bootstrap: str, topic: str) -> list[tuple[bytes | None, bytes | 
         await c.seek_to_beginning(*tps)
         ends = await c.end_offsets(tps)
         out: list[tuple[bytes | None, bytes | None]] = []
-        while any(await c.position(tp) < ends[tp] for tp in tps):
+        async def behind() -> bool:
+            return any([await c.position(tp) < ends[tp] for tp in tps])
+
+        while await behind():
             for msgs in (await c.getmany(timeout_ms=500)).values():
                 out.extend((m.key, m.value) for m in msgs)
         return out
@@ -81,6 +84,9 @@ def cluster(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory
     prefix = f"ctl{uuid.uuid4().hex[:8]}."
     log = tmp / "processor.log"
     with processor(kafka_bootstrap, prefix, log, "--rules", str(rules)) as proc:
+        # caught up and assigned before a job starts: a processor starting late would see a
+        # silence already past its window and decide at once, probes and hang together
+        wait_event(log, "partitions_assigned", 180, proc=proc)
         yield kafka_bootstrap, prefix, tmp
         assert proc.poll() is None, f"processor died:\n{log.read_text()[-4000:]}"
 
