@@ -137,8 +137,18 @@ def cmd_run(args: argparse.Namespace) -> int:
                          decision_wait_s=args.decision_wait_s,
                          verdict_out=Path(args.verdict_out) if args.verdict_out else None,
                          on_restart=args.on_restart,
-                         control_out=Path(args.control_out) if args.control_out else None)
+                         control_out=Path(args.control_out) if args.control_out else None,
+                         attempt=_run_attempt())
     return run_embedded(cfg)
+
+
+def _run_attempt() -> int:
+    """`run`'s first attempt: $FAULTWATCH_ATTEMPT (a relauncher's count), else 0."""
+    v = os.environ.get("FAULTWATCH_ATTEMPT", "").strip()
+    try:
+        return int(v) if v else 0
+    except ValueError:
+        raise ConfigError("FAULTWATCH_ATTEMPT", f"not an integer: {v!r}") from None
 
 
 def cmd_process(args: argparse.Namespace) -> int:

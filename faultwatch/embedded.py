@@ -42,6 +42,7 @@ class EmbeddedConfig:
     verdict_out: Path | None = None
     on_restart: str = "relaunch"
     control_out: Path | None = None  # the in-process control channel (probes), as JSON lines
+    attempt: int = 0  # a relauncher's attempt ($FAULTWATCH_ATTEMPT: a shell loop, --on-restart)
 
 
 class _Rules:
@@ -127,7 +128,8 @@ def agent_config(cfg: EmbeddedConfig) -> AgentConfig:
                        heartbeat_flowing_s=HEARTBEAT_S,  # in process: no record to save
                        term_grace_s=cfg.term_grace_s, follow_decisions=True,
                        decision_wait_s=cfg.decision_wait_s, sdk=cfg.sdk,
-                       verdict_out=cfg.verdict_out, on_restart=cfg.on_restart)
+                       verdict_out=cfg.verdict_out, on_restart=cfg.on_restart,
+                       attempt=cfg.attempt)
 
 
 def run_embedded(cfg: EmbeddedConfig) -> int:

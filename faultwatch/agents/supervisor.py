@@ -176,12 +176,15 @@ async def supervise_job(agent: Agent) -> Verdict:
         if code is not None:
             return _before_launch_verdict(agent, code)
         st, act, stopped = await run_attempt(agent, follower)
+        if agent.stopping.is_set() and (act is not None or st.exit_code != 0):
+            # the agent was told to stop (scheduler, person): that is why the command ended,
+            # whatever was decided about the end it caused
+            agent.log("child_exit", exit_code=st.exit_code, signal=st.signal)
+            return _interrupted(agent, st, act[1] if act is not None else None)
         if act is None:
             if st.exit_code == 0:
                 return _verdict(agent, "success", EXIT_SUCCESS, st)
             agent.log("child_exit", exit_code=st.exit_code, signal=st.signal)
-            if agent.stopping.is_set():
-                return _interrupted(agent, st)
             why = (f"no decision arrived within {agent.cfg.decision_wait_s:g}s"
                    if follower is not None else "this agent does not follow decisions")
             return _verdict(agent, "undecided", EXIT_UNDECIDED, st, why)
