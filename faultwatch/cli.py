@@ -42,7 +42,7 @@ from faultwatch.errors import (
     UsageError,
 )
 from faultwatch.notify import cli as notify_cli
-from faultwatch.topics import DEFAULT_PARTITIONS, DEFAULT_PREFIX, Topics
+from faultwatch.wire.topics import DEFAULT_PARTITIONS, DEFAULT_PREFIX, Topics
 
 WRAPPERS = ("run", "agent")  # commands whose training command follows `--`
 AGENT_SUBCOMMANDS = ("tail", "bootcheck")
@@ -172,12 +172,11 @@ def cmd_process(args: argparse.Namespace) -> int:
 
 
 def cmd_decisions(args: argparse.Namespace) -> int:
-    from faultwatch.agents.decisions import decision_of_value
     from faultwatch.core.diagnosis import is_probe
     from faultwatch.core.events import Decision
     from faultwatch.reading import read_topic, run_reader
     from faultwatch.render import render_decision
-    from faultwatch.wire import decision_to_dict, job_key
+    from faultwatch.wire import decision_to_dict, decode_decision, job_key
 
     bootstrap = _need_bootstrap(args)
     topic = Topics(args.topic_prefix).decisions
@@ -198,7 +197,7 @@ def cmd_decisions(args: argparse.Namespace) -> int:
 
     key = job_key(args.job) if args.job else None
     return run_reader(read_topic(bootstrap, topic, follow=args.follow, key=key,
-                                 decoder=decision_of_value), emit)
+                                 decoder=decode_decision), emit)
 
 
 def cmd_logs(args: argparse.Namespace) -> int:

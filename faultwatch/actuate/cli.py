@@ -30,8 +30,8 @@ def build_backend(args: argparse.Namespace) -> Any:
 
 def cmd_actuate(args: argparse.Namespace) -> int:
     from faultwatch.actuate.runner import ActuateConfig, run
+    from faultwatch.core.registry import RegistryPolicy
     from faultwatch.logs import set_component
-    from faultwatch.nodes.registry import RegistryPolicy
 
     set_component("actuate")
     if not args.bootstrap:
@@ -64,7 +64,7 @@ def cmd_actuate(args: argparse.Namespace) -> int:
 
 def register(sub: Any) -> argparse.ArgumentParser:
     """Add `actuate` to the top-level CLI's subparsers."""
-    from faultwatch.topics import DEFAULT_PREFIX
+    from faultwatch.wire.topics import DEFAULT_PREFIX
 
     p: argparse.ArgumentParser = sub.add_parser(
         "actuate", help="make a scheduler act on decisions and the node registry",

@@ -12,9 +12,7 @@ from typing import Any
 
 import orjson
 
-from faultwatch.errors import ConfigError, FaultwatchError
-from faultwatch.nodes.names import valid_node
-from faultwatch.nodes.registry import (
+from faultwatch.core.registry import (
     NodeRecord,
     Reason,
     Registry,
@@ -23,6 +21,8 @@ from faultwatch.nodes.registry import (
     quarantine,
     release,
 )
+from faultwatch.errors import ConfigError, FaultwatchError
+from faultwatch.nodes.names import valid_node
 
 _UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 _DURATION_RE = re.compile(r"(?:(\d+(?:\.\d+)?)([smhd]))+|\d+(?:\.\d+)?")
@@ -43,12 +43,12 @@ def parse_duration_s(text: str) -> float:
 
 
 def _topic(args: argparse.Namespace) -> tuple[str, str]:
-    from faultwatch.nodes.store import nodes_topic
+    from faultwatch.wire.topics import Topics
 
     if not args.bootstrap:
         raise FaultwatchError("no Kafka bootstrap: pass --bootstrap HOST:PORT or set "
                               "FAULTWATCH_BOOTSTRAP")
-    return str(args.bootstrap), nodes_topic(args.topic_prefix)
+    return str(args.bootstrap), Topics(args.topic_prefix).nodes
 
 
 def _iso(ts: float | None) -> str:
@@ -96,8 +96,9 @@ def cmd_nodes(args: argparse.Namespace) -> int:
 
 
 def _change(args: argparse.Namespace, make: Any) -> int:
+    from faultwatch.kafka.admin import ensure_nodes_topic
     from faultwatch.logs import log_event
-    from faultwatch.nodes.store import ensure_nodes_topic, load_registry, write_records
+    from faultwatch.nodes.store import load_registry, write_records
 
     node = valid_node(args.node)
     bootstrap, topic = _topic(args)
@@ -147,7 +148,7 @@ def cmd_release(args: argparse.Namespace) -> int:
 def _kafka_flags(p: argparse.ArgumentParser, sub: bool = False) -> None:
     """Kafka flags; on a subcommand they default to SUPPRESS so `nodes --bootstrap X
     release N` keeps the X given before the subcommand."""
-    from faultwatch.topics import DEFAULT_PREFIX
+    from faultwatch.wire.topics import DEFAULT_PREFIX
 
     p.add_argument("--bootstrap",
                    default=argparse.SUPPRESS if sub else os.environ.get("FAULTWATCH_BOOTSTRAP"),

@@ -14,7 +14,7 @@ from faultwatch.core.diagnosis import is_probe
 from faultwatch.errors import DecodeError
 from faultwatch.notify.grouping import Grouper, GroupingPolicy, Notification
 from faultwatch.notify.sender import Receiver, RetryPolicy, deliver
-from faultwatch.signing import DecisionGate
+from faultwatch.wire.signing import DecisionGate
 
 Log = Callable[..., None]
 

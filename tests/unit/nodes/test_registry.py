@@ -5,10 +5,7 @@ from __future__ import annotations
 import pytest
 
 from faultwatch.core.events import Decision
-from faultwatch.errors import ConfigError, DecodeError
-from faultwatch.nodes.cli import parse_duration_s, render
-from faultwatch.nodes.names import valid_node
-from faultwatch.nodes.registry import (
+from faultwatch.core.registry import (
     HEALTHY,
     MAX_REASONS,
     QUARANTINED,
@@ -23,6 +20,9 @@ from faultwatch.nodes.registry import (
     release,
     suspect,
 )
+from faultwatch.errors import ConfigError, DecodeError
+from faultwatch.nodes.cli import parse_duration_s, render
+from faultwatch.nodes.names import valid_node
 from faultwatch.wire import decode_node, encode_node
 
 POL = RegistryPolicy(quarantine_s=100.0, max_quarantine_s=350.0, probation_s=50.0)
