@@ -19,7 +19,7 @@ from typing import Any, NoReturn
 
 import orjson
 
-from faultwatch import __version__, kafka_settings
+from faultwatch import __version__
 from faultwatch.agents.config import (
     EXIT_BLACKLISTED,
     EXIT_BOOTCHECK_FAILED,
@@ -41,6 +41,7 @@ from faultwatch.errors import (
     RuleError,
     UsageError,
 )
+from faultwatch.kafka import settings as kafka_settings
 from faultwatch.notify import cli as notify_cli
 from faultwatch.wire.topics import DEFAULT_PARTITIONS, DEFAULT_PREFIX, Topics
 
@@ -174,7 +175,7 @@ def cmd_process(args: argparse.Namespace) -> int:
 def cmd_decisions(args: argparse.Namespace) -> int:
     from faultwatch.core.diagnosis import is_probe
     from faultwatch.core.events import Decision
-    from faultwatch.reading import read_topic, run_reader
+    from faultwatch.kafka.reading import read_topic, run_reader
     from faultwatch.render import render_decision
     from faultwatch.wire import decision_to_dict, decode_decision, job_key
 
@@ -201,7 +202,7 @@ def cmd_decisions(args: argparse.Namespace) -> int:
 
 
 def cmd_logs(args: argparse.Namespace) -> int:
-    from faultwatch.reading import read_topic, run_reader
+    from faultwatch.kafka.reading import read_topic, run_reader
     from faultwatch.render import render_line
     from faultwatch.rules.prefix import strip_rank
     from faultwatch.wire import lines_of
@@ -214,7 +215,7 @@ def cmd_logs(args: argparse.Namespace) -> int:
     def emit(item: tuple[Any, dict[str, Any]]) -> None:
         _, d = item
         if d.get("job") == args.job and d.get("t") == "note" and d.get("kind") == "bootcheck":
-            from faultwatch.nodes.checks import emit_check_note  # boot/after-failure checks
+            from faultwatch.nodes.show import emit_check_note  # boot/after-failure checks
 
             emit_check_note(d, seen_notes, args.json)
             return
@@ -292,10 +293,14 @@ def cmd_rules_push(args: argparse.Namespace) -> int:
         return e.exit_code
     bootstrap = _need_bootstrap(args)
     topics = Topics(args.topic_prefix)
+    from faultwatch.trust.keys import load_signing_key
+
+    key = load_signing_key(args.signing_key_file)  # the operator's: processors verify it
     rs = asyncio.run(push(bootstrap, args.files, topics=topics, builtin=not args.no_builtin,
-                          timeout_s=args.timeout_s))
+                          timeout_s=args.timeout_s, signing_key=key))
     print(f"pushed rules version {rs.version} ({len(rs.rules)} rules, {len(args.files)} "
-          f"file(s)) to {topics.rules}")
+          f"file(s)) to {topics.rules}" + (f", signed by key {key.key_id}" if key else
+                                           ", unsigned"))
     return EXIT_OK
 
 
@@ -342,8 +347,12 @@ def _broker_errors(exc: OSError) -> BrokerError:
 
 
 def cmd_kafka_up(args: argparse.Namespace) -> int:
-    from faultwatch import kafka_local
+    from faultwatch.kafka import broker as kafka_local
 
+    if args.secure:
+        from faultwatch.kafka.cli import cmd_up_secure
+
+        return cmd_up_secure(args)
     try:
         print(kafka_local.up(args.port, args.data_dir, args.controller_port), flush=True)
     except OSError as e:
@@ -352,7 +361,7 @@ def cmd_kafka_up(args: argparse.Namespace) -> int:
 
 
 def cmd_kafka_down(args: argparse.Namespace) -> int:
-    from faultwatch import kafka_local
+    from faultwatch.kafka import broker as kafka_local
 
     try:
         data = kafka_local.status(args.data_dir, args.port)["data_dir"]
@@ -364,7 +373,7 @@ def cmd_kafka_down(args: argparse.Namespace) -> int:
 
 
 def cmd_kafka_status(args: argparse.Namespace) -> int:
-    from faultwatch import kafka_local
+    from faultwatch.kafka import broker as kafka_local
 
     try:
         info = kafka_local.status(args.data_dir, args.port)
@@ -380,8 +389,14 @@ def cmd_kafka_status(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_kafka_acls(args: argparse.Namespace) -> int:
+    from faultwatch.kafka.cli import cmd_acls
+
+    return cmd_acls(args, _need_bootstrap)
+
+
 def cmd_kafka_fetch(args: argparse.Namespace) -> int:
-    from faultwatch import kafka_local
+    from faultwatch.kafka import broker as kafka_local
 
     try:
         print(kafka_local.ensure_jars())
@@ -491,6 +506,10 @@ def _add_agent(sub: Any) -> None:
     p.add_argument("--term-grace-s", type=float, default=10.0,
                    help="SIGTERM to SIGKILL escalation when stopping the child")
     p.add_argument("--max-line-bytes", type=int, default=65536)
+    p.add_argument("--node-key-file", type=Path, default=None,
+                   help="this node's Ed25519 key (`faultwatch keys generate --node NODE`): "
+                        "signs what the agent sends, so no other node can speak for this one "
+                        "(default $FAULTWATCH_NODE_KEY_FILE; never passed to the child)")
     p.add_argument("--follow-decisions", action=argparse.BooleanOptionalAction,
                    default=None,
                    help="act on <prefix>decisions for the job: restart the child on `restart`, "
@@ -550,7 +569,7 @@ def _add_agent(sub: Any) -> None:
 
 
 def _add_kafka(sub: Any) -> None:
-    from faultwatch.kafka_local import CACHE_ENV, KAFKA_VERSION
+    from faultwatch.kafka.broker import CACHE_ENV, KAFKA_VERSION
 
     kafka = sub.add_parser(
         "kafka", help="run a local single-node Kafka broker without Docker",
@@ -567,6 +586,18 @@ def _add_kafka(sub: Any) -> None:
                        help="broker data directory (default ~/.cache/faultwatch/broker-PORT)")
     start.add_argument("--controller-port", type=int, default=None,
                        help="KRaft controller port (default: previous one, else a free one)")
+    start.add_argument("--secure", action="store_true",
+                       help="no unauthenticated listener: SASL_SSL (SCRAM-SHA-512) on --port, "
+                            "ACLs, one principal per role; writes DATA_DIR/clients/<role>.yaml")
+    start.add_argument("--partitions", type=int, default=None,
+                       help="with --secure: partitions of the topics it creates")
+    from faultwatch.kafka.cli import add_acls_flags, add_scope_flags
+
+    add_scope_flags(start, prefix=True)
+    acl = actions.add_parser("acls", help="print (--apply: create) the role ACLs of a prefix")
+    _add_kafka_flags(acl)
+    add_acls_flags(acl)
+    acl.set_defaults(func=cmd_kafka_acls)
     show.add_argument("--json", action="store_true", help="print JSON")
     fetch = actions.add_parser("fetch", help="resolve the broker jars from Maven Central (once)")
     start.set_defaults(func=cmd_kafka_up)
@@ -596,7 +627,11 @@ def _add_rules(sub: Any) -> None:
     _add_kafka_flags(p)
     p.add_argument("files", nargs="+", metavar="FILE")
     p.add_argument("--no-builtin", action="store_true",
-                   help="the files replace the built-in rule set instead of extending it")
+                   help="the files replace the built-in rule set instead of extending it "
+                        "(honoured only from a signed push)")
+    p.add_argument("--signing-key-file", type=Path, default=None,
+                   help="operator's Ed25519 key that signs the rule set (default "
+                        "$FAULTWATCH_SIGNING_KEY_FILE; see `faultwatch keys`)")
     p.add_argument("--timeout-s", type=float, default=30.0, help="Kafka timeout (seconds)")
     p.set_defaults(func=cmd_rules_push)
 
@@ -692,9 +727,11 @@ def build_parser() -> argparse.ArgumentParser:
     _add_kafka(sub)
     from faultwatch.actuate import cli as actuate_cli
     from faultwatch.nodes import cli as nodes_cli
+    from faultwatch.trust import cli as keys_cli
 
     nodes_cli.register(sub)
     actuate_cli.register(sub)
+    keys_cli.register(sub)
     return parser
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
@@ -13,6 +14,10 @@ try:  # prometheus_client is a light optional dependency of the node side
     from prometheus_client.registry import Collector
 except ImportError:  # pragma: no cover - reported by serve()
     CollectorRegistry = None  # type: ignore[assignment,misc]
+
+# Records refused in this process, by (what, reason): decision, rules, node_record, logs,
+# actuate (signatures, node identity, the replay rule); `faultwatch_refused_total` reads it.
+REFUSALS: collections.Counter[tuple[str, str]] = collections.Counter()
 
 LATENCY_BUCKETS_S = (0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 
@@ -68,6 +73,7 @@ class ProcessorMetrics:
         """Expose the stages' counters (attributes lines, signals, dead_letters,
         logs_event_lag_s of `counters`), read at every scrape."""
         self.registry.register(_StageCollector(counters))
+        self.registry.register(RefusalCollector())
 
 
 class _StageCollector:
@@ -87,6 +93,45 @@ class _StageCollector:
                                 "Processor time minus the event time of the latest line")
         lag.add_metric([], float(getattr(c, "logs_event_lag_s", 0.0)))
         yield lag
+        for name, attr, doc in (
+                ("faultwatch_jobs_cached", "jobs_cached",
+                 "Job states decoded in the worker's cache (idle ones leave it)"),
+                ("faultwatch_jobs_max", "max_jobs", "The cap on active jobs per worker")):
+            jobs = GaugeMetricFamily(name, doc)
+            jobs.add_metric([], float(getattr(c, attr, 0) or 0))
+            yield jobs
+        refused = CounterMetricFamily("faultwatch_jobs_refused",
+                                      "New jobs refused at the cap on active jobs")
+        refused.add_metric([], float(getattr(c, "extra", {}).get("jobs_refused", 0)))
+        yield refused
+        storm = getattr(c, "storm", None) or {}
+        for name, k, doc in (
+                ("faultwatch_fleet_storm_holding", "holding",
+                 "1 while the blast-radius guard holds the actions of jobs lost together"),
+                ("faultwatch_fleet_storm_held_jobs", "held", "Jobs whose actions are held"),
+                ("faultwatch_fleet_storm_lapsed_jobs", "lapsed",
+                 "Jobs still silent after the hold ran out, decided at a bounded rate"),
+                ("faultwatch_fleet_storm_episodes", "episode",
+                 "Blast-radius episodes since the worker started")):
+            g = (CounterMetricFamily if k == "episode" else GaugeMetricFamily)(name, doc)
+            g.add_metric([], float(storm.get(k, 0) or 0))
+            yield g
+
+    def describe(self) -> Iterator[Any]:
+        return iter(())
+
+
+class RefusalCollector:
+    """`faultwatch_refused_total{what,reason}`: records refused by signature or the replay
+    rule in this process (faultwatch.trust.refusals.REFUSALS), read at scrape time."""
+
+    def collect(self) -> Iterator[Any]:
+        fam = CounterMetricFamily("faultwatch_refused", "Records refused (signature, node "
+                                  "identity, replay rule), by what and reason",
+                                  labels=["what", "reason"])
+        for (what, reason), n in sorted(REFUSALS.items()):
+            fam.add_metric([what, reason], float(n))
+        yield fam
 
     def describe(self) -> Iterator[Any]:
         return iter(())
@@ -138,4 +183,5 @@ def agent_registry(stats: Callable[[], Mapping[str, Any]], child_alive: Callable
     registry = CollectorRegistry(auto_describe=False)
     collector: Collector = AgentCollector(stats, child_alive, labels)
     registry.register(collector)
+    registry.register(RefusalCollector())
     return registry

@@ -78,7 +78,7 @@ async def read_snapshots(bootstrap: str, topic: str, job: str | None = None
     """The latest snapshot per job on the compacted status topic (read to its end)."""
     from faultwatch import wire
     from faultwatch.errors import DecodeError
-    from faultwatch.reading import read_topic
+    from faultwatch.kafka.reading import read_topic
 
     latest: dict[str, dict[str, Any]] = {}
     async for _msg, snap in read_topic(bootstrap, topic, decoder=wire.decode_status):

@@ -32,6 +32,7 @@ def cmd_actuate(args: argparse.Namespace) -> int:
     from faultwatch.actuate.runner import ActuateConfig, run
     from faultwatch.core.registry import RegistryPolicy
     from faultwatch.logs import set_component
+    from faultwatch.trust.replay import max_age_s
 
     set_component("actuate")
     if not args.bootstrap:
@@ -43,7 +44,7 @@ def cmd_actuate(args: argparse.Namespace) -> int:
     cfg = ActuateConfig(bootstrap=args.bootstrap, prefix=args.topic_prefix, state_file=state,
                         group=args.group or f"{args.topic_prefix}actuate-{args.backend}",
                         write_registry=args.registry_writer,
-                        max_decision_age_s=args.max_decision_age_s,
+                        max_decision_age_s=max_age_s(args.max_decision_age_s),
                         registry_policy=RegistryPolicy(quarantine_s=args.quarantine_s))
 
     async def main() -> None:
@@ -53,12 +54,12 @@ def cmd_actuate(args: argparse.Namespace) -> int:
             loop.add_signal_handler(sig, stop.set)
         await run(backend, cfg, stop)
 
-    from faultwatch.nodes.store import BROKER_ERRORS, broker_error
+    from faultwatch.kafka.errors import BROKER_ERRORS, broker_error
 
     try:
         asyncio.run(main())
     except BROKER_ERRORS as e:  # the journal makes a restart (systemd, Deployment) safe
-        raise broker_error(args.bootstrap, e) from None
+        raise broker_error(e, args.bootstrap, "actuating decisions") from None
     return 0
 
 
@@ -85,8 +86,9 @@ def register(sub: Any) -> argparse.ArgumentParser:
                         "processor of this prefix makes, e.g. published by another tool)")
     p.add_argument("--quarantine-s", type=float, default=1800.0,
                    help="first quarantine of a node (doubles per repeat, capped at 7 days)")
-    p.add_argument("--max-decision-age-s", type=float, default=600.0,
-                   help="ignore decisions older than this (a first start on an old topic)")
+    p.add_argument("--max-decision-age-s", type=float, default=None,
+                   help="refuse decisions older than this (default "
+                        "$FAULTWATCH_MAX_DECISION_AGE_S, else 600 s; the replay rule)")
     g = p.add_argument_group("slurm")
     g.add_argument("--scontrol", default="scontrol", help="scontrol executable")
     g.add_argument("--squeue", default="squeue", help="squeue executable")
@@ -106,5 +108,8 @@ def register(sub: Any) -> argparse.ArgumentParser:
     g.add_argument("--exec-quarantine", metavar="JSON")
     g.add_argument("--exec-release", metavar="JSON")
     g.add_argument("--exec-requeue", metavar="JSON")
+    g.add_argument("--exec-confirm", metavar="JSON",
+                   help="asked before a node is drained for a job: exit 0 if the scheduler "
+                        "runs {job} ({job_id}/{pod}) on {node}, 1 if not")
     p.set_defaults(func=cmd_actuate)
     return p

@@ -67,7 +67,7 @@ class ExecBackend:
 
     def __init__(self, templates: dict[str, tuple[str, ...] | None], timeout_s: float = 60.0,
                  runner: Runner = subprocess.run) -> None:
-        if not any(templates.values()):
+        if not any(v for k, v in templates.items() if k != "confirm"):
             raise ConfigError("--backend exec", "give at least one of --exec-quarantine, "
                                                 "--exec-release, --exec-requeue")
         self.templates, self.timeout_s, self._run = templates, timeout_s, runner
@@ -93,4 +93,6 @@ class ExecBackend:
 def from_args(args: Any) -> ExecBackend:
     return ExecBackend({QUARANTINE: parse_template("--exec-quarantine", args.exec_quarantine),
                         RELEASE: parse_template("--exec-release", args.exec_release),
-                        REQUEUE: parse_template("--exec-requeue", args.exec_requeue)})
+                        REQUEUE: parse_template("--exec-requeue", args.exec_requeue),
+                        "confirm": parse_template("--exec-confirm",
+                                                  getattr(args, "exec_confirm", None))})

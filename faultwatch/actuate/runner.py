@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from faultwatch import kafka_settings
 from faultwatch.actuate.backend import ActuateError, Backend
+from faultwatch.actuate.confirm import confirm
 from faultwatch.actuate.journal import Journal
 from faultwatch.actuate.plan import Action, plan_decision, plan_node
 from faultwatch.core.events import Decision
@@ -24,6 +24,9 @@ from faultwatch.core.registry import (
 )
 from faultwatch.errors import ConfigError, DecodeError, FaultwatchError
 from faultwatch.logs import log_event
+from faultwatch.trust.refusals import REFUSALS
+from faultwatch.trust.replay import ReplayGuard
+from faultwatch.wire import decode_decision, decode_node
 
 
 @dataclass(frozen=True)
@@ -43,8 +46,12 @@ class ActuateConfig:
 class Actuator:
     """The pure-ish middle: decisions and node records in, actions (journaled) out."""
 
-    def __init__(self, backend: Backend, journal: Journal, cfg: ActuateConfig) -> None:
+    def __init__(self, backend: Backend, journal: Journal, cfg: ActuateConfig,
+                 replay: ReplayGuard | None = None) -> None:
         self.backend, self.journal, self.cfg = backend, journal, cfg
+        # the replay rule: a decision acts once (across restarts: beside the journal) and
+        # only within the maximum age
+        self.replay = replay or ReplayGuard("decision", cfg.max_decision_age_s, log=log_event)
         self.registry: Registry = {}
         self.queue: deque[tuple[Action, int, float]] = deque()  # action, tries, not before
         self.queued: set[str] = set()
@@ -58,11 +65,42 @@ class Actuator:
         self.queued.add(a.key)
         self.queue.append((a, 0, 0.0))
 
+    def take_decision(self, value: bytes | None, now: float, gate: Any, *, topic: str,
+                      partition: int, offset: int) -> list[NodeRecord]:
+        """One decisions-topic record: signature (gate), decode, the replay rule, plan."""
+        if not gate.admit_record(value, topic=topic, partition=partition, offset=offset):
+            return []  # unsigned or forged while a key is configured: refused, logged
+        try:
+            dec = decode_decision(value)
+        except DecodeError as e:
+            log_event("undecodable_record", topic=topic, partition=partition, offset=offset,
+                      error=str(e))
+            return []
+        return self.on_decision(dec, now, f"{topic}[{partition}]@{offset}")
+
+    def take_node(self, value: bytes | None, now: float, gate: Any, *, topic: str,
+                  partition: int, offset: int) -> None:
+        """One nodes-topic record: signature (gate; tombstones are refused with a trust
+        file, ignored without), decode, plan."""
+        if not gate.admit_value(value, topic=topic, partition=partition, offset=offset):
+            return
+        if value is None:
+            return
+        try:
+            rec = decode_node(value)
+        except DecodeError as e:
+            log_event("undecodable_record", topic=topic, partition=partition, offset=offset,
+                      error=str(e))
+            return
+        self.on_node(rec, now)
+
     def on_decision(self, dec: Decision, now: float, where: str) -> list[NodeRecord]:
         """Plan a decision's actions; return the registry records it changes (to publish)."""
-        if now - dec.ts > self.cfg.max_decision_age_s:
-            log_event("actuate_decision_too_old", decision=dec.id, where=where,
-                      age_s=round(now - dec.ts, 1))
+        why = self.replay.check(dec.id, dec.ts, now, where)
+        if why is not None:
+            log_event("decision_refused", reason=why, id=dec.id, job=dec.job,
+                      action=dec.action, where=where, age_s=round(now - dec.ts, 1),
+                      max_age_s=self.replay.max_age_s)
             return []
         try:
             actions = plan_decision(dec)
@@ -104,6 +142,15 @@ class Actuator:
             if a.key not in self.journal.pending:
                 self.journal.begin(a)
             try:
+                refusal = confirm(self.backend, a)
+                if refusal is not None:
+                    REFUSALS[("actuate", "not_allocated")] += 1
+                    log_event("actuate_refused", reason="not_allocated", backend=self.backend.name,
+                              kind=a.kind, node=a.node, decision=a.decision, job=a.job,
+                              detail=refusal)
+                    self.journal.done(a, f"refused: {refusal}")
+                    self.queued.discard(a.key)
+                    continue
                 result = self.backend.apply(a)
             except (ActuateError, FaultwatchError) as e:
                 tries += 1
@@ -130,30 +177,35 @@ async def run(backend: Backend, cfg: ActuateConfig, stop: asyncio.Event | None =
     group, offsets committed once the actions are journaled) until `stop` is set. The
     decisions topic is the processor's to create (with its partition count): until it
     exists only the registry is acted on."""
-    from aiokafka import AIOKafkaConsumer, TopicPartition
-    from aiokafka.admin import AIOKafkaAdminClient
+    from aiokafka import TopicPartition
 
-    from faultwatch.kafka.admin import ensure_nodes_topic
+    from faultwatch.kafka import clients
+    from faultwatch.kafka.admin import ensure_compacted_topic
     from faultwatch.nodes.store import write_records
-    from faultwatch.wire import decode_decision, decode_node
-    from faultwatch.wire.signing import DecisionGate, load_keyring
+    from faultwatch.trust.decisions import decision_verifier
+    from faultwatch.trust.keys import load_signing_key, load_trust
+    from faultwatch.trust.records import NODE_RECORD, RecordGate, signer_for, verifier_for
+    from faultwatch.wire.signing import DecisionGate
     from faultwatch.wire.topics import Topics
 
     stop = stop or asyncio.Event()
-    gate = DecisionGate(load_keyring(), log_event)  # $FAULTWATCH_DECISION_KEY[_FILE]
+    gate = DecisionGate(decision_verifier(), log_event)  # $FAULTWATCH_TRUST_FILE (or HMAC)
     gate.announce()
+    node_gate = RecordGate("node_record", verifier_for(NODE_RECORD, load_trust()), log_event)
+    node_gate.announce()
+    signer = signer_for(NODE_RECORD, load_signing_key()) if cfg.write_registry else None
     topics = Topics(cfg.prefix)
     ntopic = topics.nodes
-    await ensure_nodes_topic(cfg.bootstrap, ntopic)
+    await ensure_compacted_topic(cfg.bootstrap, ntopic)
     journal = Journal(cfg.state_file)
-    act = Actuator(backend, journal, cfg)
-    admin = AIOKafkaAdminClient(bootstrap_servers=cfg.bootstrap, request_timeout_ms=30_000,
-                                **kafka_settings.client_kwargs())
-    nodes_c = AIOKafkaConsumer(bootstrap_servers=cfg.bootstrap, group_id=None,
+    seen = cfg.state_file.with_name(cfg.state_file.name + ".seen")
+    act = Actuator(backend, journal, cfg,
+                   ReplayGuard("decision", cfg.max_decision_age_s, seen, log_event))
+    admin = clients.admin(bootstrap_servers=cfg.bootstrap, request_timeout_ms=30_000)
+    nodes_c = clients.consumer(bootstrap_servers=cfg.bootstrap, group_id=None,
                                enable_auto_commit=False,
-                               client_id=f"faultwatch-actuate-nodes-{uuid.uuid4().hex[:6]}",
-                               **kafka_settings.client_kwargs())
-    dec_c: AIOKafkaConsumer | None = None
+                               client_id=f"faultwatch-actuate-nodes-{uuid.uuid4().hex[:6]}")
+    dec_c: Any = None
     await admin.start()
     await nodes_c.start()
     try:
@@ -166,15 +218,8 @@ async def run(backend: Backend, cfg: ActuateConfig, stop: asyncio.Event | None =
             batch = await nodes_c.getmany(timeout_ms=timeout_ms)
             for msgs in batch.values():
                 for m in msgs:
-                    if m.value is None:
-                        continue
-                    try:
-                        rec = decode_node(m.value)
-                    except DecodeError as e:
-                        log_event("undecodable_record", topic=m.topic, partition=m.partition,
-                                  offset=m.offset, error=str(e))
-                        continue
-                    act.on_node(rec, time.time())
+                    act.take_node(m.value, time.time(), node_gate, topic=m.topic,
+                                  partition=m.partition, offset=m.offset)
 
         while await nodes_c.position(tp) < end:  # the registry as it is, before decisions
             await pump_nodes(cfg.poll_ms)
@@ -187,11 +232,10 @@ async def run(backend: Backend, cfg: ActuateConfig, stop: asyncio.Event | None =
             if dec_c is None and time.monotonic() >= next_topic_check:
                 next_topic_check = time.monotonic() + 2.0
                 if topics.decisions in set(await admin.list_topics()):
-                    dec_c = AIOKafkaConsumer(
+                    dec_c = clients.consumer(
                         topics.decisions, bootstrap_servers=cfg.bootstrap, group_id=cfg.group,
                         enable_auto_commit=False, auto_offset_reset="earliest",
-                        client_id=f"faultwatch-actuate-{uuid.uuid4().hex[:6]}",
-                        **kafka_settings.client_kwargs())
+                        client_id=f"faultwatch-actuate-{uuid.uuid4().hex[:6]}")
                     await dec_c.start()
                     log_event("actuate_following", topic=topics.decisions)
             if dec_c is not None:
@@ -202,19 +246,10 @@ async def run(backend: Backend, cfg: ActuateConfig, stop: asyncio.Event | None =
             ups: list[NodeRecord] = []
             for msgs in batch.values():
                 for m in msgs:
-                    where = f"{m.topic}[{m.partition}]@{m.offset}"
-                    if not gate.admit_record(m.value, topic=m.topic, partition=m.partition,
-                                             offset=m.offset):
-                        continue  # unsigned or forged while a key is configured: refused
-                    try:
-                        dec = decode_decision(m.value)
-                    except DecodeError as e:
-                        log_event("undecodable_record", topic=m.topic,
-                                  partition=m.partition, offset=m.offset, error=str(e))
-                        continue
-                    ups.extend(act.on_decision(dec, time.time(), where))
+                    ups.extend(act.take_decision(m.value, time.time(), gate, topic=m.topic,
+                                                 partition=m.partition, offset=m.offset))
             if ups:
-                await write_records(cfg.bootstrap, ntopic, ups)
+                await write_records(cfg.bootstrap, ntopic, ups, signer=signer)
             now = time.time()
             act.tick(now)
             await asyncio.to_thread(act.run_due, now)

@@ -51,6 +51,11 @@ def heartbeat_due(printed: bool, since_sent_s: float, flowing_s: float,
     return not printed or since_sent_s >= flowing_s
 
 
+# What the child never inherits: where the node and signing keys are, legacy HMAC secrets.
+SECRET_ENV = ("FAULTWATCH_NODE_KEY_FILE", "FAULTWATCH_SIGNING_KEY_FILE",
+              "FAULTWATCH_DECISION_KEY", "FAULTWATCH_DECISION_KEY_FILE")
+
+
 class Agent:
     """The supervisor of one command: the transport lives as long as it; attempts come and go.
 
@@ -204,6 +209,8 @@ class Agent:
     def child_env(self) -> dict[str, str]:
         c = self.cfg
         env = dict(os.environ if c.env is None else c.env)
+        for secret in SECRET_ENV:  # key files and secrets stay with the agent
+            env.pop(secret, None)
         env.update(FAULTWATCH_JOB=c.job, FAULTWATCH_NODE=c.node,
                    FAULTWATCH_ATTEMPT=str(self.attempt), **self.extra_env)
         return env

@@ -65,7 +65,8 @@ def config_from_args(args: argparse.Namespace) -> AgentConfig:
         metrics_port=getattr(args, "metrics_port", None),
         verdict_out=_path(getattr(args, "verdict_out", None)),
         decisions_out=_path(getattr(args, "decisions_out", None)),
-        on_restart=getattr(args, "on_restart", None) or "relaunch", **bootcheck_kw(args))
+        on_restart=getattr(args, "on_restart", None) or "relaunch",
+        node_key_file=getattr(args, "node_key_file", None), **bootcheck_kw(args))
 
 
 def _path(v: str | None) -> Path | None:

@@ -134,6 +134,7 @@ class AgentConfig:
     scheduler: dict[str, object] = field(default_factory=dict)
     labels: tuple[str, ...] = ()  # --label k=v, as given
     metrics_port: int | None = None  # serve Prometheus /metrics on this port
+    node_key_file: Path | None = None  # the node's Ed25519 key (else $FAULTWATCH_NODE_KEY_FILE)
     # The exit contract (agents/exitcodes.py): where the verdict and the decisions go, and
     # whether a restart decision relaunches the child here or exits EXIT_RESTART for the
     # scheduler, a shell loop or torchrun to relaunch the agent.

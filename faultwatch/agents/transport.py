@@ -59,7 +59,11 @@ class KafkaTransport:
     """Cluster mode: the disk spool and Shipper out to <prefix>logs, the DecisionFollower in."""
 
     def __init__(self, cfg: AgentConfig, log: Log):
-        from faultwatch.agents.decisions import DecisionFollower, run_id_to_match
+        from faultwatch.agents.decisions import (
+            DecisionFollower,
+            replay_state_file,
+            run_id_to_match,
+        )
         from faultwatch.agents.shipper import Shipper
         from faultwatch.agents.spool import Spool
 
@@ -68,13 +72,25 @@ class KafkaTransport:
         if self.spool.stats.replayed or self.spool.stats.corrupt:
             log("spool_replay", records=self.spool.pending, corrupt=self.spool.stats.corrupt,
                 dir=cfg.spool_path)
+        from faultwatch.trust.keys import NODE_KEY_FILE_ENV, load_signing_key
+        from faultwatch.trust.nodesig import NodeSigner
+
+        # the node key: read once here, never passed to the child (agent.child_env)
+        key = load_signing_key(cfg.node_key_file, cfg.env, NODE_KEY_FILE_ENV)
+        if key is not None:
+            log("node_signing", node=cfg.node, key_id=key.key_id)
         self.shipper = Shipper(cfg.bootstrap, cfg.topic, wire.log_key(cfg.job, cfg.node),
-                               self.spool, log, compression=cfg.compression)
+                               self.spool, log, compression=cfg.compression,
+                               signer=NodeSigner(key) if key is not None else None)
         self.decisions: DecisionFollower | None = None
         self.control: DecisionFollower | None = None
         if cfg.follow_decisions:
+            from faultwatch.trust.replay import ReplayGuard, max_age_s
+
+            cfg.spool_path.mkdir(parents=True, exist_ok=True)
+            replay = ReplayGuard("decision", max_age_s(), replay_state_file(cfg), log)
             self.decisions = DecisionFollower(cfg.bootstrap, cfg.decisions_topic, cfg.job, log,
-                                              run_id=run_id_to_match(cfg))
+                                              run_id=run_id_to_match(cfg), replay=replay)
             # the probes come on their own topic (docs/decisions.md, "Control topic")
             self.control = DecisionFollower(cfg.bootstrap, cfg.control_topic, cfg.job, log,
                                             run_id=run_id_to_match(cfg))

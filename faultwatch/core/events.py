@@ -221,3 +221,4 @@ class Decision:
     rules_version: str = ""
     run_id: str = ""  # the job run decided about (see RunStart)
     scheduler: dict[str, object] = field(default_factory=dict)  # that run's scheduler identity
+    run_ids: tuple[str, ...] = ()  # every run id joined into that run (generated ids), if >1

@@ -8,6 +8,7 @@ import os
 import re
 import time
 import uuid
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -83,39 +84,44 @@ def render(reg: Registry, now: float, as_json: bool) -> list[str]:
 
 
 def cmd_nodes(args: argparse.Namespace) -> int:
-    from faultwatch.nodes.store import BROKER_ERRORS, broker_error, load_registry
+    from faultwatch.kafka.errors import BROKER_ERRORS, broker_error
+    from faultwatch.nodes.store import load_registry
 
     bootstrap, topic = _topic(args)
     try:
         reg = asyncio.run(load_registry(bootstrap, topic))
     except BROKER_ERRORS as e:
-        raise broker_error(bootstrap, e) from None
+        raise broker_error(e, bootstrap, f"reading the node registry {topic}") from None
     for line in render(reg, time.time(), args.json):
         print(line)
     return 0
 
 
 def _change(args: argparse.Namespace, make: Any) -> int:
-    from faultwatch.kafka.admin import ensure_nodes_topic
+    from faultwatch.kafka.admin import ensure_compacted_topic
     from faultwatch.logs import log_event
     from faultwatch.nodes.store import load_registry, write_records
+    from faultwatch.trust.keys import load_signing_key
+    from faultwatch.trust.records import NODE_RECORD, signer_for
 
     node = valid_node(args.node)
     bootstrap, topic = _topic(args)
+    # an operator's record: signed with $FAULTWATCH_SIGNING_KEY_FILE / --signing-key-file
+    signer = signer_for(NODE_RECORD, load_signing_key(getattr(args, "signing_key_file", None)))
 
     async def main() -> NodeRecord:
-        await ensure_nodes_topic(bootstrap, topic)
+        await ensure_compacted_topic(bootstrap, topic)
         reg = await load_registry(bootstrap, topic)
         rec = make(reg.get(node), node, time.time())
-        await write_records(bootstrap, topic, [rec])
+        await write_records(bootstrap, topic, [rec], signer=signer)
         return rec
 
-    from faultwatch.nodes.store import BROKER_ERRORS, broker_error
+    from faultwatch.kafka.errors import BROKER_ERRORS, broker_error
 
     try:
         rec = asyncio.run(main())
     except BROKER_ERRORS as e:
-        raise broker_error(bootstrap, e) from None
+        raise broker_error(e, bootstrap, f"changing node {node} in {topic}") from None
     log_event(f"node_{args.nodes_command}", node=node, state=rec.state, until=rec.until,
               strikes=rec.strikes, decision=rec.reasons[-1].decision)
     print(orjson.dumps(node_json(rec)).decode())
@@ -157,6 +163,10 @@ def _kafka_flags(p: argparse.ArgumentParser, sub: bool = False) -> None:
                    default=argparse.SUPPRESS if sub else
                    os.environ.get("FAULTWATCH_TOPIC_PREFIX", DEFAULT_PREFIX),
                    help="topic name prefix (default $FAULTWATCH_TOPIC_PREFIX or 'faultwatch.')")
+    p.add_argument("--signing-key-file", type=Path,
+                   default=argparse.SUPPRESS if sub else None,
+                   help="operator's Ed25519 key that signs the record (default "
+                        "$FAULTWATCH_SIGNING_KEY_FILE; see `faultwatch keys`)")
 
 
 def register(sub: Any) -> argparse.ArgumentParser:

@@ -5,21 +5,10 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from aiokafka import AIOKafkaProducer
-from aiokafka.errors import KafkaError
-
-from faultwatch import kafka_settings
 from faultwatch.core.registry import NodeRecord, Registry
-from faultwatch.errors import BrokerError
-from faultwatch.wire import decode_node, encode_node, node_key
-
-
-def broker_error(bootstrap: str, e: BaseException) -> BrokerError:
-    """aiokafka's errors, translated once at this boundary."""
-    return BrokerError(f"Kafka at {bootstrap}: {type(e).__name__}: {e}")
-
-
-BROKER_ERRORS = (KafkaError, OSError, asyncio.TimeoutError)
+from faultwatch.kafka import clients
+from faultwatch.nodes.writer import encode_signed
+from faultwatch.wire import decode_node, node_key
 
 
 def _decode_or_tombstone(value: bytes | None) -> dict[str, Any]:
@@ -39,7 +28,7 @@ def apply_record(registry: Registry, key: bytes | None, decoded: dict[str, Any])
 async def load_registry(bootstrap: str, topic: str) -> Registry:
     """The registry as the topic holds it now (last record per node wins); undecodable
     records are logged with topic, partition and offset and skipped."""
-    from faultwatch.reading import read_topic
+    from faultwatch.kafka.reading import read_topic
 
     reg: Registry = {}
     async for msg, decoded in read_topic(bootstrap, topic, decoder=_decode_or_tombstone):
@@ -48,17 +37,17 @@ async def load_registry(bootstrap: str, topic: str) -> Registry:
 
 
 async def write_records(bootstrap: str, topic: str, records: list[NodeRecord],
-                        timeout_s: float = 30.0) -> None:
-    """Publish node records (acks=all) and wait until the broker has them."""
+                        timeout_s: float = 30.0, signer: Any = None) -> None:
+    """Publish node records (acks=all, signed with `signer` if given) and wait until the
+    broker has them."""
     if not records:
         return
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all",
-                                request_timeout_ms=int(timeout_s * 1000),
-                                **kafka_settings.client_kwargs())
+    producer = clients.producer(bootstrap_servers=bootstrap, acks="all",
+                                request_timeout_ms=int(timeout_s * 1000))
     await asyncio.wait_for(producer.start(), timeout_s)
     try:
         for rec in records:
-            await asyncio.wait_for(producer.send_and_wait(topic, encode_node(rec),
+            await asyncio.wait_for(producer.send_and_wait(topic, encode_signed(rec, signer),
                                                           key=node_key(rec.node)), timeout_s)
     finally:
         await producer.stop()

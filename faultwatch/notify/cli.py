@@ -42,6 +42,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="consumer group (one notifier group sends each decision once)")
     p.add_argument("--from-beginning", action="store_true",
                    help="a new consumer group starts at the oldest decision, not the newest")
+    p.add_argument("--max-decision-age-s", type=float, default=None,
+                   help="refuse decisions older than this (default "
+                        "$FAULTWATCH_MAX_DECISION_AGE_S, else 600 s; the replay rule)")
+    p.add_argument("--replay-state", type=Path, default=None,
+                   help="file of the decision ids already taken, so a restarted notifier "
+                        "still refuses a replay (default ~/.faultwatch/notify-<group>.seen)")
 
 
 def config_of(args: argparse.Namespace, bootstrap: str, topic: str) -> NotifierConfig:
@@ -62,18 +68,25 @@ def config_of(args: argparse.Namespace, bootstrap: str, topic: str) -> NotifierC
     except ValueError as e:
         raise ConfigError("notify", str(e)) from e
     receivers = tuple(Receiver.parse(spec, secret) for spec in args.webhook)
+    from faultwatch.trust.replay import max_age_s
+
+    state = args.replay_state or Path.home() / ".faultwatch" / f"notify-{args.group_id}.seen"
+    state.parent.mkdir(parents=True, exist_ok=True)
     return NotifierConfig(bootstrap=bootstrap, topic=topic, receivers=receivers,
                           group_id=args.group_id, policy=policy, retry=retry,
-                          from_beginning=args.from_beginning)
+                          from_beginning=args.from_beginning,
+                          max_decision_age_s=max_age_s(args.max_decision_age_s),
+                          replay_state=state)
 
 
 def run(cfg: NotifierConfig) -> int:
     """Run the notifier until SIGTERM/SIGINT."""
     from faultwatch.logs import log_event, set_component
-    from faultwatch.wire.signing import DecisionGate, load_keyring
+    from faultwatch.trust.decisions import decision_verifier
+    from faultwatch.wire.signing import DecisionGate
 
     set_component("notify")
-    gate = DecisionGate(load_keyring(), log_event)
+    gate = DecisionGate(decision_verifier(), log_event)
 
     async def main() -> None:
         stop = asyncio.Event()

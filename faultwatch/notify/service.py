@@ -7,13 +7,17 @@ import contextlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-from faultwatch import kafka_settings, wire
+from faultwatch import wire
 from faultwatch.core.diagnosis import is_probe
 from faultwatch.errors import DecodeError
+from faultwatch.kafka import clients
+from faultwatch.kafka.errors import diagnose
 from faultwatch.notify.grouping import Grouper, GroupingPolicy, Notification
 from faultwatch.notify.sender import Receiver, RetryPolicy, deliver
+from faultwatch.trust.replay import ReplayGuard
 from faultwatch.wire.signing import DecisionGate
 
 Log = Callable[..., None]
@@ -28,6 +32,8 @@ class NotifierConfig:
     policy: GroupingPolicy = field(default_factory=GroupingPolicy)
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     from_beginning: bool = False
+    max_decision_age_s: float = 600.0
+    replay_state: Path | None = None  # ids of decisions taken (the replay rule across restarts)
 
 
 class Notifier:
@@ -40,19 +46,18 @@ class Notifier:
                  clock: Callable[[], float] = time.time):
         self.cfg, self.gate, self.log, self.clock = cfg, gate, log, clock
         self.grouper = Grouper(cfg.policy)
+        self.replay = ReplayGuard("decision", cfg.max_decision_age_s, cfg.replay_state, log)
         self._where: dict[str, tuple[Any, int]] = {}  # decision id -> (tp, offset)
         self._inflight: dict[str, int] = {}  # decision id -> deliveries still running
         self._tasks: set[asyncio.Task[None]] = set()
         self.sent = 0
 
     def _consumer(self) -> Any:
-        from aiokafka import AIOKafkaConsumer
-
-        return AIOKafkaConsumer(
+        return clients.consumer(
             self.cfg.topic, bootstrap_servers=self.cfg.bootstrap, group_id=self.cfg.group_id,
             enable_auto_commit=False,
             auto_offset_reset="earliest" if self.cfg.from_beginning else "latest",
-            client_id="faultwatch-notify", **kafka_settings.client_kwargs())
+            client_id="faultwatch-notify")
 
     def take(self, value: bytes | None, tp: Any, offset: int) -> None:
         """One decisions-topic record: decode, check the signature, group."""
@@ -68,6 +73,14 @@ class Notifier:
         if is_probe(dec):  # an older processor's probe: machinery, the hang's message has it
             return
         raw = wire.decision_to_dict(dec)
+        where = f"{tp.topic}[{tp.partition}]@{offset}"
+        why = self.replay.check(str(raw["id"]), float(raw["ts"]), self.clock(), where)
+        if why is not None:
+            self.log("decision_refused", reason=why, id=raw["id"], job=raw["job"],
+                     action=raw["action"], age_s=round(self.clock() - float(raw["ts"]), 1),
+                     max_age_s=self.replay.max_age_s, topic=tp.topic, partition=tp.partition,
+                     offset=offset)
+            return
         if self.grouper.add(raw, self.clock()):
             self._where[str(raw.get("id", ""))] = (tp, offset)
 
@@ -116,7 +129,7 @@ class Notifier:
         except Exception as e:
             with contextlib.suppress(Exception):
                 await c.stop()
-            raise await kafka_settings.diagnose(e, self.cfg.bootstrap,
+            raise await diagnose(e, self.cfg.bootstrap,
                                                 f"reading {self.cfg.topic}") from e
         self.log("notify_started", topic=self.cfg.topic, group=self.cfg.group_id,
                  webhooks=",".join(r.where for r in self.cfg.receivers),

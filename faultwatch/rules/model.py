@@ -47,6 +47,12 @@ POLICY_KEYS: Mapping[str, type] = MappingProxyType({
     "diagnose": bool,
     "diagnose_at": float,
     "checkpoint_extend_s": float,
+    "fleet_storm_detection": bool,
+    "fleet_storm_share": float,
+    "fleet_storm_min_jobs": int,
+    "fleet_storm_window_s": float,
+    "fleet_storm_hold_max_s": float,
+    "fleet_storm_release_per_min": float,
 })
 POLICY_CHOICES: Mapping[str, tuple[str, ...]] = MappingProxyType({
     "execution_mode": ("sync", "async"),

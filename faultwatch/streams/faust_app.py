@@ -14,12 +14,12 @@ from typing import Any
 import faust
 import orjson
 
-from faultwatch import kafka_settings
 from faultwatch.core.diagnosis import is_probe
 from faultwatch.core.events import Decision
 from faultwatch.core.policy import Policy
 from faultwatch.core.registry import RegistryPolicy
 from faultwatch.errors import DecodeError
+from faultwatch.kafka import clients
 from faultwatch.logs import log_event
 from faultwatch.metrics import ProcessorMetrics
 from faultwatch.metrics import serve as serve_metrics
@@ -27,13 +27,14 @@ from faultwatch.nodes.follow import RegistryLink
 from faultwatch.nodes.gate import NodeGate
 from faultwatch.rules import Matcher, RuleSet
 from faultwatch.status import STATUS_S
+from faultwatch.streams import broker_calm, faust_compat
 from faultwatch.streams.faust_compat import (
     QuietMonitor,
     TableStore,
     keep_queues_when_flowing,
     reread_uncommitted_partitions,
 )
-from faultwatch.streams.job_stage import CAUGHT_UP_S, TICK_S, JobStage
+from faultwatch.streams.job_stage import CAUGHT_UP_S, MAX_JOBS, TICK_S, JobStage
 from faultwatch.streams.matcher_stage import MatcherStage
 from faultwatch.streams.metrics import Metrics
 from faultwatch.streams.records import InRecord, LiveRules
@@ -68,6 +69,9 @@ class ProcessorConfig:
     # upgrade aid, for one release: also publish the probes on the decisions topic, where
     # agents older than the control topic look for them (docs/decisions.md, "Upgrading")
     probes_on_decisions: bool = False
+    # active jobs per worker; a new job beyond it is refused (docs/operating.md)
+    max_jobs: int = field(
+        default_factory=lambda: int(os.environ.get("FAULTWATCH_MAX_JOBS", str(MAX_JOBS))))
 
     @property
     def group(self) -> str:
@@ -86,6 +90,7 @@ class Processor:
     watcher: RulesWatcher
     gate: StopGate
     metrics: Metrics
+    assigned_once: bool = False  # the worker got partitions at least once (startup done)
 
     def flush_states(self) -> int:
         return self.jobs.flush(time.time())
@@ -103,9 +108,12 @@ def _data_root() -> Path:
 
 
 def _record(event: Any) -> InRecord:
+    from faultwatch.trust.nodesig import header_pairs
+
     msg = event.message
     value = event.value if isinstance(event.value, bytes | None) else None
-    return InRecord(msg.topic, msg.partition, msg.offset, event.key, value)
+    return InRecord(msg.topic, msg.partition, msg.offset, event.key, value,
+                    header_pairs(getattr(msg, "headers", None)))
 
 
 async def deliver(sends: list[Send], what: str) -> None:
@@ -154,6 +162,8 @@ def build_processor(cfg: ProcessorConfig, live: LiveRules | None = None,
                     watcher: RulesWatcher | None = None) -> Processor:
     """The worker's app wired to the stages. `live`/`watcher` come from the caller when it
     already loaded the rules topic's current set (worker.run_worker does)."""
+    faust_compat.slow_retries(broker_calm.RETRY_BACKOFF_MS)
+    gate_logs = broker_calm.install()
     app = faust.App(
         cfg.group,
         broker=f"kafka://{cfg.bootstrap}",
@@ -180,7 +190,7 @@ def build_processor(cfg: ProcessorConfig, live: LiveRules | None = None,
         # our stop waits for the gate, not for every fetched event to be acknowledged
         stream_wait_empty=False,
         monitor=QuietMonitor(),  # no per-record statistics (no Faust web views to read them)
-        **kafka_settings.current().faust_settings(),  # SSL/SASL (docs/operating.md)
+        **clients.faust_settings(),  # SSL/SASL (docs/operating.md)
     )
     topics = cfg.topics
     logs_t = app.topic(topics.logs, key_type=bytes, value_type=bytes, partitions=cfg.partitions)
@@ -198,9 +208,20 @@ def build_processor(cfg: ProcessorConfig, live: LiveRules | None = None,
     prom.watch(metrics)
     if cfg.metrics_port:
         serve_metrics(cfg.metrics_port, prom.registry)
-    keyring = signing.load_keyring()  # decisions are signed when a key is configured
-    log_event("decision_signing", signed=keyring is not None,
-              key_id=keyring.signing_key.key_id if keyring else None)
+    # decisions and registry records are signed with the processor's Ed25519 key
+    # ($FAULTWATCH_SIGNING_KEY_FILE; legacy: the HMAC decision key); rule sets, registry
+    # records and (with node keys) logs records are checked against $FAULTWATCH_TRUST_FILE
+    from faultwatch.trust.decisions import decision_signer, signer_key_id
+    from faultwatch.trust.keys import NODE, load_signing_key, load_trust
+    from faultwatch.trust.nodesig import NodeVerifier
+    from faultwatch.trust.records import NODE_RECORD, RecordGate, signer_for, verifier_for
+
+    keyring = decision_signer()
+    trust = load_trust()
+    node_verifier = NodeVerifier(trust) if trust is not None and trust.of_role(NODE) else None
+    log_event("decision_signing", signed=keyring is not None, key_id=signer_key_id(keyring),
+              trust_file=trust.source if trust else None,
+              node_keys=len(trust.of_role(NODE)) if trust else 0)
     if live is None:
         live = LiveRules(Matcher(cfg.ruleset), cfg.policy, cfg.ruleset.version)
     if watcher is None:
@@ -218,12 +239,14 @@ def build_processor(cfg: ProcessorConfig, live: LiveRules | None = None,
             "value_b64": base64.b64encode((rec.value or b"")[:600_000]).decode()})
         dead.append(_sender(dead_t, rec.key, value))
 
-    matcher = MatcherStage(live, dead_letter, metrics)
-    jobs = JobStage(live, TableStore(table), dead_letter, metrics)
+    matcher = MatcherStage(live, dead_letter, metrics, node_verifier=node_verifier)
+    jobs = JobStage(live, TableStore(table), dead_letter, metrics, max_jobs=cfg.max_jobs)
     # the node registry: every worker follows all of it; the job stage gates run-starts and
     # check notes with it and writes what its decisions change (docs/schedulers.md)
-    registry = RegistryLink(cfg.bootstrap, topics.nodes,
-                            RegistryPolicy(quarantine_s=cfg.policy.blacklist_s))
+    registry = RegistryLink(
+        cfg.bootstrap, topics.nodes, RegistryPolicy(quarantine_s=cfg.policy.blacklist_s),
+        gate=RecordGate("node_record", verifier_for(NODE_RECORD, trust), log_event),
+        signer=signer_for(NODE_RECORD, load_signing_key()))
     jobs.gate = NodeGate(registry.writer.quarantined)
     gate = StopGate()
     proc = Processor(app=app, matcher=matcher, jobs=jobs, live=live, watcher=watcher,
@@ -295,6 +318,7 @@ def build_processor(cfg: ProcessorConfig, live: LiveRules | None = None,
     async def on_assigned(sender: Any, *args: Any, signal: Any = None, **kwargs: Any) -> None:
         matcher.on_assigned(tp.partition for tp in _tps(args, topics.logs))
         jobs.on_assigned(tp.partition for tp in _tps(args, topics.signals))
+        proc.assigned_once = True
         log_event("partitions_assigned", partitions=_names(_tps(args)))
 
     @app.timer(interval=TICK_S)
@@ -346,6 +370,11 @@ def build_processor(cfg: ProcessorConfig, live: LiveRules | None = None,
                   jobs_cached=sum(len(p.cache) for p in jobs.parts.values()),
                   jobs_active=sum(len(p.active) for p in jobs.parts.values()),
                   rates=rates, counters=dict(metrics.extra))
+
+    @app.timer(interval=broker_calm.POLL_S)
+    async def broker_state() -> None:
+        broker_calm.install(gate_logs)  # loggers created since the worker started
+        gate_logs.poll(time.time())
 
     status_t = app.topic(topics.status, key_type=bytes, value_type=bytes)
     statuses = StatusPublisher()

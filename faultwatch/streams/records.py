@@ -13,13 +13,14 @@ from faultwatch.core.policy import Policy
 
 @dataclass(frozen=True, slots=True)
 class InRecord:
-    """One consumed record: its topic, partition, offset, key and raw value."""
+    """One consumed record: its topic, partition, offset, key, raw value and headers."""
 
     topic: str
     partition: int
     offset: int
     key: bytes | None
     value: bytes | None
+    headers: tuple[tuple[str, bytes], ...] = ()
 
     @property
     def where(self) -> str:

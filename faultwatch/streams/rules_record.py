@@ -53,8 +53,10 @@ def build_record(paths: Sequence[str | Path], *, builtin: bool = True,
     return record, ruleset
 
 
-def ruleset_of_record(value: bytes) -> tuple[RuleSet, dict[str, Any]]:
-    """(rule set, decoded record) of a rules-topic record.
+def ruleset_of_record(value: bytes, signed: bool = False) -> tuple[RuleSet, dict[str, Any]]:
+    """(rule set, decoded record) of a rules-topic record. `builtin: false` (drop the
+    built-in rules) is honoured only from a record whose operator signature was verified
+    (`signed`); from an unsigned record the built-in rules stay.
 
     Raises DecodeError for a record that is not a rule set and RuleError (problems named by
     the pushed files' names) for a rule set that does not validate.
@@ -71,7 +73,8 @@ def ruleset_of_record(value: bytes) -> tuple[RuleSet, dict[str, Any]]:
             and isinstance(f.get("text"), str) for f in raw_files):
         raise DecodeError("rules record: files must be a list of {name, text} strings")
     files = [(f["name"], f["text"]) for f in raw_files]
-    ruleset, problems = merge_texts(files, builtin=d.get("builtin", True) is not False)
+    ruleset, problems = merge_texts(files, builtin=not signed or d.get("builtin", True)
+                                    is not False)
     if problems:
         raise RuleError(problems)
     return ruleset, d

@@ -13,11 +13,12 @@ from typing import Any
 
 import orjson
 
-from faultwatch import kafka_settings
 from faultwatch.core.policy import Policy
 from faultwatch.errors import BrokerError, FaultwatchError, RuleError
+from faultwatch.kafka import clients
 from faultwatch.logs import log_event
 from faultwatch.rules import Matcher, RuleSet
+from faultwatch.streams.broker_calm import RETRY_BACKOFF_MS
 from faultwatch.streams.records import LiveRules
 from faultwatch.streams.rules_record import ruleset_of_record
 from faultwatch.wire import MAX_RULESET_RECORD_BYTES
@@ -54,8 +55,15 @@ class RulesWatcher:
     """Follows the rules topic and swaps a worker's matcher, policy and rules version."""
 
     def __init__(self, bootstrap: str, topic: str, live: LiveRules, initial: RuleSet,
-                 overrides: dict[str, Any], log: Callable[..., None] = log_event) -> None:
+                 overrides: dict[str, Any], log: Callable[..., None] = log_event,
+                 gate: Any = None) -> None:
+        from faultwatch.trust.keys import load_trust
+        from faultwatch.trust.records import RULES, RecordGate, verifier_for
+
         self.bootstrap, self.topic = bootstrap, topic
+        # rule sets are an operator's: with $FAULTWATCH_TRUST_FILE unsigned (tombstones
+        # too), forged and non-operator records are refused
+        self.gate = gate or RecordGate("rules", verifier_for(RULES, load_trust()), log)
         self.live = live
         self.initial, self.overrides = initial, dict(overrides)
         self.initial_policy = live.policy
@@ -65,13 +73,16 @@ class RulesWatcher:
 
     # -- applying records (synchronous: matcher, policy and version change together) --------
     def apply(self, value: bytes | None, where: str = "") -> bool:
-        """Swap to the rule set in `value` if valid (None reverts to the startup rules)."""
+        """Swap to the rule set in `value` if valid and signed (None, a tombstone, reverts to
+        the startup rules when nothing is verified)."""
+        if not self.gate.admit_value(value, at=where or None, kept=self.live.rules_version):
+            return False
         if value is None:
             self._swap(self.initial, Matcher(self.initial), self.initial_policy, where,
                        "startup")
             return True
         try:
-            rs, rec = ruleset_of_record(value)
+            rs, rec = ruleset_of_record(value, signed=self.gate.verifying)
             policy = Policy().with_overrides(dict(rs.policy)).with_overrides(self.overrides)
             matcher = Matcher(rs)
         except RuleError as e:
@@ -111,13 +122,11 @@ class RulesWatcher:
 
     # -- reading the topic ---------------------------------------------------------------
     async def _consumer(self) -> Any:
-        from aiokafka import AIOKafkaConsumer
-
-        consumer = AIOKafkaConsumer(bootstrap_servers=self.bootstrap, group_id=None,
+        consumer = clients.consumer(bootstrap_servers=self.bootstrap, group_id=None,
                                     enable_auto_commit=False, auto_offset_reset="earliest",
                                     fetch_max_bytes=MAX_RULESET_RECORD_BYTES * 2,
                                     max_partition_fetch_bytes=MAX_RULESET_RECORD_BYTES,
-                                    **kafka_settings.client_kwargs())
+                                    retry_backoff_ms=RETRY_BACKOFF_MS)
         await consumer.start()
         try:
             tps: list[Any] | None = None

@@ -13,6 +13,7 @@ from typing import Any
 
 from faust.worker import Worker
 
+from faultwatch.errors import BrokerError
 from faultwatch.logs import log_event
 from faultwatch.streams import faust_compat
 from faultwatch.streams.faust_app import Processor, ProcessorConfig, build_processor
@@ -177,7 +178,12 @@ def run_worker(cfg: ProcessorConfig, *, stop_timeout_s: float = DEFAULT_STOP_TIM
         await ensure_topics(cfg.bootstrap, cfg.topics, cfg.partitions)
         await watcher.catch_up_bounded()
 
-    asyncio.run(prepare())
+    try:
+        asyncio.run(prepare())
+    except BrokerError as e:  # a first start reports it; a restarted startup tries again
+        if os.environ.get(START_ATTEMPT_ENV):
+            restart_startup(e.exit_code)
+        raise
     asyncio.set_event_loop(asyncio.new_event_loop())
     proc = build_processor(cfg, live=live, watcher=watcher)
     log_event("processor_starting", bootstrap=cfg.bootstrap, group=cfg.group,
@@ -185,4 +191,40 @@ def run_worker(cfg: ProcessorConfig, *, stop_timeout_s: float = DEFAULT_STOP_TIM
               hang_window_s=live.policy.hang_window_s, settle_s=live.policy.settle_s)
     worker = ProcessorWorker(proc, stop_timeout_s=stop_timeout_s, loglevel=loglevel,
                              quiet=True)
-    worker.execute_from_commandline()  # exits the process when the worker stops
+    try:
+        worker.execute_from_commandline()  # exits the process when the worker stops
+    except SystemExit as e:
+        if e.code not in (0, None) and not proc.assigned_once:
+            restart_startup(e.code)
+        raise
+
+
+START_ATTEMPT_ENV = "FAULTWATCH_START_ATTEMPT"
+START_ATTEMPTS_MAX = 8  # startups that fail before any assignment, then the error stands
+START_BACKOFF_MAX_S = 60.0
+
+
+def restart_startup(code: object) -> None:
+    """Faust's startup failed before the worker got partitions (the broker went away while
+    it declared its topics or joined the group: Faust gives up at once). Start the process
+    afresh after a backoff (1, 2, 4 ... 60 s), at most START_ATTEMPTS_MAX times; returns
+    (and the exit stands) past that."""
+    attempt = int(os.environ.get(START_ATTEMPT_ENV, "0") or 0) + 1
+    if attempt > START_ATTEMPTS_MAX:
+        log_event("processor_start_failed", attempts=attempt - 1, exit_code=code,
+                  note="giving up: the broker did not stay reachable during startup")
+        return
+    backoff = min(START_BACKOFF_MAX_S, 2.0 ** (attempt - 1))
+    log_event("processor_start_retry", attempt=attempt, of=START_ATTEMPTS_MAX,
+              retry_in_s=backoff, exit_code=code,
+              note="the worker stopped before it was assigned partitions")
+    time.sleep(backoff)
+    os.environ[START_ATTEMPT_ENV] = str(attempt)
+    argv = list(getattr(sys, "orig_argv", []) or [sys.executable, *sys.argv])
+    exit_flush = [f.flush for f in (sys.stdout, sys.stderr)]
+    for flush in exit_flush:
+        try:
+            flush()
+        except (OSError, ValueError):
+            pass
+    os.execv(sys.executable, [sys.executable, *argv[1:]])

@@ -63,7 +63,8 @@ def test_the_tree_names_every_command() -> None:
     sub = next(a for a in cli.build_parser()._actions
                if isinstance(a, argparse._SubParsersAction))
     assert set(sub.choices) == {"run", "agent", "process", "decisions", "logs", "rules",
-                                "kafka", "notify", "status", "nodes", "actuate", "diagnose"}
+                                "kafka", "notify", "status", "nodes", "actuate", "diagnose",
+                                "keys"}
 
 
 def test_shared_options_are_the_same_everywhere(monkeypatch: pytest.MonkeyPatch) -> None:
