@@ -152,7 +152,7 @@ def test_a_probe_on_the_decisions_topic_from_an_older_processor_is_answered_once
 
     bootstrap, prefix, tmp = cluster
     job = f"legacy-{uuid.uuid4().hex[:6]}"
-    p = agent(bootstrap, prefix, tmp, job, CHATTY)
+    p = agent(bootstrap, prefix, tmp, job, CHATTY, "--run-id", f"run-{job}")
     err = tmp / f"{job}.err"
     try:
         wait_until(lambda: events(err, "child_started"), 60, "the child to start")
@@ -160,7 +160,8 @@ def test_a_probe_on_the_decisions_topic_from_an_older_processor_is_answered_once
                             if e.get("topic", "").endswith("control")], 60, "both followers")
         probe = Decision(id=f"old-{uuid.uuid4().hex[:8]}", job=job, attempt=0,
                          action="notify", kind="diagnose", ts=time.time(),
-                         message="an older processor's probe", evidence={})
+                         message="an older processor's probe", evidence={},
+                         run_id=f"run-{job}")  # a decision naming no run acts on none
         value = json.dumps(wire.decision_to_dict(probe)).encode()
 
         async def publish() -> None:
