@@ -23,8 +23,11 @@ from faultwatch import __version__
 from faultwatch.agents.config import (
     EXIT_BLACKLISTED,
     EXIT_BOOTCHECK_FAILED,
-    EXIT_FAILED_BY_DECISION,
+    EXIT_FAILED,
     EXIT_NODES_TIMEOUT,
+    EXIT_RESTART,
+    EXIT_UNDECIDED,
+    ON_RESTART,
 )
 from faultwatch.errors import (
     EXIT_INTERRUPTED,
@@ -131,8 +134,22 @@ def cmd_run(args: argparse.Namespace) -> int:
     cfg = EmbeddedConfig(cmd=_command(args), rule_paths=tuple(args.rules or ()),
                          policy_overrides=_policy_overrides(args),
                          decisions_out=Path(args.decisions_out) if args.decisions_out else None,
-                         job=args.job, term_grace_s=args.term_grace_s)
+                         job=args.job, term_grace_s=args.term_grace_s,
+                         decision_wait_s=args.decision_wait_s,
+                         verdict_out=Path(args.verdict_out) if args.verdict_out else None,
+                         on_restart=args.on_restart,
+                         control_out=Path(args.control_out) if args.control_out else None,
+                         attempt=_run_attempt())
     return run_embedded(cfg)
+
+
+def _run_attempt() -> int:
+    """`run`'s first attempt: $FAULTWATCH_ATTEMPT (a relauncher's count), else 0."""
+    v = os.environ.get("FAULTWATCH_ATTEMPT", "").strip()
+    try:
+        return int(v) if v else 0
+    except ValueError:
+        raise ConfigError("FAULTWATCH_ATTEMPT", f"not an integer: {v!r}") from None
 
 
 def cmd_process(args: argparse.Namespace) -> int:
@@ -149,12 +166,14 @@ def cmd_process(args: argparse.Namespace) -> int:
                           topics=Topics(args.topic_prefix), partitions=args.partitions,
                           app_id=args.app_id or "", policy_overrides=_policy_overrides(args),
                           metrics_port=args.metrics_port,
-                          metrics_address=args.metrics_address)
+                          metrics_address=args.metrics_address,
+                          probes_on_decisions=args.probes_on_decisions)
     run_worker(cfg, stop_timeout_s=args.stop_timeout_s, loglevel=args.loglevel)
     return 0
 
 
 def cmd_decisions(args: argparse.Namespace) -> int:
+    from faultwatch.core.diagnosis import is_probe
     from faultwatch.core.events import Decision
     from faultwatch.kafka.reading import read_topic, run_reader
     from faultwatch.render import render_decision
@@ -167,6 +186,8 @@ def cmd_decisions(args: argparse.Namespace) -> int:
     def emit(item: tuple[Any, Decision]) -> None:
         _, dec = item
         if dec.id in seen:  # decisions are idempotent: show each id once
+            return
+        if is_probe(dec):  # an older processor's probe (control traffic, not a decision)
             return
         seen.add(dec.id)
         if args.json:
@@ -426,12 +447,16 @@ subcommands (instead of -- CMD):
   faultwatch agent tail --job J [--node N] PATH...   ship existing log files
   faultwatch agent bootcheck --job J [...]           run the boot checks now, ship the result
 
-exit codes: the child's (128+N when a signal N killed it);
-  {EXIT_BLACKLISTED} a blacklist decision named this node;
+exit codes (never the command's own: that one is in the verdict line, --verdict-out
+and the decision; docs/cli.md#exit-codes):
+  0 the command succeeded;
+  {EXIT_RESTART} restart here (a restart decision with --on-restart exit);
+  {EXIT_BLACKLISTED} run me elsewhere: a blacklist decision named this node, or a boot check
+      failed with --bootcheck-abort;
+  {EXIT_FAILED} a fail decision: permanent;
+  {EXIT_UNDECIDED} the command failed and no decision arrived within --decision-wait-s;
   {EXIT_NODES_TIMEOUT} --wait-for-nodes timed out;
-  {EXIT_BOOTCHECK_FAILED} a boot check failed with --bootcheck-abort;
-  {EXIT_FAILED_BY_DECISION} a fail decision stopped a running child;
-  127 the command could not be started; 2 bad arguments (see docs/cli.md).
+  129/130/143 the agent itself got SIGHUP/SIGINT/SIGTERM; 1-6 faultwatch's own errors.
 """
 
 
@@ -476,6 +501,17 @@ def _add_bootcheck_flags(p: argparse.ArgumentParser) -> None:
                    help="timeout of each subprocess check (versions, all-reduce)")
 
 
+def _add_verdict_flags(p: argparse.ArgumentParser) -> None:
+    """The exit contract's flags, the same on `run` and `agent` (docs/cli.md#exit-codes)."""
+    p.add_argument("--verdict-out", metavar="FILE",
+                   help="write the verdict as JSON at exit: verdict, exit code, the command's "
+                        "own code and signal, the decision, run id, attempt")
+    p.add_argument("--on-restart", choices=ON_RESTART, default="relaunch",
+                   help="a restart decision: relaunch the command here (default), or exit "
+                        f"{EXIT_RESTART} so a scheduler, a shell loop or torchrun relaunches "
+                        "this agent with the next attempt")
+
+
 def _add_agent(sub: Any) -> None:
     p = sub.add_parser(
         "agent", help="run a command and ship its output, exit and heartbeats to Kafka",
@@ -501,12 +537,17 @@ def _add_agent(sub: Any) -> None:
     p.add_argument("--follow-decisions", action=argparse.BooleanOptionalAction,
                    default=None,
                    help="act on <prefix>decisions for the job: restart the child on `restart`, "
-                        f"exit {EXIT_BLACKLISTED} on `blacklist` naming this node, stop on "
-                        "`fail`; after a failure wait --decision-wait-s for the decision "
+                        f"exit {EXIT_BLACKLISTED} on `blacklist` naming this node, stop and exit "
+                        f"{EXIT_FAILED} on `fail`; after a failure wait --decision-wait-s for "
+                        "the decision; answer the probes of <prefix>control "
                         "(default: $FAULTWATCH_FOLLOW_DECISIONS if set, else on in node mode "
                         "and off in rank mode, where torchrun or the scheduler restarts ranks)")
     p.add_argument("--decision-wait-s", type=float, default=60.0,
-                   help="after the child failed, how long to wait for the job's decision")
+                   help="after the child failed, how long to wait for the job's decision "
+                        f"(none: exit {EXIT_UNDECIDED})")
+    p.add_argument("--decisions-out", metavar="FILE",
+                   help="append the job's decisions this agent reads as JSON lines")
+    _add_verdict_flags(p)
     p.add_argument("--sdk", action=argparse.BooleanOptionalAction, default=True,
                    help="open a Unix socket for the training SDK ($FAULTWATCH_SDK_SOCKET in "
                         "the child's env) and ship its messages as notes")
@@ -659,9 +700,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.hint = "the training command goes after --: faultwatch run [options] -- CMD [ARGS...]"
     _add_rules_flag(p)
     p.add_argument("--decisions-out", metavar="FILE", help="append decisions as JSON lines")
+    p.add_argument("--control-out", metavar="FILE",
+                   help="append the control requests (diagnosis probes) as JSON lines")
     p.add_argument("--job", default="local", help="job name used in decisions")
     p.add_argument("--term-grace-s", type=float, default=10.0,
                    help="SIGTERM -> SIGKILL grace when stopping the command")
+    p.add_argument("--decision-wait-s", type=float, default=60.0,
+                   help="after the command failed, how long to wait for the decision "
+                        f"(none: exit {EXIT_UNDECIDED})")
+    _add_verdict_flags(p)
     _add_policy_flags(p)
     p.set_defaults(func=cmd_run)
 
@@ -683,6 +730,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="address /metrics listens on (default 127.0.0.1; 0.0.0.0 or :: for "
                         "every interface); reads time out after 5 s, at most 16 "
                         "connections at once")
+    p.add_argument("--probes-on-decisions", action="store_true",
+                   help="upgrade aid: also publish the diagnosis probes on <prefix>decisions, "
+                        "for agents older than <prefix>control (docs/decisions.md)")
     _add_policy_flags(p)
     p.set_defaults(func=cmd_process)
 

@@ -14,7 +14,7 @@ import orjson
 
 from faultwatch.agents.config import AgentConfig
 from faultwatch.agents.transport import LocalTransport
-from faultwatch.core.diagnosis import DIAGNOSE_KIND
+from faultwatch.core.diagnosis import is_probe
 from faultwatch.core.events import Decision
 from faultwatch.core.policy import Policy
 from faultwatch.logs import log_event
@@ -39,6 +39,10 @@ class EmbeddedConfig:
     decision_wait_s: float = 60.0
     sdk: bool = True
     reload_rules: bool = True
+    verdict_out: Path | None = None
+    on_restart: str = "relaunch"
+    control_out: Path | None = None  # the in-process control channel (probes), as JSON lines
+    attempt: int = 0  # a relauncher's attempt ($FAULTWATCH_ATTEMPT: a shell loop, --on-restart)
 
 
 class _Rules:
@@ -94,11 +98,12 @@ def policy_for(ruleset: RuleSet, overrides: dict[str, Any]) -> Policy:
 
 
 def publisher(out: TextIO, decisions_out: Path | None) -> Callable[[Decision], None]:
-    """Embedded mode's decisions "topic": printed for a person (not the `diagnose` probes
-    the processor sends the agent during a silence: they are machinery, not news), appended
-    as JSON lines."""
+    """Embedded mode's decisions "topic": printed for a person, appended as JSON lines. The
+    `diagnose` probes never come here: the LocalTransport routes them to its control channel,
+    as the processor puts them on <prefix>control (they are machinery, not news); a hang's
+    decision says which probes were sent and what they found."""
     def publish(d: Decision) -> None:
-        if not (d.action == "notify" and d.kind == DIAGNOSE_KIND):
+        if not is_probe(d):  # only when a caller publishes a probe itself
             print(render_decision(d), file=out, flush=True)
         if decisions_out is not None:
             with open(decisions_out, "ab") as f:
@@ -120,7 +125,18 @@ def transport_for(cfg: EmbeddedConfig, out: TextIO = sys.stderr) -> LocalTranspo
               files=",".join(cfg.rule_paths) or None)
     return LocalTransport(pipeline, cfg.job, publisher(out, cfg.decisions_out), time.time,
                           tick_s=HEARTBEAT_S,
-                          on_tick=rules.maybe_reload if cfg.reload_rules else None)
+                          on_tick=rules.maybe_reload if cfg.reload_rules else None,
+                          publish_control=_appender(cfg.control_out))
+
+
+def _appender(path: Path | None) -> Callable[[Decision], None] | None:
+    if path is None:
+        return None
+
+    def append(d: Decision) -> None:
+        with open(path, "ab") as f:
+            f.write(orjson.dumps(decision_to_dict(d)) + b"\n")
+    return append
 
 
 def agent_config(cfg: EmbeddedConfig) -> AgentConfig:
@@ -129,7 +145,9 @@ def agent_config(cfg: EmbeddedConfig) -> AgentConfig:
                        spool_dir=Path(tempfile.gettempdir()), heartbeat_s=HEARTBEAT_S,
                        heartbeat_flowing_s=HEARTBEAT_S,  # in process: no record to save
                        term_grace_s=cfg.term_grace_s, follow_decisions=True,
-                       decision_wait_s=cfg.decision_wait_s, sdk=cfg.sdk)
+                       decision_wait_s=cfg.decision_wait_s, sdk=cfg.sdk,
+                       verdict_out=cfg.verdict_out, on_restart=cfg.on_restart,
+                       attempt=cfg.attempt)
 
 
 def run_embedded(cfg: EmbeddedConfig) -> int:

@@ -82,6 +82,7 @@ class Agent:
                                        else cfg.env)
             self.extra_env.update(self.diagnoser.env)
         self.sdk: SdkServer | None = None
+        self.probes_seen: set[str] = set()  # diagnosis requests answered (agents/control.py)
         self.born_ts = time.time()
         self.lines_lost_mono = -float("inf")  # when the last gap (dropped lines) was reported
         # The job run's identity: stable across this agent's attempts (restarts do not make
@@ -187,6 +188,14 @@ class Agent:
         if self._kill_timer is None:
             self._kill_timer = asyncio.get_running_loop().call_later(
                 self.cfg.term_grace_s, self._escalate)
+
+    def pass_signal(self, sig: int) -> None:
+        """SIGUSR1/SIGUSR2: hand it to the child's group (Slurm's --signal warnings, a
+        framework's requeue hook); the agent itself neither stops nor dies by it."""
+        running = self.child is not None and self.child.returncode is None
+        self.log("signal", sig=signal.Signals(sig).name, forwarded=running, stopping=False)
+        if running and self.child is not None:
+            self.child.signal_group(sig)
 
     def _escalate(self) -> None:
         if self.child is not None and self.child.returncode is None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from pathlib import Path
 from typing import Any
 
 from faultwatch.agents.config import AgentConfig
@@ -62,6 +63,13 @@ def config_from_args(args: argparse.Namespace) -> AgentConfig:
         bootcheck_abort=args.bootcheck_abort, run_id=getattr(args, "run_id", None),
         labels=tuple(getattr(args, "label", None) or ()),
         metrics_port=getattr(args, "metrics_port", None),
+        verdict_out=_path(getattr(args, "verdict_out", None)),
+        decisions_out=_path(getattr(args, "decisions_out", None)),
+        on_restart=getattr(args, "on_restart", None) or "relaunch",
         node_key_file=getattr(args, "node_key_file", None),
         metrics_address=getattr(args, "metrics_address", None) or "127.0.0.1",
         **bootcheck_kw(args))
+
+
+def _path(v: str | None) -> Path | None:
+    return Path(v) if v else None

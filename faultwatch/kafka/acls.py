@@ -130,10 +130,12 @@ def role_acls(role: str, scope: Scope, principal: str) -> list[Acl]:
         g += _grants(principal, "topic", t("logs"), (W, D), "ship lines, heartbeats, notes")
         g += _grants(principal, "topic", t("logs"), (R,), "--wait-for-nodes reads hellos")
         g += _grants(principal, "topic", t("decisions"), (R, D), "follow decisions (no group)")
+        g += _grants(principal, "topic", t("control"), (R, D), "answer probes (no group)")
     elif role == "processor":
         g += _grants(principal, "topic", t("logs"), (R, D), "matcher stage input")
         g += _grants(principal, "topic", t("signals"), (R, W, D), "matcher -> job stage")
         g += _grants(principal, "topic", t("decisions"), (W, D), "publish decisions")
+        g += _grants(principal, "topic", t("control"), (W, D), "diagnosis probes")
         g += _grants(principal, "topic", t("deadletter"), (W, D), "undecodable records")
         g += _grants(principal, "topic", t("rules"), (R, D), "follow pushed rule sets")
         g += _grants(principal, "topic", t("nodes"), (R, W, D), "node registry writer")
@@ -154,7 +156,7 @@ def role_acls(role: str, scope: Scope, principal: str) -> list[Acl]:
                      "create topics, read everything", "prefixed")
         g += _grants(principal, "topic", t("rules"), (W,), "rules push")
         g += _grants(principal, "topic", t("nodes"), (W,), "nodes quarantine|release")
-        g += _grants(principal, "topic", t("decisions"), (W,),
+        g += _grants(principal, "topic", t("control"), (W,),
                      "faultwatch diagnose requests (notify kind diagnose)")
         g += _grants(principal, "group", scope.prefix, (D, "delete"),
                      "inspect and reset consumer groups", "prefixed")

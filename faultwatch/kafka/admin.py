@@ -40,7 +40,8 @@ async def ensure_topics(bootstrap: str, topics: Topics, partitions: int = DEFAUL
     try:
         existing = set(await admin.list_topics())
         new = [NewTopic(name, num_partitions=partitions, replication_factor=1)
-               for name in (topics.logs, topics.signals, topics.decisions) if name not in existing]
+               for name in (topics.logs, topics.signals, topics.decisions, topics.control)
+               if name not in existing]
         if topics.deadletter not in existing:
             new.append(NewTopic(topics.deadletter, num_partitions=1, replication_factor=1))
         for compacted in (topics.rules, topics.status):

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from faultwatch import wire
+from faultwatch.core.diagnosis import is_probe
 from faultwatch.errors import DecodeError
 from faultwatch.kafka import clients
 from faultwatch.kafka.errors import diagnose
@@ -68,11 +69,14 @@ class Notifier:
                                       offset=offset):
             return
         try:
-            raw = wire.decision_to_dict(wire.decode_decision(value))
+            dec = wire.decode_decision(value)
         except DecodeError as e:
             self.log("undecodable_decision", topic=tp.topic, partition=tp.partition,
                      offset=offset, error=str(e))
             return
+        if is_probe(dec):  # an older processor's probe: machinery, the hang's message has it
+            return
+        raw = wire.decision_to_dict(dec)
         where = f"{tp.topic}[{tp.partition}]@{offset}"
         why = self.replay.check(str(raw["id"]), float(raw["ts"]), self.clock(), where)
         if why is not None:

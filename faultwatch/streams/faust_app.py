@@ -14,6 +14,7 @@ from typing import Any
 import faust
 import orjson
 
+from faultwatch.core.diagnosis import is_probe
 from faultwatch.core.events import Decision
 from faultwatch.core.policy import Policy
 from faultwatch.core.registry import RegistryPolicy
@@ -77,6 +78,9 @@ class ProcessorConfig:
     # it): a push adds its layer on top of them. None: one layer holding `ruleset`
     rules: Any = None
     metrics_port: int | None = None  # serve Prometheus /metrics on this port
+    # upgrade aid, for one release: also publish the probes on the decisions topic, where
+    # agents older than the control topic look for them (docs/decisions.md, "Upgrading")
+    probes_on_decisions: bool = False
     # active jobs per worker; a new job beyond it is refused (docs/operating.md)
     max_jobs: int = field(
         default_factory=lambda: int(os.environ.get("FAULTWATCH_MAX_JOBS", str(MAX_JOBS))))
@@ -208,6 +212,7 @@ def build_processor(cfg: ProcessorConfig, live: LiveRules | None = None,
     signals_t = app.topic(topics.signals, key_type=bytes, value_type=bytes,
                           partitions=cfg.partitions)
     decisions_t = app.topic(topics.decisions, key_type=bytes, value_type=bytes)
+    control_t = app.topic(topics.control, key_type=bytes, value_type=bytes)
     dead_t = app.topic(topics.deadletter, key_type=bytes, value_type=bytes)
     table = app.Table("jobs", default=None, partitions=cfg.partitions, key_type=bytes,
                       value_type=bytes)
@@ -287,8 +292,12 @@ def build_processor(cfg: ProcessorConfig, live: LiveRules | None = None,
             log_event("decision", id=d.id, job=d.job, attempt=d.attempt, action=d.action,
                       kind=d.kind, rule=d.rule)
             prom.decided(d.kind, d.action, time.time() - d.ts)
-            sends.append(_sender(decisions_t, job_key(d.job),
-                                 signing.encode(decision_to_dict(d), keyring)))
+            value = signing.encode(decision_to_dict(d), keyring)
+            if is_probe(d):  # control traffic: the agents' channel, not the decisions topic
+                sends.append(_sender(control_t, job_key(d.job), value))
+                if not cfg.probes_on_decisions:
+                    continue
+            sends.append(_sender(decisions_t, job_key(d.job), value))
         return sends
 
     @app.agent(signals_t)

@@ -35,10 +35,10 @@ def test_the_agent_writes_logs_and_nothing_faultwatch_acts_on() -> None:
 
 def test_the_processor_may_not_write_rules_or_logs_or_make_topics_of_the_prefix() -> None:
     writes = _writes("processor")
-    for topic in ("decisions", "signals", "status", "nodes", "deadletter",
+    for topic in ("decisions", "control", "signals", "status", "nodes", "deadletter",
                   "processor-jobs-changelog", "processor-__assignor-__leader"):
         assert _covers(writes, "p." + topic), topic
-    for topic in ("rules", "logs", "control", "made-up"):
+    for topic in ("rules", "logs", "made-up"):
         assert not _covers(writes, "p." + topic), topic
 
 
