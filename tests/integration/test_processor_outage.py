@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from faultwatch import kafka_local, wire
+from faultwatch import wire
 from faultwatch.core.events import Exit, Line, RunStart
+from faultwatch.kafka import broker as kafka_local
 from tests.e2e.cluster import (
     events,
     processor,
