@@ -266,7 +266,7 @@ def test_case3_only_an_operator_signed_rule_set_is_loaded(kafka_bootstrap: str, 
     ok = [*push[:-2], str(tmp_path / "ok.yaml"), "--signing-key-file", str(site.key("ops"))]
     res = subprocess.run(ok, env=site.env(), capture_output=True, text=True, timeout=60)
     assert res.returncode == 0 and "signed by key" in res.stdout, res.stderr
-    wait_event(plog, "rules_loaded", 60, where=lambda e: e.get("source") == "topic")
+    wait_event(plog, "rules_loaded", 60, where=lambda e: e.get("source") == "pushed")
     # policy values outside their documented range never leave the operator's machine
     (tmp_path / "bad.yaml").write_text("version: 1\npolicy:\n  node_lost_s: 0.01\n"
                                        "  max_restarts: 1000000000\n")
