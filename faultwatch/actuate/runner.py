@@ -16,7 +16,7 @@ from faultwatch.actuate.journal import Journal
 from faultwatch.actuate.plan import Action, plan_decision, plan_node
 from faultwatch.core.events import Decision
 from faultwatch.errors import ConfigError, DecodeError, FaultwatchError
-from faultwatch.logs import log_event
+from faultwatch.eventlog import log_event
 from faultwatch.nodes.registry import (
     QUARANTINED,
     NodeRecord,

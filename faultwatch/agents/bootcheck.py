@@ -370,9 +370,17 @@ async def run_bootchecks(agent: Agent, when: str = "start") -> bool:
     return ok
 
 
+def bootcheck_kw(args: argparse.Namespace) -> dict[str, Any]:
+    """The boot-check settings of `agent` and `agent bootcheck` (cli/agent.py's flags)."""
+    return dict(bootcheck_paths=tuple(args.bootcheck_path),
+                bootcheck_min_mb_s=args.bootcheck_min_mb_s,
+                bootcheck_expect_gpus=args.bootcheck_expect_gpus,
+                bootcheck_allreduce=args.bootcheck_allreduce,
+                bootcheck_timeout_s=args.bootcheck_timeout_s)
+
+
 def bootcheck_main(a: argparse.Namespace) -> int:
     """`faultwatch agent bootcheck`: the same checks on demand (e.g. after a failure)."""
-    from faultwatch.agents.cli import bootcheck_kw
     from faultwatch.agents.config import AgentConfig
 
     kw = bootcheck_kw(a)

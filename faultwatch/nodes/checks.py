@@ -111,28 +111,3 @@ def render_checks(data: Mapping[str, Any]) -> str:
         if data.get("on_demand") else "start"
     verdict = "ok" if not any(c["status"] == FAIL for c in checks_of(data)) else "FAILED"
     return f"bootcheck ({when}): {verdict}: " + ", ".join(parts)
-
-
-def emit_check_note(d: Mapping[str, Any], seen: set[tuple[str, ...]], as_json: bool) -> None:
-    """Print a `bootcheck` note of the logs topic as `faultwatch logs` shows lines (once)."""
-    import sys
-
-    import orjson
-
-    from faultwatch.render import render_line
-
-    key = tuple(str(d.get(k, "")) for k in ("node", "run_id", "attempt", "ts"))
-    if key in seen:
-        return
-    seen.add(key)
-    raw = d.get("data")
-    data: Mapping[str, Any] = raw if isinstance(raw, dict) else {}
-    text = render_checks(data)
-    if as_json:
-        sys.stdout.write(orjson.dumps({
-            "node": d.get("node"), "attempt": d.get("attempt"), "rank": None,
-            "stream": "bootcheck", "seq": None, "ts": d.get("ts"), "text": text,
-            "checks": checks_of(data)}).decode() + "\n")
-    else:
-        sys.stdout.write(render_line(str(d.get("node")), None, "bootcheck", text) + "\n")
-    sys.stdout.flush()

@@ -11,7 +11,7 @@ from typing import Any
 
 from faultwatch import kafka_settings
 from faultwatch.core.events import Decision
-from faultwatch.logs import log_event
+from faultwatch.eventlog import log_event
 from faultwatch.nodes.registry import RegistryPolicy
 from faultwatch.nodes.store import BROKER_ERRORS, ensure_nodes_topic
 from faultwatch.nodes.writer import RegistryWriter

@@ -11,7 +11,7 @@ from collections.abc import Iterable
 
 from faultwatch.core.events import Decision
 from faultwatch.errors import DecodeError
-from faultwatch.logs import log_event
+from faultwatch.eventlog import log_event
 from faultwatch.nodes.registry import (
     QUARANTINED,
     NodeRecord,

@@ -17,8 +17,9 @@ import orjson
 from faultwatch import kafka_settings, signing
 from faultwatch.core.events import Decision
 from faultwatch.core.policy import Policy
+from faultwatch.core.status import STATUS_S
 from faultwatch.errors import DecodeError
-from faultwatch.logs import log_event
+from faultwatch.eventlog import log_event
 from faultwatch.metrics import ProcessorMetrics
 from faultwatch.metrics import serve as serve_metrics
 from faultwatch.nodes.follow import RegistryLink
@@ -26,7 +27,6 @@ from faultwatch.nodes.gate import NodeGate
 from faultwatch.nodes.registry import RegistryPolicy
 from faultwatch.nodes.store import nodes_topic
 from faultwatch.rules import Matcher, RuleSet
-from faultwatch.status import STATUS_S
 from faultwatch.streams.faust_compat import (
     QuietMonitor,
     TableStore,

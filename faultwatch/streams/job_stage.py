@@ -22,7 +22,7 @@ from faultwatch.core.events import (
     Signal,
 )
 from faultwatch.core.job import JobState, Phase, apply_batch, new_state, tick
-from faultwatch.logs import log_event
+from faultwatch.eventlog import log_event
 from faultwatch.streams.metrics import Metrics
 from faultwatch.streams.records import MAX_RECORD_BYTES, DeadLetter, InRecord, LiveRules
 from faultwatch.wire import Tick, decode_signals, encode_decision, job_key

@@ -14,9 +14,9 @@ from typing import Any
 import orjson
 
 from faultwatch import kafka_settings
-from faultwatch.core.policy import Policy
+from faultwatch.core.policy import Policy, policy_for
 from faultwatch.errors import BrokerError, FaultwatchError, RuleError
-from faultwatch.logs import log_event
+from faultwatch.eventlog import log_event
 from faultwatch.rules import Matcher, RuleSet
 from faultwatch.streams.records import LiveRules
 from faultwatch.streams.rules_record import MAX_RECORD_BYTES, ruleset_of_record
@@ -44,7 +44,7 @@ async def assign_topic(consumer: Any, topic: str) -> list[Any] | None:
 
 def cli_overrides(ruleset: RuleSet, policy: Policy) -> dict[str, Any]:
     """The policy keys a worker's flags changed: `policy` minus what its rule files imply."""
-    base = Policy().with_overrides(dict(ruleset.policy))
+    base = policy_for(ruleset.policy)
     return {f.name: getattr(policy, f.name) for f in dataclasses.fields(Policy)
             if getattr(policy, f.name) != getattr(base, f.name)}
 
@@ -71,7 +71,7 @@ class RulesWatcher:
             return True
         try:
             rs, rec = ruleset_of_record(value)
-            policy = Policy().with_overrides(dict(rs.policy)).with_overrides(self.overrides)
+            policy = policy_for(rs.policy, self.overrides)
             matcher = Matcher(rs)
         except RuleError as e:
             self._reject(where, [str(p) for p in e.problems], value)

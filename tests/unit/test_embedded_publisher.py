@@ -7,9 +7,9 @@ from pathlib import Path
 
 import orjson
 
+from faultwatch.cli.run import publisher
 from faultwatch.core.diagnosis import DIAGNOSE_KIND
 from faultwatch.core.events import Decision
-from faultwatch.embedded import publisher
 
 
 def _decision(did: str, action: str, kind: str) -> Decision:

@@ -52,8 +52,8 @@ async def ask(bootstrap: str, topics: Any, job: str, timeout_s: float = ANSWER_T
     from faultwatch.core.diagnosis import DIAGNOSIS_NOTE, fold_answer
     from faultwatch.core.events import Notice
     from faultwatch.core.state import JobState, thaw
+    from faultwatch.readers.status import read_snapshots
     from faultwatch.reading import _partitions
-    from faultwatch.status import read_snapshots
 
     snap = _check((await read_snapshots(bootstrap, topics.status, job)).get(job), job)
     alive = sorted(str(n["node"]) for n in snap.get("nodes", []) if n.get("alive"))

@@ -1,4 +1,4 @@
-"""Flags and entry point of `faultwatch notify` (the main CLI adds its Kafka flags)."""
+"""`faultwatch notify`: send decisions to webhooks (Slack, Feishu, DingTalk, JSON), grouped."""
 
 from __future__ import annotations
 
@@ -8,7 +8,9 @@ import contextlib
 import os
 import signal
 from pathlib import Path
+from typing import Any
 
+from faultwatch.cli import options
 from faultwatch.errors import ConfigError
 from faultwatch.notify.grouping import GROUP_FIELDS, GroupingPolicy
 from faultwatch.notify.sender import Receiver, RetryPolicy
@@ -69,7 +71,7 @@ def config_of(args: argparse.Namespace, bootstrap: str, topic: str) -> NotifierC
 
 def run(cfg: NotifierConfig) -> int:
     """Run the notifier until SIGTERM/SIGINT."""
-    from faultwatch.logs import log_event, set_component
+    from faultwatch.eventlog import log_event, set_component
     from faultwatch.signing import DecisionGate, load_keyring
 
     set_component("notify")
@@ -85,3 +87,16 @@ def run(cfg: NotifierConfig) -> int:
 
     asyncio.run(main())
     return 0
+
+
+def cmd_notify(args: argparse.Namespace) -> int:
+    return run(config_of(args, options.need_bootstrap(args), options.topics(args).decisions))
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("notify", help="send decisions to webhooks (Slack, Feishu, DingTalk, "
+                       "JSON), grouped like Alertmanager", description="Consume decisions and "
+                       "post grouped notifications; see docs/operating.md.")
+    options.add_kafka(p)
+    add_arguments(p)
+    p.set_defaults(func=cmd_notify)

@@ -1,4 +1,5 @@
-"""`faultwatch status`: per-job snapshots the processors publish, read back and shown live."""
+"""`faultwatch status`: the latest snapshot per job read back from the status topic, shown
+as a table (once or live) or as JSON lines."""
 
 from __future__ import annotations
 
@@ -6,41 +7,6 @@ import asyncio
 import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
-
-from faultwatch.core.policy import Policy
-from faultwatch.core.state import JobState, thaw
-from faultwatch.core.windows import choose_window
-
-STATUS_S = 3.0  # how often a processor looks for snapshots to publish (streams/status_publish.py)
-MAX_RANKS_SHOWN = 64  # per snapshot: the quietest ranks first
-MAX_DECISIONS_SHOWN = 5
-
-
-def _age(now: float, ts: float | None) -> float | None:
-    return None if ts is None else round(max(0.0, now - ts), 1)
-
-
-def snapshot(st: JobState, now: float, policy: Policy) -> dict[str, Any]:
-    """What `status` shows of one job: run, attempt, nodes and ranks alive, last output age
-    per rank (quietest first), open stages and the silence window in effect, decisions."""
-    stages = st.open_stages()
-    window, basis = choose_window(policy, stages, st.hists, st.warmed_up)
-    nodes = [{"node": n.node, "rank": n.rank, "alive": n.alive, "exit_code": n.exit_code,
-              "last_output_age_s": _age(now, n.last_output_ts),
-              "last_heartbeat_age_s": _age(now, n.last_hb_ts)}
-             for n in sorted(st.nodes.values(), key=lambda n: n.node)]
-    ranks = sorted(st.rank_last_ts.items(), key=lambda kv: kv[1])[:MAX_RANKS_SHOWN]
-    return {"job": st.job, "run_id": st.run_id, "run_source": st.run_source,
-            "scheduler": thaw(st.scheduler), "attempt": st.attempt, "phase": str(st.phase),
-            "ts": now, "nodes_alive": sum(1 for n in st.nodes.values() if n.alive),
-            "nodes_total": len(st.nodes), "expected_nodes": st.expected_nodes,
-            "ranks_total": len(st.rank_last_ts), "expected_world": st.expected_world,
-            "rank_last_output_age_s": [[r, _age(now, ts)] for r, ts in ranks],
-            "last_output_age_s": _age(now, st.last_output_ts),
-            "stages": sorted({s.stage for s in stages}), "window_s": window,
-            "window_basis": basis.get("basis"), "steps": st.steps,
-            "restarts_used": st.restarts_used,
-            "decisions": list(st.decided[-MAX_DECISIONS_SHOWN:]), "nodes": nodes}
 
 
 def _fmt_age(x: Any) -> str:
@@ -73,15 +39,17 @@ def table(snapshots: Iterable[Mapping[str, Any]], now: float) -> Any:
     return t
 
 
-async def read_snapshots(bootstrap: str, topic: str, job: str | None = None
-                         ) -> dict[str, dict[str, Any]]:
-    """The latest snapshot per job on the compacted status topic (read to its end)."""
+async def read_snapshots(bootstrap: str, topic: str, job: str | None = None,
+                         must_exist: bool = True) -> dict[str, dict[str, Any]]:
+    """The latest snapshot per job on the compacted status topic (read to its end); a missing
+    topic is a NotFoundError unless not `must_exist`."""
     from faultwatch import wire
     from faultwatch.errors import DecodeError
     from faultwatch.reading import read_topic
 
     latest: dict[str, dict[str, Any]] = {}
-    async for _msg, snap in read_topic(bootstrap, topic, decoder=wire.decode_status):
+    async for _msg, snap in read_topic(bootstrap, topic, decoder=wire.decode_status,
+                                       must_exist=must_exist):
         try:
             name = str(snap["job"])
         except (KeyError, TypeError, DecodeError):
@@ -91,9 +59,10 @@ async def read_snapshots(bootstrap: str, topic: str, job: str | None = None
     return latest
 
 
-def run(bootstrap: str, topic: str, *, job: str | None, as_json: bool, watch: bool,
-        interval_s: float = 2.0, stop: Callable[[], bool] = lambda: False) -> int:
-    """Print the snapshots once (table or JSON lines), or keep a live table until Ctrl-C."""
+def show(bootstrap: str, topic: str, *, job: str | None, as_json: bool, watch: bool,
+         interval_s: float = 2.0, stop: Callable[[], bool] = lambda: False) -> int:
+    """Print the snapshots once (table or JSON lines), or keep a live table until Ctrl-C
+    (which waits for a status topic that does not exist yet)."""
     import orjson
 
     if as_json or not watch:
@@ -110,7 +79,7 @@ def run(bootstrap: str, topic: str, *, job: str | None, as_json: bool, watch: bo
 
     with Live(table([], time.time()), auto_refresh=False) as live:
         while not stop():
-            snaps = asyncio.run(read_snapshots(bootstrap, topic, job))
+            snaps = asyncio.run(read_snapshots(bootstrap, topic, job, must_exist=False))
             live.update(table(snaps.values(), time.time()), refresh=True)
             time.sleep(interval_s)
     return 0

@@ -12,17 +12,17 @@ from typing import Any
 
 import orjson
 
-from faultwatch.errors import ConfigError, FaultwatchError
+from faultwatch.cli import options
+from faultwatch.errors import ConfigError
 from faultwatch.nodes.names import valid_node
 from faultwatch.nodes.registry import (
     NodeRecord,
     Reason,
-    Registry,
     RegistryPolicy,
-    expire,
     quarantine,
     release,
 )
+from faultwatch.readers.nodes import node_json, render
 
 _UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 _DURATION_RE = re.compile(r"(?:(\d+(?:\.\d+)?)([smhd]))+|\d+(?:\.\d+)?")
@@ -45,41 +45,7 @@ def parse_duration_s(text: str) -> float:
 def _topic(args: argparse.Namespace) -> tuple[str, str]:
     from faultwatch.nodes.store import nodes_topic
 
-    if not args.bootstrap:
-        raise FaultwatchError("no Kafka bootstrap: pass --bootstrap HOST:PORT or set "
-                              "FAULTWATCH_BOOTSTRAP")
-    return str(args.bootstrap), nodes_topic(args.topic_prefix)
-
-
-def _iso(ts: float | None) -> str:
-    if ts is None:
-        return "-"
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ts))
-
-
-def node_json(rec: NodeRecord) -> dict[str, Any]:
-    """The `faultwatch nodes --json` object: node, state, until, strikes, reasons."""
-    return {"node": rec.node, "state": rec.state, "until": rec.until, "strikes": rec.strikes,
-            "probation": rec.probation, "reasons": [r.to_dict() for r in rec.reasons]}
-
-
-def render(reg: Registry, now: float, as_json: bool) -> list[str]:
-    out = []
-    for node in sorted(reg):
-        rec = expire(reg[node], now, RegistryPolicy())
-        if as_json:
-            out.append(orjson.dumps(node_json(rec)).decode())
-            continue
-        last = rec.reasons[-1] if rec.reasons else None
-        why = ""
-        if last is not None:
-            why = f"{last.event} {last.decision or ''} {last.rule or ''}".strip()
-            if last.line:
-                why += f": {last.line[:120]}"
-        state = rec.state + (" (probation)" if rec.probation else "")
-        out.append(f"{rec.node:<24} {state:<22} until={_iso(rec.until):<21} "
-                   f"strikes={rec.strikes:<3} {why}")
-    return out
+    return options.need_bootstrap(args), nodes_topic(args.topic_prefix)
 
 
 def cmd_nodes(args: argparse.Namespace) -> int:
@@ -87,7 +53,7 @@ def cmd_nodes(args: argparse.Namespace) -> int:
 
     bootstrap, topic = _topic(args)
     try:
-        reg = asyncio.run(load_registry(bootstrap, topic))
+        reg = asyncio.run(load_registry(bootstrap, topic, must_exist=True))
     except BROKER_ERRORS as e:
         raise broker_error(bootstrap, e) from None
     for line in render(reg, time.time(), args.json):
@@ -96,7 +62,7 @@ def cmd_nodes(args: argparse.Namespace) -> int:
 
 
 def _change(args: argparse.Namespace, make: Any) -> int:
-    from faultwatch.logs import log_event
+    from faultwatch.eventlog import log_event
     from faultwatch.nodes.store import ensure_nodes_topic, load_registry, write_records
 
     node = valid_node(args.node)
@@ -144,40 +110,25 @@ def cmd_release(args: argparse.Namespace) -> int:
     return _change(args, make)
 
 
-def _kafka_flags(p: argparse.ArgumentParser, sub: bool = False) -> None:
-    """Kafka flags; on a subcommand they default to SUPPRESS so `nodes --bootstrap X
-    release N` keeps the X given before the subcommand."""
-    from faultwatch.topics import DEFAULT_PREFIX
-
-    p.add_argument("--bootstrap",
-                   default=argparse.SUPPRESS if sub else os.environ.get("FAULTWATCH_BOOTSTRAP"),
-                   help="Kafka bootstrap HOST:PORT (default $FAULTWATCH_BOOTSTRAP)")
-    p.add_argument("--topic-prefix",
-                   default=argparse.SUPPRESS if sub else
-                   os.environ.get("FAULTWATCH_TOPIC_PREFIX", DEFAULT_PREFIX),
-                   help="topic name prefix (default $FAULTWATCH_TOPIC_PREFIX or 'faultwatch.')")
-
-
 def register(sub: Any) -> argparse.ArgumentParser:
     """Add `nodes` (list, quarantine, release) to the top-level CLI's subparsers."""
     p: argparse.ArgumentParser = sub.add_parser(
         "nodes", help="the fleet-wide node registry: list, quarantine, release",
         description="List the node registry (<prefix>nodes), or quarantine/release a node. "
                     "See docs/schedulers.md.")
-    _kafka_flags(p)
-    p.add_argument("--json", action="store_true",
-                   help="one JSON object per node: node, state, until, strikes, reasons")
+    options.add_kafka(p)
+    options.add_json(p, "one JSON object per node: node, state, until, strikes, reasons")
     p.set_defaults(func=cmd_nodes, nodes_command="list")
-    nsub = p.add_subparsers(dest="nodes_command", metavar="SUBCOMMAND")
+    nsub = options.subcommands(p, "nodes_command", metavar="SUBCOMMAND")
     q = nsub.add_parser("quarantine", help="quarantine NODE for a while (actuators drain it)")
-    _kafka_flags(q, sub=True)
+    options.add_kafka(q, sub=True)
     q.add_argument("node")
     q.add_argument("--for", dest="duration", required=True, metavar="DURATION",
                    help="how long: 90s, 30m, 2h, 1d")
     q.add_argument("--reason", required=True, help="why (kept in the node's history)")
     q.set_defaults(func=cmd_quarantine)
     r = nsub.add_parser("release", help="release NODE now (actuators resume it)")
-    _kafka_flags(r, sub=True)
+    options.add_kafka(r, sub=True)
     r.add_argument("node")
     r.add_argument("--reason", default="released by hand", help="why (kept in the history)")
     r.add_argument("--forget", action="store_true",

@@ -1,7 +1,9 @@
-"""Embedded mode (`faultwatch run`): the agent's supervisor over an in-process transport."""
+"""`faultwatch run` (embedded mode): the agent's supervisor over an in-process transport that
+runs the processor's stages (streams.local) instead of Kafka; its flags and its wiring."""
 
 from __future__ import annotations
 
+import argparse
 import sys
 import tempfile
 import time
@@ -14,11 +16,13 @@ import orjson
 
 from faultwatch.agents.config import AgentConfig
 from faultwatch.agents.transport import LocalTransport
+from faultwatch.cli import options
 from faultwatch.core.diagnosis import DIAGNOSE_KIND
 from faultwatch.core.events import Decision
-from faultwatch.core.policy import Policy
-from faultwatch.logs import log_event
-from faultwatch.render import render_decision
+from faultwatch.core.policy import policy_for
+from faultwatch.errors import UsageError
+from faultwatch.eventlog import log_event
+from faultwatch.readers.render import render_decision
 from faultwatch.rules import Matcher, RuleSet, load_ruleset
 from faultwatch.wire import decision_to_dict
 
@@ -67,11 +71,6 @@ class _Rules:
         log_event("rules_reloaded", version=rs.version)
 
 
-def policy_for(ruleset: RuleSet, overrides: dict[str, Any]) -> Policy:
-    """Policy defaults, then the rule files' `policy:` sections, then flags."""
-    return Policy().with_overrides(dict(ruleset.policy)).with_overrides(overrides)
-
-
 def publisher(out: TextIO, decisions_out: Path | None) -> Callable[[Decision], None]:
     """Embedded mode's decisions "topic": printed for a person (not the `diagnose` probes
     the processor sends the agent during a silence: they are machinery, not news), appended
@@ -91,12 +90,12 @@ def transport_for(cfg: EmbeddedConfig, out: TextIO = sys.stderr) -> LocalTranspo
     from faultwatch.streams.local import LocalPipeline
 
     ruleset = load_ruleset(cfg.rule_paths)
-    pipeline = LocalPipeline(ruleset, policy_for(ruleset, cfg.policy_overrides))
+    pipeline = LocalPipeline(ruleset, policy_for(ruleset.policy, cfg.policy_overrides))
 
     def apply(rs: RuleSet) -> None:
         live = pipeline.live
         live.matcher = Matcher(rs)
-        live.policy = policy_for(rs, cfg.policy_overrides)
+        live.policy = policy_for(rs.policy, cfg.policy_overrides)
         live.rules_version = rs.version
 
     rules = _Rules(cfg.rule_paths, apply)
@@ -119,3 +118,37 @@ def run_embedded(cfg: EmbeddedConfig) -> int:
     from faultwatch.agents.entry import main_sync
 
     return main_sync(agent_config(cfg), transport=transport_for(cfg), component="run")
+
+
+# ---- the command ---------------------------------------------------------------------------
+
+def wrapped_command(args: argparse.Namespace) -> tuple[str, ...]:
+    """The training command given after `--` (tree.split_command), else a UsageError."""
+    if not args.cmd:
+        raise UsageError(f"no command given: put it after --, e.g. "
+                         f"`faultwatch {args.command} -- torchrun ...`")
+    return tuple(args.cmd)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from faultwatch.eventlog import set_component
+
+    set_component("run")
+    cfg = EmbeddedConfig(cmd=wrapped_command(args), rule_paths=tuple(args.rules or ()),
+                         policy_overrides=options.policy_overrides(args),
+                         decisions_out=Path(args.decisions_out) if args.decisions_out else None,
+                         job=args.job, term_grace_s=args.term_grace_s)
+    return run_embedded(cfg)
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("run", help="embedded mode: supervise CMD in-process, no Kafka",
+                       usage="faultwatch run [options] -- CMD [ARGS...]")
+    p.hint = "the training command goes after --: faultwatch run [options] -- CMD [ARGS...]"
+    options.add_rules(p)
+    p.add_argument("--decisions-out", metavar="FILE", help="append decisions as JSON lines")
+    p.add_argument("--job", default="local", help="job name used in decisions")
+    p.add_argument("--term-grace-s", type=float, default=10.0,
+                   help="SIGTERM -> SIGKILL grace when stopping the command")
+    options.add_policy(p)
+    p.set_defaults(func=cmd_run)

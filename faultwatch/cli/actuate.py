@@ -1,15 +1,15 @@
-"""`faultwatch actuate --backend slurm|kubernetes|exec`: argument parsing and start-up."""
+"""`faultwatch actuate --backend slurm|kubernetes|exec`: make a scheduler act on decisions and
+the node registry; argument parsing and start-up."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import signal
 from pathlib import Path
 from typing import Any
 
-from faultwatch.errors import FaultwatchError
+from faultwatch.cli import options
 
 BACKENDS = ("slurm", "kubernetes", "exec")
 
@@ -30,17 +30,15 @@ def build_backend(args: argparse.Namespace) -> Any:
 
 def cmd_actuate(args: argparse.Namespace) -> int:
     from faultwatch.actuate.runner import ActuateConfig, run
-    from faultwatch.logs import set_component
+    from faultwatch.eventlog import set_component
     from faultwatch.nodes.registry import RegistryPolicy
 
     set_component("actuate")
-    if not args.bootstrap:
-        raise FaultwatchError("no Kafka bootstrap: pass --bootstrap HOST:PORT or set "
-                              "FAULTWATCH_BOOTSTRAP")
+    bootstrap = options.need_bootstrap(args)
     backend = build_backend(args)
     state = Path(args.state_file or Path.home() / ".faultwatch" /
                  f"actuate-{args.backend}.jsonl")
-    cfg = ActuateConfig(bootstrap=args.bootstrap, prefix=args.topic_prefix, state_file=state,
+    cfg = ActuateConfig(bootstrap=bootstrap, prefix=args.topic_prefix, state_file=state,
                         group=args.group or f"{args.topic_prefix}actuate-{args.backend}",
                         write_registry=args.registry_writer,
                         max_decision_age_s=args.max_decision_age_s,
@@ -58,24 +56,19 @@ def cmd_actuate(args: argparse.Namespace) -> int:
     try:
         asyncio.run(main())
     except BROKER_ERRORS as e:  # the journal makes a restart (systemd, Deployment) safe
-        raise broker_error(args.bootstrap, e) from None
+        raise broker_error(bootstrap, e) from None
     return 0
 
 
 def register(sub: Any) -> argparse.ArgumentParser:
     """Add `actuate` to the top-level CLI's subparsers."""
-    from faultwatch.topics import DEFAULT_PREFIX
-
     p: argparse.ArgumentParser = sub.add_parser(
         "actuate", help="make a scheduler act on decisions and the node registry",
         description="Consume <prefix>decisions and <prefix>nodes; drain/taint quarantined "
                     "nodes, requeue jobs off them, resume released nodes. Dedupes by "
                     "decision id; a state file makes restarts safe. See docs/schedulers.md.")
     p.add_argument("--backend", choices=BACKENDS, required=True)
-    p.add_argument("--bootstrap", default=os.environ.get("FAULTWATCH_BOOTSTRAP"),
-                   help="Kafka bootstrap HOST:PORT (default $FAULTWATCH_BOOTSTRAP)")
-    p.add_argument("--topic-prefix", default=os.environ.get("FAULTWATCH_TOPIC_PREFIX",
-                                                            DEFAULT_PREFIX))
+    options.add_kafka(p)
     p.add_argument("--state-file", help="journal of actions done (default "
                                         "~/.faultwatch/actuate-<backend>.jsonl)")
     p.add_argument("--group", help="consumer group (default <prefix>actuate-<backend>)")
