@@ -10,21 +10,17 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
-import orjson
-
-from faultwatch.agents.config import AgentConfig
-from faultwatch.agents.transport import LocalTransport
 from faultwatch.cli import options
-from faultwatch.core.diagnosis import DIAGNOSE_KIND
-from faultwatch.core.events import Decision
-from faultwatch.core.policy import policy_for
 from faultwatch.errors import UsageError
 from faultwatch.eventlog import log_event
-from faultwatch.readers.render import render_decision
-from faultwatch.rules import Matcher, RuleSet, load_ruleset
-from faultwatch.wire import decision_to_dict
+
+if TYPE_CHECKING:  # the wiring's imports are made when `run` runs: every command builds the tree
+    from faultwatch.agents.config import AgentConfig
+    from faultwatch.agents.transport import LocalTransport
+    from faultwatch.core.events import Decision
+    from faultwatch.rules import RuleSet
 
 HEARTBEAT_S = 0.5  # in-process heartbeats and ticks are cheap; they bound hang latency
 
@@ -62,6 +58,8 @@ class _Rules:
         if mtimes == self._mtimes:
             return
         self._mtimes = mtimes
+        from faultwatch.rules import load_ruleset
+
         try:
             rs = load_ruleset(self.paths)
         except Exception as e:  # noqa: BLE001 - keep the last good rule set, say why
@@ -75,6 +73,12 @@ def publisher(out: TextIO, decisions_out: Path | None) -> Callable[[Decision], N
     """Embedded mode's decisions "topic": printed for a person (not the `diagnose` probes
     the processor sends the agent during a silence: they are machinery, not news), appended
     as JSON lines."""
+    import orjson
+
+    from faultwatch.core.diagnosis import DIAGNOSE_KIND
+    from faultwatch.readers.render import render_decision
+    from faultwatch.wire import decision_to_dict
+
     def publish(d: Decision) -> None:
         if not (d.action == "notify" and d.kind == DIAGNOSE_KIND):
             print(render_decision(d), file=out, flush=True)
@@ -87,6 +91,9 @@ def publisher(out: TextIO, decisions_out: Path | None) -> Callable[[Decision], N
 def transport_for(cfg: EmbeddedConfig, out: TextIO = sys.stderr) -> LocalTransport:
     """The processor's stages in-process (streams.local.LocalPipeline) behind a
     LocalTransport; changed rule files swap the pipeline's rules as a rules push does."""
+    from faultwatch.agents.transport import LocalTransport
+    from faultwatch.core.policy import policy_for
+    from faultwatch.rules import Matcher, load_ruleset
     from faultwatch.streams.local import LocalPipeline
 
     ruleset = load_ruleset(cfg.rule_paths)
@@ -106,6 +113,8 @@ def transport_for(cfg: EmbeddedConfig, out: TextIO = sys.stderr) -> LocalTranspo
 
 def agent_config(cfg: EmbeddedConfig) -> AgentConfig:
     """The agent's configuration for one node that follows its own decisions."""
+    from faultwatch.agents.config import AgentConfig
+
     return AgentConfig(bootstrap="", job=cfg.job, node=cfg.node, cmd=cfg.cmd,
                        spool_dir=Path(tempfile.gettempdir()), heartbeat_s=HEARTBEAT_S,
                        heartbeat_flowing_s=HEARTBEAT_S,  # in process: no record to save
