@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 import re
-import time
 import uuid
 from typing import Any
 
@@ -22,7 +20,7 @@ from faultwatch.nodes.registry import (
     quarantine,
     release,
 )
-from faultwatch.readers.nodes import node_json, render
+from faultwatch.readers.nodes import node_json
 
 _UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 _DURATION_RE = re.compile(r"(?:(\d+(?:\.\d+)?)([smhd]))+|\d+(?:\.\d+)?")
@@ -49,38 +47,19 @@ def _topic(args: argparse.Namespace) -> tuple[str, str]:
 
 
 def cmd_nodes(args: argparse.Namespace) -> int:
-    from faultwatch.nodes.store import BROKER_ERRORS, broker_error, load_registry
+    from faultwatch.readers.nodes import print_nodes
 
     bootstrap, topic = _topic(args)
-    try:
-        reg = asyncio.run(load_registry(bootstrap, topic, must_exist=True))
-    except BROKER_ERRORS as e:
-        raise broker_error(bootstrap, e) from None
-    for line in render(reg, time.time(), args.json):
-        print(line)
-    return 0
+    return print_nodes(bootstrap, topic, as_json=args.json)
 
 
 def _change(args: argparse.Namespace, make: Any) -> int:
     from faultwatch.eventlog import log_event
-    from faultwatch.nodes.store import ensure_nodes_topic, load_registry, write_records
+    from faultwatch.nodes.manual import change_node
 
     node = valid_node(args.node)
     bootstrap, topic = _topic(args)
-
-    async def main() -> NodeRecord:
-        await ensure_nodes_topic(bootstrap, topic)
-        reg = await load_registry(bootstrap, topic)
-        rec = make(reg.get(node), node, time.time())
-        await write_records(bootstrap, topic, [rec])
-        return rec
-
-    from faultwatch.nodes.store import BROKER_ERRORS, broker_error
-
-    try:
-        rec = asyncio.run(main())
-    except BROKER_ERRORS as e:
-        raise broker_error(bootstrap, e) from None
+    rec = change_node(bootstrap, topic, node, make)
     log_event(f"node_{args.nodes_command}", node=node, state=rec.state, until=rec.until,
               strikes=rec.strikes, decision=rec.reasons[-1].decision)
     print(orjson.dumps(node_json(rec)).decode())

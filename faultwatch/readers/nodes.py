@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import sys
 import time
 from typing import Any
 
@@ -39,3 +41,16 @@ def render(reg: Registry, now: float, as_json: bool) -> list[str]:
         out.append(f"{rec.node:<24} {state:<22} until={_iso(rec.until):<21} "
                    f"strikes={rec.strikes:<3} {why}")
     return out
+
+
+def print_nodes(bootstrap: str, topic: str, *, as_json: bool = False) -> int:
+    """Print the registry as its topic holds it now; a missing topic is a NotFoundError."""
+    from faultwatch.nodes.store import BROKER_ERRORS, broker_error, load_registry
+
+    try:
+        reg = asyncio.run(load_registry(bootstrap, topic, must_exist=True))
+    except BROKER_ERRORS as e:
+        raise broker_error(bootstrap, e) from None
+    for line in render(reg, time.time(), as_json):
+        print(line, file=sys.stdout)
+    return 0
