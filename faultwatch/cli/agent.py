@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import argparse
 import os
+from pathlib import Path
 from typing import Any
 
-from faultwatch.agents.bootcheck import bootcheck_kw
 from faultwatch.agents.config import (
     EXIT_BLACKLISTED,
     EXIT_BOOTCHECK_FAILED,
@@ -43,6 +43,15 @@ def _attempt(args: argparse.Namespace) -> int:
         raise ConfigError("FAULTWATCH_ATTEMPT", f"not an integer: {v!r}") from None
 
 
+def bootcheck_kw(args: argparse.Namespace) -> dict[str, Any]:
+    """The boot-check settings of `agent` and `agent bootcheck`."""
+    return dict(bootcheck_paths=tuple(args.bootcheck_path),
+                bootcheck_min_mb_s=args.bootcheck_min_mb_s,
+                bootcheck_expect_gpus=args.bootcheck_expect_gpus,
+                bootcheck_allreduce=args.bootcheck_allreduce,
+                bootcheck_timeout_s=args.bootcheck_timeout_s)
+
+
 def config_from_args(args: argparse.Namespace) -> AgentConfig:
     """The agent's configuration from the parsed flags; `args.cmd` is the command after --."""
     cmd = list(args.cmd)
@@ -76,13 +85,33 @@ def cmd_agent(args: argparse.Namespace) -> int:
 def cmd_agent_tail(args: argparse.Namespace) -> int:
     from faultwatch.agents.tail import tail_main
 
-    return tail_main(args)
+    cfg = AgentConfig.from_env_defaults(
+        bootstrap=args.bootstrap, job=args.job, node=args.node, cmd=("tail",),
+        topic_prefix=args.topic_prefix, attempt=args.attempt or 0, heartbeat_s=args.heartbeat_s,
+        spool_dir=args.spool_dir, exit_flush_timeout_s=args.exit_flush_timeout_s,
+        spool_cap_bytes=args.spool_cap_mb << 20, max_line_bytes=args.max_line_bytes)
+    return tail_main(cfg, args.paths, Path(args.state_file) if args.state_file else None,
+                     args.poll_s, args.from_end)
 
 
 def cmd_agent_bootcheck(args: argparse.Namespace) -> int:
-    from faultwatch.agents.bootcheck import bootcheck_main
+    import dataclasses
 
-    return bootcheck_main(args)
+    from faultwatch.agents.bootcheck import bootcheck_now
+
+    ship = None
+    if not args.no_ship:
+        ship = AgentConfig.from_env_defaults(
+            bootstrap=args.bootstrap, job=args.job, node=args.node, cmd=("bootcheck",),
+            topic_prefix=args.topic_prefix, attempt=args.attempt or 0,
+            spool_dir=Path(args.spool_dir) / "bootcheck" if args.spool_dir else None,
+            exit_flush_timeout_s=args.exit_flush_timeout_s)
+        if args.spool_dir is None:
+            ship = dataclasses.replace(ship, spool_dir=ship.spool_dir / "bootcheck")
+    kw = bootcheck_kw(args)
+    return bootcheck_now(kw["bootcheck_paths"], kw["bootcheck_min_mb_s"],
+                         kw["bootcheck_expect_gpus"], kw["bootcheck_allreduce"],
+                         kw["bootcheck_timeout_s"], args.nnodes, ship)
 
 
 # ---- parser -------------------------------------------------------------------------------
