@@ -50,7 +50,7 @@ from processor_throughput import summarize_spy  # noqa: E402
 
 from faultwatch.agents.agent import heartbeat_due  # noqa: E402
 from faultwatch.core.events import Exit, Heartbeat, Line, RunStart  # noqa: E402
-from faultwatch.topics import Topics, ensure_topics  # noqa: E402
+from faultwatch.kafka.admin import ensure_topics
 from faultwatch.wire import (  # noqa: E402
     encode_exit,
     encode_heartbeat,
@@ -58,6 +58,7 @@ from faultwatch.wire import (  # noqa: E402
     encode_run_start,
     log_key,
 )
+from faultwatch.wire.topics import Topics  # noqa: E402
 
 EXPECTED = {  # fault kind -> (decision kind, action, root rule)
     "retryable": ("error", "restart", "python-network-error"),

@@ -159,9 +159,10 @@ def _launch_processor(argv: list[str]) -> None:
     from faust.worker import Worker
 
     from faultwatch.core.policy import policy_for
+    from faultwatch.kafka.admin import ensure_topics
     from faultwatch.rules import load_ruleset
     from faultwatch.streams.app import ProcessorConfig, build_app
-    from faultwatch.topics import Topics, ensure_topics
+    from faultwatch.wire.topics import Topics
     rs = load_ruleset([])
     pol = policy_for(rs.policy, {"hang_window_s": float(hang_s), "settle_s": float(settle_s)})
     asyncio.run(ensure_topics(bootstrap, Topics(prefix), int(partitions)))

@@ -44,13 +44,14 @@ from fleet_common import (  # noqa: E402
 )
 
 from faultwatch.core.events import Heartbeat, Line, RunStart  # noqa: E402
-from faultwatch.topics import Topics, ensure_topics  # noqa: E402
+from faultwatch.kafka.admin import ensure_topics
 from faultwatch.wire import (  # noqa: E402
     encode_heartbeat,
     encode_lines,
     encode_run_start,
     log_key,
 )
+from faultwatch.wire.topics import Topics  # noqa: E402
 
 WARN = ("/usr/local/lib/python3.10/dist-packages/torch/utils/checkpoint.py:464: UserWarning: "
         "torch.utils.checkpoint: the use_reentrant parameter should be passed explicitly.")

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from faultwatch.core.events import Decision
+from faultwatch.core.registry import HEALTHY, QUARANTINED, NodeRecord
 from faultwatch.errors import ConfigError
 from faultwatch.nodes.names import (
     DECISION_ID_RE,
@@ -17,7 +18,6 @@ from faultwatch.nodes.names import (
     check,
     valid_node,
 )
-from faultwatch.nodes.registry import HEALTHY, QUARANTINED, NodeRecord
 
 QUARANTINE, RELEASE, REQUEUE = "quarantine", "release", "requeue"
 

@@ -15,15 +15,15 @@ from faultwatch.actuate.backend import ActuateError, Backend
 from faultwatch.actuate.journal import Journal
 from faultwatch.actuate.plan import Action, plan_decision, plan_node
 from faultwatch.core.events import Decision
-from faultwatch.errors import ConfigError, DecodeError, FaultwatchError
-from faultwatch.eventlog import log_event
-from faultwatch.nodes.registry import (
+from faultwatch.core.registry import (
     QUARANTINED,
     NodeRecord,
     Registry,
     RegistryPolicy,
     registry_updates,
 )
+from faultwatch.errors import ConfigError, DecodeError, FaultwatchError
+from faultwatch.eventlog import log_event
 
 
 @dataclass(frozen=True)
@@ -133,16 +133,17 @@ async def run(backend: Backend, cfg: ActuateConfig, stop: asyncio.Event | None =
     from aiokafka import AIOKafkaConsumer, TopicPartition
     from aiokafka.admin import AIOKafkaAdminClient
 
-    from faultwatch.nodes.store import ensure_nodes_topic, nodes_topic, write_records
-    from faultwatch.signing import DecisionGate, load_keyring
-    from faultwatch.topics import Topics
+    from faultwatch.kafka.admin import ensure_nodes_topic
+    from faultwatch.nodes.store import write_records
     from faultwatch.wire import decode_decision, decode_node
+    from faultwatch.wire.signing import DecisionGate, load_keyring
+    from faultwatch.wire.topics import Topics
 
     stop = stop or asyncio.Event()
     gate = DecisionGate(load_keyring(), log_event)  # $FAULTWATCH_DECISION_KEY[_FILE]
     gate.announce()
     topics = Topics(cfg.prefix)
-    ntopic = nodes_topic(cfg.prefix)
+    ntopic = topics.nodes
     await ensure_nodes_topic(cfg.bootstrap, ntopic)
     journal = Journal(cfg.state_file)
     act = Actuator(backend, journal, cfg)

@@ -10,9 +10,8 @@ from typing import Any
 from faultwatch.agents.reader import LineBlock, Piece
 from faultwatch.agents.spool import KEEP
 from faultwatch.core.events import Line
+from faultwatch.wire import MAX_RECORD_BYTES
 
-# A record must stay under the broker's default message.max.bytes (1 MiB) after encoding.
-MAX_RECORD_BYTES = 900 * 1024
 _HINT_WORDS = ("Traceback", "Error", "ERROR", "error:", "Exception", "FATAL", "Fatal", "fatal",
                "Killed", "Segmentation fault", "NCCL WARN", "CUDA", "Xid", "core dumped",
                "Aborted", "panic")

@@ -11,12 +11,10 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-import orjson
-
 from faultwatch import kafka_settings, wire
 from faultwatch.core.events import Decision
 from faultwatch.errors import DecodeError
-from faultwatch.signing import DecisionGate, load_keyring
+from faultwatch.wire.signing import DecisionGate, load_keyring
 
 Log = Callable[..., None]
 
@@ -56,28 +54,6 @@ def run_id_to_match(cfg: Any) -> str:
     generated id is only this agent's (the job stage may fold it into another agent's run),
     so only an id named by a flag or a scheduler is matched."""
     return cfg.run_id if cfg.run_source not in ("", "generated") else ""
-
-
-def decision_of_value(value: bytes | None) -> Decision:
-    """The Decision of a decisions-topic record value, or DecodeError saying what is wrong."""
-    got: Any = wire.decode_decision(value)
-    try:
-        dec = got if isinstance(got, Decision) else wire.decision_of(got)
-    except DecodeError:
-        raise
-    except Exception as e:  # noqa: BLE001 - whatever the record holds, it is only a bad record
-        raise DecodeError(f"malformed decision: {e!r}"[:300]) from None
-    # What this module relies on, whatever the decoder checked.
-    if not isinstance(dec.id, str) or not isinstance(dec.job, str) \
-            or not isinstance(dec.action, str) or not isinstance(dec.attempt, int):
-        raise DecodeError("malformed decision: id, job and action must be strings")
-    if not all(isinstance(n, str) for n in dec.nodes):
-        raise DecodeError("malformed decision: targets.nodes must be a list of strings")
-    if not all(isinstance(r, int) and not isinstance(r, bool) for r in dec.ranks):
-        raise DecodeError("malformed decision: targets.ranks must be a list of integers")
-    if not isinstance(dec.evidence, dict) or not isinstance(dec.budgets, dict):
-        raise DecodeError("malformed decision: evidence and budgets must be objects")
-    return dec
 
 
 class DecisionFollower:
@@ -160,8 +136,8 @@ class DecisionFollower:
             dec = d
         else:
             try:
-                dec = decision_of_value(orjson.dumps(d))
-            except (DecodeError, TypeError) as e:
+                dec = wire.decision_of(d)
+            except DecodeError as e:
                 self._bad(None, None, str(e))
                 return
         if dec.job != self.job or dec.id in self._seen:
@@ -297,7 +273,7 @@ class DecisionFollower:
                                       offset=m.offset):
             return  # unsigned or forged while a key is configured: logged by the gate
         try:
-            dec = decision_of_value(m.value)
+            dec = wire.decode_decision(m.value)
         except DecodeError as e:
             self._bad(m.partition, m.offset, str(e))
             return

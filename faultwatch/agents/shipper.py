@@ -16,7 +16,6 @@ from aiokafka import AIOKafkaProducer  # type: ignore[import-untyped,unused-igno
 from aiokafka.codec import has_zstd  # type: ignore[import-untyped,unused-ignore]
 
 from faultwatch import kafka_settings
-from faultwatch.agents.batcher import MAX_RECORD_BYTES, LineBatcher  # noqa: F401 - re-export
 from faultwatch.agents.spool import KEEP, LIFECYCLE, Record, Spool, SpoolError
 from faultwatch.errors import BrokerAuthError
 

@@ -30,8 +30,8 @@ def build_backend(args: argparse.Namespace) -> Any:
 
 def cmd_actuate(args: argparse.Namespace) -> int:
     from faultwatch.actuate.runner import ActuateConfig, run
+    from faultwatch.core.registry import RegistryPolicy
     from faultwatch.eventlog import set_component
-    from faultwatch.nodes.registry import RegistryPolicy
 
     set_component("actuate")
     bootstrap = options.need_bootstrap(args)

@@ -11,15 +11,15 @@ from typing import Any
 import orjson
 
 from faultwatch.cli import options
-from faultwatch.errors import ConfigError
-from faultwatch.nodes.names import valid_node
-from faultwatch.nodes.registry import (
+from faultwatch.core.registry import (
     NodeRecord,
     Reason,
     RegistryPolicy,
     quarantine,
     release,
 )
+from faultwatch.errors import ConfigError
+from faultwatch.nodes.names import valid_node
 from faultwatch.readers.nodes import node_json
 
 _UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
@@ -41,9 +41,9 @@ def parse_duration_s(text: str) -> float:
 
 
 def _topic(args: argparse.Namespace) -> tuple[str, str]:
-    from faultwatch.nodes.store import nodes_topic
+    from faultwatch.wire.topics import Topics
 
-    return options.need_bootstrap(args), nodes_topic(args.topic_prefix)
+    return options.need_bootstrap(args), Topics(args.topic_prefix).nodes
 
 
 def cmd_nodes(args: argparse.Namespace) -> int:

@@ -72,7 +72,7 @@ def config_of(args: argparse.Namespace, bootstrap: str, topic: str) -> NotifierC
 def run(cfg: NotifierConfig) -> int:
     """Run the notifier until SIGTERM/SIGINT."""
     from faultwatch.eventlog import log_event, set_component
-    from faultwatch.signing import DecisionGate, load_keyring
+    from faultwatch.wire.signing import DecisionGate, load_keyring
 
     set_component("notify")
     gate = DecisionGate(load_keyring(), log_event)

@@ -14,7 +14,7 @@ from typing import Any, NoReturn
 
 from faultwatch import kafka_settings
 from faultwatch.errors import EXIT_USAGE, ConfigError
-from faultwatch.topics import DEFAULT_PREFIX, Topics
+from faultwatch.wire.topics import DEFAULT_PREFIX, Topics
 
 BOOTSTRAP_ENV = "FAULTWATCH_BOOTSTRAP"
 PREFIX_ENV = "FAULTWATCH_TOPIC_PREFIX"

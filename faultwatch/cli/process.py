@@ -8,7 +8,7 @@ from typing import Any
 
 from faultwatch.cli import options
 from faultwatch.errors import MissingExtraError
-from faultwatch.topics import DEFAULT_PARTITIONS
+from faultwatch.wire.topics import DEFAULT_PARTITIONS
 
 
 def require_extra(extra: str, command: str, module: str) -> None:

@@ -11,9 +11,10 @@ from typing import Any
 
 from faultwatch import kafka_settings
 from faultwatch.core.events import Decision
+from faultwatch.core.registry import RegistryPolicy
 from faultwatch.eventlog import log_event
-from faultwatch.nodes.registry import RegistryPolicy
-from faultwatch.nodes.store import BROKER_ERRORS, ensure_nodes_topic
+from faultwatch.kafka.admin import ensure_nodes_topic
+from faultwatch.nodes.store import BROKER_ERRORS
 from faultwatch.nodes.writer import RegistryWriter
 
 RETRY_FIRST_S, RETRY_MAX_S = 1.0, 30.0

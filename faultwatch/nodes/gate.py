@@ -18,8 +18,8 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from faultwatch.core.events import Hit, Match, Notice, RunStart, Signal
+from faultwatch.core.registry import NodeRecord
 from faultwatch.nodes.checks import blames_node, checks_of, compare_nodes, failed_checks
-from faultwatch.nodes.registry import NodeRecord
 
 QUARANTINED_RULE = "node-quarantined"  # the run-start came from a quarantined node
 CHECK_FAILED_RULE = "bootcheck-failed"  # a boot/after-failure check failed on the node

@@ -7,7 +7,7 @@ import asyncio
 import time
 from collections.abc import Callable
 
-from faultwatch.nodes.registry import NodeRecord
+from faultwatch.core.registry import NodeRecord
 
 Change = Callable[[NodeRecord | None, str, float], NodeRecord]  # (record, node, now) -> new
 
@@ -15,13 +15,8 @@ Change = Callable[[NodeRecord | None, str, float], NodeRecord]  # (record, node,
 def change_node(bootstrap: str, topic: str, node: str, make: Change) -> NodeRecord:
     """Apply `make` to `node`'s current record (creating the topic if needed); the new
     record, written."""
-    from faultwatch.nodes.store import (
-        BROKER_ERRORS,
-        broker_error,
-        ensure_nodes_topic,
-        load_registry,
-        write_records,
-    )
+    from faultwatch.kafka.admin import ensure_nodes_topic
+    from faultwatch.nodes.store import BROKER_ERRORS, broker_error, load_registry, write_records
 
     async def main() -> NodeRecord:
         await ensure_nodes_topic(bootstrap, topic)

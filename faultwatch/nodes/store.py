@@ -6,17 +6,12 @@ import asyncio
 from typing import Any
 
 from aiokafka import AIOKafkaProducer
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-from aiokafka.errors import KafkaError, TopicAlreadyExistsError
+from aiokafka.errors import KafkaError
 
 from faultwatch import kafka_settings
+from faultwatch.core.registry import NodeRecord, Registry
 from faultwatch.errors import BrokerError
-from faultwatch.nodes.registry import NodeRecord, Registry
 from faultwatch.wire import decode_node, encode_node, node_key
-
-
-def nodes_topic(prefix: str) -> str:
-    return f"{prefix}nodes"
 
 
 def broker_error(bootstrap: str, e: BaseException) -> BrokerError:
@@ -25,24 +20,6 @@ def broker_error(bootstrap: str, e: BaseException) -> BrokerError:
 
 
 BROKER_ERRORS = (KafkaError, OSError, asyncio.TimeoutError)
-
-
-async def ensure_nodes_topic(bootstrap: str, topic: str, timeout_s: float = 30.0) -> None:
-    """Create the compacted nodes topic (one partition: node updates are rare) if missing."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap,
-                                request_timeout_ms=int(timeout_s * 1000),
-                                **kafka_settings.client_kwargs())
-    await asyncio.wait_for(admin.start(), timeout_s)
-    try:
-        if topic in set(await admin.list_topics()):
-            return
-        try:
-            await admin.create_topics([NewTopic(topic, num_partitions=1, replication_factor=1,
-                                                topic_configs={"cleanup.policy": "compact"})])
-        except TopicAlreadyExistsError:
-            pass
-    finally:
-        await admin.close()
 
 
 def _decode_or_tombstone(value: bytes | None) -> dict[str, Any]:

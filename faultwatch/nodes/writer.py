@@ -10,9 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from faultwatch.core.events import Decision
-from faultwatch.errors import DecodeError
-from faultwatch.eventlog import log_event
-from faultwatch.nodes.registry import (
+from faultwatch.core.registry import (
     QUARANTINED,
     NodeRecord,
     Registry,
@@ -20,6 +18,8 @@ from faultwatch.nodes.registry import (
     expire,
     registry_updates,
 )
+from faultwatch.errors import DecodeError
+from faultwatch.eventlog import log_event
 from faultwatch.wire import decode_node, encode_node, node_key
 
 

@@ -13,7 +13,7 @@ from faultwatch import kafka_settings, wire
 from faultwatch.errors import DecodeError
 from faultwatch.notify.grouping import Grouper, GroupingPolicy, Notification
 from faultwatch.notify.sender import Receiver, RetryPolicy, deliver
-from faultwatch.signing import DecisionGate
+from faultwatch.wire.signing import DecisionGate
 
 Log = Callable[..., None]
 

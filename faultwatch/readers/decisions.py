@@ -15,10 +15,9 @@ def print_decisions(bootstrap: str, topic: str, *, job: str | None = None,
                     out: TextIO | None = None) -> int:
     """Print the topic's decisions (only `job`'s if given) from the beginning; with `follow`,
     keep printing new ones. A missing topic is a NotFoundError unless following."""
-    from faultwatch.agents.decisions import decision_of_value
     from faultwatch.readers.render import render_decision
     from faultwatch.reading import read_topic, run_reader
-    from faultwatch.wire import decision_to_dict, job_key
+    from faultwatch.wire import decision_to_dict, decode_decision, job_key
 
     seen: set[str] = set()
 
@@ -36,4 +35,4 @@ def print_decisions(bootstrap: str, topic: str, *, job: str | None = None,
 
     key = job_key(job) if job else None
     return run_reader(read_topic(bootstrap, topic, follow=follow, key=key,
-                                 decoder=decision_of_value, must_exist=True), emit)
+                                 decoder=decode_decision, must_exist=True), emit)

@@ -48,12 +48,13 @@ async def ask(bootstrap: str, topics: Any, job: str, timeout_s: float = ANSWER_T
     stage keeps it, nodes that did not answer within timeout_s)."""
     from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-    from faultwatch import kafka_settings, signing, wire
+    from faultwatch import kafka_settings, wire
     from faultwatch.core.diagnosis import DIAGNOSIS_NOTE, fold_answer
     from faultwatch.core.events import Notice
     from faultwatch.core.state import JobState, thaw
     from faultwatch.readers.status import read_snapshots
     from faultwatch.reading import _partitions
+    from faultwatch.wire import signing
 
     snap = _check((await read_snapshots(bootstrap, topics.status, job)).get(job), job)
     alive = sorted(str(n["node"]) for n in snap.get("nodes", []) if n.get("alive"))

@@ -9,7 +9,7 @@ from typing import Any
 
 import orjson
 
-from faultwatch.nodes.registry import NodeRecord, Registry, RegistryPolicy, expire
+from faultwatch.core.registry import NodeRecord, Registry, RegistryPolicy, expire
 
 
 def _iso(ts: float | None) -> str:

@@ -14,9 +14,10 @@ from typing import Any
 import faust
 import orjson
 
-from faultwatch import kafka_settings, signing
+from faultwatch import kafka_settings
 from faultwatch.core.events import Decision
 from faultwatch.core.policy import Policy
+from faultwatch.core.registry import RegistryPolicy
 from faultwatch.core.status import STATUS_S
 from faultwatch.errors import DecodeError
 from faultwatch.eventlog import log_event
@@ -24,8 +25,6 @@ from faultwatch.metrics import ProcessorMetrics
 from faultwatch.metrics import serve as serve_metrics
 from faultwatch.nodes.follow import RegistryLink
 from faultwatch.nodes.gate import NodeGate
-from faultwatch.nodes.registry import RegistryPolicy
-from faultwatch.nodes.store import nodes_topic
 from faultwatch.rules import Matcher, RuleSet
 from faultwatch.streams.faust_compat import (
     QuietMonitor,
@@ -40,8 +39,8 @@ from faultwatch.streams.records import InRecord, LiveRules
 from faultwatch.streams.rules_watch import RulesWatcher, cli_overrides
 from faultwatch.streams.status_publish import StatusPublisher
 from faultwatch.streams.stopping import StopGate
-from faultwatch.topics import DEFAULT_PARTITIONS, Topics
-from faultwatch.wire import SCHEMA_VERSION, decision_to_dict, encode_tick, job_key
+from faultwatch.wire import SCHEMA_VERSION, decision_to_dict, encode_tick, job_key, signing
+from faultwatch.wire.topics import DEFAULT_PARTITIONS, Topics
 
 REPORT_S = 10.0  # processor metrics interval
 BATCH = 1000  # records per take_events() batch, both stages
@@ -218,7 +217,7 @@ def build_processor(cfg: ProcessorConfig, live: LiveRules | None = None,
     jobs = JobStage(live, TableStore(table), dead_letter, metrics)
     # the node registry: every worker follows all of it; the job stage gates run-starts and
     # check notes with it and writes what its decisions change (docs/schedulers.md)
-    registry = RegistryLink(cfg.bootstrap, nodes_topic(topics.prefix),
+    registry = RegistryLink(cfg.bootstrap, topics.nodes,
                             RegistryPolicy(quarantine_s=cfg.policy.blacklist_s))
     jobs.gate = NodeGate(registry.writer.quarantined)
     gate = StopGate()

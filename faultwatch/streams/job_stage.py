@@ -24,8 +24,8 @@ from faultwatch.core.events import (
 from faultwatch.core.job import JobState, Phase, apply_batch, new_state, tick
 from faultwatch.eventlog import log_event
 from faultwatch.streams.metrics import Metrics
-from faultwatch.streams.records import MAX_RECORD_BYTES, DeadLetter, InRecord, LiveRules
-from faultwatch.wire import Tick, decode_signals, encode_decision, job_key
+from faultwatch.streams.records import DeadLetter, InRecord, LiveRules
+from faultwatch.wire import MAX_RECORD_BYTES, Tick, decode_signals, encode_decision, job_key
 
 TICK_S = 0.5  # how often the shell sends a tick to each signals partition it owns
 CAUGHT_UP_S = 2.0  # a tick older than this when processed: the partition is lagging

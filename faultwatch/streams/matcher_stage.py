@@ -3,7 +3,7 @@ bad records to the dead-letter callback. No Faust, no Kafka: the shell does the 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from typing import Any
 
 import orjson
@@ -11,15 +11,22 @@ import orjson
 from faultwatch.core.events import Heartbeat
 from faultwatch.streams.matching import signals_of_record
 from faultwatch.streams.metrics import Metrics
-from faultwatch.streams.records import MAX_RECORD_BYTES, DeadLetter, InRecord, LiveRules
-from faultwatch.wire import SCHEMA_VERSION, LinesBatch, decode_logs, job_key, signal_dict
+from faultwatch.streams.records import DeadLetter, InRecord, LiveRules
+from faultwatch.wire import (
+    MAX_RECORD_BYTES,
+    LinesBatch,
+    bundle_head_bytes,
+    decode_logs,
+    encode_bundles,
+    job_key,
+    signal_dict,
+)
 
 # one signal's text is cut to these before it is bundled (a hit's line and traceback context,
 # an output's tail lines): evidence stays readable, records and job states stay small
 MAX_LINE_CHARS = 2048
 MAX_CONTEXT_LINE_CHARS = 512
 MAX_CONTEXT_CHARS = 6144
-_BUNDLE_OVERHEAD = 64  # {"v":1,"t":"bundle","job":...,"sigs":[...]} around the elements
 
 
 def cap_signal(d: dict[str, Any]) -> dict[str, Any]:
@@ -48,37 +55,6 @@ def cap_signal(d: dict[str, Any]) -> dict[str, Any]:
         if any(isinstance(t[2], str) and len(t[2]) > MAX_LINE_CHARS for t in tail):
             return {**d, "tail": [(r, ts, txt[:MAX_LINE_CHARS]) for r, ts, txt in tail]}
     return d
-
-
-def bundle_head_bytes(job: str) -> int:
-    """Bytes a bundle of `job` takes besides its elements (an upper bound)."""
-    return len(orjson.dumps(job)) + _BUNDLE_OVERHEAD
-
-
-def encode_bundles(job: str, signals: Sequence[bytes],
-                   max_bytes: int = MAX_RECORD_BYTES) -> list[bytes]:
-    """One job's encoded signal dicts, in order, as as few bundle records (the same format
-    as wire.encode_bundle) as fit `max_bytes` each. Each element must fit on its own."""
-    head = bundle_head_bytes(job)
-    out: list[bytes] = []
-    chunk: list[bytes] = []
-    size = head
-
-    def close() -> None:
-        out.append(b'{"v":%d,"t":"bundle","job":%s,"sigs":[%s]}' % (
-            SCHEMA_VERSION, orjson.dumps(job), b",".join(chunk)))
-
-    for raw in signals:
-        if len(raw) + head > max_bytes:
-            raise ValueError(f"a signal of job {job!r} is {len(raw)} bytes (limit {max_bytes})")
-        if chunk and size + len(raw) + 1 > max_bytes:
-            close()
-            chunk, size = [], head
-        chunk.append(raw)
-        size += len(raw) + 1
-    if chunk:
-        close()
-    return out
 
 
 def supersedes(later: Heartbeat, earlier: Heartbeat) -> bool:

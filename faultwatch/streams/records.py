@@ -1,5 +1,6 @@
 """What the stages read and write: a record with where it came from, the dead-letter callback
-type, the rules in effect (swapped on a push), and the size bound of produced records."""
+type and the rules in effect (swapped on a push). The size bound of produced records is
+wire.MAX_RECORD_BYTES."""
 
 from __future__ import annotations
 
@@ -8,10 +9,6 @@ from dataclasses import dataclass
 
 from faultwatch.core.matching import LineMatcher
 from faultwatch.core.policy import Policy
-
-# Kafka's default message.max.bytes is 1 MiB (1,048,588 with overhead); every record a
-# processor produces stays under this by construction, with room for the key and headers
-MAX_RECORD_BYTES = 900_000
 
 
 @dataclass(frozen=True, slots=True)

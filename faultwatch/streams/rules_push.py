@@ -10,8 +10,9 @@ from pathlib import Path
 from faultwatch import kafka_settings
 from faultwatch.errors import BrokerError, FaultwatchError
 from faultwatch.rules import RuleSet
-from faultwatch.streams.rules_record import MAX_RECORD_BYTES, RULESET_KEY, build_record
-from faultwatch.topics import Topics
+from faultwatch.streams.rules_record import RULESET_KEY, build_record
+from faultwatch.wire import MAX_RULESET_RECORD_BYTES
+from faultwatch.wire.topics import Topics
 
 
 async def _ensure_rules_topic(bootstrap: str, topics: Topics, timeout_s: float) -> None:
@@ -43,7 +44,7 @@ async def publish_record(bootstrap: str, topic: str, value: bytes | None,
     from aiokafka import AIOKafkaProducer
 
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all",
-                                compression_type="gzip", max_request_size=MAX_RECORD_BYTES,
+                                compression_type="gzip", max_request_size=MAX_RULESET_RECORD_BYTES,
                                 request_timeout_ms=int(timeout_s * 1000),
                                 **kafka_settings.client_kwargs())
     await asyncio.wait_for(producer.start(), timeout_s)

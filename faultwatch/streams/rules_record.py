@@ -21,7 +21,6 @@ from faultwatch.rules.loader import merge_texts
 
 RULESET_KEY = b"ruleset"
 RECORD_VERSION = 1
-MAX_RECORD_BYTES = 8 << 20  # rule files are <= 1 MiB each; the record is gzip-compressed
 
 
 

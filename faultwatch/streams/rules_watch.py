@@ -19,7 +19,8 @@ from faultwatch.errors import BrokerError, FaultwatchError, RuleError
 from faultwatch.eventlog import log_event
 from faultwatch.rules import Matcher, RuleSet
 from faultwatch.streams.records import LiveRules
-from faultwatch.streams.rules_record import MAX_RECORD_BYTES, ruleset_of_record
+from faultwatch.streams.rules_record import ruleset_of_record
+from faultwatch.wire import MAX_RULESET_RECORD_BYTES
 
 CATCH_UP_TIMEOUT_S = 15.0  # how long a starting worker waits for the topic's current set
 RETRY_S = 2.0
@@ -114,8 +115,8 @@ class RulesWatcher:
 
         consumer = AIOKafkaConsumer(bootstrap_servers=self.bootstrap, group_id=None,
                                     enable_auto_commit=False, auto_offset_reset="earliest",
-                                    fetch_max_bytes=MAX_RECORD_BYTES * 2,
-                                    max_partition_fetch_bytes=MAX_RECORD_BYTES,
+                                    fetch_max_bytes=MAX_RULESET_RECORD_BYTES * 2,
+                                    max_partition_fetch_bytes=MAX_RULESET_RECORD_BYTES,
                                     **kafka_settings.client_kwargs())
         await consumer.start()
         try:

@@ -15,9 +15,10 @@ import orjson
 import pytest
 
 from faultwatch.core.events import Decision
-from faultwatch.signing import encode, parse_keys
-from faultwatch.topics import Topics, ensure_topics
+from faultwatch.kafka.admin import ensure_topics
 from faultwatch.wire import decision_to_dict
+from faultwatch.wire.signing import encode, parse_keys
+from faultwatch.wire.topics import Topics
 from tests.integration.test_bad_decisions import produce
 
 pytestmark = pytest.mark.kafka

@@ -15,9 +15,10 @@ from pathlib import Path
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-from faultwatch import kafka_local, kafka_settings, signing
+from faultwatch import kafka_local, kafka_settings
 from faultwatch.errors import BrokerAuthError, BrokerError
 from faultwatch.kafka_settings import KafkaSecurity
+from faultwatch.wire import signing
 
 pytestmark = [pytest.mark.kafka]
 

@@ -19,11 +19,12 @@ from typing import Any
 import orjson
 import pytest
 
-from faultwatch import kafka_local, signing
+from faultwatch import kafka_local
 from faultwatch.notify.grouping import GroupingPolicy
 from faultwatch.notify.sender import Receiver, RetryPolicy
 from faultwatch.notify.service import Notifier, NotifierConfig
-from faultwatch.signing import DecisionGate, Key, Keyring
+from faultwatch.wire import signing
+from faultwatch.wire.signing import DecisionGate, Key, Keyring
 
 pytestmark = pytest.mark.kafka
 

@@ -15,7 +15,8 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
 from faultwatch import wire
 from faultwatch.core.events import Exit, Line, RunStart
-from faultwatch.topics import Topics, ensure_topics
+from faultwatch.kafka.admin import ensure_topics
+from faultwatch.wire.topics import Topics
 from tests.e2e.cluster import processor, wait_decisions
 
 pytestmark = pytest.mark.kafka

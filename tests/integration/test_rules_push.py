@@ -17,10 +17,11 @@ import pytest
 from faultwatch import wire
 from faultwatch.core.events import STDERR, Exit, Line, RunStart
 from faultwatch.errors import EXIT_RULES
+from faultwatch.kafka.admin import ensure_topics
 from faultwatch.streams.rules_push import publish_record
 from faultwatch.streams.rules_record import RULESET_KEY
 from faultwatch.streams.rules_watch import assign_topic
-from faultwatch.topics import Topics, ensure_topics
+from faultwatch.wire.topics import Topics
 from tests.e2e.cluster import decisions, processor, wait_decisions
 from tests.e2e.conftest import faultwatch_exe, job_env
 

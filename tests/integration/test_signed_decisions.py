@@ -14,10 +14,11 @@ from pathlib import Path
 import orjson
 import pytest
 
-from faultwatch import signing, wire
+from faultwatch import wire
 from faultwatch.agents.config import EXIT_FAILED_BY_DECISION
 from faultwatch.core.events import Decision
-from faultwatch.signing import Key, Keyring
+from faultwatch.wire import signing
+from faultwatch.wire.signing import Key, Keyring
 
 pytestmark = pytest.mark.kafka
 

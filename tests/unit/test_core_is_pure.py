@@ -159,7 +159,7 @@ def test_the_check_catches_forbidden_imports(tmp_path: Path) -> None:
     inside a function, and an import of a shell module."""
     mod = tmp_path / "failure.py"
     mod.write_text("def f():\n    import aiokafka\n\nfrom faultwatch import wire\n")
-    files = {"faultwatch.core.failure": mod, "faultwatch.wire": ROOT / "wire.py"}
+    files = {"faultwatch.core.failure": mod, "faultwatch.wire": ROOT / "wire" / "__init__.py"}
     assert pure_violations(files) == [f"{mod}:2: imports aiokafka",
                                       f"{mod}:4: imports faultwatch.wire"]
 

@@ -143,7 +143,7 @@ def test_offsets_are_committed_only_past_delivered_decisions() -> None:
     import orjson
 
     from faultwatch.notify.service import Notifier, NotifierConfig
-    from faultwatch.signing import DecisionGate
+    from faultwatch.wire.signing import DecisionGate
 
     TP = namedtuple("TP", "topic partition")
     tp = TP("p.decisions", 0)

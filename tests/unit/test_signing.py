@@ -9,9 +9,9 @@ from typing import Any
 import orjson
 import pytest
 
-from faultwatch import signing
 from faultwatch.errors import ConfigError
-from faultwatch.signing import DecisionGate, Key, Keyring, sign, verify
+from faultwatch.wire import signing
+from faultwatch.wire.signing import DecisionGate, Key, Keyring, sign, verify
 
 OLD = Key("k2025", b"old-secret-0123456789")
 NEW = Key("k2026", b"new-secret-0123456789")
@@ -163,7 +163,7 @@ def test_the_gate_checks_raw_records_as_published() -> None:
 
 def test_a_signed_decision_matches_the_published_schema() -> None:
     jsonschema = pytest.importorskip("jsonschema")
-    schema = orjson.loads((Path(signing.__file__).parent / "schemas"
+    schema = orjson.loads((Path(signing.__file__).parents[1] / "schemas"
                            / "decision.schema.json").read_bytes())
     signed = sign(decision(), Keyring((NEW,)))
     jsonschema.validate(signed["signature"], schema["properties"]["signature"])

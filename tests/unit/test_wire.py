@@ -248,20 +248,23 @@ def test_decisions_round_trip_and_malformed_ones_are_decode_errors() -> None:
 
 def test_a_backlog_batch_is_split_into_bundles_under_the_record_limit() -> None:
     """Issue 8 case 1: 2,000 records of 10 long lines for one job in one matcher batch made
-    one bundle past the broker's 1 MB limit. encode_bundles splits in order."""
+    one bundle past the broker's 1 MB limit. encode_bundles splits in order; a signal that
+    cannot fit a record on its own is refused (the matcher caps texts first: cap_signal)."""
     from faultwatch.core.events import Hit, Match, Output, TailLine
-    from faultwatch.wire import MAX_RECORD_BYTES, encode_bundle, encode_bundles
+    from faultwatch.wire import MAX_RECORD_BYTES, encode_bundle, encode_bundles, signal_dict
 
     sigs = []
     for i in range(2000):
         tail = tuple(TailLine(0, float(i), "x" * 500) for _ in range(8))
         sigs.append(Output("j", 0, "n0", float(i), 10, ((0, float(i)),), tail, run_id="r"))
-    sigs.append(Hit("j", 0, "n0", Match("r", "fatal", False, 1.0, "y" * 65536,
-                                        context=tuple("z" * 65536 for _ in range(60)))))
     assert len(encode_bundle("j", sigs)) > 1_000_000  # what the matcher made before
-    records = encode_bundles("j", sigs)
+    elements = [orjson.dumps(signal_dict(s)) for s in sigs]
+    records = encode_bundles("j", elements)
     assert len(records) > 1 and all(len(r) <= MAX_RECORD_BYTES for r in records)
     back = [s for r in records for s in decode_signals(r)]  # type: ignore[union-attr]
-    assert back[:-1] == sigs[:-1]  # every signal, in order
-    assert back[-1].match.line == "y" * 2000 and len(back[-1].match.context) == 40
-    assert encode_bundles("j", sigs[:3]) == [encode_bundle("j", sigs[:3])]  # same bytes
+    assert back == sigs  # every signal, in order
+    assert encode_bundles("j", elements[:3]) == [encode_bundle("j", sigs[:3])]  # same bytes
+    huge = Hit("j", 0, "n0", Match("r", "fatal", False, 1.0, "y" * 65536,
+                                   context=tuple("z" * 65536 for _ in range(60))))
+    with pytest.raises(ValueError, match="limit"):
+        encode_bundles("j", [orjson.dumps(signal_dict(huge))])

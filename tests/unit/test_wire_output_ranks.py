@@ -11,6 +11,8 @@ import pytest
 
 from faultwatch import wire
 from faultwatch.errors import DecodeError
+from faultwatch.wire import _check
+from faultwatch.wire.signals import _pair
 
 ITEMS: list[Any] = [
     [0, 1.5], [7, 1_700_000_000], [None, 2.0], [wire.MAX_RANK, 0.0], [3, wire.MAX_TS],
@@ -22,11 +24,11 @@ ITEMS: list[Any] = [
 
 def reference(item: Any) -> tuple[int | None, float]:
     """What the field checks say of one item (the path before the inline checks)."""
-    p = wire._pair(item, "out.ranks")
+    p = _pair(item, "out.ranks")
     if len(p) != 2:
-        raise wire._bad("out.ranks", "items must be [rank, ts]", item)
-    return (wire._opt_int(p[0], "out.ranks rank", 0, wire.MAX_RANK),
-            wire._num(p[1], "out.ranks ts"))
+        raise _check._bad("out.ranks", "items must be [rank, ts]", item)
+    return (_check._opt_int(p[0], "out.ranks rank", 0, wire.MAX_RANK),
+            _check._num(p[1], "out.ranks ts"))
 
 
 def decoded(items: list[Any]) -> Any:

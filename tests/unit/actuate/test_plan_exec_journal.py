@@ -15,8 +15,8 @@ from faultwatch.actuate.plan import QUARANTINE, RELEASE, REQUEUE, Action, plan_d
 from faultwatch.actuate.runner import ActuateConfig, Actuator
 from faultwatch.actuate.slurm import SlurmBackend, drain_reason, parse_show
 from faultwatch.core.events import Decision
+from faultwatch.core.registry import Reason, RegistryPolicy, quarantine, release
 from faultwatch.errors import ConfigError
-from faultwatch.nodes.registry import Reason, RegistryPolicy, quarantine, release
 from faultwatch.wire import decision_of
 
 

@@ -9,13 +9,13 @@ from faultwatch.agents.bootcheck import check
 from faultwatch.core.events import Heartbeat, Hit, Notice, RunStart
 from faultwatch.core.job import apply, new_state
 from faultwatch.core.policy import Policy
+from faultwatch.core.registry import NodeRecord, Reason, RegistryPolicy, quarantine
 from faultwatch.nodes.gate import (
     CHECK_FAILED_RULE,
     CHECK_ODD_RULE,
     QUARANTINED_RULE,
     NodeGate,
 )
-from faultwatch.nodes.registry import NodeRecord, Reason, RegistryPolicy, quarantine
 from faultwatch.nodes.writer import RegistryWriter
 from faultwatch.wire import encode_node, node_key
 from tests.builtin_rules import builtin_ruleset
@@ -119,7 +119,7 @@ def test_a_slow_all_reduce_makes_a_suspect_not_a_blacklist() -> None:
     st, _ = apply(st, _start("n2"), 100.0, POL)
     st, decs = apply(st, slow[0], 100.0, POL)
     assert [(d.action, d.evidence["blacklist_candidate"]) for d in decs] == [("notify", True)]
-    from faultwatch.nodes.registry import SUSPECT, registry_updates
+    from faultwatch.core.registry import SUSPECT, registry_updates
     recs = registry_updates(decs[0], {}, 100.0)
     assert [(r.node, r.state) for r in recs] == [("n2", SUSPECT)]
 

@@ -6,9 +6,7 @@ import pytest
 
 from faultwatch.cli.nodes import parse_duration_s
 from faultwatch.core.events import Decision
-from faultwatch.errors import ConfigError, DecodeError
-from faultwatch.nodes.names import valid_node
-from faultwatch.nodes.registry import (
+from faultwatch.core.registry import (
     HEALTHY,
     MAX_REASONS,
     QUARANTINED,
@@ -23,6 +21,8 @@ from faultwatch.nodes.registry import (
     release,
     suspect,
 )
+from faultwatch.errors import ConfigError, DecodeError
+from faultwatch.nodes.names import valid_node
 from faultwatch.readers.nodes import render
 from faultwatch.wire import decode_node, encode_node
 

@@ -22,9 +22,9 @@ from faultwatch.streams.matcher_stage import (
     MAX_LINE_CHARS,
     MatcherStage,
     cap_signal,
-    encode_bundles,
 )
-from faultwatch.streams.records import MAX_RECORD_BYTES, InRecord, LiveRules
+from faultwatch.streams.records import InRecord, LiveRules
+from faultwatch.wire import MAX_RECORD_BYTES, encode_bundles
 from tests.builtin_rules import builtin_ruleset
 
 T0 = 1_700_000_000.0

@@ -12,7 +12,7 @@ import pytest
 from faultwatch.core.policy import policy_for
 from faultwatch.streams.faust_app import ProcessorConfig, build_processor
 from faultwatch.streams.worker import ProcessorWorker
-from faultwatch.topics import Topics
+from faultwatch.wire.topics import Topics
 from tests.builtin_rules import builtin_ruleset
 
 

@@ -1,49 +1,15 @@
-"""Topic names (prefix configurable) and their creation with the partition counts we need."""
+"""Creating faultwatch's topics with the partition counts and cleanup policies they need."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from dataclasses import dataclass
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import TopicAlreadyExistsError
 
 from faultwatch import kafka_settings
-
-DEFAULT_PREFIX = "faultwatch."
-DEFAULT_PARTITIONS = 4
-
-
-@dataclass(frozen=True)
-class Topics:
-    """The names of faultwatch's topics under one prefix."""
-
-    prefix: str = DEFAULT_PREFIX
-
-    @property
-    def logs(self) -> str:
-        return f"{self.prefix}logs"
-
-    @property
-    def signals(self) -> str:
-        return f"{self.prefix}signals"
-
-    @property
-    def decisions(self) -> str:
-        return f"{self.prefix}decisions"
-
-    @property
-    def deadletter(self) -> str:
-        return f"{self.prefix}deadletter"
-
-    @property
-    def rules(self) -> str:
-        return f"{self.prefix}rules"
-
-    @property
-    def status(self) -> str:
-        return f"{self.prefix}status"
+from faultwatch.wire.topics import DEFAULT_PARTITIONS, Topics
 
 
 async def ensure_topics(bootstrap: str, topics: Topics, partitions: int = DEFAULT_PARTITIONS,
@@ -73,5 +39,23 @@ async def ensure_topics(bootstrap: str, topics: Topics, partitions: int = DEFAUL
                 await admin.create_topics([t])
             except TopicAlreadyExistsError:
                 pass
+    finally:
+        await admin.close()
+
+
+async def ensure_nodes_topic(bootstrap: str, topic: str, timeout_s: float = 30.0) -> None:
+    """Create the compacted nodes topic (one partition: node updates are rare) if missing."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap,
+                                request_timeout_ms=int(timeout_s * 1000),
+                                **kafka_settings.client_kwargs())
+    await asyncio.wait_for(admin.start(), timeout_s)
+    try:
+        if topic in set(await admin.list_topics()):
+            return
+        try:
+            await admin.create_topics([NewTopic(topic, num_partitions=1, replication_factor=1,
+                                                topic_configs={"cleanup.policy": "compact"})])
+        except TopicAlreadyExistsError:
+            pass
     finally:
         await admin.close()

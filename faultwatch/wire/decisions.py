@@ -1,0 +1,93 @@
+"""The decisions topic (job stage -> agents, schedulers, people): a decision's published
+JSON shape (faultwatch/schemas/decision.schema.json) and its one validated decoder."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import orjson
+
+from faultwatch.core.events import ACTIONS, Decision
+from faultwatch.wire._check import (
+    MAX_ATTEMPT,
+    MAX_ID_CHARS,
+    MAX_RANK,
+    SCHEMA_VERSION,
+    _bad,
+    _get,
+    _int,
+    _json_obj,
+    _list,
+    _load_object,
+    _num,
+    _obj,
+    _scheduler,
+    _text,
+    safe_name,
+)
+
+
+def decision_to_dict(dec: Decision) -> dict[str, Any]:
+    """The published JSON shape of a decision (see faultwatch/schemas/decision.schema.json)."""
+    return {
+        "v": SCHEMA_VERSION,
+        "id": dec.id,
+        "job": dec.job,
+        "attempt": dec.attempt,
+        "run_id": dec.run_id,
+        "scheduler": dec.scheduler,
+        "action": dec.action,
+        "targets": {"nodes": list(dec.nodes), "ranks": list(dec.ranks)},
+        "reason": {"kind": dec.kind, "rule": dec.rule, "category": dec.category,
+                   "message": dec.message},
+        "evidence": dec.evidence,
+        "budgets": dec.budgets,
+        "rules_version": dec.rules_version,
+        "ts": dec.ts,
+    }
+
+
+def encode_decision(dec: Decision) -> bytes:
+    return orjson.dumps(decision_to_dict(dec))
+
+
+def _opt_name(x: Any, field: str) -> str | None:
+    return None if x is None else safe_name(x, field)
+
+
+def decision_of(d: Mapping[str, Any]) -> Decision:
+    """The Decision of a decoded decisions-topic dict, every field checked."""
+    if d.get("v") != SCHEMA_VERSION:
+        raise _bad("decision.v", f"must be {SCHEMA_VERSION}", d.get("v"))
+    action = _get(d, "action", "decision")
+    if action not in ACTIONS:
+        raise _bad("decision.action", f"must be one of {ACTIONS}", action)
+    targets = _obj(_get(d, "targets", "decision"), "decision.targets")
+    reason = _obj(_get(d, "reason", "decision"), "decision.reason")
+    return Decision(
+        id=safe_name(_get(d, "id", "decision"), "decision.id"),
+        job=safe_name(_get(d, "job", "decision"), "decision.job"),
+        attempt=_int(_get(d, "attempt", "decision"), "decision.attempt", 0, MAX_ATTEMPT),
+        action=action,
+        kind=safe_name(_get(reason, "kind", "decision.reason"), "decision.reason.kind"),
+        ts=_num(_get(d, "ts", "decision"), "decision.ts"),
+        nodes=tuple(safe_name(n, "decision.targets.nodes")
+                    for n in _list(_get(targets, "nodes", "decision.targets"),
+                                   "decision.targets.nodes")),
+        ranks=tuple(_int(r, "decision.targets.ranks", 0, MAX_RANK)
+                    for r in _list(_get(targets, "ranks", "decision.targets"),
+                                   "decision.targets.ranks")),
+        rule=_opt_name(reason.get("rule"), "decision.reason.rule"),
+        category=_opt_name(reason.get("category"), "decision.reason.category"),
+        message=_text(reason.get("message", ""), "decision.reason.message"),
+        evidence=_json_obj(d.get("evidence", {}), "decision.evidence"),
+        budgets=_json_obj(d.get("budgets", {}), "decision.budgets"),
+        rules_version=_text(d.get("rules_version", ""), "decision.rules_version", MAX_ID_CHARS),
+        run_id=safe_name(d.get("run_id", ""), "decision.run_id", empty_ok=True),
+        scheduler=_scheduler(d.get("scheduler") or {}, "decision"))
+
+
+def decode_decision(value: bytes | None) -> Decision:
+    """One decisions-topic record, validated. Raises DecodeError saying what is wrong."""
+    return decision_of(_load_object(value))

@@ -1,0 +1,60 @@
+"""Topic names (prefix configurable), how many partitions they get, and the keys that place a
+record on a partition. Creating the topics is Kafka plumbing: faultwatch.kafka.admin."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+DEFAULT_PREFIX = "faultwatch."
+DEFAULT_PARTITIONS = 4  # logs, signals, decisions (signals must match the job table's count)
+
+
+@dataclass(frozen=True)
+class Topics:
+    """The names of faultwatch's topics under one prefix."""
+
+    prefix: str = DEFAULT_PREFIX
+
+    @property
+    def logs(self) -> str:
+        return f"{self.prefix}logs"
+
+    @property
+    def signals(self) -> str:
+        return f"{self.prefix}signals"
+
+    @property
+    def decisions(self) -> str:
+        return f"{self.prefix}decisions"
+
+    @property
+    def deadletter(self) -> str:
+        return f"{self.prefix}deadletter"
+
+    @property
+    def rules(self) -> str:
+        return f"{self.prefix}rules"
+
+    @property
+    def status(self) -> str:
+        return f"{self.prefix}status"
+
+    @property
+    def nodes(self) -> str:
+        """The fleet-wide node registry (compacted, key = node)."""
+        return f"{self.prefix}nodes"
+
+
+def log_key(job: str, node: str) -> bytes:
+    """Logs are keyed by job and node so a node's lines and lifecycle stay in order."""
+    return f"{job}/{node}".encode()
+
+
+def job_key(job: str) -> bytes:
+    """Signals and decisions are keyed by job so one processor sees a whole job."""
+    return job.encode()
+
+
+def node_key(node: str) -> bytes:
+    """Node records are keyed by node: the compacted topic keeps each node's latest."""
+    return node.encode()
