@@ -8,13 +8,14 @@ import contextlib
 import os
 import signal
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from faultwatch.cli import options
 from faultwatch.errors import ConfigError
 from faultwatch.notify.grouping import GROUP_FIELDS, GroupingPolicy
-from faultwatch.notify.sender import Receiver, RetryPolicy
-from faultwatch.notify.service import Notifier, NotifierConfig
+
+if TYPE_CHECKING:  # the sender (urllib, email) is imported when notify runs, not per command
+    from faultwatch.notify.service import NotifierConfig
 
 SECRET_ENV = "FAULTWATCH_WEBHOOK_SECRET"
 
@@ -47,6 +48,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def config_of(args: argparse.Namespace, bootstrap: str, topic: str) -> NotifierConfig:
+    from faultwatch.notify.sender import Receiver, RetryPolicy
+    from faultwatch.notify.service import NotifierConfig
+
     secret = None
     if args.webhook_secret_file is not None:
         try:
@@ -72,6 +76,7 @@ def config_of(args: argparse.Namespace, bootstrap: str, topic: str) -> NotifierC
 def run(cfg: NotifierConfig) -> int:
     """Run the notifier until SIGTERM/SIGINT."""
     from faultwatch.eventlog import log_event, set_component
+    from faultwatch.notify.service import Notifier
     from faultwatch.wire.signing import DecisionGate, load_keyring
 
     set_component("notify")
