@@ -1,5 +1,5 @@
-"""Kubernetes actuator: taint a quarantined node NoSchedule and delete the job's pods on it,
-through the API server's HTTP paths (bearer token, CA); the job's controller recreates them."""
+"""Kubernetes actuator: cordon, taint and label a quarantined node and evict the job's pods on
+it through the API server's HTTP paths (bearer token, CA); the job's controller recreates them."""
 
 from __future__ import annotations
 
@@ -9,7 +9,9 @@ import ssl
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +22,12 @@ from faultwatch.nodes.names import K8S_NAME_RE, K8S_NAMESPACE_RE, check, valid_n
 
 TAINT_KEY = "faultwatch.io/quarantine"
 TAINT_EFFECT = "NoSchedule"
+QUARANTINE_LABEL = "faultwatch.io/quarantined"
+REASON_ANNOTATION = "faultwatch.io/quarantine-reason"
+CORDONED_ANNOTATION = "faultwatch.io/cordoned"
+EVENT_COMPONENT = "faultwatch-actuate"
+EVICT, DELETE = "evict", "delete"
+POD_ACTIONS = (EVICT, DELETE)
 SA_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 CONFLICT_RETRIES = 5
 
@@ -48,16 +56,23 @@ class KubeConfig:
 
 
 class KubernetesBackend:
-    """quarantine -> add taint faultwatch.io/quarantine=<decision>:NoSchedule to the node;
-    requeue -> delete the run's pod on that node (uid precondition: never a recreated pod),
-    and with a pod selector every matching pod of the namespace on that node;
-    release -> remove faultwatch's taint."""
+    """quarantine -> cordon the node, add taint faultwatch.io/quarantine=<decision>:NoSchedule,
+    label it faultwatch.io/quarantined=true and annotate the reason; requeue -> evict the run's
+    pod on that node through the Eviction API (PodDisruptionBudgets respected; uid
+    precondition: never a recreated pod), or delete it with pod_action="delete"; with a pod
+    selector every matching pod of the namespace on that node; release -> remove faultwatch's
+    taint, label and annotations, and uncordon only a node faultwatch cordoned. Each action
+    posts an Event (best effort) so `kubectl describe` shows why."""
 
     name = "kubernetes"
 
-    def __init__(self, cfg: KubeConfig, pod_selector: str | None = None) -> None:
+    def __init__(self, cfg: KubeConfig, pod_selector: str | None = None,
+                 pod_action: str = EVICT) -> None:
+        if pod_action not in POD_ACTIONS:
+            raise ConfigError("--k8s-pod-action", f"{pod_action!r}: one of {POD_ACTIONS}")
         self.cfg = cfg
         self.pod_selector = pod_selector  # e.g. "training.kubeflow.org/job-name={job}"
+        self.pod_action = pod_action
         if cfg.insecure:
             self._ctx: ssl.SSLContext | None = None
         else:
@@ -90,9 +105,7 @@ class KubernetesBackend:
         except urllib.error.HTTPError as e:
             if e.code == 404 and ok404:
                 return None
-            detail = e.read()[:300].decode(errors="replace")
-            raise _HTTPStatus(e.code, f"kubernetes: {method} {path} -> {e.code}: "
-                                      f"{detail}") from None
+            raise _HTTPStatus(e.code, method, path, _status_message(e.read())) from None
         except (urllib.error.URLError, OSError) as e:
             raise ActuateError(f"kubernetes: {method} {path} failed: {e}") from None
         if not raw:
@@ -108,49 +121,90 @@ class KubernetesBackend:
     def apply(self, action: Action) -> str:
         node = valid_node(action.node)
         if action.kind == QUARANTINE:
-            return self._retry_conflict(lambda: self._set_taint(node, action.decision))
+            return self._retry_conflict(lambda: self._quarantine(node, action))
         if action.kind == RELEASE:
-            return self._retry_conflict(lambda: self._set_taint(node, None))
+            return self._retry_conflict(lambda: self._release(node, action))
         if action.kind == REQUEUE:
-            return self._delete_pods(node, action)
+            return self._move_pods(node, action)
         raise ActuateError(f"kubernetes: unknown action kind {action.kind!r}")
 
-    def _retry_conflict(self, fn: Any) -> str:
+    def _retry_conflict(self, fn: Callable[[], str]) -> str:
         for _ in range(CONFLICT_RETRIES):
             try:
-                return str(fn())
+                return fn()
             except _HTTPStatus as e:
                 if e.code != 409:
                     raise
         raise ActuateError(f"kubernetes: node update conflicted {CONFLICT_RETRIES} times")
 
-    def _set_taint(self, node: str, decision: str | None) -> str:
+    def _node(self, node: str) -> tuple[str, dict[str, Any]]:
         path = f"/api/v1/nodes/{urllib.parse.quote(node, safe='')}"
-        obj = self._request("GET", path) or {}
+        obj = self._request("GET", path, ok404=True)
+        if obj is None:
+            raise _HTTPStatus(404, "GET", path, f"node {node} does not exist")
+        return path, obj
+
+    def _before_patch(self, node: str) -> None:
+        """Between reading a node and patching it (tests race a writer here)."""
+
+    def _quarantine(self, node: str, action: Action) -> str:
+        path, obj = self._node(node)
+        meta = obj.get("metadata") or {}
         spec = obj.get("spec") or {}
         taints = [t for t in (spec.get("taints") or []) if isinstance(t, dict)]
-        ours = [t for t in taints if t.get("key") == TAINT_KEY]
-        if decision is not None and ours:
+        if any(t.get("key") == TAINT_KEY for t in taints):
             return f"{node} already tainted {TAINT_KEY}"
-        if decision is None and not ours:
-            return f"{node} has no {TAINT_KEY} taint"
-        others = [t for t in taints if t.get("key") != TAINT_KEY]
-        new = others + ([{"key": TAINT_KEY, "value": decision[:63], "effect": TAINT_EFFECT}]
-                        if decision is not None else [])
-        rv = (obj.get("metadata") or {}).get("resourceVersion")
-        patch: dict[str, Any] = {"spec": {"taints": new}}
-        if rv:
-            patch["metadata"] = {"resourceVersion": rv}  # optimistic concurrency: 409 retried
+        reason = _reason(action)
+        annotations: dict[str, Any] = {REASON_ANNOTATION: reason}
+        cordon = not spec.get("unschedulable")
+        if cordon:
+            annotations[CORDONED_ANNOTATION] = "true"  # release uncordons only what we cordoned
+        patch: dict[str, Any] = {
+            "metadata": {"labels": {QUARANTINE_LABEL: "true"}, "annotations": annotations},
+            "spec": {"unschedulable": True, "taints": taints + [
+                {"key": TAINT_KEY, "value": _label_value(action.decision),
+                 "effect": TAINT_EFFECT}]}}
+        if meta.get("resourceVersion"):  # optimistic concurrency: a 409 is retried
+            patch["metadata"]["resourceVersion"] = meta["resourceVersion"]
+        self._before_patch(node)
         self._request("PATCH", path, patch, content_type="application/merge-patch+json")
-        return f"tainted {node} {TAINT_KEY}:{TAINT_EFFECT}" if decision is not None \
-            else f"untainted {node}"
+        done = (f"{'cordoned, ' if cordon else ''}tainted {node} {TAINT_KEY}:{TAINT_EFFECT}, "
+                f"labelled {QUARANTINE_LABEL}=true")
+        return done + self._event("Node", node, meta.get("uid"), "default",
+                                  "FaultwatchQuarantine",
+                                  f"faultwatch quarantined {node}: {reason}")
 
-    def _delete_pods(self, node: str, action: Action) -> str:
+    def _release(self, node: str, action: Action) -> str:
+        path, obj = self._node(node)
+        meta = obj.get("metadata") or {}
+        spec = obj.get("spec") or {}
+        taints = [t for t in (spec.get("taints") or []) if isinstance(t, dict)]
+        annotations = meta.get("annotations") or {}
+        labels = meta.get("labels") or {}
+        ours = [t for t in taints if t.get("key") == TAINT_KEY]
+        if not ours and QUARANTINE_LABEL not in labels and CORDONED_ANNOTATION not in annotations:
+            return f"{node} has no {TAINT_KEY} taint"
+        uncordon = annotations.get(CORDONED_ANNOTATION) == "true"
+        patch: dict[str, Any] = {
+            "metadata": {"labels": {QUARANTINE_LABEL: None},
+                         "annotations": {REASON_ANNOTATION: None, CORDONED_ANNOTATION: None}},
+            "spec": {"taints": [t for t in taints if t.get("key") != TAINT_KEY]}}
+        if uncordon:
+            patch["spec"]["unschedulable"] = False
+        if meta.get("resourceVersion"):
+            patch["metadata"]["resourceVersion"] = meta["resourceVersion"]
+        self._before_patch(node)
+        self._request("PATCH", path, patch, content_type="application/merge-patch+json")
+        done = f"untainted{', uncordoned' if uncordon else ''} {node}"
+        return done + self._event("Node", node, meta.get("uid"), "default",
+                                  "FaultwatchRelease",
+                                  f"faultwatch released {node} ({action.decision})")
+
+    def _move_pods(self, node: str, action: Action) -> str:
         sched = action.scheduler
         if sched.get("kind") != "kubernetes":
-            return f"no Kubernetes identity in decision {action.decision}: no pod deleted"
+            return f"no Kubernetes identity in decision {action.decision}: no pod moved"
         ns = check("namespace", sched.get("namespace"), K8S_NAMESPACE_RE)
-        done = []
         pods: list[str] = []
         if sched.get("pod") and sched.get("node", node) == node:
             pods.append(check("pod", sched["pod"], K8S_NAME_RE))
@@ -163,11 +217,10 @@ class KubernetesBackend:
                 name = (item.get("metadata") or {}).get("name")
                 if isinstance(name, str) and name not in pods:
                     pods.append(check("pod", name, K8S_NAME_RE))
-        for pod in pods:
-            done.append(self._delete_pod(ns, pod, node))
+        done = [self._move_pod(ns, pod, node, action) for pod in pods]
         return "; ".join(done) or f"no pod of {action.job!r} on {node}"
 
-    def _delete_pod(self, ns: str, pod: str, node: str) -> str:
+    def _move_pod(self, ns: str, pod: str, node: str, action: Action) -> str:
         path = f"/api/v1/namespaces/{ns}/pods/{pod}"
         obj = self._request("GET", path, ok404=True)
         if obj is None:
@@ -175,21 +228,90 @@ class KubernetesBackend:
         if (obj.get("spec") or {}).get("nodeName") != node:
             return f"{ns}/{pod}: not on {node} (recreated elsewhere?): left alone"
         uid = (obj.get("metadata") or {}).get("uid")
-        body = {"kind": "DeleteOptions", "apiVersion": "v1",
-                "preconditions": {"uid": uid} if uid else {}}
+        options: dict[str, Any] = {"preconditions": {"uid": uid}} if uid else {}
         try:
-            self._request("DELETE", path, body, ok404=True)
+            if self.pod_action == EVICT:
+                self._request("POST", f"{path}/eviction",
+                              {"apiVersion": "policy/v1", "kind": "Eviction",
+                               "metadata": {"name": pod, "namespace": ns},
+                               "deleteOptions": options}, ok404=True)
+            else:
+                self._request("DELETE", path, {"kind": "DeleteOptions", "apiVersion": "v1",
+                                               **options}, ok404=True)
         except _HTTPStatus as e:
             if e.code == 409:  # uid precondition failed: a different pod by that name now
                 return f"{ns}/{pod}: replaced meanwhile: left alone"
+            if e.code == 429 and self.pod_action == EVICT:
+                raise ActuateError(  # retried: the budget may allow it later
+                    f"kubernetes: eviction of {ns}/{pod} refused (429): {e.detail} — the "
+                    f"pod keeps running on {node}; retried, or use --k8s-pod-action delete "
+                    "to override PodDisruptionBudgets") from None
             raise
-        return f"deleted pod {ns}/{pod} on {node}"
+        verb = "evicted" if self.pod_action == EVICT else "deleted"
+        return f"{verb} pod {ns}/{pod} on {node}" + self._event(
+            "Pod", pod, uid, ns, "FaultwatchRequeue",
+            f"faultwatch {verb} {pod}: node {node} quarantined ({_reason(action)})")
+
+    def _event(self, kind: str, name: str, uid: Any, ns: str, reason: str,
+               message: str) -> str:
+        """Post a core/v1 Event about the object (best effort: the action is done already)."""
+        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        involved: dict[str, Any] = {"apiVersion": "v1", "kind": kind, "name": name}
+        if kind == "Pod":
+            involved["namespace"] = ns
+        if isinstance(uid, str):
+            involved["uid"] = uid
+        body = {"apiVersion": "v1", "kind": "Event",
+                "metadata": {"generateName": f"{name}.faultwatch-", "namespace": ns},
+                "involvedObject": involved, "reason": reason, "message": message[:1024],
+                "type": "Warning", "source": {"component": EVENT_COMPONENT},
+                "reportingComponent": EVENT_COMPONENT, "reportingInstance": _instance(),
+                "firstTimestamp": now, "lastTimestamp": now, "count": 1}
+        try:
+            self._request("POST", f"/api/v1/namespaces/{ns}/events", body)
+        except ActuateError as e:
+            return f" (event not posted: {e})"
+        return ""
+
+
+def _reason(action: Action) -> str:
+    rule = f"rule {action.rule}, " if action.rule else ""
+    job = f"job {action.job}, " if action.job else ""
+    return f"{rule}{job}decision {action.decision}"
+
+
+def _label_value(text: str) -> str:
+    """A valid label/taint value: at most 63 characters of [A-Za-z0-9_.-], alphanumeric ends."""
+    out = "".join(c if c.isascii() and (c.isalnum() or c in "-_.") else "-" for c in text)[:63]
+    return out.strip("-_.")
+
+
+def _instance() -> str:
+    return os.environ.get("HOSTNAME") or os.uname().nodename
+
+
+def _status_message(raw: bytes) -> str:
+    """The API server's Status message, else the start of the body."""
+    try:
+        status = json.loads(raw)
+        if isinstance(status, dict) and isinstance(status.get("message"), str):
+            return str(status["message"])[:300]
+    except ValueError:
+        pass
+    return raw[:300].decode(errors="replace")
 
 
 class _HTTPStatus(ActuateError):
-    def __init__(self, code: int, message: str) -> None:
+    """An API answer other than success; 403, 404 and 422 will not change on a retry."""
+
+    def __init__(self, code: int, method: str, path: str, detail: str) -> None:
         self.code = code
-        super().__init__(message)
+        self.detail = detail
+        self.permanent = code in (400, 401, 403, 404, 422)
+        hint = ""
+        if code == 403:
+            hint = " (RBAC: see deploy/kubernetes/actuate-rbac.yaml for the verbs needed)"
+        super().__init__(f"kubernetes: {method} {path} -> {code}: {detail}{hint}")
 
 
 def from_args(args: Any) -> KubernetesBackend:
@@ -200,4 +322,5 @@ def from_args(args: Any) -> KubernetesBackend:
                          insecure=args.k8s_server.startswith("http://"))
     else:
         cfg = KubeConfig.in_cluster()
-    return KubernetesBackend(cfg, pod_selector=args.k8s_pod_selector)
+    return KubernetesBackend(cfg, pod_selector=args.k8s_pod_selector,
+                             pod_action=getattr(args, "k8s_pod_action", EVICT))

@@ -88,8 +88,12 @@ def register(sub: Any) -> argparse.ArgumentParser:
     g.add_argument("--k8s-token-file", help="bearer token file")
     g.add_argument("--k8s-ca-file", help="CA bundle of the API server")
     g.add_argument("--k8s-pod-selector",
-                   help="also delete every pod on the node matching this label selector; "
+                   help="also move every pod on the node matching this label selector; "
                         "{job} is the faultwatch job, e.g. training.kubeflow.org/job-name={job}")
+    g.add_argument("--k8s-pod-action", choices=("evict", "delete"), default="evict",
+                   help="how a pod leaves a quarantined node: the Eviction API, which respects "
+                        "PodDisruptionBudgets (a refusal is retried), or a plain delete "
+                        "(default: %(default)s)")
     g = p.add_argument_group("exec (JSON argv lists; placeholders {node} {decision} {rule} "
                              "{job} {job_id} {namespace} {pod} {kind})")
     g.add_argument("--exec-quarantine", metavar="JSON")

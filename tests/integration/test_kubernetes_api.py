@@ -1,0 +1,397 @@
+"""The Kubernetes actuator and deploy/ against a real kube-apiserver (etcd, RBAC, the disruption
+controller): the service account of deploy/kubernetes/actuate-rbac.yaml, with a bound token
+from the TokenRequest API, cordons/taints/labels nodes, evicts pods (budgets respected),
+posts Events and releases; each RBAC rule is shown to be needed; every manifest passes a
+server-side dry run."""
+
+from __future__ import annotations
+
+import copy
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from faultwatch.actuate.backend import ActuateError
+from faultwatch.actuate.kubernetes import (
+    CORDONED_ANNOTATION,
+    QUARANTINE_LABEL,
+    REASON_ANNOTATION,
+    TAINT_KEY,
+    KubeConfig,
+    KubernetesBackend,
+)
+from faultwatch.actuate.plan import QUARANTINE, RELEASE, REQUEUE, Action
+from tests import k8s_harness
+from tests.k8s_harness import ApiError, KubeAPI, load_docs, rules_of, wait_until
+
+REPO = Path(__file__).resolve().parents[2]
+DEPLOY = REPO / "deploy" / "kubernetes"
+RBAC = DEPLOY / "actuate-rbac.yaml"
+SA_NS, SA_NAME = "faultwatch", "faultwatch-actuate"
+
+pytestmark = [pytest.mark.k8s, pytest.mark.slow]
+
+
+@pytest.fixture(scope="module")
+def api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeAPI]:
+    why = k8s_harness.missing()
+    if why:
+        pytest.skip(why)
+    state = tmp_path_factory.mktemp("k8s")
+    kube = k8s_harness.start(state)
+    try:
+        kube.apply_file(RBAC)
+        kube.namespace("ml")
+        yield kube
+    finally:
+        k8s_harness.stop(state)
+
+
+def _backend(api: KubeAPI, tmp: Path, token: str, **kw: Any) -> KubernetesBackend:
+    token_file = tmp / f"token-{uuid.uuid4().hex[:6]}"
+    token_file.write_text(token)
+    return KubernetesBackend(KubeConfig(server=api.server, token_file=token_file,
+                                        ca_file=api.ca), **kw)
+
+
+@pytest.fixture()
+def actuator(api: KubeAPI, tmp_path: Path) -> KubernetesBackend:
+    """The backend as the service account deploy/ ships, with exactly its ClusterRole."""
+    return _backend(api, tmp_path, api.token_for(SA_NS, SA_NAME),
+                    pod_selector="job={job}")
+
+
+def _names() -> tuple[str, str]:
+    u = uuid.uuid4().hex[:6]
+    return f"gpu-{u}", f"train-{u}"
+
+
+def _action(kind: str, at: str, job: str, **sched: str) -> Action:
+    """An action on node `at`; `sched` fields make a Kubernetes identity (pod=, node=)."""
+    scheduler = {"kind": "kubernetes", "namespace": "ml", **sched} if sched else {}
+    return Action(kind=kind, node=at, decision=f"d{uuid.uuid4().hex[:10]}",
+                  rule="nvidia-xid-79", job=job, scheduler=scheduler)
+
+
+def test_quarantine_requeue_release_with_the_shipped_rbac(api: KubeAPI,
+                                                          actuator: KubernetesBackend) -> None:
+    node, job = _names()
+    other = node + "-ok"
+    api.node(node, taints=[{"key": "team", "value": "a", "effect": "NoSchedule"}])
+    api.node(other)
+    api.pod("ml", f"{job}-0", node, {"job": job})
+    api.pod("ml", f"{job}-1", node, {"job": job})
+    api.pod("ml", f"{job}-2", other, {"job": job})
+
+    q = _action(QUARANTINE, node, job)
+    said = actuator.apply(q)
+    assert "cordoned" in said and "tainted" in said, said
+    obj = api.get(f"/api/v1/nodes/{node}")
+    assert obj["spec"]["unschedulable"] is True
+    taints = {t["key"]: t for t in obj["spec"]["taints"]}
+    assert taints[TAINT_KEY] == {"key": TAINT_KEY, "value": q.decision, "effect": "NoSchedule"}
+    assert "team" in taints  # someone else's taint is kept
+    assert obj["metadata"]["labels"][QUARANTINE_LABEL] == "true"
+    assert "nvidia-xid-79" in obj["metadata"]["annotations"][REASON_ANNOTATION]
+    events = api.events_about("default", "Node", node)
+    assert [e["reason"] for e in events] == ["FaultwatchQuarantine"], events
+    assert q.decision in events[0]["message"]
+    assert "already tainted" in actuator.apply(q)  # idempotent: a replay changes nothing
+
+    said = actuator.apply(_action(REQUEUE, node, job, pod=f"{job}-0", node=node))
+    assert said.count("evicted pod") == 2, said  # the run's pod and the selector's other one
+    for i in (0, 1):  # evicted: no kubelet here, so the pod is left terminating
+        pod = api.get(f"/api/v1/namespaces/ml/pods/{job}-{i}")
+        assert pod["metadata"].get("deletionTimestamp"), pod["metadata"]
+    assert not api.get(f"/api/v1/namespaces/ml/pods/{job}-2")["metadata"].get(
+        "deletionTimestamp")  # on a healthy node: untouched
+    assert [e["reason"] for e in api.events_about("ml", "Pod", f"{job}-0")] == [
+        "FaultwatchRequeue"]
+
+    said = actuator.apply(_action(RELEASE, node, job))
+    assert "untainted, uncordoned" in said, said
+    obj = api.get(f"/api/v1/nodes/{node}")
+    assert not obj["spec"].get("unschedulable")
+    keys = [t["key"] for t in obj["spec"]["taints"]]  # admission adds not-ready to new nodes
+    assert "team" in keys and TAINT_KEY not in keys, keys
+    assert QUARANTINE_LABEL not in obj["metadata"].get("labels", {})
+    assert CORDONED_ANNOTATION not in obj["metadata"].get("annotations", {})
+    assert "has no" in actuator.apply(_action(RELEASE, node, job))
+
+
+def test_release_keeps_an_operators_cordon(api: KubeAPI, actuator: KubernetesBackend) -> None:
+    node, job = _names()
+    api.node(node, unschedulable=True)  # an operator cordoned it before faultwatch came
+    said = actuator.apply(_action(QUARANTINE, node, job))
+    assert "cordoned" not in said and "tainted" in said, said
+    assert "uncordoned" not in actuator.apply(_action(RELEASE, node, job))
+    obj = api.get(f"/api/v1/nodes/{node}")
+    assert obj["spec"]["unschedulable"] is True
+    assert TAINT_KEY not in {t["key"] for t in obj["spec"].get("taints", [])}
+
+
+def test_a_disruption_budget_refuses_the_eviction_with_a_clear_outcome(
+        api: KubeAPI, actuator: KubernetesBackend, tmp_path: Path) -> None:
+    node, job = _names()
+    api.node(node)
+    for i in range(2):
+        api.pod("ml", f"{job}-{i}", node, {"job": job, "app": job}, running=True)
+    api.ensure({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+                "metadata": {"name": job, "namespace": "ml"},
+                "spec": {"minAvailable": 2, "selector": {"matchLabels": {"app": job}}}})
+    # the disruption controller must have computed the budget (else every eviction is 429)
+    pdb = f"/apis/policy/v1/namespaces/ml/poddisruptionbudgets/{job}"
+    wait_until(lambda: api.get(pdb).get("status", {}).get("currentHealthy") == 2, 60,
+               "the disruption controller to count both pods healthy")
+    requeue = _action(REQUEUE, node, job, pod=f"{job}-0", node=node)
+    with pytest.raises(ActuateError) as err:
+        actuator.apply(requeue)
+    text = str(err.value)
+    assert "refused (429)" in text and "disruption budget" in text and "keeps running" in text
+    assert not api.get(f"/api/v1/namespaces/ml/pods/{job}-0")["metadata"].get(
+        "deletionTimestamp")
+    # positive control in the same setup: with room in the budget the same eviction goes ahead
+    api.request("PATCH", pdb, {"spec": {"minAvailable": 1}},
+                content_type="application/merge-patch+json")
+    wait_until(lambda: api.get(pdb)["status"].get("disruptionsAllowed", 0) >= 1, 60,
+               "the budget to allow one")
+    # (only the run's pod: the selector would take the second one too, which the budget refuses)
+    alone = _backend(api, tmp_path, api.token_for(SA_NS, SA_NAME))
+    assert "evicted pod" in alone.apply(requeue)
+    assert api.get(f"/api/v1/namespaces/ml/pods/{job}-0")["metadata"].get("deletionTimestamp")
+
+
+def test_a_conflicting_write_is_retried_and_a_missing_node_is_permanent(
+        api: KubeAPI, tmp_path: Path) -> None:
+    node, job = _names()
+    api.node(node)
+    token = api.token_for(SA_NS, SA_NAME)
+
+    class Raced(KubernetesBackend):
+        races = 2
+
+        def _before_patch(self, n: str) -> None:  # another writer between GET and PATCH
+            if self.races:
+                self.races -= 1
+                api.request("PATCH", f"/api/v1/nodes/{n}",
+                            {"metadata": {"labels": {"other-writer": str(self.races)}}},
+                            content_type="application/merge-patch+json")
+
+    raced = Raced(KubeConfig(server=api.server, token_file=_token(tmp_path, token),
+                             ca_file=api.ca))
+    assert "tainted" in raced.apply(_action(QUARANTINE, node, job))
+    assert raced.races == 0  # both races happened: two real 409s were retried
+    obj = api.get(f"/api/v1/nodes/{node}")
+    assert obj["metadata"]["labels"]["other-writer"] == "0"  # the other write is kept
+    assert TAINT_KEY in {t["key"] for t in obj["spec"]["taints"]}
+
+    with pytest.raises(ActuateError) as err:
+        raced.apply(_action(QUARANTINE, "gpu-absent", job))
+    assert "404" in str(err.value) and getattr(err.value, "permanent", False)
+
+
+def _token(tmp: Path, token: str) -> Path:
+    p = tmp / f"token-{uuid.uuid4().hex[:6]}"
+    p.write_text(token)
+    return p
+
+
+# What each rule of the shipped ClusterRole is for: the action that must fail without it.
+NEEDS = {
+    ("nodes", "get"): "quarantine",
+    ("nodes", "patch"): "quarantine",
+    ("pods", "get"): "requeue",
+    ("pods", "list"): "requeue-selector",
+    ("pods/eviction", "create"): "requeue",
+    ("events", "create"): "event",
+}
+
+
+def test_every_rule_of_the_shipped_role_is_needed(api: KubeAPI, tmp_path: Path) -> None:
+    docs = load_docs(RBAC)
+    rules = rules_of(docs)
+    shipped = {(res, verb) for r in rules for res in r["resources"] for verb in r["verbs"]}
+    assert shipped == set(NEEDS), "a rule no action needs, or an action without its rule"
+    for res, verb in sorted(shipped):
+        role = f"fw-less-{uuid.uuid4().hex[:6]}"
+        less = []
+        for r in copy.deepcopy(rules):
+            r["verbs"] = [v for v in r["verbs"] if not (v == verb and res in r["resources"])]
+            if r["verbs"]:
+                less.append(r)
+        api.ensure({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+                    "metadata": {"name": role}, "rules": less})
+        api.ensure({"apiVersion": "rbac.authorization.k8s.io/v1",
+                    "kind": "ClusterRoleBinding", "metadata": {"name": role},
+                    "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                                "name": role},
+                    "subjects": [{"kind": "ServiceAccount", "name": role,
+                                  "namespace": SA_NS}]})
+        backend = _backend(api, tmp_path, api.token_for(SA_NS, role), pod_selector="job={job}")
+        node, job = _names()
+        api.node(node)
+        api.pod("ml", f"{job}-0", node, {"job": job})
+        need = NEEDS[(res, verb)]
+        # RBAC caches refresh within a second or two of a new binding: wait for the positive
+        # side (the same account can do what the reduced role still allows) first
+        wait_until(lambda b=backend: _bound(api, b), 30,  # type: ignore[misc]
+                   f"{role} to be in force")
+        if need == "quarantine":
+            with pytest.raises(ActuateError, match="403"):
+                backend.apply(_action(QUARANTINE, node, job))
+        elif need == "event":
+            said = backend.apply(_action(QUARANTINE, node, job))
+            assert "tainted" in said and "event not posted" in said and "403" in said, said
+        elif need == "requeue-selector":
+            with pytest.raises(ActuateError, match="403"):  # only the selector lists pods
+                backend.apply(_action(REQUEUE, node, job, namespace="ml"))
+        else:
+            with pytest.raises(ActuateError, match="403"):
+                backend.apply(_action(REQUEUE, node, job, pod=f"{job}-0", node=node))
+
+
+def _bound(api: KubeAPI, backend: KubernetesBackend) -> bool:
+    """Whether the account's (reduced) role is in force yet: its rules review lists them."""
+    token = backend.cfg.token_file.read_text() if backend.cfg.token_file else None
+    review = api.request("POST", "/apis/authorization.k8s.io/v1/selfsubjectrulesreviews",
+                         {"apiVersion": "authorization.k8s.io/v1",
+                          "kind": "SelfSubjectRulesReview", "spec": {"namespace": "ml"}},
+                         token=token)
+    ours = {res for res, _ in NEEDS}
+    return any(ours & set(r.get("resources", [])) for r in review["status"]["resourceRules"])
+
+
+# Stand-ins for the CRDs that deploy/ uses but the API server does not serve by itself: the
+# group, kinds and scope as KEDA publishes them, with an open schema (documented in
+# docs/schedulers.md: the shape of a ScaledObject is KEDA's to validate, its presence ours).
+KEDA_CRDS = [("ScaledObject", "scaledobjects"), ("TriggerAuthentication",
+                                                 "triggerauthentications")]
+
+
+def _register_keda(api: KubeAPI) -> None:
+    for kind, plural in KEDA_CRDS:
+        api.ensure({
+            "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+            "metadata": {"name": f"{plural}.keda.sh"},
+            "spec": {"group": "keda.sh", "scope": "Namespaced",
+                     "names": {"kind": kind, "plural": plural, "singular": kind.lower()},
+                     "versions": [{"name": "v1alpha1", "served": True, "storage": True,
+                                   "schema": {"openAPIV3Schema": {
+                                       "type": "object",
+                                       "x-kubernetes-preserve-unknown-fields": True}}}]}})
+    wait_until(lambda: _serves(api, "keda.sh/v1alpha1"), 60, "the KEDA CRDs to be served")
+
+
+def _serves(api: KubeAPI, group_version: str) -> bool:
+    try:
+        kinds = {r["kind"] for r in api.get(f"/apis/{group_version}")["resources"]}
+    except ApiError:
+        return False
+    return {k for k, _ in KEDA_CRDS} <= kinds
+
+
+def _manifests() -> list[tuple[str, dict[str, Any]]]:
+    out = []
+    for path in sorted(DEPLOY.glob("*.yaml")):
+        for doc in load_docs(path):
+            if "apiVersion" not in doc:  # a fragment to merge into a pod template
+                doc = {"apiVersion": "v1", "kind": "Pod",
+                       "metadata": {"name": "snippet", "namespace": "ml"},
+                       "spec": {"containers": doc["containers"],
+                                "volumes": doc.get("volumes", [])}}
+            out.append((path.name, doc))
+    return out
+
+
+def test_every_manifest_in_deploy_passes_a_server_side_dry_run(api: KubeAPI) -> None:
+    _register_keda(api)
+    docs = _manifests()
+    names = {d["kind"] for _, d in docs}
+    assert {"Deployment", "ClusterRole", "ScaledObject", "Job", "Pod"} <= names, names
+    for _, doc in docs:  # namespaces first, for real: a dry run creates nothing
+        if doc["kind"] == "Namespace":
+            api.ensure(doc)
+    defined = {(d["kind"], d["metadata"]["name"]) for _, d in docs}
+    problems = []
+    for name, doc in docs:
+        for trig in (doc.get("spec") or {}).get("triggers", []) if \
+                doc["kind"] == "ScaledObject" else []:
+            ref = (trig.get("authenticationRef") or {}).get("name")
+            if ref and ("TriggerAuthentication", ref) not in defined:
+                problems.append(f"{name}: ScaledObject names TriggerAuthentication {ref!r}, "
+                                "which deploy/ does not define")
+        try:
+            api.create(doc, dry_run=True)
+        except ApiError as e:
+            if e.code != 409:  # 409: exists already (applied by the fixture)
+                msg = e.body.get("message") if isinstance(e.body, dict) else e.body
+                problems.append(f"{name}: {doc['kind']} {doc['metadata'].get('name')}: "
+                                f"{e.code} {msg}")
+    assert not problems, "\n".join(problems)
+
+
+def test_the_documented_job_with_its_pod_failure_policy_is_accepted(api: KubeAPI) -> None:
+    from faultwatch.agents import config
+
+    (job,) = [d for _, d in _manifests() if d["kind"] == "Job"]
+    job = copy.deepcopy(job)
+    job["metadata"]["name"] = f"fw-{uuid.uuid4().hex[:6]}"
+    job["metadata"]["namespace"] = "ml"
+    created = api.create(job)  # for real: the API validates podFailurePolicy on create
+    rules = created["spec"]["podFailurePolicy"]["rules"]
+    by_action = {r["action"]: set(r["onExitCodes"]["values"]) for r in rules
+                 if "onExitCodes" in r}
+    assert config.EXIT_BLACKLISTED in by_action.get("Ignore", set()), rules
+    assert {config.EXIT_FAILED_BY_DECISION} <= by_action.get("FailJob", set()), rules
+    assert created["spec"]["template"]["spec"]["restartPolicy"] == "Never"
+
+
+@pytest.mark.kafka
+def test_actuate_taints_a_quarantined_node_and_expiry_removes_the_taint(
+        api: KubeAPI, kafka_bootstrap: str, topic_prefix: str, tmp_path: Path) -> None:
+    """`faultwatch actuate --backend kubernetes` on the real broker and API server: a manual
+    quarantine of 6 s (the nodes topic) cordons and taints the node; its expiry undoes it."""
+    import asyncio
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from faultwatch.kafka.admin import ensure_topics
+    from faultwatch.wire.topics import Topics
+
+    asyncio.run(ensure_topics(kafka_bootstrap, Topics(topic_prefix), 1))
+    node, _ = _names()
+    api.node(node)
+    token = _token(tmp_path, api.token_for(SA_NS, SA_NAME))
+    env = dict(os.environ, FAULTWATCH_BOOTSTRAP=kafka_bootstrap,
+               FAULTWATCH_TOPIC_PREFIX=topic_prefix,
+               FAULTWATCH_DECISION_KEY="k1:0123456789abcdef0123456789")
+    log = tmp_path / "actuate.log"
+    with open(log, "wb") as fh:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "faultwatch", "actuate", "--backend", "kubernetes",
+             "--k8s-server", api.server, "--k8s-token-file", str(token),
+             "--k8s-ca-file", str(api.ca), "--state-file", str(tmp_path / "state.jsonl")],
+            stdout=fh, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    try:
+        def taints() -> set[str]:
+            assert proc.poll() is None, log.read_text()
+            return {t["key"] for t in api.get(f"/api/v1/nodes/{node}")["spec"].get("taints", [])}
+
+        subprocess.run([sys.executable, "-m", "faultwatch", "nodes", "quarantine", node,
+                        "--for", "6s", "--reason", "suspected bad HBM"], env=env, check=True,
+                       capture_output=True, timeout=60)
+        wait_until(lambda: TAINT_KEY in taints(), 60, "actuate to taint the node")
+        obj = api.get(f"/api/v1/nodes/{node}")
+        assert obj["spec"]["unschedulable"] is True
+        assert "decision manual-" in obj["metadata"]["annotations"][REASON_ANNOTATION]
+        wait_until(lambda: TAINT_KEY not in taints(), 60, "the expiry to remove the taint")
+        assert not api.get(f"/api/v1/nodes/{node}")["spec"].get("unschedulable")
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait(20)
