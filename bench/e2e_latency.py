@@ -92,11 +92,11 @@ def main() -> int:
     tmp = Path(tempfile.mkdtemp(prefix="fw-lat-"))
     started_broker = None
     if not a.bootstrap:
-        from faultwatch import kafka_local
+        from faultwatch.kafka import broker as kafka_broker
 
-        port = kafka_local.free_port()
+        port = kafka_broker.free_port()
         started_broker = (tmp / "kafka", port)
-        a.bootstrap = kafka_local.up(port, tmp / "kafka")
+        a.bootstrap = kafka_broker.up(port, tmp / "kafka")
     prefix = f"lat{uuid.uuid4().hex[:6]}."
     result: dict[str, Any] = {"settle_s": SETTLE_S, "hang_window_s": WINDOW_S,
                               "agent_heartbeat_s": 1.0, "embedded_heartbeat_s": 0.5}
@@ -120,9 +120,9 @@ def main() -> int:
             proc.wait(30)
     finally:
         if started_broker is not None:
-            from faultwatch import kafka_local
+            from faultwatch.kafka import broker as kafka_broker
 
-            kafka_local.down(started_broker[0], started_broker[1])
+            kafka_broker.down(started_broker[0], started_broker[1])
     print(json.dumps(result, indent=2))
     return 0
 

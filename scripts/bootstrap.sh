@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
-# Install the two environments, once per pyproject.toml version, then resolve the Kafka broker
-# jars from Maven Central (cached):
+# scripts/bootstrap.sh [test|demo-embedded|demo-cluster]
+#   demo-embedded  .venv-demo: faultwatch's node side + torch (no root, no Java, no test tools)
+#   demo-cluster   .venv-demo + Faust (the processor), and the Kafka jars (Java 17 + Maven)
+#   test (default) everything the tests need, below.
+# For the tests: install the two environments, once per pyproject.toml version, then resolve
+# the Kafka broker jars from Maven Central (cached):
 #   .venv        the processor's: faultwatch[processor,torch,test] (Faust, torch, test tools)
 #   .venv-train  a training image: faultwatch's node side only, beside the newest torch,
 #                transformers, accelerate and lightning (no Faust: it pins click<8.4)
@@ -8,14 +12,37 @@
 # into each env. Set FAULTWATCH_NO_TRAIN_ENV=1 to skip .venv-train.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+MODE=${1:-test}
+PY=$(command -v "${PYTHON:-python3}")
+"$PY" -c 'import sys; assert sys.version_info >= (3, 11), "Python >= 3.11 required"'
+export UV_LINK_MODE=hardlink UV_PYTHON_DOWNLOADS=never UV_NO_PROGRESS=1
+want=$(sha256sum pyproject.toml | cut -c1-16)
+
+if [ "$MODE" = demo-embedded ] || [ "$MODE" = demo-cluster ]; then
+  extras=""; [ "$MODE" = demo-cluster ] && extras="[processor]"
+  stamp="$want$extras"
+  if [ "$(cat .venv-demo/.faultwatch-install 2>/dev/null)" != "$stamp" ]; then
+    echo "bootstrap: installing faultwatch$extras and torch into .venv-demo (first run downloads torch, ~1 GB of wheels, plus ~3 GB of NVIDIA libraries it depends on; a few minutes)" >&2
+    start=$SECONDS
+    [ -x .venv-demo/bin/python ] || "$PY" -m venv .venv-demo
+    [ -x .venv-demo/bin/uv ] || .venv-demo/bin/python -m pip install -q --disable-pip-version-check uv
+    .venv-demo/bin/uv pip install -q --python .venv-demo/bin/python -e ".$extras" torch
+    echo "$stamp" > .venv-demo/.faultwatch-install
+    echo "bootstrap: .venv-demo ready in $((SECONDS - start)) s" >&2
+  fi
+  if [ "$MODE" = demo-cluster ]; then
+    for tool in java mvn; do
+      command -v "$tool" >/dev/null || { echo "bootstrap: the cluster demo needs $tool (Java 17 + Maven run the local Kafka broker); the embedded demo needs neither" >&2; exit 1; }
+    done
+    .venv-demo/bin/faultwatch kafka fetch >/dev/null
+  fi
+  exit 0
+fi
+[ "$MODE" = test ] || { echo "usage: $0 [test|demo-embedded|demo-cluster]" >&2; exit 2; }
 
 for tool in java mvn; do
   command -v "$tool" >/dev/null || { echo "bootstrap: $tool is required (Java 17 + Maven run the local Kafka broker)" >&2; exit 1; }
 done
-PY=$(command -v "${PYTHON:-python3}")
-"$PY" -c 'import sys; assert sys.version_info >= (3, 11), "Python >= 3.11 required"'
-export UV_LINK_MODE=hardlink UV_PYTHON_DOWNLOADS=never UV_NO_PROGRESS=1
-
 # Debian packages the tests run for real: Slurm (slurmctld + two slurmd) with munge, Prometheus
 # (scrapes /metrics), tmux (the status view in a real terminal). Installed when missing.
 debs=()
@@ -32,7 +59,6 @@ if [ ${#debs[@]} -gt 0 ]; then
     "${debs[@]}" >&2
 fi
 
-want=$(sha256sum pyproject.toml | cut -c1-16)
 stale() { [ "$(cat "$1" 2>/dev/null)" != "$want" ]; }
 
 [ -x .venv/bin/python ] || "$PY" -m venv .venv

@@ -1,17 +1,21 @@
 #!/usr/bin/env bash
 # faultwatch watching a real 2-rank torchrun job (gloo on CPU).
-#   scripts/demo.sh            embedded mode: one process, no Kafka
-#   scripts/demo.sh cluster    agent -> local Kafka broker -> processor -> decisions topic
+#   scripts/demo.sh            embedded mode: one process, no Kafka. Installs faultwatch (node
+#                              side) and torch into .venv-demo: no root, no Java, no test tools
+#   scripts/demo.sh cluster    agent -> local Kafka broker -> processor -> decisions topic; adds
+#                              Faust to .venv-demo and needs Java 17 + Maven for the broker
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/bootstrap.sh
+MODE=${1:-embedded}
+case "$MODE" in embedded|cluster) ;; *) echo "usage: $0 [embedded|cluster]" >&2; exit 2 ;; esac
+scripts/bootstrap.sh "demo-$MODE"
 export OMP_NUM_THREADS=1 PYTHONWARNINGS=ignore FW_STEPS=8
-FW=.venv/bin/faultwatch
-JOB=(.venv/bin/torchrun --standalone --nproc-per-node 2 examples/train_gloo.py)
+FW=.venv-demo/bin/faultwatch
+JOB=(.venv-demo/bin/torchrun --standalone --nproc-per-node 2 examples/train_gloo.py)
 
 banner() { printf '\n\033[1m== %s ==\033[0m\n' "$*"; }
 
-if [ "${1:-embedded}" = "embedded" ]; then
+if [ "$MODE" = "embedded" ]; then
   banner "1/2 rank 1 raises a retryable network error in attempt 0: expect RESTART, then success"
   rc=0; FW_FAULT=retryable FW_FAULT_ATTEMPTS=0 $FW run --settle-s 1 --hang-window-s 10 -- "${JOB[@]}" || rc=$?
   echo "exit code: $rc"
@@ -21,7 +25,6 @@ if [ "${1:-embedded}" = "embedded" ]; then
   exit 0
 fi
 
-[ "$1" = "cluster" ] || { echo "usage: $0 [embedded|cluster]" >&2; exit 2; }
 PORT=${FAULTWATCH_DEMO_PORT:-19392}
 DATA=.faultwatch/demo-kafka
 PREFIX="demo$(date +%s)."
@@ -33,9 +36,9 @@ $FW process --bootstrap "$BOOT" --topic-prefix "$PREFIX" --settle-s 1 --hang-win
 PROC=$!
 trap 'kill $PROC 2>/dev/null; wait $PROC 2>/dev/null; $FW kafka down --port "$PORT" --data-dir "$DATA" >/dev/null' EXIT
 sleep 3
-# The two sides in their own environments: the processor from .venv (Faust), the agent and the
-# job from the training image .venv-train (node side beside the newest torch stack), if built.
-TRAIN=.venv; [ -x .venv-train/bin/faultwatch ] && TRAIN=.venv-train
+# The agent and the job from the training image .venv-train (node side beside the newest torch
+# stack) when the tests built it, else from .venv-demo.
+TRAIN=.venv-demo; [ -x .venv-train/bin/faultwatch ] && TRAIN=.venv-train
 banner "agent ($TRAIN) runs the job; rank 1 raises a retryable error in attempt 0; the agent acts on the decision"
 FW_FAULT=retryable FW_FAULT_ATTEMPTS=0 $TRAIN/bin/faultwatch agent --bootstrap "$BOOT" \
   --topic-prefix "$PREFIX" --job demo --node node-0 --follow-decisions \

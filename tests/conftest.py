@@ -72,7 +72,7 @@ def _container_broker() -> Generator[str, None, None] | None:
         from testcontainers.core.container import DockerContainer
     except ImportError:
         return None
-    from faultwatch.kafka_local import free_port
+    from faultwatch.kafka.broker import free_port
 
     port = free_port()
     docker_host = urlparse(os.environ.get("DOCKER_HOST", ""))
@@ -132,14 +132,14 @@ def kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             finally:
                 container.close()
             return
-    from faultwatch import kafka_local
+    from faultwatch.kafka import broker as kafka_broker
 
     data_dir = tmp_path_factory.mktemp("kafka")
-    bootstrap = kafka_local.up(port=kafka_local.free_port(), data_dir=data_dir)
+    bootstrap = kafka_broker.up(port=kafka_broker.free_port(), data_dir=data_dir)
     try:
         yield bootstrap
     finally:
-        kafka_local.down(data_dir)
+        kafka_broker.down(data_dir)
 
 
 @pytest.fixture
@@ -174,12 +174,12 @@ def wait_until(cond: Callable[[], T], timeout_s: float, what: str = "",
 @pytest.fixture
 def own_broker(tmp_path: Path) -> Iterator[tuple[str, Path, int]]:
     """A broker of this test's own (outages, restarts): (bootstrap, data dir, port)."""
-    from faultwatch import kafka_local
+    from faultwatch.kafka import broker as kafka_broker
 
-    port = kafka_local.free_port()
+    port = kafka_broker.free_port()
     data = tmp_path / "kafka"
-    bootstrap = kafka_local.up(port=port, data_dir=data)
+    bootstrap = kafka_broker.up(port=port, data_dir=data)
     try:
         yield bootstrap, data, port
     finally:
-        kafka_local.down(data, port)
+        kafka_broker.down(data, port)

@@ -10,7 +10,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from faultwatch import kafka_settings
 from faultwatch.actuate.backend import ActuateError, Backend
 from faultwatch.actuate.journal import Journal
 from faultwatch.actuate.plan import Action, plan_decision, plan_node
@@ -130,10 +129,10 @@ async def run(backend: Backend, cfg: ActuateConfig, stop: asyncio.Event | None =
     group, offsets committed once the actions are journaled) until `stop` is set. The
     decisions topic is the processor's to create (with its partition count): until it
     exists only the registry is acted on."""
-    from aiokafka import AIOKafkaConsumer, TopicPartition
-    from aiokafka.admin import AIOKafkaAdminClient
+    from aiokafka import TopicPartition
 
-    from faultwatch.kafka.admin import ensure_nodes_topic
+    from faultwatch.kafka import clients
+    from faultwatch.kafka.admin import ensure_compacted_topic
     from faultwatch.nodes.store import write_records
     from faultwatch.wire import decode_decision, decode_node
     from faultwatch.wire.signing import DecisionGate, load_keyring
@@ -144,16 +143,14 @@ async def run(backend: Backend, cfg: ActuateConfig, stop: asyncio.Event | None =
     gate.announce()
     topics = Topics(cfg.prefix)
     ntopic = topics.nodes
-    await ensure_nodes_topic(cfg.bootstrap, ntopic)
+    await ensure_compacted_topic(cfg.bootstrap, ntopic)
     journal = Journal(cfg.state_file)
     act = Actuator(backend, journal, cfg)
-    admin = AIOKafkaAdminClient(bootstrap_servers=cfg.bootstrap, request_timeout_ms=30_000,
-                                **kafka_settings.client_kwargs())
-    nodes_c = AIOKafkaConsumer(bootstrap_servers=cfg.bootstrap, group_id=None,
+    admin = clients.admin(bootstrap_servers=cfg.bootstrap, request_timeout_ms=30_000)
+    nodes_c = clients.consumer(bootstrap_servers=cfg.bootstrap, group_id=None,
                                enable_auto_commit=False,
-                               client_id=f"faultwatch-actuate-nodes-{uuid.uuid4().hex[:6]}",
-                               **kafka_settings.client_kwargs())
-    dec_c: AIOKafkaConsumer | None = None
+                               client_id=f"faultwatch-actuate-nodes-{uuid.uuid4().hex[:6]}")
+    dec_c: Any = None
     await admin.start()
     await nodes_c.start()
     try:
@@ -187,11 +184,10 @@ async def run(backend: Backend, cfg: ActuateConfig, stop: asyncio.Event | None =
             if dec_c is None and time.monotonic() >= next_topic_check:
                 next_topic_check = time.monotonic() + 2.0
                 if topics.decisions in set(await admin.list_topics()):
-                    dec_c = AIOKafkaConsumer(
+                    dec_c = clients.consumer(
                         topics.decisions, bootstrap_servers=cfg.bootstrap, group_id=cfg.group,
                         enable_auto_commit=False, auto_offset_reset="earliest",
-                        client_id=f"faultwatch-actuate-{uuid.uuid4().hex[:6]}",
-                        **kafka_settings.client_kwargs())
+                        client_id=f"faultwatch-actuate-{uuid.uuid4().hex[:6]}")
                     await dec_c.start()
                     log_event("actuate_following", topic=topics.decisions)
             if dec_c is not None:

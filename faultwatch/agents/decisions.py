@@ -11,9 +11,10 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from faultwatch import kafka_settings, wire
+from faultwatch import wire
 from faultwatch.core.events import Decision
 from faultwatch.errors import DecodeError
+from faultwatch.kafka import clients
 from faultwatch.wire.signing import DecisionGate, load_keyring
 
 Log = Callable[..., None]
@@ -180,14 +181,11 @@ class DecisionFollower:
             backoff = min(backoff * 2, MAX_BACKOFF_S)
 
     def _consumer(self) -> Any:
-        from aiokafka import AIOKafkaConsumer  # type: ignore[import-untyped,unused-ignore]
-
-        factory = self._factory or AIOKafkaConsumer
+        factory = self._factory or clients.consumer
         return factory(bootstrap_servers=self.bootstrap, group_id=None,
                        enable_auto_commit=False, request_timeout_ms=15000,
                        auto_offset_reset="earliest",  # an offset gone by retention
-                       client_id=f"faultwatch-agent-decisions-{uuid.uuid4().hex[:6]}",
-                       **kafka_settings.client_kwargs())
+                       client_id=f"faultwatch-agent-decisions-{uuid.uuid4().hex[:6]}")
 
     async def _session(self) -> bool:
         """One consumer's life: connect, position, read until the broker stops answering.

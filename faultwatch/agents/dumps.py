@@ -11,6 +11,7 @@ Two sources, both without root and without the ranks' cooperation where possible
 from __future__ import annotations
 
 import asyncio
+import importlib.metadata
 import json
 import os
 import shutil
@@ -173,6 +174,30 @@ async def request_rank_dumps(directory: Path, ranks: set[int] | None, timeout_s:
 FR_BUFFER_ENTRIES = "2000"  # Flight Recorder ring size the agent enables (torch's NCCL default)
 SDK_DUMP_TIMEOUT_S = 8.0  # armed ranks answer within this (the first FR dump takes 1-2 s)
 MAX_RANKS = 256  # ranks captured per node and note
+# The Flight Recorder's ring size: torch >= 2.8 reads TORCH_FR_BUFFER_SIZE (the NCCL name still
+# works there but warns on every rank that it is deprecated); older torch reads only the NCCL
+# name (pytorch/pytorch#152563 made the recorder backend-neutral).
+FR_BUFFER_KEYS = ("TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE")
+FR_RENAMED_IN = (2, 8)
+
+
+def fr_buffer_keys(torch_version: str | None) -> tuple[str, ...]:
+    """The one variable the installed torch understands; both when the version is unknown."""
+    if not torch_version:
+        return FR_BUFFER_KEYS
+    try:
+        major, minor = (int(x) for x in torch_version.split("+")[0].split(".")[:2])
+    except ValueError:
+        return FR_BUFFER_KEYS
+    return FR_BUFFER_KEYS[:1] if (major, minor) >= FR_RENAMED_IN else FR_BUFFER_KEYS[1:]
+
+
+def installed_torch_version() -> str | None:
+    """torch's version from its metadata (never imports torch: the agent must not need it)."""
+    try:
+        return importlib.metadata.version("torch")
+    except importlib.metadata.PackageNotFoundError:
+        return None
 
 
 class Diagnoser:
@@ -186,8 +211,8 @@ class Diagnoser:
         self._note, self._log = note, log
         self.dir = Path(tempfile.mkdtemp(prefix="faultwatch-diag-"))
         self.env = {rank_dumps.DIR_ENV: str(self.dir)}
-        for key in ("TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE"):
-            if key not in base_env:  # the user's own setting wins
+        if not any(k in base_env for k in FR_BUFFER_KEYS):  # the user's own setting wins
+            for key in fr_buffer_keys(installed_torch_version()):
                 self.env[key] = FR_BUFFER_ENTRIES
         self._task: asyncio.Task[None] | None = None
         self.answered = 0

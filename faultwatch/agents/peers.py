@@ -14,7 +14,8 @@ from typing import Any
 
 import orjson
 
-from faultwatch import kafka_settings, wire
+from faultwatch import wire
+from faultwatch.kafka import clients
 
 Log = Callable[..., None]
 _MARGIN_S = 60.0
@@ -49,7 +50,7 @@ def hello_nodes(records: list[tuple[bytes | None, bytes]], job: str, attempt: in
 async def wait_for_nodes(bootstrap: str, topic: str, job: str, attempt: int, want: int,
                          timeout_s: float, log: Log) -> dict[str, float]:
     """Read hellos of (job, attempt) until `want` nodes are seen or timeout; node -> ts."""
-    from aiokafka import AIOKafkaConsumer, TopicPartition  # type: ignore[import-untyped,unused-ignore]
+    from aiokafka import TopicPartition  # type: ignore[import-untyped,unused-ignore]
     from aiokafka.partitioner import murmur2  # type: ignore[import-untyped,unused-ignore]
 
     since = time.time() - timeout_s - _MARGIN_S
@@ -57,10 +58,9 @@ async def wait_for_nodes(bootstrap: str, topic: str, job: str, attempt: int, wan
     seen: dict[str, float] = {}
     last_report = 0.0
     while time.monotonic() < deadline:
-        c = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=None,
+        c = clients.consumer(bootstrap_servers=bootstrap, group_id=None,
                              enable_auto_commit=False, request_timeout_ms=10000,
-                             client_id=f"faultwatch-agent-peers-{uuid.uuid4().hex[:6]}",
-                             **kafka_settings.client_kwargs())
+                             client_id=f"faultwatch-agent-peers-{uuid.uuid4().hex[:6]}")
         try:
             await asyncio.wait_for(c.start(), max(1.0, deadline - time.monotonic()))
             parts: set[int] = set()

@@ -12,12 +12,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from aiokafka import AIOKafkaProducer  # type: ignore[import-untyped,unused-ignore]
 from aiokafka.codec import has_zstd  # type: ignore[import-untyped,unused-ignore]
 
-from faultwatch import kafka_settings
 from faultwatch.agents.spool import KEEP, LIFECYCLE, Record, Spool, SpoolError
 from faultwatch.errors import BrokerAuthError
+from faultwatch.kafka import clients
+from faultwatch.kafka.errors import diagnose
 
 Log = Callable[..., None]
 _READ_MAX_BYTES = 1 << 20  # a spool read (under the lock) stays short: the reader waits on it
@@ -69,7 +69,7 @@ class Shipper:
         self.broker_up = False
         self._refused_logged = False
         self._log = log
-        self._factory = producer_factory or AIOKafkaProducer
+        self._factory = producer_factory or clients.producer
         self._producer: Any = None
         self._lock = threading.Lock()
         self._mem: collections.deque[Record] = collections.deque()
@@ -408,15 +408,15 @@ class Shipper:
             bootstrap_servers=self.bootstrap, enable_idempotence=True, acks="all",
             compression_type=self.compression, linger_ms=LINGER_MS, max_batch_size=BATCH_BYTES,
             max_request_size=2 * 1024 * 1024, request_timeout_ms=15000,
-            retry_backoff_ms=200, client_id="faultwatch-agent", **kafka_settings.client_kwargs())
+            retry_backoff_ms=200, client_id="faultwatch-agent")
         try:
             await asyncio.wait_for(p.start(), timeout=20)
         except Exception as e:  # noqa: BLE001 - any failure means "broker not reachable yet"
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(p.stop(), timeout=5)
             if not self._refused_logged:  # a refused password: say so once, keep spooling
-                why = await kafka_settings.diagnose(e, self.bootstrap,
-                                                    f"shipping to {self.topic}", timeout_s=5.0)
+                why = await diagnose(e, self.bootstrap, f"shipping to {self.topic}",
+                                     timeout_s=5.0)
                 if isinstance(why, BrokerAuthError):
                     self._refused_logged = True
                     self._log("broker_refused", error=str(why), spool_depth=self.spool_depth())

@@ -51,12 +51,12 @@ def cmd_actuate(args: argparse.Namespace) -> int:
             loop.add_signal_handler(sig, stop.set)
         await run(backend, cfg, stop)
 
-    from faultwatch.nodes.store import BROKER_ERRORS, broker_error
+    from faultwatch.kafka.errors import BROKER_ERRORS, broker_error
 
     try:
         asyncio.run(main())
     except BROKER_ERRORS as e:  # the journal makes a restart (systemd, Deployment) safe
-        raise broker_error(bootstrap, e) from None
+        raise broker_error(e, bootstrap, "actuating decisions") from None
     return 0
 
 

@@ -16,7 +16,7 @@ def _broker_errors(exc: OSError) -> BrokerError:
 
 
 def cmd_kafka_up(args: argparse.Namespace) -> int:
-    from faultwatch import kafka_local
+    from faultwatch.kafka import broker as kafka_local
 
     try:
         print(kafka_local.up(args.port, args.data_dir, args.controller_port), flush=True)
@@ -26,7 +26,7 @@ def cmd_kafka_up(args: argparse.Namespace) -> int:
 
 
 def cmd_kafka_down(args: argparse.Namespace) -> int:
-    from faultwatch import kafka_local
+    from faultwatch.kafka import broker as kafka_local
 
     try:
         data = kafka_local.status(args.data_dir, args.port)["data_dir"]
@@ -38,7 +38,7 @@ def cmd_kafka_down(args: argparse.Namespace) -> int:
 
 
 def cmd_kafka_status(args: argparse.Namespace) -> int:
-    from faultwatch import kafka_local
+    from faultwatch.kafka import broker as kafka_local
 
     try:
         info = kafka_local.status(args.data_dir, args.port)
@@ -55,7 +55,7 @@ def cmd_kafka_status(args: argparse.Namespace) -> int:
 
 
 def cmd_kafka_fetch(args: argparse.Namespace) -> int:
-    from faultwatch import kafka_local
+    from faultwatch.kafka import broker as kafka_local
 
     try:
         print(kafka_local.ensure_jars())
@@ -65,7 +65,7 @@ def cmd_kafka_fetch(args: argparse.Namespace) -> int:
 
 
 def register(sub: Any) -> None:
-    from faultwatch.kafka_local import CACHE_ENV, KAFKA_VERSION
+    from faultwatch.kafka.broker import CACHE_ENV, KAFKA_VERSION
 
     kafka = sub.add_parser(
         "kafka", help="run a local single-node Kafka broker without Docker",

@@ -12,8 +12,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, NoReturn
 
-from faultwatch import kafka_settings
 from faultwatch.errors import EXIT_USAGE, ConfigError
+from faultwatch.kafka import settings as kafka_settings
 from faultwatch.wire.topics import DEFAULT_PREFIX, Topics
 
 BOOTSTRAP_ENV = "FAULTWATCH_BOOTSTRAP"

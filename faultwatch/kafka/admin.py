@@ -4,26 +4,37 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from typing import Any
 
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-from aiokafka.errors import TopicAlreadyExistsError
-
-from faultwatch import kafka_settings
+from faultwatch.kafka import clients
+from faultwatch.kafka.errors import diagnose
 from faultwatch.wire.topics import DEFAULT_PARTITIONS, Topics
+
+
+async def _create_missing(admin: Any, new: list[Any]) -> None:
+    from aiokafka.errors import TopicAlreadyExistsError  # type: ignore[import-untyped,unused-ignore]
+
+    for t in new:
+        try:
+            await admin.create_topics([t])
+        except TopicAlreadyExistsError:
+            pass  # another process created it first
 
 
 async def ensure_topics(bootstrap: str, topics: Topics, partitions: int = DEFAULT_PARTITIONS,
                         timeout_s: float = 30.0) -> None:
-    """Create the topics if missing (signals must match the job table's partition count)."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap,
-                                request_timeout_ms=int(timeout_s * 1000),
-                                **kafka_settings.client_kwargs())
+    """Create the processor's topics if missing: logs, signals and decisions with
+    `partitions` (signals must match the job table's partition count), the dead letters with
+    one, the rules and status topics compacted with one. Raises BrokerError."""
+    from aiokafka.admin import NewTopic  # type: ignore[import-untyped,unused-ignore]
+
+    admin = clients.admin(bootstrap_servers=bootstrap, request_timeout_ms=int(timeout_s * 1000))
     try:
         await asyncio.wait_for(admin.start(), timeout_s)
     except Exception as e:
         with contextlib.suppress(Exception):
             await admin.close()
-        raise await kafka_settings.diagnose(e, bootstrap, "creating topics") from e
+        raise await diagnose(e, bootstrap, "creating topics") from e
     try:
         existing = set(await admin.list_topics())
         new = [NewTopic(name, num_partitions=partitions, replication_factor=1)
@@ -34,28 +45,23 @@ async def ensure_topics(bootstrap: str, topics: Topics, partitions: int = DEFAUL
             if compacted not in existing:
                 new.append(NewTopic(compacted, num_partitions=1, replication_factor=1,
                                     topic_configs={"cleanup.policy": "compact"}))
-        for t in new:
-            try:
-                await admin.create_topics([t])
-            except TopicAlreadyExistsError:
-                pass
+        await _create_missing(admin, new)
     finally:
         await admin.close()
 
 
-async def ensure_nodes_topic(bootstrap: str, topic: str, timeout_s: float = 30.0) -> None:
-    """Create the compacted nodes topic (one partition: node updates are rare) if missing."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap,
-                                request_timeout_ms=int(timeout_s * 1000),
-                                **kafka_settings.client_kwargs())
+async def ensure_compacted_topic(bootstrap: str, topic: str, timeout_s: float = 30.0) -> None:
+    """Create one compacted topic of one partition if missing (the nodes topic: node updates
+    are rare; the rules topic, which `rules push` creates without the processor's others)."""
+    from aiokafka.admin import NewTopic  # type: ignore[import-untyped,unused-ignore]
+
+    admin = clients.admin(bootstrap_servers=bootstrap, request_timeout_ms=int(timeout_s * 1000))
     await asyncio.wait_for(admin.start(), timeout_s)
     try:
         if topic in set(await admin.list_topics()):
             return
-        try:
-            await admin.create_topics([NewTopic(topic, num_partitions=1, replication_factor=1,
-                                                topic_configs={"cleanup.policy": "compact"})])
-        except TopicAlreadyExistsError:
-            pass
+        await _create_missing(admin, [NewTopic(topic, num_partitions=1, replication_factor=1,
+                                               topic_configs={"cleanup.policy": "compact"})])
     finally:
         await admin.close()
+

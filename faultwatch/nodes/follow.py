@@ -9,12 +9,12 @@ import contextlib
 import uuid
 from typing import Any
 
-from faultwatch import kafka_settings
 from faultwatch.core.events import Decision
 from faultwatch.core.registry import RegistryPolicy
 from faultwatch.eventlog import log_event
-from faultwatch.kafka.admin import ensure_nodes_topic
-from faultwatch.nodes.store import BROKER_ERRORS
+from faultwatch.kafka import clients
+from faultwatch.kafka.admin import ensure_compacted_topic
+from faultwatch.kafka.errors import BROKER_ERRORS
 from faultwatch.nodes.writer import RegistryWriter
 
 RETRY_FIRST_S, RETRY_MAX_S = 1.0, 30.0
@@ -27,18 +27,17 @@ async def follow_registry(bootstrap: str, topic: str, writer: RegistryWriter,
     into `writer` until `stop` is set (or the task is cancelled). A broker error restarts
     the consumer from the beginning after a backoff (records are idempotent: last one per
     node wins); `writer.caught_up` is True once the topic was read to its end."""
-    from aiokafka import AIOKafkaConsumer, TopicPartition
+    from aiokafka import TopicPartition
 
     stop = stop or asyncio.Event()
     backoff = RETRY_FIRST_S
     while not stop.is_set():
-        consumer: AIOKafkaConsumer | None = None
+        consumer: Any = None
         try:
-            await ensure_nodes_topic(bootstrap, topic)
-            consumer = AIOKafkaConsumer(
+            await ensure_compacted_topic(bootstrap, topic)
+            consumer = clients.consumer(
                 bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False,
-                client_id=f"faultwatch-registry-{uuid.uuid4().hex[:6]}",
-                **kafka_settings.client_kwargs())
+                client_id=f"faultwatch-registry-{uuid.uuid4().hex[:6]}")
             await consumer.start()
             parts = consumer.partitions_for_topic(topic) or {0}
             tps = [TopicPartition(topic, p) for p in sorted(parts)]
@@ -96,16 +95,13 @@ class RegistryLink:
     async def publish(self, decisions: list[Decision], now: float) -> int:
         """Write the registry records `decisions` change; retried with backoff until the
         broker has them (at least once: records are idempotent). Returns how many."""
-        from aiokafka import AIOKafkaProducer
-
         records = self.writer.updates(decisions, now)
         backoff = RETRY_FIRST_S
         while records:
             try:
                 if self._producer is None:
-                    self._producer = AIOKafkaProducer(bootstrap_servers=self.bootstrap,
-                                                      acks="all",
-                                                      **kafka_settings.client_kwargs())
+                    self._producer = clients.producer(bootstrap_servers=self.bootstrap,
+                                                      acks="all")
                     await self._producer.start()
                 for key, value in records:
                     await self._producer.send_and_wait(self.topic, value, key=key)

@@ -12,9 +12,9 @@ verdicts of attempts in flight; the registry itself is on its topic)."""
 
 from __future__ import annotations
 
-import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
+from datetime import UTC, datetime
 from typing import Any
 
 from faultwatch.core.events import Hit, Match, Notice, RunStart, Signal
@@ -35,7 +35,7 @@ Quarantined = Callable[[str, float], NodeRecord | None]
 def _iso(ts: float | None) -> str:
     if ts is None:
         return "?"
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ts))
+    return datetime.fromtimestamp(int(ts), tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def quarantine_line(rec: NodeRecord) -> str:

@@ -15,11 +15,12 @@ Change = Callable[[NodeRecord | None, str, float], NodeRecord]  # (record, node,
 def change_node(bootstrap: str, topic: str, node: str, make: Change) -> NodeRecord:
     """Apply `make` to `node`'s current record (creating the topic if needed); the new
     record, written."""
-    from faultwatch.kafka.admin import ensure_nodes_topic
-    from faultwatch.nodes.store import BROKER_ERRORS, broker_error, load_registry, write_records
+    from faultwatch.kafka.admin import ensure_compacted_topic
+    from faultwatch.kafka.errors import BROKER_ERRORS, broker_error
+    from faultwatch.nodes.store import load_registry, write_records
 
     async def main() -> NodeRecord:
-        await ensure_nodes_topic(bootstrap, topic)
+        await ensure_compacted_topic(bootstrap, topic)
         reg = await load_registry(bootstrap, topic)
         rec = make(reg.get(node), node, time.time())
         await write_records(bootstrap, topic, [rec])
@@ -28,4 +29,4 @@ def change_node(bootstrap: str, topic: str, node: str, make: Change) -> NodeReco
     try:
         return asyncio.run(main())
     except BROKER_ERRORS as e:
-        raise broker_error(bootstrap, e) from None
+        raise broker_error(e, bootstrap, f"changing node {node} in {topic}") from None

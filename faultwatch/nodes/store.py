@@ -5,21 +5,9 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from aiokafka import AIOKafkaProducer
-from aiokafka.errors import KafkaError
-
-from faultwatch import kafka_settings
 from faultwatch.core.registry import NodeRecord, Registry
-from faultwatch.errors import BrokerError
+from faultwatch.kafka import clients
 from faultwatch.wire import decode_node, encode_node, node_key
-
-
-def broker_error(bootstrap: str, e: BaseException) -> BrokerError:
-    """aiokafka's errors, translated once at this boundary."""
-    return BrokerError(f"Kafka at {bootstrap}: {type(e).__name__}: {e}")
-
-
-BROKER_ERRORS = (KafkaError, OSError, asyncio.TimeoutError)
 
 
 def _decode_or_tombstone(value: bytes | None) -> dict[str, Any]:
@@ -40,7 +28,7 @@ async def load_registry(bootstrap: str, topic: str, must_exist: bool = False) ->
     """The registry as the topic holds it now (last record per node wins); undecodable
     records are logged with topic, partition and offset and skipped. A missing topic is an
     empty registry, or with `must_exist` a NotFoundError."""
-    from faultwatch.reading import read_topic
+    from faultwatch.kafka.reading import read_topic
 
     reg: Registry = {}
     async for msg, decoded in read_topic(bootstrap, topic, decoder=_decode_or_tombstone,
@@ -54,9 +42,8 @@ async def write_records(bootstrap: str, topic: str, records: list[NodeRecord],
     """Publish node records (acks=all) and wait until the broker has them."""
     if not records:
         return
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all",
-                                request_timeout_ms=int(timeout_s * 1000),
-                                **kafka_settings.client_kwargs())
+    producer = clients.producer(bootstrap_servers=bootstrap, acks="all",
+                                request_timeout_ms=int(timeout_s * 1000))
     await asyncio.wait_for(producer.start(), timeout_s)
     try:
         for rec in records:

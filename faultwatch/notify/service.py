@@ -9,8 +9,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from faultwatch import kafka_settings, wire
+from faultwatch import wire
 from faultwatch.errors import DecodeError
+from faultwatch.kafka import clients
+from faultwatch.kafka.errors import diagnose
 from faultwatch.notify.grouping import Grouper, GroupingPolicy, Notification
 from faultwatch.notify.sender import Receiver, RetryPolicy, deliver
 from faultwatch.wire.signing import DecisionGate
@@ -45,13 +47,11 @@ class Notifier:
         self.sent = 0
 
     def _consumer(self) -> Any:
-        from aiokafka import AIOKafkaConsumer
-
-        return AIOKafkaConsumer(
+        return clients.consumer(
             self.cfg.topic, bootstrap_servers=self.cfg.bootstrap, group_id=self.cfg.group_id,
             enable_auto_commit=False,
             auto_offset_reset="earliest" if self.cfg.from_beginning else "latest",
-            client_id="faultwatch-notify", **kafka_settings.client_kwargs())
+            client_id="faultwatch-notify")
 
     def take(self, value: bytes | None, tp: Any, offset: int) -> None:
         """One decisions-topic record: decode, check the signature, group."""
@@ -112,7 +112,7 @@ class Notifier:
         except Exception as e:
             with contextlib.suppress(Exception):
                 await c.stop()
-            raise await kafka_settings.diagnose(e, self.cfg.bootstrap,
+            raise await diagnose(e, self.cfg.bootstrap,
                                                 f"reading {self.cfg.topic}") from e
         self.log("notify_started", topic=self.cfg.topic, group=self.cfg.group_id,
                  webhooks=",".join(r.where for r in self.cfg.receivers),

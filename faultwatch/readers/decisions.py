@@ -15,8 +15,8 @@ def print_decisions(bootstrap: str, topic: str, *, job: str | None = None,
                     out: TextIO | None = None) -> int:
     """Print the topic's decisions (only `job`'s if given) from the beginning; with `follow`,
     keep printing new ones. A missing topic is a NotFoundError unless following."""
+    from faultwatch.kafka.reading import read_topic, run_reader
     from faultwatch.readers.render import render_decision
-    from faultwatch.reading import read_topic, run_reader
     from faultwatch.wire import decision_to_dict, decode_decision, job_key
 
     seen: set[str] = set()

@@ -46,23 +46,24 @@ async def ask(bootstrap: str, topics: Any, job: str, timeout_s: float = ANSWER_T
               ) -> tuple[Decision, dict[str, dict[str, Any]], list[str]]:
     """Publish the request, collect the answers. Returns (request, node -> answer as the job
     stage keeps it, nodes that did not answer within timeout_s)."""
-    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+    from aiokafka import TopicPartition
 
-    from faultwatch import kafka_settings, wire
+    from faultwatch import wire
     from faultwatch.core.diagnosis import DIAGNOSIS_NOTE, fold_answer
     from faultwatch.core.events import Notice
     from faultwatch.core.state import JobState, thaw
+    from faultwatch.kafka import clients
+    from faultwatch.kafka.errors import diagnose
+    from faultwatch.kafka.reading import partitions
     from faultwatch.readers.status import read_snapshots
-    from faultwatch.reading import _partitions
     from faultwatch.wire import signing
 
     snap = _check((await read_snapshots(bootstrap, topics.status, job)).get(job), job)
     alive = sorted(str(n["node"]) for n in snap.get("nodes", []) if n.get("alive"))
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
+    consumer = clients.consumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
                                 group_id=None,
-                                client_id=f"faultwatch-diagnose-{uuid.uuid4().hex[:6]}",
-                                **kafka_settings.client_kwargs())
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, **kafka_settings.client_kwargs())
+                                client_id=f"faultwatch-diagnose-{uuid.uuid4().hex[:6]}")
+    producer = clients.producer(bootstrap_servers=bootstrap)
     try:
         await consumer.start()
         await producer.start()
@@ -72,9 +73,9 @@ async def ask(bootstrap: str, topics: Any, job: str, timeout_s: float = ANSWER_T
                 await c.stop()
             except Exception:  # noqa: BLE001, S110 - already failing: report the first error
                 pass
-        raise await kafka_settings.diagnose(e, bootstrap, "asking for a diagnosis") from e
+        raise await diagnose(e, bootstrap, "asking for a diagnosis") from e
     try:
-        parts = await _partitions(consumer, topics.logs)
+        parts = await partitions(consumer, topics.logs)
         if not parts:
             raise NotFoundError(f"topic {topics.logs!r} does not exist at {bootstrap}: no agent "
                                 "has shipped anything")

@@ -13,8 +13,8 @@ import orjson
 def print_logs(bootstrap: str, topic: str, job: str, *, follow: bool = False,
                as_json: bool = False, out: TextIO | None = None) -> int:
     """Print `job`'s lines from the logs topic; with `follow`, keep printing new ones."""
+    from faultwatch.kafka.reading import read_topic, run_reader
     from faultwatch.readers.render import render_line
-    from faultwatch.reading import read_topic, run_reader
     from faultwatch.rules.prefix import strip_rank
     from faultwatch.wire import lines_of
 

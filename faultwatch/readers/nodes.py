@@ -45,12 +45,13 @@ def render(reg: Registry, now: float, as_json: bool) -> list[str]:
 
 def print_nodes(bootstrap: str, topic: str, *, as_json: bool = False) -> int:
     """Print the registry as its topic holds it now; a missing topic is a NotFoundError."""
-    from faultwatch.nodes.store import BROKER_ERRORS, broker_error, load_registry
+    from faultwatch.kafka.errors import BROKER_ERRORS, broker_error
+    from faultwatch.nodes.store import load_registry
 
     try:
         reg = asyncio.run(load_registry(bootstrap, topic, must_exist=True))
     except BROKER_ERRORS as e:
-        raise broker_error(bootstrap, e) from None
+        raise broker_error(e, bootstrap, f"reading the node registry {topic}") from None
     for line in render(reg, time.time(), as_json):
         print(line, file=sys.stdout)
     return 0

@@ -45,7 +45,7 @@ async def read_snapshots(bootstrap: str, topic: str, job: str | None = None,
     topic is a NotFoundError unless not `must_exist`."""
     from faultwatch import wire
     from faultwatch.errors import DecodeError
-    from faultwatch.reading import read_topic
+    from faultwatch.kafka.reading import read_topic
 
     latest: dict[str, dict[str, Any]] = {}
     async for _msg, snap in read_topic(bootstrap, topic, decoder=wire.decode_status,

@@ -14,13 +14,13 @@ from typing import Any
 import faust
 import orjson
 
-from faultwatch import kafka_settings
 from faultwatch.core.events import Decision
 from faultwatch.core.policy import Policy
 from faultwatch.core.registry import RegistryPolicy
 from faultwatch.core.status import STATUS_S
 from faultwatch.errors import DecodeError
 from faultwatch.eventlog import log_event
+from faultwatch.kafka import clients
 from faultwatch.metrics import ProcessorMetrics
 from faultwatch.metrics import serve as serve_metrics
 from faultwatch.nodes.follow import RegistryLink
@@ -176,7 +176,7 @@ def build_processor(cfg: ProcessorConfig, live: LiveRules | None = None,
         # our stop waits for the gate, not for every fetched event to be acknowledged
         stream_wait_empty=False,
         monitor=QuietMonitor(),  # no per-record statistics (no Faust web views to read them)
-        **kafka_settings.current().faust_settings(),  # SSL/SASL (docs/operating.md)
+        **clients.faust_settings(),  # SSL/SASL (docs/operating.md)
     )
     topics = cfg.topics
     logs_t = app.topic(topics.logs, key_type=bytes, value_type=bytes, partitions=cfg.partitions)

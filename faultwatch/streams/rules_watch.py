@@ -13,10 +13,10 @@ from typing import Any
 
 import orjson
 
-from faultwatch import kafka_settings
 from faultwatch.core.policy import Policy, policy_for
 from faultwatch.errors import BrokerError, FaultwatchError, RuleError
 from faultwatch.eventlog import log_event
+from faultwatch.kafka import clients
 from faultwatch.rules import Matcher, RuleSet
 from faultwatch.streams.records import LiveRules
 from faultwatch.streams.rules_record import ruleset_of_record
@@ -111,13 +111,10 @@ class RulesWatcher:
 
     # -- reading the topic ---------------------------------------------------------------
     async def _consumer(self) -> Any:
-        from aiokafka import AIOKafkaConsumer
-
-        consumer = AIOKafkaConsumer(bootstrap_servers=self.bootstrap, group_id=None,
+        consumer = clients.consumer(bootstrap_servers=self.bootstrap, group_id=None,
                                     enable_auto_commit=False, auto_offset_reset="earliest",
                                     fetch_max_bytes=MAX_RULESET_RECORD_BYTES * 2,
-                                    max_partition_fetch_bytes=MAX_RULESET_RECORD_BYTES,
-                                    **kafka_settings.client_kwargs())
+                                    max_partition_fetch_bytes=MAX_RULESET_RECORD_BYTES)
         await consumer.start()
         try:
             tps: list[Any] | None = None

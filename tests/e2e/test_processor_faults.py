@@ -133,11 +133,11 @@ def test_two_processors_share_the_partitions(kafka_bootstrap: str, tmp_path: Pat
 
 
 def test_broker_restart(tmp_path: Path) -> None:
-    from faultwatch import kafka_local
+    from faultwatch.kafka import broker as kafka_broker
 
-    port = kafka_local.free_port()
+    port = kafka_broker.free_port()
     data = tmp_path / "broker"
-    bootstrap = kafka_local.up(port=port, data_dir=data)
+    bootstrap = kafka_broker.up(port=port, data_dir=data)
     prefix = "brk."
     rules = policy_file(tmp_path / "policy.yaml", **POLICY)
     job, healthy = new_job("brk"), new_job("brkok")
@@ -149,15 +149,15 @@ def test_broker_restart(tmp_path: Path) -> None:
             a.start(healthy, "node-0", scenario("forever", 0.2))
             # the broker goes away under a running worker (not one still starting up)
             wait_processor_ready(bootstrap, prefix, procs[0], tmp_path / "p.log")
-            kafka_local.down(data, port)
+            kafka_broker.down(data, port)
             # the job fails while the broker is down: the agent spools, waits, then delivers
             a.start(job, "node-0", scenario("fail", ERR), flags=("--exit-flush-timeout-s", "120"))
             time.sleep(8.0)
-            kafka_local.up(port=port, data_dir=data)
+            kafka_broker.up(port=port, data_dir=data)
             decs = wait_for(bootstrap, prefix, job, bool, timeout_s=90)
             time.sleep(8.0)
             assert kinds(decisions(bootstrap, prefix, job)) == [("restart", "error")], decs
             assert decisions(bootstrap, prefix, healthy) == []
             assert procs[0].poll() is None, (tmp_path / "p.log").read_text()[-3000:]
     finally:
-        kafka_local.down(data, port)
+        kafka_broker.down(data, port)

@@ -15,9 +15,10 @@ from typing import Any
 
 import pytest
 
-from faultwatch import kafka_local, wire
+from faultwatch import wire
 from faultwatch.agents.config import EXIT_FAILED_BY_DECISION
 from faultwatch.agents.decisions import DecisionFollower
+from faultwatch.kafka import broker as kafka_broker
 from tests.integration.test_agent_decisions import decision, publish
 from tests.integration.test_agent_ship import agent_cmd
 
@@ -161,13 +162,13 @@ def test_broker_down_the_follower_backs_off_quietly_and_recovers(
     try:
         assert agent.stdout is not None and agent.stdout.readline() == b"running\n"
         time.sleep(2.0)  # the follower is positioned and fetching
-        kafka_local.down(data, port)
+        kafka_broker.down(data, port)
         time.sleep(3.0)  # past the first reconnect attempts
         n0, cpu0, t0 = len(err_lines), _cpu_s(agent.pid), time.monotonic()
         time.sleep(15.0)
         cpu_share = (_cpu_s(agent.pid) - cpu0) / (time.monotonic() - t0)
         logged = err_lines[n0:]
-        kafka_local.up(port=port, data_dir=data)
+        kafka_broker.up(port=port, data_dir=data)
         publish(bootstrap, topic, decision(job, "fail", ()))
         with contextlib.suppress(subprocess.TimeoutExpired):
             agent.wait(timeout=60)

@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from faultwatch import kafka_local, wire
+from faultwatch import wire
+from faultwatch.kafka import broker as kafka_broker
 from tests.integration.test_agent_ship import agent_cmd, consume, has_exit
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
@@ -61,10 +62,10 @@ def test_broker_down_60s_mid_run_exactly_once_and_child_never_blocked(
     try:
         time.sleep(5)
         t_down = time.monotonic()
-        kafka_local.down(data, port)
+        kafka_broker.down(data, port)
         time.sleep(max(0.0, OUTAGE_S - (time.monotonic() - t_down)))
         outage = time.monotonic() - t_down
-        kafka_local.up(port=port, data_dir=data)
+        kafka_broker.up(port=port, data_dir=data)
         time.sleep(3)
         stop.touch()
         _, err = agent.communicate(timeout=150)

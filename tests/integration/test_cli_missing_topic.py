@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from faultwatch.errors import EXIT_NOT_FOUND, EXIT_USAGE
-from faultwatch.kafka.admin import ensure_nodes_topic, ensure_topics
+from faultwatch.kafka.admin import ensure_compacted_topic, ensure_topics
 from faultwatch.wire.topics import Topics
 from tests.conftest import wait_until
 
@@ -43,7 +43,7 @@ def test_reading_a_missing_topic_is_an_error_until_it_exists(kafka_bootstrap: st
         assert "Traceback" not in res.stderr and res.stdout == "", (argv, res.stdout)
 
     asyncio.run(ensure_topics(kafka_bootstrap, Topics(topic_prefix)))
-    asyncio.run(ensure_nodes_topic(kafka_bootstrap, Topics(topic_prefix).nodes))
+    asyncio.run(ensure_compacted_topic(kafka_bootstrap, Topics(topic_prefix).nodes))
     for argv in READERS:  # positive control: the same commands on existing, empty topics
         res = _fw(kafka_bootstrap, topic_prefix, *argv)
         assert res.returncode == 0, (argv, res.returncode, res.stderr)

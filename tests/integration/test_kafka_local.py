@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-from faultwatch import kafka_local
 from faultwatch.errors import EXIT_BROKER
+from faultwatch.kafka import broker as kafka_broker
 
 # No skip when java/mvn are missing: scripts/bootstrap.sh requires them, and a broker test
 # that silently skips would hide a broken install.
@@ -28,7 +28,7 @@ def broker_dir(tmp_path: Path) -> Iterator[Path]:
     """A fresh data dir; whatever broker a test leaves running there is stopped."""
     data = tmp_path / "broker"
     yield data
-    kafka_local.down(data)
+    kafka_broker.down(data)
 
 
 async def _produce(bootstrap: str, topic: str, value: bytes) -> None:
@@ -59,32 +59,32 @@ async def _read_all(bootstrap: str, topic: str) -> list[bytes]:
 
 
 def test_data_survives_restart_and_status_follows(broker_dir: Path) -> None:
-    port = kafka_local.free_port()
-    bootstrap = kafka_local.up(port=port, data_dir=broker_dir)
+    port = kafka_broker.free_port()
+    bootstrap = kafka_broker.up(port=port, data_dir=broker_dir)
     assert bootstrap == f"127.0.0.1:{port}"
-    first = kafka_local.status(broker_dir)
+    first = kafka_broker.status(broker_dir)
     assert first["running"] and first["bootstrap"] == bootstrap
 
     # A second `up` on the running data dir returns the same broker.
-    assert kafka_local.up(port=port, data_dir=broker_dir) == bootstrap
-    assert kafka_local.status(broker_dir)["pid"] == first["pid"]
+    assert kafka_broker.up(port=port, data_dir=broker_dir) == bootstrap
+    assert kafka_broker.status(broker_dir)["pid"] == first["pid"]
 
     asyncio.run(_produce(bootstrap, "persist", b"hello across restarts"))
-    assert kafka_local.down(broker_dir) is True
-    assert kafka_local.status(broker_dir)["running"] is False
-    assert not (broker_dir / kafka_local.PID_FILE).exists()
+    assert kafka_broker.down(broker_dir) is True
+    assert kafka_broker.status(broker_dir)["running"] is False
+    assert not (broker_dir / kafka_broker.PID_FILE).exists()
 
-    assert kafka_local.up(port=port, data_dir=broker_dir) == bootstrap
+    assert kafka_broker.up(port=port, data_dir=broker_dir) == bootstrap
     assert asyncio.run(_read_all(bootstrap, "persist")) == [b"hello across restarts"]
-    again = kafka_local.status(broker_dir)
+    again = kafka_broker.status(broker_dir)
     assert again == {"running": True, "pid": again["pid"], "bootstrap": bootstrap,
                      "data_dir": str(broker_dir.resolve())}
     assert again["pid"] != first["pid"]
 
-    assert kafka_local.down(broker_dir) is True
-    assert kafka_local.status(broker_dir) == {"running": False, "pid": None, "bootstrap": None,
+    assert kafka_broker.down(broker_dir) is True
+    assert kafka_broker.status(broker_dir) == {"running": False, "pid": None, "bootstrap": None,
                                               "data_dir": str(broker_dir.resolve())}
-    assert kafka_local.down(broker_dir) is False
+    assert kafka_broker.down(broker_dir) is False
 
 
 def test_up_refuses_a_busy_port(broker_dir: Path) -> None:
@@ -94,9 +94,9 @@ def test_up_refuses_a_busy_port(broker_dir: Path) -> None:
         busy.bind(("127.0.0.1", 0))
         busy.listen()
         port = busy.getsockname()[1]
-        with pytest.raises(kafka_local.BrokerError, match=f"port {port}"):
-            kafka_local.up(port=port, data_dir=broker_dir)
-    assert kafka_local.status(broker_dir)["running"] is False
+        with pytest.raises(kafka_broker.BrokerError, match=f"port {port}"):
+            kafka_broker.up(port=port, data_dir=broker_dir)
+    assert kafka_broker.status(broker_dir)["running"] is False
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
@@ -106,7 +106,7 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_cli_prints_exactly_the_bootstrap_address(broker_dir: Path) -> None:
-    port = kafka_local.free_port()
+    port = kafka_broker.free_port()
     where = ["--port", str(port), "--data-dir", str(broker_dir)]
 
     started = _cli("up", *where)

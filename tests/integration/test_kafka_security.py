@@ -15,9 +15,11 @@ from pathlib import Path
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-from faultwatch import kafka_local, kafka_settings
 from faultwatch.errors import BrokerAuthError, BrokerError
-from faultwatch.kafka_settings import KafkaSecurity
+from faultwatch.kafka import broker as kafka_broker
+from faultwatch.kafka import settings as kafka_settings
+from faultwatch.kafka.errors import diagnose
+from faultwatch.kafka.settings import KafkaSecurity
 from faultwatch.wire import signing
 
 pytestmark = [pytest.mark.kafka]
@@ -66,15 +68,15 @@ def secure_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureBr
     certs = tmp_path_factory.mktemp("certs")
     ca, keystore = make_certificates(certs)
     data = tmp_path_factory.mktemp("secure-broker")
-    sport = kafka_local.free_port()
-    listener = kafka_local.SecureListener(port=sport, keystore=keystore,
+    sport = kafka_broker.free_port()
+    listener = kafka_broker.SecureListener(port=sport, keystore=keystore,
                                           keystore_password=KEYSTORE_PASSWORD,
                                           plain_users=PLAIN_USERS, scram_users=SCRAM_USERS)
-    bootstrap = kafka_local.up(port=kafka_local.free_port(), data_dir=data, secure=listener)
+    bootstrap = kafka_broker.up(port=kafka_broker.free_port(), data_dir=data, secure=listener)
     try:
-        yield SecureBroker(bootstrap, f"{kafka_local.HOST}:{sport}", ca)
+        yield SecureBroker(bootstrap, f"{kafka_broker.HOST}:{sport}", ca)
     finally:
-        kafka_local.down(data)
+        kafka_broker.down(data)
 
 
 async def _round_trip(bootstrap: str, sec: KafkaSecurity) -> list[bytes]:
@@ -159,7 +161,7 @@ def test_a_wrong_password_is_refused_with_a_clear_error(
     try:
         with pytest.raises(Exception) as info:
             asyncio.run(asyncio.wait_for(_round_trip(secure_broker.sasl_ssl, sec), 60))
-        err = asyncio.run(kafka_settings.diagnose(info.value, secure_broker.sasl_ssl,
+        err = asyncio.run(diagnose(info.value, secure_broker.sasl_ssl,
                                                   "producing"))
     finally:
         kafka_settings.configure(KafkaSecurity())
@@ -181,7 +183,7 @@ def test_an_untrusted_broker_certificate_is_refused(secure_broker: SecureBroker,
     assert not isinstance(info.value, TimeoutError)
     kafka_settings.configure(sec)
     try:
-        err = asyncio.run(kafka_settings.diagnose(info.value, secure_broker.sasl_ssl, "reading"))
+        err = asyncio.run(diagnose(info.value, secure_broker.sasl_ssl, "reading"))
     finally:
         kafka_settings.configure(KafkaSecurity())
     assert "TLS/SASL handshake failed" in str(err), str(err)
@@ -191,8 +193,8 @@ def test_the_plaintext_listener_still_serves_plain_clients(secure_broker: Secure
                                                           tmp_path: Path) -> None:
     assert len(asyncio.run(_round_trip(secure_broker.plaintext, KafkaSecurity()))) == 1
     with pytest.raises(BrokerError, match="SASL_SSL port"):
-        kafka_local.up(port=kafka_local.free_port(), data_dir=tmp_path / "other",
-                       secure=kafka_local.SecureListener(
+        kafka_broker.up(port=kafka_broker.free_port(), data_dir=tmp_path / "other",
+                       secure=kafka_broker.SecureListener(
                            port=int(secure_broker.sasl_ssl.rsplit(":", 1)[1]),
                            keystore=Path("x"), keystore_password="x"))
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from faultwatch import kafka_local
+from faultwatch.kafka import broker as kafka_broker
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
@@ -31,9 +31,9 @@ class Prometheus:
     def __init__(self, tmp: Path, targets: dict[str, int]):
         exe = shutil.which("prometheus")
         assert exe, "Debian's `prometheus` package is needed (scripts/bootstrap.sh installs it)"
-        self.port = kafka_local.free_port()
+        self.port = kafka_broker.free_port()
         scrape = [{"job_name": name, "scrape_interval": "1s",
-                   "static_configs": [{"targets": [f"{kafka_local.HOST}:{port}"]}]}
+                   "static_configs": [{"targets": [f"{kafka_broker.HOST}:{port}"]}]}
                   for name, port in targets.items()]
         cfg = tmp / "prometheus.yml"
         cfg.write_text(json.dumps({"global": {"scrape_interval": "1s"},
@@ -41,11 +41,11 @@ class Prometheus:
         self.log = open(tmp / "prometheus.log", "wb")  # noqa: SIM115
         self.proc = subprocess.Popen(
             [exe, f"--config.file={cfg}", f"--storage.tsdb.path={tmp / 'tsdb'}",
-             f"--web.listen-address={kafka_local.HOST}:{self.port}"],
+             f"--web.listen-address={kafka_broker.HOST}:{self.port}"],
             stdout=self.log, stderr=subprocess.STDOUT)
 
     def query(self, promql: str) -> list[dict[str, Any]]:
-        url = (f"http://{kafka_local.HOST}:{self.port}/api/v1/query?"
+        url = (f"http://{kafka_broker.HOST}:{self.port}/api/v1/query?"
                + urllib.parse.urlencode({"query": promql}))
         with urllib.request.urlopen(url, timeout=5) as resp:  # noqa: S310
             body = json.loads(resp.read())
@@ -97,7 +97,7 @@ def test_prometheus_scrapes_processor_and_agent(
         kafka_bootstrap: str, topic_prefix: str, tmp_path: Path,
         processes: list[subprocess.Popen[bytes]]) -> None:
     job = f"metrics-{uuid.uuid4().hex[:6]}"
-    pport, aport = kafka_local.free_port(), kafka_local.free_port()
+    pport, aport = kafka_broker.free_port(), kafka_broker.free_port()
     env = {**os.environ, "FAULTWATCH_BOOTSTRAP": kafka_bootstrap}
     fw = [sys.executable, "-m", "faultwatch"]
     processes.append(subprocess.Popen(

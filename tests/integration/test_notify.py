@@ -19,7 +19,7 @@ from typing import Any
 import orjson
 import pytest
 
-from faultwatch import kafka_local
+from faultwatch.kafka import broker as kafka_broker
 from faultwatch.notify.grouping import GroupingPolicy
 from faultwatch.notify.sender import Receiver, RetryPolicy
 from faultwatch.notify.service import Notifier, NotifierConfig
@@ -52,8 +52,8 @@ class Hook:
             def log_message(self, *args: Any) -> None:
                 pass
 
-        self.server = ThreadingHTTPServer((kafka_local.HOST, kafka_local.free_port()), Handler)
-        self.url = f"http://{kafka_local.HOST}:{self.server.server_port}/hook"
+        self.server = ThreadingHTTPServer((kafka_broker.HOST, kafka_broker.free_port()), Handler)
+        self.url = f"http://{kafka_broker.HOST}:{self.server.server_port}/hook"
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
     def accepted(self) -> list[tuple[float, dict[str, Any]]]:

@@ -17,8 +17,9 @@ import orjson
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
-from faultwatch import kafka_local, wire
+from faultwatch import wire
 from faultwatch.core.events import Exit, Line, RunStart
+from faultwatch.kafka import broker as kafka_broker
 from tests.e2e.cluster import processor, wait_event
 
 pytestmark = pytest.mark.kafka
@@ -189,7 +190,7 @@ def test_sigterm_with_the_broker_gone_exits_in_time_and_says_what_it_gave_up(
         # the second worker has work of its own too, so its stop has something to give up
         # on (with nothing to flush it may finish before a second signal arrives)
         wait_event(log_2, "decision", 60, lambda e: e.get("job") == job2, proc=p2)
-        kafka_local.down(data, port)
+        kafka_broker.down(data, port)
         time.sleep(2.0)  # the workers notice: ticks and heartbeats now fail
         # one SIGTERM: the flush is given up, one event says so, exit 0 within the bound
         t_term = time.monotonic()

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from faultwatch.errors import ConfigError
-from faultwatch.kafka_settings import KafkaSecurity, from_sources
+from faultwatch.kafka import settings as kafka_settings
+from faultwatch.kafka.settings import KafkaSecurity, from_sources
 
 
 def test_plaintext_by_default() -> None:
@@ -120,34 +121,89 @@ def test_faust_credentials_match_the_client_kwargs() -> None:
     assert ssl_only.protocol.value == "SSL"
 
 
-def test_every_kafka_client_in_the_package_takes_the_security_settings() -> None:
-    """A new AIOKafka client built without kafka_settings would talk plaintext to a secured
-    cluster; this walks the package and names any such construction."""
+KAFKA_CLIENTS = {"AIOKafkaProducer", "AIOKafkaConsumer", "AIOKafkaAdminClient"}
+
+
+def hand_built_clients(root: Path, files: list[Path]) -> list[str]:
+    """Every place outside faultwatch/kafka/ that names an aiokafka client class (an import,
+    an attribute or a call: naming it is how a module builds one behind the factory's back),
+    and every faust.App built without clients.faust_settings()."""
     import ast
 
+    found: list[str] = []
+    for path in files:
+        rel = path.relative_to(root)
+        if rel.parts[0] == "kafka":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            names: list[str] = []
+            if isinstance(node, ast.ImportFrom):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.Attribute):
+                names = [node.attr]
+            elif isinstance(node, ast.Name):
+                names = [node.id]
+            elif isinstance(node, ast.Call) and ast.unparse(node.func) == "faust.App" and not \
+                    any(k.arg is None and "faust_settings" in ast.unparse(k.value)
+                        for k in node.keywords):
+                found.append(f"{rel}:{node.lineno}: faust.App without the security settings")
+            found += [f"{rel}:{node.lineno}: {n}" for n in names if n in KAFKA_CLIENTS]
+    return sorted(set(found))
+
+
+def test_no_module_outside_kafka_builds_its_own_kafka_client() -> None:
+    """A client built by hand would skip the security settings (plaintext to a secured
+    cluster): every producer, consumer and admin client comes from faultwatch.kafka.clients."""
     import faultwatch
 
     root = Path(faultwatch.__file__).parent
-    clients = {"AIOKafkaProducer", "AIOKafkaConsumer", "AIOKafkaAdminClient"}
-    exempt = {("kafka_local.py", "_probe")}  # the local broker's own readiness probe
-    missing: list[str] = []
-    for path in sorted(root.rglob("*.py")):
-        tree = ast.parse(path.read_text())
-        for fn in ast.walk(tree):
-            if not isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef):
-                continue
-            for call in ast.walk(fn):
-                if not isinstance(call, ast.Call):
-                    continue
-                name = getattr(call.func, "id", getattr(call.func, "attr", ""))
-                faust_app = ast.unparse(call.func) == "faust.App"
-                if name not in clients and not faust_app \
-                        and not (name.endswith("factory") and call.keywords):
-                    continue
-                needed = "faust_settings" if faust_app else "client_kwargs"
-                secured = any(k.arg is None and needed in ast.unparse(k.value)
-                              for k in call.keywords)
-                if not secured and (path.name, fn.name) not in exempt:
-                    missing.append(f"{path.relative_to(root)}:{call.lineno} in {fn.name}")
-    assert not missing, "Kafka clients without the kafka_settings kwargs: " + \
-        ", ".join(missing)
+    files = sorted(root.rglob("*.py"))
+    assert root / "kafka" / "clients.py" in files and len(files) > 100  # walked the package
+    assert hand_built_clients(root, files) == []
+
+
+def test_the_client_guard_finds_a_hand_built_client(tmp_path: Path) -> None:
+    """Positive control: a planted module with each way of building a client is named."""
+    pkg = tmp_path / "faultwatch"
+    (pkg / "kafka").mkdir(parents=True)
+    (pkg / "kafka" / "clients.py").write_text("from aiokafka import AIOKafkaProducer\n")
+    bad = pkg / "streams" / "bad.py"
+    bad.parent.mkdir()
+    bad.write_text("import aiokafka\nimport faust\n"
+                   "def f():\n"
+                   "    from aiokafka.admin import AIOKafkaAdminClient\n"
+                   "    c = aiokafka.AIOKafkaConsumer('t')\n"
+                   "    return faust.App('x', broker='kafka://h')\n")
+    files = sorted(pkg.rglob("*.py"))
+    assert hand_built_clients(pkg, files) == [
+        "streams/bad.py:4: AIOKafkaAdminClient", "streams/bad.py:5: AIOKafkaConsumer",
+        "streams/bad.py:6: faust.App without the security settings"]
+
+
+def test_the_factory_applies_the_security_settings(tmp_path: Path) -> None:
+    """Every client the factory builds carries the configured protocol and SASL user; an
+    explicit `security` (the local broker's probe) wins over the process's settings."""
+    import asyncio
+
+    from faultwatch.kafka import clients
+
+    sec = KafkaSecurity(security_protocol="SASL_PLAINTEXT", sasl_mechanism="SCRAM-SHA-256",
+                        username="u", password="p" * 8)
+
+    async def build() -> list[tuple[str, str | None]]:
+        kafka_settings.configure(sec)
+        try:
+            made = [clients.producer(bootstrap_servers="h:1", acks="all"),
+                    clients.consumer("t", bootstrap_servers="h:1", group_id=None),
+                    clients.admin(bootstrap_servers="h:1"),
+                    clients.producer(bootstrap_servers="h:1", security=KafkaSecurity())]
+        finally:
+            kafka_settings.configure(from_sources(env={}))
+        seen = []
+        for c in made:
+            kc = c.client if hasattr(c, "client") else c._client  # the producer's is public
+            seen.append((kc._security_protocol, kc._sasl_plain_username))
+            await (c.close() if hasattr(c, "close") else c.stop())
+        return seen
+
+    assert asyncio.run(build()) == [("SASL_PLAINTEXT", "u")] * 3 + [("PLAINTEXT", None)]

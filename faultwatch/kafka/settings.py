@@ -1,4 +1,5 @@
-"""Kafka security settings (SSL, SASL) for every client, from flags, environment and a file."""
+"""Kafka security settings (SSL, SASL) for every client, from flags, environment and a file;
+faultwatch.kafka.clients applies them to every client it builds."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from typing import Any
 
 import yaml
 
-from faultwatch.errors import BrokerAuthError, BrokerError, ConfigError
+from faultwatch.errors import ConfigError
 
 PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
@@ -237,58 +238,5 @@ def current() -> KafkaSecurity:
 
 
 def client_kwargs() -> dict[str, Any]:
-    """current().client_kwargs(): what every aiokafka client construction adds."""
+    """current().client_kwargs(): what faultwatch.kafka.clients adds to every client."""
     return current().client_kwargs()
-
-
-def broker_error(exc: BaseException, bootstrap: str, what: str) -> BrokerError:
-    """Translate an aiokafka failure into a BrokerError that says what to check."""
-    from aiokafka import errors as ke
-
-    name = type(exc).__name__
-    detail = str(exc) or name
-    settings = current()
-    refused: type[BrokerError] = BrokerAuthError
-    if isinstance(exc, ke.AuthenticationFailedError | ke.SaslAuthenticationFailed):
-        hint = (f"authentication failed ({settings.describe()}): check the user name and "
-                f"password ({ENV_PREFIX}USERNAME/PASSWORD) and the SASL mechanism")
-    elif isinstance(exc, ssl.SSLError | ke.IllegalSaslStateError
-                    | ke.UnsupportedSaslMechanismError):
-        hint = (f"the TLS/SASL handshake failed ({settings.describe()}): check the protocol, "
-                "mechanism and CA file")
-    elif isinstance(exc, ke.TopicAuthorizationFailedError | ke.GroupAuthorizationFailedError
-                    | ke.ClusterAuthorizationFailedError):
-        hint = f"not authorized ({settings.describe()}): check the Kafka ACLs of this principal"
-    else:
-        hint = f"Kafka is unreachable or refused the connection ({settings.describe()})"
-        refused = BrokerError
-    return refused(f"{what} at {bootstrap}: {hint} [{name}: {detail[:300]}]")
-
-
-async def diagnose(exc: BaseException, bootstrap: str, what: str,
-                   timeout_s: float = 15.0) -> BrokerError:
-    """Like broker_error, but find the real cause behind aiokafka's generic "Unable to
-    bootstrap" (which hides a refused password or a TLS failure in its log): open one
-    connection to each bootstrap server with the current settings and report its error."""
-    import asyncio
-
-    from aiokafka import errors as ke
-    from aiokafka.conn import create_conn
-
-    if not isinstance(exc, ke.KafkaConnectionError):
-        return broker_error(exc, bootstrap, what)
-    kw = client_kwargs()
-    for server in bootstrap.split(","):
-        host, _, port = server.strip().rpartition(":")
-        if not port.isdigit():
-            continue
-        try:
-            conn = await asyncio.wait_for(
-                create_conn(host, int(port), request_timeout_ms=int(timeout_s * 1000), **kw),
-                timeout_s)
-        except (ke.KafkaError, ssl.SSLError) as cause:
-            return broker_error(cause, bootstrap, what)
-        except (OSError, TimeoutError):
-            continue
-        conn.close()
-    return broker_error(exc, bootstrap, what)

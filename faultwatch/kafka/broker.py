@@ -349,9 +349,12 @@ def _log_tail(data: Path, since: int = 0) -> str:
 
 
 async def _probe(bootstrap: str) -> bool:
-    from aiokafka.admin import AIOKafkaAdminClient
+    from faultwatch.kafka import clients
+    from faultwatch.kafka.settings import KafkaSecurity
 
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=5000)
+    # the plaintext listener this module starts, whatever the process's settings say
+    admin = clients.admin(bootstrap_servers=bootstrap, security=KafkaSecurity(),
+                          request_timeout_ms=5000)
     try:
         await admin.start()
         info = await admin.describe_cluster()

@@ -10,11 +10,12 @@ import uuid
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka import TopicPartition
 
-from faultwatch import kafka_settings
 from faultwatch.errors import DecodeError, NotFoundError
 from faultwatch.eventlog import log_event
+from faultwatch.kafka import clients
+from faultwatch.kafka.errors import diagnose
 from faultwatch.wire import decode
 
 Decoder = Callable[[bytes | None], Any]  # wire.decode, decode_logs, decode_decision, ...
@@ -31,18 +32,17 @@ async def read_topic(bootstrap: str, topic: str, *, follow: bool = False,
 
     Undecodable records are reported (topic, partition, offset) and skipped, never fatal.
     """
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
+    consumer = clients.consumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
                                 group_id=None,
-                                client_id=f"faultwatch-reader-{uuid.uuid4().hex[:6]}",
-                                **kafka_settings.client_kwargs())
+                                client_id=f"faultwatch-reader-{uuid.uuid4().hex[:6]}")
     try:
         await consumer.start()
     except Exception as e:
         with contextlib.suppress(Exception):
             await consumer.stop()
-        raise await kafka_settings.diagnose(e, bootstrap, f"reading {topic}") from e
+        raise await diagnose(e, bootstrap, f"reading {topic}") from e
     try:
-        parts = await _partitions(consumer, topic)
+        parts = await partitions(consumer, topic)
         if not parts:
             if must_exist and not follow:
                 raise NotFoundError(f"topic {topic!r} does not exist at {bootstrap} (a wrong "
@@ -53,7 +53,7 @@ async def read_topic(bootstrap: str, topic: str, *, follow: bool = False,
                 log_event("waiting_for_topic", topic=topic, bootstrap=bootstrap)
             while not parts:
                 await asyncio.sleep(poll_ms / 1000)
-                parts = await _partitions(consumer, topic)
+                parts = await partitions(consumer, topic)
         tps = [TopicPartition(topic, p) for p in sorted(parts)]
         consumer.assign(tps)
         await consumer.seek_to_beginning(*tps)
@@ -87,7 +87,8 @@ def report_bad_record(msg: Any, error: BaseException) -> None:
               offset=msg.offset, error=text[:300])
 
 
-async def _partitions(consumer: AIOKafkaConsumer, topic: str) -> set[int]:
+async def partitions(consumer: Any, topic: str) -> set[int]:
+    """The partitions of `topic` as the broker says now (fresh metadata: new topics too)."""
     await consumer._client.force_metadata_update()  # noqa: SLF001 - refresh for new topics
     return consumer.partitions_for_topic(topic) or set()
 
