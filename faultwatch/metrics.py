@@ -2,32 +2,119 @@
 
 from __future__ import annotations
 
+import collections
+import socket
+import threading
 from collections.abc import Callable, Iterator, Mapping
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from faultwatch.errors import ConfigError
 
 try:  # prometheus_client is a light optional dependency of the node side
-    from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+    from prometheus_client import (
+        CONTENT_TYPE_LATEST,
+        CollectorRegistry,
+        Counter,
+        Gauge,
+        Histogram,
+        generate_latest,
+    )
     from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
     from prometheus_client.registry import Collector
 except ImportError:  # pragma: no cover - reported by serve()
     CollectorRegistry = None  # type: ignore[assignment,misc]
 
+# Records refused in this process, by (what, reason): decision, rules, node_record, logs,
+# actuate (signatures, node identity, the replay rule); `faultwatch_refused_total` reads it.
+REFUSALS: collections.Counter[tuple[str, str]] = collections.Counter()
+
 LATENCY_BUCKETS_S = (0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 
 
-def serve(port: int, registry: Any, addr: str = "0.0.0.0") -> None:
-    """Serve `registry` on http://addr:port/metrics from a daemon thread."""
+DEFAULT_ADDRESS = "127.0.0.1"  # loopback unless the operator opens it (--metrics-address)
+READ_TIMEOUT_S = 5.0  # a client that has not sent its request by then is cut off
+MAX_CONNECTIONS = 16  # concurrent scrapes served; more are closed at once
+
+
+class _MetricsHandler(BaseHTTPRequestHandler):
+    """GET /metrics (or /): the registry in the Prometheus text format; nothing else."""
+
+    timeout = READ_TIMEOUT_S  # the socket timeout of every read: a slow client times out
+    registry: Any = None
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+        if self.path.split("?", 1)[0] not in ("/metrics", "/"):
+            self.send_error(404)
+            return
+        body = generate_latest(self.registry)
+        self.send_response(200)
+        self.send_header("Content-Type", CONTENT_TYPE_LATEST)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+        pass  # no access log on the training job's stderr
+
+
+class BoundedHTTPServer(ThreadingHTTPServer):
+    """A thread per connection, at most `max_connections` at once: a connection beyond
+    that is closed at once (a scraper retries next interval), so slow or idle clients cannot
+    pile up threads."""
+
+    daemon_threads = True
+    request_queue_size = 16
+
+    def __init__(self, addr: tuple[str, int], handler: type[BaseHTTPRequestHandler],
+                 max_connections: int = MAX_CONNECTIONS) -> None:
+        self._slots = threading.BoundedSemaphore(max_connections)
+        self.refused = 0
+        super().__init__(addr, handler)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self._slots.acquire(blocking=False):
+            self.refused += 1
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._slots.release()
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
+
+
+def serve(port: int, registry: Any, addr: str = DEFAULT_ADDRESS,
+          read_timeout_s: float = READ_TIMEOUT_S,
+          max_connections: int = MAX_CONNECTIONS) -> BoundedHTTPServer:
+    """Serve `registry` on http://addr:port/metrics from a daemon thread: reads time out
+    after `read_timeout_s`, at most `max_connections` are served at once."""
     if CollectorRegistry is None:
         raise ConfigError("metrics_port", "prometheus_client is not installed "
                                           "(pip install prometheus_client)")
     if not 0 < port < 65536:
         raise ConfigError("metrics_port", f"{port} is not a TCP port")
+    handler = type("MetricsHandler", (_MetricsHandler,),
+                   {"registry": registry, "timeout": read_timeout_s})
     try:
-        start_http_server(port, addr=addr, registry=registry)
-    except OSError as e:
-        raise ConfigError("metrics_port", f"cannot listen on {addr}:{port}: {e.strerror}") from e
+        if ":" in addr:
+            server: BoundedHTTPServer = type("BoundedHTTPServer6", (BoundedHTTPServer,),
+                                             {"address_family": socket.AF_INET6})(
+                (addr, port), handler, max_connections)
+        else:
+            server = BoundedHTTPServer((addr, port), handler, max_connections)
+    except (OSError, OverflowError) as e:
+        why = getattr(e, "strerror", None) or str(e)
+        raise ConfigError("metrics_address", f"cannot listen on {addr}:{port}: {why}") from e
+    threading.Thread(target=server.serve_forever, name="faultwatch-metrics",
+                     daemon=True).start()
+    return server
 
 
 class ProcessorMetrics:
@@ -64,10 +151,17 @@ class ProcessorMetrics:
     def set_lag(self, topic: str, partition: int, lag: int) -> None:
         self.lag.labels(topic, str(partition)).set(max(0, lag))
 
+    def watch_rules(self, info: Callable[[], Mapping[str, str]],
+                    rejected: Callable[[], int]) -> None:
+        """Expose the rules in force, read at every scrape: `faultwatch_rules_info` (1, with
+        labels version, source = the top layer, layers, push_id) and the refused pushes."""
+        self.registry.register(_RulesCollector(info, rejected))
+
     def watch(self, counters: Any) -> None:
         """Expose the stages' counters (attributes lines, signals, dead_letters,
         logs_event_lag_s of `counters`), read at every scrape."""
         self.registry.register(_StageCollector(counters))
+        self.registry.register(RefusalCollector())
 
 
 class _StageCollector:
@@ -87,6 +181,64 @@ class _StageCollector:
                                 "Processor time minus the event time of the latest line")
         lag.add_metric([], float(getattr(c, "logs_event_lag_s", 0.0)))
         yield lag
+        for name, attr, doc in (
+                ("faultwatch_jobs_cached", "jobs_cached",
+                 "Job states decoded in the worker's cache (idle ones leave it)"),
+                ("faultwatch_jobs_max", "max_jobs", "The cap on active jobs per worker")):
+            jobs = GaugeMetricFamily(name, doc)
+            jobs.add_metric([], float(getattr(c, attr, 0) or 0))
+            yield jobs
+        refused = CounterMetricFamily("faultwatch_jobs_refused",
+                                      "New jobs refused at the cap on active jobs")
+        refused.add_metric([], float(getattr(c, "extra", {}).get("jobs_refused", 0)))
+        yield refused
+        storm = getattr(c, "storm", None) or {}
+        for name, k, doc in (
+                ("faultwatch_fleet_storm_holding", "holding",
+                 "1 while the blast-radius guard holds the actions of jobs lost together"),
+                ("faultwatch_fleet_storm_held_jobs", "held", "Jobs whose actions are held"),
+                ("faultwatch_fleet_storm_lapsed_jobs", "lapsed",
+                 "Jobs still silent after the hold ran out, decided at a bounded rate"),
+                ("faultwatch_fleet_storm_episodes", "episode",
+                 "Blast-radius episodes since the worker started")):
+            g = (CounterMetricFamily if k == "episode" else GaugeMetricFamily)(name, doc)
+            g.add_metric([], float(storm.get(k, 0) or 0))
+            yield g
+
+    def describe(self) -> Iterator[Any]:
+        return iter(())
+
+
+class RefusalCollector:
+    """`faultwatch_refused_total{what,reason}`: records refused by signature or the replay
+    rule in this process (faultwatch.trust.refusals.REFUSALS), read at scrape time."""
+
+    def collect(self) -> Iterator[Any]:
+        fam = CounterMetricFamily("faultwatch_refused", "Records refused (signature, node "
+                                  "identity, replay rule), by what and reason",
+                                  labels=["what", "reason"])
+        for (what, reason), n in sorted(REFUSALS.items()):
+            fam.add_metric([what, reason], float(n))
+        yield fam
+
+    def describe(self) -> Iterator[Any]:
+        return iter(())
+
+
+class _RulesCollector:
+    def __init__(self, info: Callable[[], Mapping[str, str]], rejected: Callable[[], int]):
+        self._info, self._rejected = info, rejected
+
+    def collect(self) -> Iterator[Any]:
+        info = self._info()
+        names = sorted(info)
+        fam = GaugeMetricFamily("faultwatch_rules_info", "The rule set this worker runs "
+                                "(version, top layer, layers, push id)", labels=names)
+        fam.add_metric([str(info[k]) for k in names], 1.0)
+        yield fam
+        rej = CounterMetricFamily("faultwatch_rules_rejected", "Pushed rule sets refused")
+        rej.add_metric([], float(self._rejected()))
+        yield rej
 
     def describe(self) -> Iterator[Any]:
         return iter(())
@@ -138,4 +290,5 @@ def agent_registry(stats: Callable[[], Mapping[str, Any]], child_alive: Callable
     registry = CollectorRegistry(auto_describe=False)
     collector: Collector = AgentCollector(stats, child_alive, labels)
     registry.register(collector)
+    registry.register(RefusalCollector())
     return registry

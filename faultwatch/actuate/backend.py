@@ -9,7 +9,12 @@ from faultwatch.errors import FaultwatchError
 
 
 class ActuateError(FaultwatchError):
-    """A scheduler refused or failed an action (it is retried, then reported)."""
+    """A scheduler refused or failed an action: retried, then reported; a `permanent` one
+    (no permission, no such node) is reported once with its cause and not retried."""
+
+    def __init__(self, message: str, permanent: bool = False) -> None:
+        super().__init__(message)
+        self.permanent = permanent
 
 
 class Backend(Protocol):

@@ -17,6 +17,8 @@ from faultwatch.errors import ConfigError
 FIELDS = ("node", "decision", "rule", "job", "job_id", "namespace", "pod", "kind")
 _PLACEHOLDER = re.compile(r"\{([a-z_]+)\}")
 
+PERMANENT_EXITS = range(64, 79)  # sysexits.h EX_USAGE..EX_CONFIG: a retry changes nothing
+
 Runner = Callable[..., "subprocess.CompletedProcess[str]"]
 
 
@@ -67,7 +69,7 @@ class ExecBackend:
 
     def __init__(self, templates: dict[str, tuple[str, ...] | None], timeout_s: float = 60.0,
                  runner: Runner = subprocess.run) -> None:
-        if not any(templates.values()):
+        if not any(v for k, v in templates.items() if k != "confirm"):
             raise ConfigError("--backend exec", "give at least one of --exec-quarantine, "
                                                 "--exec-release, --exec-requeue")
         self.templates, self.timeout_s, self._run = templates, timeout_s, runner
@@ -84,13 +86,16 @@ class ExecBackend:
                           check=False, shell=False)
         except (OSError, subprocess.TimeoutExpired) as e:
             raise ActuateError(f"exec {argv[0]}: {e}") from None
-        if r.returncode != 0:
+        if r.returncode != 0:  # 64-78 (sysexits: usage, no input, no permission...): final
             raise ActuateError(f"exec {argv[0]} exited {r.returncode}: "
-                               f"{(r.stderr or '').strip()[:300]}")
+                               f"{(r.stderr or '').strip()[:300]}",
+                               permanent=r.returncode in PERMANENT_EXITS)
         return f"ran {argv[0]} ({action.kind} {action.node})"
 
 
 def from_args(args: Any) -> ExecBackend:
     return ExecBackend({QUARANTINE: parse_template("--exec-quarantine", args.exec_quarantine),
                         RELEASE: parse_template("--exec-release", args.exec_release),
-                        REQUEUE: parse_template("--exec-requeue", args.exec_requeue)})
+                        REQUEUE: parse_template("--exec-requeue", args.exec_requeue),
+                        "confirm": parse_template("--exec-confirm",
+                                                  getattr(args, "exec_confirm", None))})

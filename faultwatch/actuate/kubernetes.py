@@ -301,17 +301,22 @@ def _status_message(raw: bytes) -> str:
     return raw[:300].decode(errors="replace")
 
 
+# the API server's answers that a retry cannot change: bad request, unauthenticated,
+# forbidden (RBAC), not found, invalid
+PERMANENT_STATUS = (400, 401, 403, 404, 405, 422)
+
+
 class _HTTPStatus(ActuateError):
     """An API answer other than success; 403, 404 and 422 will not change on a retry."""
 
     def __init__(self, code: int, method: str, path: str, detail: str) -> None:
         self.code = code
         self.detail = detail
-        self.permanent = code in (400, 401, 403, 404, 422)
         hint = ""
         if code == 403:
             hint = " (RBAC: see deploy/kubernetes/actuate-rbac.yaml for the verbs needed)"
-        super().__init__(f"kubernetes: {method} {path} -> {code}: {detail}{hint}")
+        super().__init__(f"kubernetes: {method} {path} -> {code}: {detail}{hint}",
+                         permanent=code in PERMANENT_STATUS)
 
 
 def from_args(args: Any) -> KubernetesBackend:

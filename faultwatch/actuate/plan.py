@@ -10,12 +10,12 @@ from faultwatch.core.registry import HEALTHY, QUARANTINED, NodeRecord
 from faultwatch.errors import ConfigError
 from faultwatch.nodes.names import (
     DECISION_ID_RE,
-    JOB_NAME_RE,
     K8S_NAME_RE,
     K8S_NAMESPACE_RE,
     RULE_ID_RE,
     SLURM_JOB_ID_RE,
     check,
+    valid_job,
     valid_node,
 )
 
@@ -79,7 +79,7 @@ def plan_decision(dec: Decision) -> list[Action]:
     if dec.action != "blacklist":
         return []
     did = check("decision.id", dec.id, DECISION_ID_RE)
-    job = check("decision.job", dec.job, JOB_NAME_RE)
+    job = valid_job(dec.job, "decision.job")
     rule = check("decision.reason.rule", dec.rule or "unknown", RULE_ID_RE)
     if not dec.nodes:
         raise ConfigError("decision.targets.nodes", f"blacklist {did} names no node")
@@ -87,7 +87,7 @@ def plan_decision(dec: Decision) -> list[Action]:
     out: list[Action] = []
     for n in dec.nodes:
         node = valid_node(n)
-        out.append(Action(QUARANTINE, node, did, rule, job))
+        out.append(Action(QUARANTINE, node, did, rule, job, sched))
         out.append(Action(REQUEUE, node, did, rule, job, sched))
     return out
 
@@ -103,8 +103,11 @@ def plan_node(rec: NodeRecord, now: float) -> list[Action]:
         q = next((r for r in reversed(rec.reasons) if r.event == "quarantine"), None)
         did = q.decision if q and q.decision else f"registry-{int(rec.updated_ts)}"
         rule = q.rule if q and q.rule else "registry"
+        # a quarantine a job's decision caused names the job: the scheduler confirms it
+        by_job = q is not None and q.job and q.decision and not q.decision.startswith("manual-")
+        job = valid_job(q.job) if by_job and q is not None else ""
         return [Action(QUARANTINE, node, check("decision.id", did, DECISION_ID_RE),
-                       check("rule", rule, RULE_ID_RE))]
+                       check("rule", rule, RULE_ID_RE), job)]
     if rec.state == HEALTHY and last is not None and last.event == "release":
         did = last.decision or f"release-{int(last.ts)}"
         return [Action(RELEASE, node, check("decision.id", did, DECISION_ID_RE))]

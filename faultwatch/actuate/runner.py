@@ -11,8 +11,10 @@ from pathlib import Path
 from typing import Any
 
 from faultwatch.actuate.backend import ActuateError, Backend
+from faultwatch.actuate.confirm import confirm
 from faultwatch.actuate.journal import Journal
-from faultwatch.actuate.plan import Action, plan_decision, plan_node
+from faultwatch.actuate.limits import ActuateLimits, DrainLimiter
+from faultwatch.actuate.plan import QUARANTINE, RELEASE, REQUEUE, Action, plan_decision, plan_node
 from faultwatch.core.events import Decision
 from faultwatch.core.registry import (
     QUARANTINED,
@@ -23,6 +25,9 @@ from faultwatch.core.registry import (
 )
 from faultwatch.errors import ConfigError, DecodeError, FaultwatchError
 from faultwatch.eventlog import log_event
+from faultwatch.trust.refusals import REFUSALS
+from faultwatch.trust.replay import ReplayGuard
+from faultwatch.wire import decode_decision, decode_node
 
 
 @dataclass(frozen=True)
@@ -37,16 +42,41 @@ class ActuateConfig:
     retry_s: float = 5.0
     max_tries: int = 5
     registry_policy: RegistryPolicy = RegistryPolicy()
+    limits: ActuateLimits = ActuateLimits()
+    fleet_nodes: int = 0  # the fleet's size when the registry knows fewer (healthy nodes
+    #                       that never had a record are not on it)
+    hold_summary_s: float = 300.0  # while holding: one line this often with the count
+
+
+def hold_file(state_file: Path) -> Path:
+    """Written while drains are held: which nodes, why, how to release."""
+    return state_file.with_name(state_file.name + ".hold")
+
+
+def release_file(state_file: Path) -> Path:
+    """Created by `faultwatch actuate --release-hold`: the running actuator releases the hold."""
+    return state_file.with_name(state_file.name + ".release")
 
 
 class Actuator:
     """The pure-ish middle: decisions and node records in, actions (journaled) out."""
 
-    def __init__(self, backend: Backend, journal: Journal, cfg: ActuateConfig) -> None:
+    def __init__(self, backend: Backend, journal: Journal, cfg: ActuateConfig,
+                 replay: ReplayGuard | None = None) -> None:
         self.backend, self.journal, self.cfg = backend, journal, cfg
+        # the replay rule: a decision acts once (across restarts: beside the journal) and
+        # only within the maximum age
+        self.replay = replay or ReplayGuard("decision", cfg.max_decision_age_s, log=log_event)
         self.registry: Registry = {}
         self.queue: deque[tuple[Action, int, float]] = deque()  # action, tries, not before
         self.queued: set[str] = set()
+        self.limiter = DrainLimiter(cfg.limits)
+        self.held: dict[str, Action] = {}  # key -> action held by the limits, in order
+        self.held_since: float | None = None
+        self.held_why = ""
+        self._next_hold_summary = 0.0
+        self._unlimited: set[str] = set()  # keys an operator released from a hold
+        self._refused: dict[str, str] = {}  # node -> the error last logged for it
         for a in journal.pending.values():  # begun before a crash: replay
             log_event("actuate_replay", key=a.key)
             self._enqueue(a, replay=True)
@@ -57,11 +87,42 @@ class Actuator:
         self.queued.add(a.key)
         self.queue.append((a, 0, 0.0))
 
+    def take_decision(self, value: bytes | None, now: float, gate: Any, *, topic: str,
+                      partition: int, offset: int) -> list[NodeRecord]:
+        """One decisions-topic record: signature (gate), decode, the replay rule, plan."""
+        if not gate.admit_record(value, topic=topic, partition=partition, offset=offset):
+            return []  # unsigned or forged while a key is configured: refused, logged
+        try:
+            dec = decode_decision(value)
+        except DecodeError as e:
+            log_event("undecodable_record", topic=topic, partition=partition, offset=offset,
+                      error=str(e))
+            return []
+        return self.on_decision(dec, now, f"{topic}[{partition}]@{offset}")
+
+    def take_node(self, value: bytes | None, now: float, gate: Any, *, topic: str,
+                  partition: int, offset: int) -> None:
+        """One nodes-topic record: signature (gate; tombstones are refused with a trust
+        file, ignored without), decode, plan."""
+        if not gate.admit_value(value, topic=topic, partition=partition, offset=offset):
+            return
+        if value is None:
+            return
+        try:
+            rec = decode_node(value)
+        except DecodeError as e:
+            log_event("undecodable_record", topic=topic, partition=partition, offset=offset,
+                      error=str(e))
+            return
+        self.on_node(rec, now)
+
     def on_decision(self, dec: Decision, now: float, where: str) -> list[NodeRecord]:
         """Plan a decision's actions; return the registry records it changes (to publish)."""
-        if now - dec.ts > self.cfg.max_decision_age_s:
-            log_event("actuate_decision_too_old", decision=dec.id, where=where,
-                      age_s=round(now - dec.ts, 1))
+        why = self.replay.check(dec.id, dec.ts, now, where)
+        if why is not None:
+            log_event("decision_refused", reason=why, id=dec.id, job=dec.job,
+                      action=dec.action, where=where, age_s=round(now - dec.ts, 1),
+                      max_age_s=self.replay.max_age_s)
             return []
         try:
             actions = plan_decision(dec)
@@ -84,7 +145,90 @@ class Actuator:
             for a in plan_node(rec, now):
                 self._enqueue(a)
         except ConfigError as e:
-            log_event("actuate_node_rejected", node=rec.node[:80], error=str(e))
+            if self._refused.get(rec.node) != str(e):  # once per entry and error, not per tick
+                self._refused[rec.node] = str(e)
+                log_event("actuate_node_rejected", node=rec.node[:80], error=str(e))
+            return
+        self._refused.pop(rec.node, None)
+
+    def seed_drained(self, now: float) -> None:
+        """After the registry is read: the nodes faultwatch drained before a restart count
+        toward the limits (their quarantine is done in the journal)."""
+        for rec in self.registry.values():
+            try:
+                acts = plan_node(rec, now)
+            except ConfigError:
+                continue
+            if any(a.kind == QUARANTINE and self.journal.is_done(a.key) for a in acts):
+                self.limiter.drained(rec.node, now)
+
+    def _hold(self, a: Action, why: str, now: float) -> None:
+        first = not self.held
+        self.held[a.key] = a
+        self.queued.discard(a.key)
+        if first:
+            self.held_since, self.held_why = now, why
+            self._next_hold_summary = now + self.cfg.hold_summary_s
+            log_event("actuate_hold", backend=self.backend.name, why=why,
+                      nodes=",".join(self.held_nodes())[:500],
+                      release=self._release_cmd())
+        self._write_hold()
+
+    def _release_cmd(self) -> str:
+        return (f"faultwatch actuate --backend {self.backend.name} --state-file "
+                f"{self.cfg.state_file} --release-hold")
+
+    def held_nodes(self) -> list[str]:
+        return list(dict.fromkeys(a.node for a in self.held.values() if a.kind == QUARANTINE))
+
+    def _write_hold(self) -> None:
+        import orjson
+
+        path = hold_file(self.cfg.state_file)
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_bytes(orjson.dumps({
+            "since": self.held_since, "why": self.held_why, "nodes": self.held_nodes(),
+            "actions": len(self.held),
+            "release": self._release_cmd()},
+            option=orjson.OPT_INDENT_2))
+        tmp.replace(path)
+
+    def check_release(self, now: float) -> int:
+        """An operator asked to release the hold: the held actions run (beyond the limits),
+        counting starts afresh. Returns how many actions were released."""
+        rel = release_file(self.cfg.state_file)
+        if not rel.exists():
+            if self.held and now >= self._next_hold_summary:
+                self._next_hold_summary = now + self.cfg.hold_summary_s
+                log_event("actuate_holding", nodes=len(self.held_nodes()),
+                          actions=len(self.held), since_s=round(now - (self.held_since or now)),
+                          release=self._release_cmd())
+            return 0
+        held = list(self.held.values())
+        log_event("actuate_hold_released", nodes=len(self.held_nodes()), actions=len(held))
+        self.held.clear()
+        self.held_since = None
+        self.limiter.reset()
+        for a in held:
+            self._unlimited.add(a.key)
+            self._enqueue(a)
+        for f in (rel, hold_file(self.cfg.state_file)):
+            f.unlink(missing_ok=True)
+        return len(held)
+
+    def _limit(self, a: Action, now: float) -> str | None:
+        """Why this action must wait (the drain limits), or None."""
+        if a.key in self._unlimited:
+            return None
+        if a.kind == REQUEUE and any(h.node == a.node and h.kind == QUARANTINE
+                                     for h in self.held.values()):
+            return "its node's drain is held"
+        if a.kind != QUARANTINE:
+            return None
+        if self.held:
+            return self.held_why  # one hold: later drains wait behind the first held one
+        known = max(self.cfg.fleet_nodes, len(self.registry.keys() | {a.node}))
+        return self.limiter.why_not(a.node, known, now)
 
     def tick(self, now: float) -> None:
         """Quarantines that expired since: release them (keyed by their end time)."""
@@ -100,12 +244,33 @@ class Actuator:
             if not_before > now:
                 self.queue.append((a, tries, not_before))
                 continue
+            why = self._limit(a, now)
+            if why is not None:
+                self._hold(a, why, now)
+                continue
             if a.key not in self.journal.pending:
                 self.journal.begin(a)
             try:
+                refusal = confirm(self.backend, a)
+                if refusal is not None:
+                    REFUSALS[("actuate", "not_allocated")] += 1
+                    log_event("actuate_refused", reason="not_allocated", backend=self.backend.name,
+                              kind=a.kind, node=a.node, decision=a.decision, job=a.job,
+                              detail=refusal)
+                    self.journal.done(a, f"refused: {refusal}")
+                    self.queued.discard(a.key)
+                    continue
                 result = self.backend.apply(a)
             except (ActuateError, FaultwatchError) as e:
                 tries += 1
+                if getattr(e, "permanent", False):
+                    log_event("actuate_failed", backend=self.backend.name, kind=a.kind,
+                              node=a.node, decision=a.decision, tries=tries,
+                              cause=str(e), retry="no (a permanent error)")
+                    self.journal.done(a, f"failed: {e}")
+                    self.queued.discard(a.key)
+                    self._unlimited.discard(a.key)
+                    continue
                 if tries >= self.cfg.max_tries:
                     log_event("actuate_gave_up", backend=self.backend.name, kind=a.kind,
                               node=a.node, decision=a.decision, tries=tries, error=str(e))
@@ -118,6 +283,11 @@ class Actuator:
                 continue
             self.journal.done(a, result)
             self.queued.discard(a.key)
+            self._unlimited.discard(a.key)
+            if a.kind == QUARANTINE:
+                self.limiter.drained(a.node, now)
+            elif a.kind == RELEASE:
+                self.limiter.resumed(a.node)
             ran += 1
             log_event("actuated", backend=self.backend.name, kind=a.kind, node=a.node,
                       decision=a.decision, rule=a.rule, job=a.job, result=result)
@@ -134,18 +304,25 @@ async def run(backend: Backend, cfg: ActuateConfig, stop: asyncio.Event | None =
     from faultwatch.kafka import clients
     from faultwatch.kafka.admin import ensure_compacted_topic
     from faultwatch.nodes.store import write_records
-    from faultwatch.wire import decode_decision, decode_node
-    from faultwatch.wire.signing import DecisionGate, load_keyring
+    from faultwatch.trust.decisions import decision_verifier
+    from faultwatch.trust.keys import load_signing_key, load_trust
+    from faultwatch.trust.records import NODE_RECORD, RecordGate, signer_for, verifier_for
+    from faultwatch.wire.signing import DecisionGate
     from faultwatch.wire.topics import Topics
 
     stop = stop or asyncio.Event()
-    gate = DecisionGate(load_keyring(), log_event)  # $FAULTWATCH_DECISION_KEY[_FILE]
+    gate = DecisionGate(decision_verifier(), log_event)  # $FAULTWATCH_TRUST_FILE (or HMAC)
     gate.announce()
+    node_gate = RecordGate("node_record", verifier_for(NODE_RECORD, load_trust()), log_event)
+    node_gate.announce()
+    signer = signer_for(NODE_RECORD, load_signing_key()) if cfg.write_registry else None
     topics = Topics(cfg.prefix)
     ntopic = topics.nodes
     await ensure_compacted_topic(cfg.bootstrap, ntopic)
     journal = Journal(cfg.state_file)
-    act = Actuator(backend, journal, cfg)
+    seen = cfg.state_file.with_name(cfg.state_file.name + ".seen")
+    act = Actuator(backend, journal, cfg,
+                   ReplayGuard("decision", cfg.max_decision_age_s, seen, log_event))
     admin = clients.admin(bootstrap_servers=cfg.bootstrap, request_timeout_ms=30_000)
     nodes_c = clients.consumer(bootstrap_servers=cfg.bootstrap, group_id=None,
                                enable_auto_commit=False,
@@ -163,18 +340,12 @@ async def run(backend: Backend, cfg: ActuateConfig, stop: asyncio.Event | None =
             batch = await nodes_c.getmany(timeout_ms=timeout_ms)
             for msgs in batch.values():
                 for m in msgs:
-                    if m.value is None:
-                        continue
-                    try:
-                        rec = decode_node(m.value)
-                    except DecodeError as e:
-                        log_event("undecodable_record", topic=m.topic, partition=m.partition,
-                                  offset=m.offset, error=str(e))
-                        continue
-                    act.on_node(rec, time.time())
+                    act.take_node(m.value, time.time(), node_gate, topic=m.topic,
+                                  partition=m.partition, offset=m.offset)
 
         while await nodes_c.position(tp) < end:  # the registry as it is, before decisions
             await pump_nodes(cfg.poll_ms)
+        act.seed_drained(time.time())
         log_event("actuate_started", backend=backend.name, nodes=len(act.registry),
                   group=cfg.group, state_file=str(cfg.state_file),
                   replaying=len(journal.pending))
@@ -198,21 +369,13 @@ async def run(backend: Backend, cfg: ActuateConfig, stop: asyncio.Event | None =
             ups: list[NodeRecord] = []
             for msgs in batch.values():
                 for m in msgs:
-                    where = f"{m.topic}[{m.partition}]@{m.offset}"
-                    if not gate.admit_record(m.value, topic=m.topic, partition=m.partition,
-                                             offset=m.offset):
-                        continue  # unsigned or forged while a key is configured: refused
-                    try:
-                        dec = decode_decision(m.value)
-                    except DecodeError as e:
-                        log_event("undecodable_record", topic=m.topic,
-                                  partition=m.partition, offset=m.offset, error=str(e))
-                        continue
-                    ups.extend(act.on_decision(dec, time.time(), where))
+                    ups.extend(act.take_decision(m.value, time.time(), gate, topic=m.topic,
+                                                 partition=m.partition, offset=m.offset))
             if ups:
-                await write_records(cfg.bootstrap, ntopic, ups)
+                await write_records(cfg.bootstrap, ntopic, ups, signer=signer)
             now = time.time()
             act.tick(now)
+            act.check_release(now)
             await asyncio.to_thread(act.run_due, now)
             if batch and dec_c is not None:
                 await dec_c.commit()  # every action of these records is journaled

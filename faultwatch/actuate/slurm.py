@@ -8,11 +8,15 @@ from typing import Any
 
 from faultwatch.actuate.backend import ActuateError
 from faultwatch.actuate.plan import QUARANTINE, RELEASE, REQUEUE, Action
-from faultwatch.nodes.names import JOB_NAME_RE, SLURM_JOB_ID_RE, check, valid_node
+from faultwatch.nodes.names import SLURM_JOB_ID_RE, check, valid_job, valid_node
 
 REASON_PREFIX = "faultwatch "
 # job states in which the job no longer holds its nodes' allocation for this run
 PENDING_STATES = {"PENDING", "REQUEUED", "REQUEUE_FED", "REQUEUE_HOLD", "RESV_DEL_HOLD"}
+
+# scontrol's answers that a retry cannot change
+PERMANENT_ERRORS = ("Invalid node name", "Invalid job id", "Access/permission denied",
+                    "Invalid user id", "Invalid job id specified")
 
 Runner = Callable[..., "subprocess.CompletedProcess[str]"]
 
@@ -61,8 +65,9 @@ class SlurmBackend:
         except (OSError, subprocess.TimeoutExpired) as e:
             raise ActuateError(f"{argv[0]} failed to run: {e}") from None
         if r.returncode not in ok_codes:
-            raise ActuateError(f"{' '.join(argv)} exited {r.returncode}: "
-                               f"{(r.stderr or r.stdout).strip()[:300]}")
+            out = (r.stderr or r.stdout).strip()
+            raise ActuateError(f"{' '.join(argv)} exited {r.returncode}: {out[:300]}",
+                               permanent=any(p in out for p in PERMANENT_ERRORS))
         return str(r.stdout)
 
     def apply(self, action: Action) -> str:
@@ -94,9 +99,16 @@ class SlurmBackend:
             return [check("job_id", action.scheduler["job_id"], SLURM_JOB_ID_RE)]
         if not action.job:
             return []
-        name = check("job", action.job, JOB_NAME_RE)
-        out = self._call([self.squeue, "-h", "-t", "all", "-w", node, "-n", name, "-o", "%i"])
-        return [check("job_id", j.strip(), SLURM_JOB_ID_RE) for j in out.split() if j.strip()]
+        name = valid_job(action.job)
+        # --name takes a comma list: keep only the jobs whose whole name is ours
+        out = self._call([self.squeue, "-h", "-t", "all", "-w", node, f"--name={name}",
+                          "-o", "%i %j"])
+        ids = []
+        for row in out.splitlines():
+            jid, _, jname = row.strip().partition(" ")
+            if jid and jname == name:
+                ids.append(check("job_id", jid, SLURM_JOB_ID_RE))
+        return ids
 
     def _requeue(self, node: str, action: Action) -> str:
         ids = self.job_ids(node, action)

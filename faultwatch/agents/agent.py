@@ -51,6 +51,11 @@ def heartbeat_due(printed: bool, since_sent_s: float, flowing_s: float,
     return not printed or since_sent_s >= flowing_s
 
 
+# What the child never inherits: where the node and signing keys are, legacy HMAC secrets.
+SECRET_ENV = ("FAULTWATCH_NODE_KEY_FILE", "FAULTWATCH_SIGNING_KEY_FILE",
+              "FAULTWATCH_DECISION_KEY", "FAULTWATCH_DECISION_KEY_FILE")
+
+
 class Agent:
     """The supervisor of one command: the transport lives as long as it; attempts come and go.
 
@@ -77,6 +82,7 @@ class Agent:
                                        else cfg.env)
             self.extra_env.update(self.diagnoser.env)
         self.sdk: SdkServer | None = None
+        self.probes_seen: set[str] = set()  # diagnosis requests answered (agents/control.py)
         self.born_ts = time.time()
         self.lines_lost_mono = -float("inf")  # when the last gap (dropped lines) was reported
         # The job run's identity: stable across this agent's attempts (restarts do not make
@@ -166,7 +172,9 @@ class Agent:
 
     def exit_event(self, st: ExitStatus) -> None:
         c = self.cfg
-        ev = Exit(c.job, self.attempt, c.node, time.time(), st.exit_code, st.signal)
+        # signalled (SIGTERM/SIGINT/SIGHUP to the agent): an operator's stop, not a failure
+        ev = Exit(c.job, self.attempt, c.node, time.time(), st.exit_code, st.signal,
+                  stopped=bool(self.signals))
         self.transport.submit_lifecycle(wire.encode_exit(ev, self.run_id))
 
     # ---- signals -------------------------------------------------------------------------
@@ -180,6 +188,14 @@ class Agent:
         if self._kill_timer is None:
             self._kill_timer = asyncio.get_running_loop().call_later(
                 self.cfg.term_grace_s, self._escalate)
+
+    def pass_signal(self, sig: int) -> None:
+        """SIGUSR1/SIGUSR2: hand it to the child's group (Slurm's --signal warnings, a
+        framework's requeue hook); the agent itself neither stops nor dies by it."""
+        running = self.child is not None and self.child.returncode is None
+        self.log("signal", sig=signal.Signals(sig).name, forwarded=running, stopping=False)
+        if running and self.child is not None:
+            self.child.signal_group(sig)
 
     def _escalate(self) -> None:
         if self.child is not None and self.child.returncode is None:
@@ -195,6 +211,8 @@ class Agent:
     def child_env(self) -> dict[str, str]:
         c = self.cfg
         env = dict(os.environ if c.env is None else c.env)
+        for secret in SECRET_ENV:  # key files and secrets stay with the agent
+            env.pop(secret, None)
         env.update(FAULTWATCH_JOB=c.job, FAULTWATCH_NODE=c.node,
                    FAULTWATCH_ATTEMPT=str(self.attempt), **self.extra_env)
         return env

@@ -12,18 +12,24 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from faultwatch.agents.exitcodes import (  # noqa: F401 - re-exported
+    EXIT_ELSEWHERE,
+    EXIT_FAILED,
+    EXIT_NODES_TIMEOUT,
+    EXIT_RESTART,
+    EXIT_UNDECIDED,
+)
 from faultwatch.agents.identity import resolve_identity
 from faultwatch.errors import ConfigError
 
 DEFAULT_PREFIX = "faultwatch."
 
-# Exit codes of the agent itself (otherwise it exits with the child's code, 128+N for signals).
-# 138 (128+SIGUSR1) is the one code Kubeflow's isRetryableExitCode reserves for user-defined
-# retryable errors: "this node is bad, run me elsewhere" (see docs/schedulers.md#exit-codes).
-EXIT_BLACKLISTED = 138  # a blacklist decision named this node: reschedule elsewhere
-EXIT_NODES_TIMEOUT = 76  # --wait-for-nodes: the other agents did not come up in time
-EXIT_BOOTCHECK_FAILED = 138  # --bootcheck-abort: a boot check failed, the command never ran
-EXIT_FAILED_BY_DECISION = 78  # a fail decision stopped a child that had not failed itself
+# Exit codes of the agent itself: agents/exitcodes.py (the contract; the child's own code is
+# never passed through). The older names stay for callers.
+EXIT_BLACKLISTED = EXIT_ELSEWHERE  # a blacklist decision named this node: reschedule elsewhere
+EXIT_BOOTCHECK_FAILED = EXIT_ELSEWHERE  # --bootcheck-abort: a boot check failed, never ran
+EXIT_FAILED_BY_DECISION = EXIT_FAILED  # a fail decision
+ON_RESTART = ("relaunch", "exit")
 
 
 def _env_int(env: Mapping[str, str], name: str) -> int | None:
@@ -128,8 +134,18 @@ class AgentConfig:
     scheduler: dict[str, object] = field(default_factory=dict)
     labels: tuple[str, ...] = ()  # --label k=v, as given
     metrics_port: int | None = None  # serve Prometheus /metrics on this port
+    node_key_file: Path | None = None  # the node's Ed25519 key (else $FAULTWATCH_NODE_KEY_FILE)
+    metrics_address: str = "127.0.0.1"  # ... on this address (0.0.0.0: every interface)
+    # The exit contract (agents/exitcodes.py): where the verdict and the decisions go, and
+    # whether a restart decision relaunches the child here or exits EXIT_RESTART for the
+    # scheduler, a shell loop or torchrun to relaunch the agent.
+    verdict_out: Path | None = None
+    decisions_out: Path | None = None
+    on_restart: str = "relaunch"
 
     def __post_init__(self) -> None:
+        if self.on_restart not in ON_RESTART:
+            raise ConfigError("on_restart", f"must be one of {', '.join(ON_RESTART)}")
         check_name("job", self.job)
         check_name("node", self.node)
         if not self.run_id:  # built directly (not from the env): a generated identity
@@ -186,6 +202,10 @@ class AgentConfig:
         return f"{self.topic_prefix}decisions"
 
     @property
+    def control_topic(self) -> str:
+        return f"{self.topic_prefix}control"
+
+    @property
     def leaf(self) -> str:
         """This agent's name below job/node: rankN in rank mode, else `agent`."""
         if self.spool_leaf:
@@ -199,4 +219,4 @@ class AgentConfig:
 
 
 _NULLABLE = {"rank", "world_size", "nnodes", "compression", "env", "bootcheck_expect_gpus",
-             "spool_leaf"}
+             "spool_leaf", "verdict_out", "decisions_out"}

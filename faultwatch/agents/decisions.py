@@ -15,7 +15,12 @@ from faultwatch import wire
 from faultwatch.core.events import Decision
 from faultwatch.errors import DecodeError
 from faultwatch.kafka import clients
-from faultwatch.wire.signing import DecisionGate, load_keyring
+from faultwatch.quiet import Quiet
+from faultwatch.trust.decisions import decision_verifier
+from faultwatch.trust.replay import ReplayGuard, max_age_s, run_matches
+from faultwatch.wire.signing import DecisionGate
+
+QUIET_EVENTS = ("decision_refused", "decision_other_run", "undecodable_decision")
 
 Log = Callable[..., None]
 
@@ -51,10 +56,15 @@ def verdict(dec: Decision, node: str, attempt: int) -> str | None:
 
 
 def run_id_to_match(cfg: Any) -> str:
-    """The run id a decision must carry to concern this agent, or "" to take any: a
-    generated id is only this agent's (the job stage may fold it into another agent's run),
-    so only an id named by a flag or a scheduler is matched."""
-    return cfg.run_id if cfg.run_source not in ("", "generated") else ""
+    """The run id a decision must name to concern this agent: always this agent's own,
+    generated ids too (the job stage lists the generated ids it folded into one run in the
+    decision's `run_ids`), so a decision about another run of the job never acts here."""
+    return str(cfg.run_id)
+
+
+def replay_state_file(cfg: Any) -> Any:
+    """Where the agent keeps the ids of the decisions it acted on (beside its spool)."""
+    return cfg.spool_path / "decisions-seen.jsonl"
 
 
 class DecisionFollower:
@@ -74,16 +84,20 @@ class DecisionFollower:
     and skipped."""
 
     def __init__(self, bootstrap: str, topic: str, job: str, log: Log,
-                 consumer_factory: Callable[..., Any] | None = None, run_id: str = ""):
+                 consumer_factory: Callable[..., Any] | None = None, run_id: str = "",
+                 replay: ReplayGuard | None = None):
         self.bootstrap, self.topic, self.job = bootstrap, topic, job
-        self.run_id = run_id  # set: decisions about another run of the job are ignored
+        self.run_id = run_id  # decisions about another run of the job are refused
         self.key = wire.job_key(job)
         self.start_ts = time.time()
         self.ready = asyncio.Event()  # assigned and positioned (or the topic is absent)
         self.bad_records = 0
-        self._log = log
+        # refusals are counted, not a line each: this log is the training job's stderr
+        self._log = self.quiet = Quiet(log, QUIET_EVENTS)
         self._factory = consumer_factory
-        self.gate = DecisionGate(load_keyring(), log)  # refuses forged decisions with a key
+        self.gate = DecisionGate(decision_verifier(), self.quiet)  # refuses forged decisions
+        # the replay rule: once, this run, within the maximum age (docs/decisions.md)
+        self.replay = replay or ReplayGuard("decision", max_age_s(), log=log)
         self._seen: set[str] = set()
         self._pending: collections.deque[Decision] = collections.deque()
         self._arrived = asyncio.Event()
@@ -112,6 +126,7 @@ class DecisionFollower:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._task
+        self.quiet.flush()
 
     async def get(self, timeout: float | None = None) -> Decision | None:
         """The next new decision for the job, or None after timeout seconds (cancel-safe:
@@ -144,9 +159,17 @@ class DecisionFollower:
         if dec.job != self.job or dec.id in self._seen:
             return
         self._seen.add(dec.id)
-        other_run = getattr(dec, "run_id", "")
-        if self.run_id and other_run and other_run != self.run_id:
-            self._log("decision_other_run", id=dec.id, run_id=other_run, ours=self.run_id)
+        if self.run_id:
+            why = run_matches({self.run_id}, dec.run_id, dec.run_ids)
+            if why is not None:
+                self.replay.refuse_run(why)
+                self._log("decision_refused", reason=why, id=dec.id, run_id=dec.run_id,
+                          ours=self.run_id, action=dec.action)
+                return
+        why = self.replay.check(dec.id, dec.ts, time.time())
+        if why is not None:
+            self._log("decision_refused", reason=why, id=dec.id, action=dec.action,
+                      age_s=round(time.time() - dec.ts, 1), max_age_s=self.replay.max_age_s)
             return
         self._pending.append(dec)
         self._arrived.set()

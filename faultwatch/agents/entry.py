@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import signal
@@ -12,37 +13,81 @@ from faultwatch import wire
 from faultwatch.agents.agent import Agent
 from faultwatch.agents.agent_log import AgentLog
 from faultwatch.agents.config import AgentConfig
+from faultwatch.agents.control import answer_probes
+from faultwatch.agents.exitcodes import STOP_SIGNALS, Verdict, signal_name, write_verdict
 from faultwatch.agents.sdk_server import SdkServer
 from faultwatch.agents.supervisor import supervise_job
 from faultwatch.agents.transport import Transport
-from faultwatch.errors import ConfigError
+from faultwatch.errors import ConfigError, FaultwatchError
 
 
 async def run_agent(cfg: AgentConfig, transport: Transport | None = None,
                     component: str = "agent") -> int:
-    """Run cfg.cmd under the agent; returns its exit code (128+N when killed by signal N).
+    """Run cfg.cmd under the agent; returns the agent's exit code (agents/exitcodes.py: a
+    verdict, never the child's own code), after writing the verdict file and its line.
 
     transport None: Kafka (`faultwatch agent`); embedded mode passes a LocalTransport."""
 
     if not cfg.cmd:
         raise ConfigError("cmd", "no command to run")
     agent = Agent(cfg, transport, component)
+    try:
+        v = await _run(agent)
+    except FaultwatchError as e:  # faultwatch's own error: its code, and a verdict saying so
+        v = Verdict("error", e.exit_code, why=str(e)[:500], job=cfg.job, node=cfg.node,
+                    run_id=agent.run_id, attempt=agent.attempt)
+        _report(cfg, v, component)
+        raise
+    _report(cfg, v, component)
+    return v.exit_code
+
+
+def _report(cfg: AgentConfig, v: Verdict, component: str) -> None:
+    """The verdict as an event and one readable line on stderr (written directly: the tee of
+    the child's stderr is closed by now), and in --verdict-out."""
+    log = AgentLog(cfg.node, None, component)
+    log("verdict", verdict=v.verdict, exit_code=v.exit_code,
+        child_exit_code=v.child_exit_code, child_signal=signal_name(v.child_signal),
+        decision=(v.decision or {}).get("id"), attempt=v.attempt)
+    with contextlib.suppress(OSError):
+        os.write(2, (v.sentence(component) + "\n").encode("utf-8", "replace"))
+    if cfg.verdict_out is not None:
+        try:
+            write_verdict(cfg.verdict_out, v)
+        except OSError as e:  # the verdict stands; say the file could not be written
+            log("verdict_out_failed", path=cfg.verdict_out, error=str(e)[:300])
+
+
+async def _run(agent: Agent) -> Verdict:
+    cfg = agent.cfg
     loop = asyncio.get_running_loop()
-    sigs = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-    for s in sigs:
+    for s in STOP_SIGNALS:
         loop.add_signal_handler(s, agent.on_signal, s)
+    # SIGUSR1/2 (Slurm's --signal=USR1@T, Lightning's auto-requeue): passed on to the child,
+    # and never the agent's own death (128+SIGUSR1 is 138, "run me elsewhere").
+    passed = (signal.SIGUSR1, signal.SIGUSR2)
+    for s in passed:
+        loop.add_signal_handler(s, agent.pass_signal, s)
+    sigs = (*STOP_SIGNALS, *passed)
     agent.transport.start()
     if cfg.metrics_port:
         from faultwatch import metrics
 
         metrics.serve(cfg.metrics_port, metrics.agent_registry(
             agent.stats, lambda: agent.child is not None and agent.child.returncode is None,
-            {"job_name": cfg.job, "node": cfg.node}))
+            {"job_name": cfg.job, "node": cfg.node}), addr=cfg.metrics_address)
     await agent.transport.ready(cfg.decisions_ready_timeout_s)
     sdk = await _start_sdk(agent) if cfg.sdk else None
+    control = agent.transport.control
+    probes = asyncio.create_task(answer_probes(agent, control), name="faultwatch-control") \
+        if control is not None else None
     try:
         return await supervise_job(agent)
     finally:
+        if probes is not None:
+            probes.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await probes
         for s in sigs:
             loop.remove_signal_handler(s)
         if sdk is not None:

@@ -61,8 +61,12 @@ class Shipper:
     def __init__(self, bootstrap: str, topic: str, key: bytes, spool: Spool, log: Log,
                  compression: str | None = None, window: int = 256,
                  producer_factory: Callable[..., Any] | None = None,
-                 mem_max_bytes: int = 32 << 20, unspooled_max_bytes: int = 4 << 20):
+                 mem_max_bytes: int = 32 << 20, unspooled_max_bytes: int = 4 << 20,
+                 signer: Any = None):
         self.bootstrap, self.topic, self.key, self.spool = bootstrap, topic, key, spool
+        # trust.nodesig.NodeSigner: each record is signed with the node key as it is sent
+        # (on this delivery thread, never on the reading path)
+        self.signer = signer
         self.compression = compression or compression_choice()
         self.window = window
         self.stats = ShipperStats()
@@ -442,7 +446,9 @@ class Shipper:
         ok = True
         try:
             for rec in batch:
-                futs.append((rec, await p.send(self.topic, rec.value, key=rec.key)))
+                signed = {} if self.signer is None else \
+                    {"headers": self.signer.headers(rec.value)}
+                futs.append((rec, await p.send(self.topic, rec.value, key=rec.key, **signed)))
         except Exception as e:  # noqa: BLE001
             if self.broker_up:
                 self._log("send_error", error=repr(e))

@@ -146,8 +146,14 @@ class Spool:
         self._ack_persisted = -1
         self._ack_persist_at = 0.0
         try:
-            self.dir.mkdir(parents=True, exist_ok=True)
-            self._lock_fd = os.open(self.dir / "lock", os.O_RDWR | os.O_CREAT, 0o644)
+            # training logs can hold secrets: the spool is the agent user's alone
+            for d in reversed([self.dir, *self.dir.parents]):  # missing ones, 0700 each
+                if not d.exists():
+                    d.mkdir(mode=0o700, exist_ok=True)
+            with contextlib.suppress(OSError):  # made by an older agent: tighten it
+                if self.dir.stat().st_mode & 0o077:
+                    self.dir.chmod(0o700)
+            self._lock_fd = os.open(self.dir / "lock", os.O_RDWR | os.O_CREAT, 0o600)
         except OSError as e:
             raise SpoolError(f"cannot create spool dir {self.dir}: {e}") from e
         try:
@@ -157,7 +163,7 @@ class Spool:
             raise SpoolError(f"spool dir {self.dir} is in use by another agent") from None
         self.acked_upto = self._ack_persisted = self._read_watermark()
         with contextlib.suppress(OSError):  # without it, a restart resends acked records
-            self._ack_fd = os.open(self.dir / ACKED_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+            self._ack_fd = os.open(self.dir / ACKED_FILE, os.O_RDWR | os.O_CREAT, 0o600)
         self._load()
 
     # ---- state -------------------------------------------------------------------------
@@ -238,7 +244,7 @@ class Spool:
             self._close_active()
         path = self.dir / f"{self._next_id:016d}{_SUFFIX}"
         try:
-            self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+            self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         except OSError as e:
             raise SpoolError(f"cannot create spool segment {path}: {e}") from e
         seg = _Segment(path, self._next_id)

@@ -5,15 +5,30 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
+import signal
 import time
 from typing import TYPE_CHECKING
 
+import orjson
+
 from faultwatch.agents.child import ExitStatus
-from faultwatch.agents.config import EXIT_BLACKLISTED, EXIT_FAILED_BY_DECISION
-from faultwatch.agents.decisions import BLACKLISTED, FAIL, NOTIFY, RESTART, verdict
+from faultwatch.agents.control import answer_probe
+from faultwatch.agents.decisions import BLACKLISTED, NOTIFY, RESTART, verdict
+from faultwatch.agents.exitcodes import (
+    EXIT_ELSEWHERE,
+    EXIT_FAILED,
+    EXIT_NODES_TIMEOUT,
+    EXIT_RESTART,
+    EXIT_SUCCESS,
+    EXIT_UNDECIDED,
+    Verdict,
+    decision_summary,
+    signal_name,
+)
 from faultwatch.agents.transport import Decisions
-from faultwatch.core.diagnosis import DIAGNOSE_KIND
+from faultwatch.core.diagnosis import is_probe
 from faultwatch.core.events import Decision
+from faultwatch.wire import decision_to_dict
 
 if TYPE_CHECKING:
     from faultwatch.agents.agent import Agent
@@ -23,16 +38,30 @@ MAX_RESTART_DELAY_S = 600.0
 
 
 def _consider(agent: Agent, dec: Decision) -> Action | None:
-    """Log a decision; return (verdict, decision) when this node must act on it."""
+    """Log a decision; return (verdict, decision) when this node must act on it. A probe
+    on the decisions topic (an older processor's) is answered, never acted on."""
+    if is_probe(dec):
+        answer_probe(agent, dec, "decisions")
+        return None
     v = verdict(dec, agent.cfg.node, agent.attempt)
     agent.log("decision", id=dec.id, action=dec.action, attempt=dec.attempt,
               kind=dec.kind, verdict=v or "ignored")
-    if v == NOTIFY and dec.kind == DIAGNOSE_KIND and agent.diagnoser is not None \
-            and (not dec.nodes or agent.cfg.node in dec.nodes) and agent.child is not None:
-        agent.diagnoser.on_decision(dec.id, agent.child.pid)
+    _record(agent, dec)
     if v is None or v == NOTIFY:
         return None
     return v, dec
+
+
+def _record(agent: Agent, dec: Decision) -> None:
+    """--decisions-out: the job's decisions this agent read, one JSON line each."""
+    path = agent.cfg.decisions_out
+    if path is None:
+        return
+    try:
+        with open(path, "ab") as f:
+            f.write(orjson.dumps(decision_to_dict(dec)) + b"\n")
+    except OSError as e:
+        agent.log("decisions_out_failed", path=path, error=str(e)[:300])
 
 
 async def _watch_while_running(agent: Agent, run: asyncio.Task[ExitStatus],
@@ -110,29 +139,73 @@ async def _wait_not_before(agent: Agent, dec: Decision) -> bool:
     return not agent.stopping.is_set()
 
 
-async def supervise_job(agent: Agent) -> int:
-    """Run the child, relaunching it on restart decisions; the agent's exit code."""
+def _verdict(agent: Agent, name: str, code: int, st: ExitStatus | None, why: str = "",
+             dec: Decision | None = None, **kw: object) -> Verdict:
+    c = agent.cfg
+    return Verdict(name, code, why=why, child_exit_code=st.exit_code if st else None,
+                   child_signal=st.signal if st else None,
+                   decision=decision_summary(dec) if dec is not None else None, job=c.job,
+                   node=c.node, run_id=agent.run_id, attempt=agent.attempt, **kw)  # type: ignore[arg-type]
+
+
+def _interrupted(agent: Agent, st: ExitStatus | None, dec: Decision | None = None) -> Verdict:
+    sig = agent.signals[-1] if agent.signals else int(signal.SIGTERM)
+    return _verdict(agent, "interrupted", 128 + sig, st,
+                    f"the agent received {signal_name(sig)} and stopped its command", dec,
+                    agent_signal=sig)
+
+
+def _before_launch_verdict(agent: Agent, code: int) -> Verdict:
+    if code == EXIT_NODES_TIMEOUT:
+        return _verdict(agent, "nodes-timeout", code, None,
+                        "the job's other nodes did not come up within --wait-for-nodes-timeout-s")
+    if code == EXIT_ELSEWHERE:
+        return _verdict(agent, "elsewhere", code, None,
+                        "a boot check failed (--bootcheck-abort): this node is bad")
+    return _interrupted(agent, None)
+
+
+async def supervise_job(agent: Agent) -> Verdict:
+    """Run the child, relaunching it on restart decisions; the agent's verdict (its exit code
+    is the contract of agents/exitcodes.py: never the child's own code)."""
     from faultwatch.agents.prelaunch import before_launch
 
     follower = agent.transport.decisions
     while True:
         code = await before_launch(agent)
         if code is not None:
-            return code
+            return _before_launch_verdict(agent, code)
         st, act, stopped = await run_attempt(agent, follower)
+        if agent.stopping.is_set() and (act is not None or st.exit_code != 0):
+            # the agent was told to stop (scheduler, person): that is why the command ended,
+            # whatever was decided about the end it caused
+            agent.log("child_exit", exit_code=st.exit_code, signal=st.signal)
+            return _interrupted(agent, st, act[1] if act is not None else None)
         if act is None:
-            if st.exit_code != 0:
-                agent.log("child_exit", exit_code=st.exit_code, signal=st.signal)
-            return st.exit_code
+            if st.exit_code == 0:
+                return _verdict(agent, "success", EXIT_SUCCESS, st)
+            agent.log("child_exit", exit_code=st.exit_code, signal=st.signal)
+            why = (f"no decision arrived within {agent.cfg.decision_wait_s:g}s"
+                   if follower is not None else "this agent does not follow decisions")
+            return _verdict(agent, "undecided", EXIT_UNDECIDED, st, why)
         v, dec = act
-        if v == RESTART and await _wait_not_before(agent, dec):
+        if v == RESTART:
+            if not await _wait_not_before(agent, dec):
+                return _interrupted(agent, st, dec)
+            if agent.cfg.on_restart == "exit":
+                agent.log("restart_by_exit", decision=dec.id, next_attempt=agent.attempt + 1,
+                          exit_code=EXIT_RESTART)
+                return _verdict(agent, "restart", EXIT_RESTART, st,
+                                "relaunch this agent here with the next attempt", dec,
+                                next_attempt=agent.attempt + 1)
             agent.log("restart", decision=dec.id, next_attempt=agent.attempt + 1)
             agent.restart()
             continue
         if v == BLACKLISTED:
-            agent.log("blacklisted", decision=dec.id, exit_code=EXIT_BLACKLISTED)
-            return EXIT_BLACKLISTED
-        if v == FAIL and stopped:
-            agent.log("failed_by_decision", decision=dec.id)
-            return EXIT_FAILED_BY_DECISION
-        return st.exit_code or EXIT_FAILED_BY_DECISION
+            agent.log("blacklisted", decision=dec.id, exit_code=EXIT_ELSEWHERE)
+            return _verdict(agent, "elsewhere", EXIT_ELSEWHERE, st,
+                            "a blacklist decision named this node: run the job elsewhere", dec)
+        agent.log("failed_by_decision", decision=dec.id, stopped_child=stopped)
+        return _verdict(agent, "failed", EXIT_FAILED, st,
+                        "a fail decision: permanent" + (", the running command was stopped"
+                                                         if stopped else ""), dec)

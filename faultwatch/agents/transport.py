@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from faultwatch import wire
+from faultwatch.core.diagnosis import is_probe
 from faultwatch.core.events import Decision
 
 if TYPE_CHECKING:
@@ -33,6 +34,10 @@ class Transport(Protocol):
     def decisions(self) -> Decisions | None:
         """The job's decisions; None when the agent does not act on them."""
 
+    @property
+    def control(self) -> Decisions | None:
+        """The job's control requests (diagnosis probes, <prefix>control); None: none."""
+
     def start(self) -> None: ...
 
     async def ready(self, timeout_s: float) -> bool:
@@ -54,7 +59,11 @@ class KafkaTransport:
     """Cluster mode: the disk spool and Shipper out to <prefix>logs, the DecisionFollower in."""
 
     def __init__(self, cfg: AgentConfig, log: Log):
-        from faultwatch.agents.decisions import DecisionFollower, run_id_to_match
+        from faultwatch.agents.decisions import (
+            DecisionFollower,
+            replay_state_file,
+            run_id_to_match,
+        )
         from faultwatch.agents.shipper import Shipper
         from faultwatch.agents.spool import Spool
 
@@ -63,17 +72,35 @@ class KafkaTransport:
         if self.spool.stats.replayed or self.spool.stats.corrupt:
             log("spool_replay", records=self.spool.pending, corrupt=self.spool.stats.corrupt,
                 dir=cfg.spool_path)
+        from faultwatch.trust.keys import NODE_KEY_FILE_ENV, load_signing_key
+        from faultwatch.trust.nodesig import NodeSigner
+
+        # the node key: read once here, never passed to the child (agent.child_env)
+        key = load_signing_key(cfg.node_key_file, cfg.env, NODE_KEY_FILE_ENV)
+        if key is not None:
+            log("node_signing", node=cfg.node, key_id=key.key_id)
         self.shipper = Shipper(cfg.bootstrap, cfg.topic, wire.log_key(cfg.job, cfg.node),
-                               self.spool, log, compression=cfg.compression)
+                               self.spool, log, compression=cfg.compression,
+                               signer=NodeSigner(key) if key is not None else None)
         self.decisions: DecisionFollower | None = None
+        self.control: DecisionFollower | None = None
         if cfg.follow_decisions:
+            from faultwatch.trust.replay import ReplayGuard, max_age_s
+
+            cfg.spool_path.mkdir(parents=True, exist_ok=True)
+            replay = ReplayGuard("decision", max_age_s(), replay_state_file(cfg), log)
             self.decisions = DecisionFollower(cfg.bootstrap, cfg.decisions_topic, cfg.job, log,
-                                              run_id=run_id_to_match(cfg))
+                                              run_id=run_id_to_match(cfg), replay=replay)
+            # the probes come on their own topic (docs/decisions.md, "Control topic")
+            self.control = DecisionFollower(cfg.bootstrap, cfg.control_topic, cfg.job, log,
+                                            run_id=run_id_to_match(cfg))
 
     def start(self) -> None:
         self.shipper.start()
         if self.decisions is not None:  # before the first launch: no decision is missed
             self.decisions.start()
+        if self.control is not None:
+            self.control.start()
 
     async def ready(self, timeout_s: float) -> bool:
         if self.decisions is None:
@@ -97,8 +124,9 @@ class KafkaTransport:
                 "ack_lag_s": round(sh.ack_lag_s, 3), "broker_up": sh.broker_up}
 
     async def finish(self, timeout_s: float) -> None:
-        if self.decisions is not None:
-            await self.decisions.close()
+        for follower in (self.decisions, self.control):
+            if follower is not None:
+                await follower.close()
         if not await self.shipper.drain(timeout_s):
             self._log("flush_timeout", unsent_records=self.shipper.spool_depth(),
                       timeout_s=timeout_s, spool=self.cfg.spool_path)
@@ -148,9 +176,12 @@ class LocalTransport:
 
     def __init__(self, pipeline: Pipeline, job: str, publish: Callable[[Decision], None],
                  clock: Clock, tick_s: float = 0.5,
-                 on_tick: Callable[[], None] | None = None):
+                 on_tick: Callable[[], None] | None = None,
+                 publish_control: Callable[[Decision], None] | None = None):
         self.pipeline = pipeline
         self.decisions = LocalDecisions(job, publish)
+        # the probes: never published with the decisions (at most traced, --control-out)
+        self.control = LocalDecisions(job, publish_control or (lambda _d: None))
         self._clock = clock
         self._tick_s = tick_s
         self._on_tick = on_tick
@@ -169,13 +200,19 @@ class LocalTransport:
             await asyncio.sleep(self._tick_s)
             if self._on_tick is not None:
                 self._on_tick()
-            self.decisions.offer(self.pipeline.tick(self._clock()))
+            self._route(self.pipeline.tick(self._clock()))
+
+    def _route(self, decs: list[Decision]) -> None:
+        """Probes to the control channel, decisions to the decisions "topic"."""
+        if decs:
+            self.control.offer([d for d in decs if is_probe(d)])
+            self.decisions.offer([d for d in decs if not is_probe(d)])
 
     def submit(self, value: bytes, flags: int = 0, nlines: int = 0,
                key: bytes | None = None) -> object:
         self.records += 1
         self.lines += nlines
-        self.decisions.offer(self.pipeline.submit(key or b"", value, self._clock()))
+        self._route(self.pipeline.submit(key or b"", value, self._clock()))
         return None
 
     def submit_lifecycle(self, value: bytes, key: bytes | None = None) -> object:

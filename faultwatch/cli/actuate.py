@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from faultwatch.cli import options
+from faultwatch.errors import ConfigError
 
 BACKENDS = ("slurm", "kubernetes", "exec")
 
@@ -29,20 +30,31 @@ def build_backend(args: argparse.Namespace) -> Any:
 
 
 def cmd_actuate(args: argparse.Namespace) -> int:
+    from faultwatch.actuate.limits import ActuateLimits
     from faultwatch.actuate.runner import ActuateConfig, run
     from faultwatch.core.registry import RegistryPolicy
     from faultwatch.eventlog import set_component
+    from faultwatch.trust.replay import max_age_s
 
     set_component("actuate")
-    bootstrap = options.need_bootstrap(args)
-    backend = build_backend(args)
     state = Path(args.state_file or Path.home() / ".faultwatch" /
                  f"actuate-{args.backend}.jsonl")
+    if args.release_hold:
+        return release_hold(state)
+    bootstrap = options.need_bootstrap(args)
+    backend = build_backend(args)
+    try:
+        limits = ActuateLimits(max_drains_per_window=args.max_drains_per_window,
+                               window_s=args.drain_window_s,
+                               max_drained_share=args.max_drained_share)
+    except ValueError as e:
+        raise ConfigError("actuate", str(e)) from None
     cfg = ActuateConfig(bootstrap=bootstrap, prefix=args.topic_prefix, state_file=state,
                         group=args.group or f"{args.topic_prefix}actuate-{args.backend}",
                         write_registry=args.registry_writer,
-                        max_decision_age_s=args.max_decision_age_s,
-                        registry_policy=RegistryPolicy(quarantine_s=args.quarantine_s))
+                        max_decision_age_s=max_age_s(args.max_decision_age_s),
+                        registry_policy=RegistryPolicy(quarantine_s=args.quarantine_s),
+                        limits=limits, fleet_nodes=args.fleet_nodes)
 
     async def main() -> None:
         stop = asyncio.Event()
@@ -57,6 +69,22 @@ def cmd_actuate(args: argparse.Namespace) -> int:
         asyncio.run(main())
     except BROKER_ERRORS as e:  # the journal makes a restart (systemd, Deployment) safe
         raise broker_error(e, bootstrap, "actuating decisions") from None
+    return 0
+
+
+def release_hold(state: Path) -> int:
+    """Ask the actuator running with `state` to release its hold (it runs the held drains
+    within a poll interval, then counts afresh); prints what was held."""
+    from faultwatch.actuate.runner import hold_file, release_file
+
+    held = hold_file(state)
+    if not held.exists():
+        print(f"no hold: {held} does not exist (nothing is held by the actuator with "
+              f"--state-file {state})")
+        return 0
+    print(held.read_text().strip())
+    release_file(state).touch()
+    print(f"released: the actuator runs the held actions within a second ({release_file(state)})")
     return 0
 
 
@@ -78,8 +106,24 @@ def register(sub: Any) -> argparse.ArgumentParser:
                         "processor of this prefix makes, e.g. published by another tool)")
     p.add_argument("--quarantine-s", type=float, default=1800.0,
                    help="first quarantine of a node (doubles per repeat, capped at 7 days)")
-    p.add_argument("--max-decision-age-s", type=float, default=600.0,
-                   help="ignore decisions older than this (a first start on an old topic)")
+    g = p.add_argument_group("limits (Kubernetes' --node-eviction-rate and "
+                             "--unhealthy-zone-threshold are the anchor; see docs/operating.md)")
+    g.add_argument("--max-drains-per-window", type=int, default=5,
+                   help="drain/taint at most this many nodes per --drain-window-s (default 5)")
+    g.add_argument("--drain-window-s", type=float, default=600.0,
+                   help="the window of --max-drains-per-window (default 600)")
+    g.add_argument("--max-drained-share", type=float, default=0.1,
+                   help="never more than this share of the nodes on the registry drained "
+                        "at once, but always 3 nodes (default 0.1)")
+    g.add_argument("--fleet-nodes", type=int, default=0,
+                   help="nodes in the fleet, for --max-drained-share (default: the nodes on "
+                        "the registry, which lists only nodes that ever had a record)")
+    g.add_argument("--release-hold", action="store_true",
+                   help="release the hold of the actuator running with this --state-file "
+                        "(or --backend's default) and exit: the held drains run")
+    p.add_argument("--max-decision-age-s", type=float, default=None,
+                   help="refuse decisions older than this (default "
+                        "$FAULTWATCH_MAX_DECISION_AGE_S, else 600 s; the replay rule)")
     g = p.add_argument_group("slurm")
     g.add_argument("--scontrol", default="scontrol", help="scontrol executable")
     g.add_argument("--squeue", default="squeue", help="squeue executable")
@@ -99,5 +143,8 @@ def register(sub: Any) -> argparse.ArgumentParser:
     g.add_argument("--exec-quarantine", metavar="JSON")
     g.add_argument("--exec-release", metavar="JSON")
     g.add_argument("--exec-requeue", metavar="JSON")
+    g.add_argument("--exec-confirm", metavar="JSON",
+                   help="asked before a node is drained for a job: exit 0 if the scheduler "
+                        "runs {job} ({job_id}/{pod}) on {node}, 1 if not")
     p.set_defaults(func=cmd_actuate)
     return p

@@ -11,8 +11,10 @@ from typing import Any
 from faultwatch.agents.config import (
     EXIT_BLACKLISTED,
     EXIT_BOOTCHECK_FAILED,
-    EXIT_FAILED_BY_DECISION,
+    EXIT_FAILED,
     EXIT_NODES_TIMEOUT,
+    EXIT_RESTART,
+    EXIT_UNDECIDED,
     AgentConfig,
 )
 from faultwatch.cli import options
@@ -71,7 +73,17 @@ def config_from_args(args: argparse.Namespace) -> AgentConfig:
         wait_for_nodes_timeout_s=args.wait_for_nodes_timeout_s, bootcheck=args.bootcheck,
         bootcheck_abort=args.bootcheck_abort, run_id=getattr(args, "run_id", None),
         labels=tuple(getattr(args, "label", None) or ()),
-        metrics_port=getattr(args, "metrics_port", None), **bootcheck_kw(args))
+        metrics_port=getattr(args, "metrics_port", None),
+        verdict_out=_path(getattr(args, "verdict_out", None)),
+        decisions_out=_path(getattr(args, "decisions_out", None)),
+        on_restart=getattr(args, "on_restart", None) or "relaunch",
+        node_key_file=getattr(args, "node_key_file", None),
+        metrics_address=getattr(args, "metrics_address", None) or "127.0.0.1",
+        **bootcheck_kw(args))
+
+
+def _path(v: str | None) -> Path | None:
+    return Path(v) if v else None
 
 
 # ---- commands -----------------------------------------------------------------------------
@@ -123,12 +135,16 @@ subcommands (instead of -- CMD):
   faultwatch agent tail --job J [--node N] PATH...   ship existing log files
   faultwatch agent bootcheck --job J [...]           run the boot checks now, ship the result
 
-exit codes: the child's (128+N when a signal N killed it);
-  {EXIT_BLACKLISTED} a blacklist decision named this node;
+exit codes (never the command's own: that one is in the verdict line, --verdict-out
+and the decision; docs/cli.md#exit-codes):
+  0 the command succeeded;
+  {EXIT_RESTART} restart here (a restart decision with --on-restart exit);
+  {EXIT_BLACKLISTED} run me elsewhere: a blacklist decision named this node, or a boot check
+      failed with --bootcheck-abort;
+  {EXIT_FAILED} a fail decision: permanent;
+  {EXIT_UNDECIDED} the command failed and no decision arrived within --decision-wait-s;
   {EXIT_NODES_TIMEOUT} --wait-for-nodes timed out;
-  {EXIT_BOOTCHECK_FAILED} a boot check failed with --bootcheck-abort;
-  {EXIT_FAILED_BY_DECISION} a fail decision stopped a running child;
-  127 the command could not be started; 2 bad arguments (see docs/cli.md).
+  129/130/143 the agent itself got SIGHUP/SIGINT/SIGTERM; 1-6 faultwatch's own errors.
 """
 
 
@@ -191,15 +207,24 @@ def register(sub: Any) -> None:
     p.add_argument("--term-grace-s", type=float, default=10.0,
                    help="SIGTERM to SIGKILL escalation when stopping the child")
     p.add_argument("--max-line-bytes", type=int, default=65536)
+    p.add_argument("--node-key-file", type=Path, default=None,
+                   help="this node's Ed25519 key (`faultwatch keys generate --node NODE`): "
+                        "signs what the agent sends, so no other node can speak for this one "
+                        "(default $FAULTWATCH_NODE_KEY_FILE; never passed to the child)")
     p.add_argument("--follow-decisions", action=argparse.BooleanOptionalAction,
                    default=None,
                    help="act on <prefix>decisions for the job: restart the child on `restart`, "
-                        f"exit {EXIT_BLACKLISTED} on `blacklist` naming this node, stop on "
-                        "`fail`; after a failure wait --decision-wait-s for the decision "
+                        f"exit {EXIT_BLACKLISTED} on `blacklist` naming this node, stop and exit "
+                        f"{EXIT_FAILED} on `fail`; after a failure wait --decision-wait-s for "
+                        "the decision; answer the probes of <prefix>control "
                         "(default: $FAULTWATCH_FOLLOW_DECISIONS if set, else on in node mode "
                         "and off in rank mode, where torchrun or the scheduler restarts ranks)")
     p.add_argument("--decision-wait-s", type=float, default=60.0,
-                   help="after the child failed, how long to wait for the job's decision")
+                   help="after the child failed, how long to wait for the job's decision "
+                        f"(none: exit {EXIT_UNDECIDED})")
+    p.add_argument("--decisions-out", metavar="FILE",
+                   help="append the job's decisions this agent reads as JSON lines")
+    options.add_verdict(p)
     p.add_argument("--sdk", action=argparse.BooleanOptionalAction, default=True,
                    help="open a Unix socket for the training SDK ($FAULTWATCH_SDK_SOCKET in "
                         "the child's env) and ship its messages as notes")
@@ -213,8 +238,7 @@ def register(sub: Any) -> None:
     p.add_argument("--bootcheck-abort", action="store_true",
                    help=f"a failed boot check aborts the launch (exit {EXIT_BOOTCHECK_FAILED})")
     _add_bootcheck_flags(p)
-    p.add_argument("--metrics-port", type=int, default=None,
-                   help="serve Prometheus metrics on http://0.0.0.0:PORT/metrics")
+    options.add_metrics(p)
     p.add_argument("--flush", action="store_true",
                    help="no command: deliver what an earlier agent left in the spool, exit")
     p.set_defaults(func=cmd_agent)

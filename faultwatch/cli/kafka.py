@@ -1,4 +1,5 @@
-"""`faultwatch kafka up|down|status|fetch`: a local single-node Kafka broker without Docker."""
+"""`faultwatch kafka up|down|status|acls|fetch`: a local single-node Kafka broker without Docker
+(`up --secure`: SASL_SSL and ACLs), and the role ACLs of a prefix."""
 
 from __future__ import annotations
 
@@ -18,6 +19,10 @@ def _broker_errors(exc: OSError) -> BrokerError:
 def cmd_kafka_up(args: argparse.Namespace) -> int:
     from faultwatch.kafka import broker as kafka_local
 
+    if args.secure:
+        from faultwatch.kafka.cli import cmd_up_secure
+
+        return cmd_up_secure(args)
     try:
         print(kafka_local.up(args.port, args.data_dir, args.controller_port), flush=True)
     except OSError as e:
@@ -54,6 +59,12 @@ def cmd_kafka_status(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_kafka_acls(args: argparse.Namespace) -> int:
+    from faultwatch.kafka.cli import cmd_acls
+
+    return cmd_acls(args, options.need_bootstrap)
+
+
 def cmd_kafka_fetch(args: argparse.Namespace) -> int:
     from faultwatch.kafka import broker as kafka_local
 
@@ -81,6 +92,18 @@ def register(sub: Any) -> None:
                        help="broker data directory (default ~/.cache/faultwatch/broker-PORT)")
     start.add_argument("--controller-port", type=int, default=None,
                        help="KRaft controller port (default: previous one, else a free one)")
+    start.add_argument("--secure", action="store_true",
+                       help="no unauthenticated listener: SASL_SSL (SCRAM-SHA-512) on --port, "
+                            "ACLs, one principal per role; writes DATA_DIR/clients/<role>.yaml")
+    start.add_argument("--partitions", type=int, default=None,
+                       help="with --secure: partitions of the topics it creates")
+    from faultwatch.kafka.cli import add_acls_flags, add_scope_flags
+
+    add_scope_flags(start, prefix=True)
+    acl = actions.add_parser("acls", help="print (--apply: create) the role ACLs of a prefix")
+    options.add_kafka(acl)
+    add_acls_flags(acl)
+    acl.set_defaults(func=cmd_kafka_acls)
     options.add_json(show, "print JSON")
     fetch = actions.add_parser("fetch", help="resolve the broker jars from Maven Central (once)")
     start.set_defaults(func=cmd_kafka_up)

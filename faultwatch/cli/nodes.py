@@ -6,6 +6,7 @@ import argparse
 import os
 import re
 import uuid
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -56,10 +57,14 @@ def cmd_nodes(args: argparse.Namespace) -> int:
 def _change(args: argparse.Namespace, make: Any) -> int:
     from faultwatch.eventlog import log_event
     from faultwatch.nodes.manual import change_node
+    from faultwatch.trust.keys import load_signing_key
+    from faultwatch.trust.records import NODE_RECORD, signer_for
 
     node = valid_node(args.node)
     bootstrap, topic = _topic(args)
-    rec = change_node(bootstrap, topic, node, make)
+    # an operator's record: signed with $FAULTWATCH_SIGNING_KEY_FILE / --signing-key-file
+    signer = signer_for(NODE_RECORD, load_signing_key(getattr(args, "signing_key_file", None)))
+    rec = change_node(bootstrap, topic, node, make, signer=signer)
     log_event(f"node_{args.nodes_command}", node=node, state=rec.state, until=rec.until,
               strikes=rec.strikes, decision=rec.reasons[-1].decision)
     print(orjson.dumps(node_json(rec)).decode())
@@ -68,6 +73,11 @@ def _change(args: argparse.Namespace, make: Any) -> int:
 
 def cmd_quarantine(args: argparse.Namespace) -> int:
     duration = parse_duration_s(args.duration)
+    cap = RegistryPolicy().max_quarantine_s
+    if duration > cap and not args.force:
+        raise ConfigError("--for", f"{args.duration} is longer than the longest automatic "
+                                   f"quarantine ({cap / 86400:g} days); pass --force to "
+                                   "quarantine this long anyway")
     who = os.environ.get("USER", "")
 
     def make(rec: NodeRecord | None, node: str, now: float) -> NodeRecord:
@@ -89,6 +99,14 @@ def cmd_release(args: argparse.Namespace) -> int:
     return _change(args, make)
 
 
+def _signing_key_flag(p: argparse.ArgumentParser, sub: bool = False) -> None:
+    """--signing-key-file; on a subcommand it defaults to SUPPRESS (like options.add_kafka)."""
+    p.add_argument("--signing-key-file", type=Path,
+                   default=argparse.SUPPRESS if sub else None,
+                   help="operator's Ed25519 key that signs the record (default "
+                        "$FAULTWATCH_SIGNING_KEY_FILE; see `faultwatch keys`)")
+
+
 def register(sub: Any) -> argparse.ArgumentParser:
     """Add `nodes` (list, quarantine, release) to the top-level CLI's subparsers."""
     p: argparse.ArgumentParser = sub.add_parser(
@@ -96,18 +114,23 @@ def register(sub: Any) -> argparse.ArgumentParser:
         description="List the node registry (<prefix>nodes), or quarantine/release a node. "
                     "See docs/schedulers.md.")
     options.add_kafka(p)
+    _signing_key_flag(p)
     options.add_json(p, "one JSON object per node: node, state, until, strikes, reasons")
     p.set_defaults(func=cmd_nodes, nodes_command="list")
     nsub = options.subcommands(p, "nodes_command", metavar="SUBCOMMAND")
     q = nsub.add_parser("quarantine", help="quarantine NODE for a while (actuators drain it)")
     options.add_kafka(q, sub=True)
+    _signing_key_flag(q, sub=True)
     q.add_argument("node")
     q.add_argument("--for", dest="duration", required=True, metavar="DURATION",
                    help="how long: 90s, 30m, 2h, 1d")
     q.add_argument("--reason", required=True, help="why (kept in the node's history)")
+    q.add_argument("--force", action="store_true",
+                   help="allow a --for longer than the automatic cap (7 days)")
     q.set_defaults(func=cmd_quarantine)
     r = nsub.add_parser("release", help="release NODE now (actuators resume it)")
     options.add_kafka(r, sub=True)
+    _signing_key_flag(r, sub=True)
     r.add_argument("node")
     r.add_argument("--reason", default="released by hand", help="why (kept in the history)")
     r.add_argument("--forget", action="store_true",

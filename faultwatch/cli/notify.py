@@ -18,13 +18,28 @@ if TYPE_CHECKING:  # the sender (urllib, email) is imported when notify runs, no
     from faultwatch.notify.service import NotifierConfig
 
 SECRET_ENV = "FAULTWATCH_WEBHOOK_SECRET"
+WEBHOOKS_ENV = "FAULTWATCH_WEBHOOKS"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The notify-specific flags."""
-    p.add_argument("--webhook", action="append", required=True, metavar="[FORMAT=]URL",
+    p.add_argument("--webhook", action="append", default=[], metavar="[FORMAT=]URL",
                    help="where to post; FORMAT is json (default), slack, feishu or dingtalk; "
-                        "repeat for several receivers")
+                        "repeat for several receivers. Visible in `ps`: prefer "
+                        f"--webhook-file or ${WEBHOOKS_ENV} for URLs that hold a token")
+    p.add_argument("--webhook-file", type=Path, action="append", default=[],
+                   help="a file of webhooks, one [FORMAT=]URL per line (# comments); "
+                        f"also read: ${WEBHOOKS_ENV} (whitespace-separated)")
+    p.add_argument("--max-posts-per-min", type=float, default=20.0,
+                   help="posts per minute to one webhook; beyond it decisions go into a "
+                        "digest (default 20)")
+    p.add_argument("--max-posts-per-min-total", type=float, default=60.0,
+                   help="posts per minute to all webhooks together (default 60)")
+    p.add_argument("--digest-interval-s", type=float, default=60.0,
+                   help="a webhook's digest of held-back decisions is sent this long after "
+                        "the first one (default 60)")
+    p.add_argument("--min-post-gap-s", type=float, default=1.0,
+                   help="posts to one webhook at least this far apart (Slack: ~1 s)")
     p.add_argument("--webhook-secret-file", type=Path, default=None,
                    help=f"signing secret of Feishu/DingTalk bots (default ${SECRET_ENV})")
     p.add_argument("--group-by", default="job,kind",
@@ -45,9 +60,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="consumer group (one notifier group sends each decision once)")
     p.add_argument("--from-beginning", action="store_true",
                    help="a new consumer group starts at the oldest decision, not the newest")
+    p.add_argument("--max-decision-age-s", type=float, default=None,
+                   help="refuse decisions older than this (default "
+                        "$FAULTWATCH_MAX_DECISION_AGE_S, else 600 s; the replay rule)")
+    p.add_argument("--replay-state", type=Path, default=None,
+                   help="file of the decision ids already taken, so a restarted notifier "
+                        "still refuses a replay (default ~/.faultwatch/notify-<group>.seen)")
 
 
 def config_of(args: argparse.Namespace, bootstrap: str, topic: str) -> NotifierConfig:
+    from faultwatch.notify.limit import RateLimits
     from faultwatch.notify.sender import Receiver, RetryPolicy
     from faultwatch.notify.service import NotifierConfig
 
@@ -65,22 +87,50 @@ def config_of(args: argparse.Namespace, bootstrap: str, topic: str) -> NotifierC
             group_wait_s=args.group_wait_s, group_interval_s=args.group_interval_s,
             repeat_interval_s=args.repeat_interval_s, resolve_timeout_s=args.resolve_timeout_s)
         retry = RetryPolicy(attempts=max(1, args.retries), base_s=args.retry_base_s)
+        limits = RateLimits(per_webhook_per_min=args.max_posts_per_min,
+                            total_per_min=args.max_posts_per_min_total,
+                            digest_interval_s=args.digest_interval_s,
+                            min_gap_s=args.min_post_gap_s)
     except ValueError as e:
         raise ConfigError("notify", str(e)) from e
-    receivers = tuple(Receiver.parse(spec, secret) for spec in args.webhook)
+    receivers = tuple(Receiver.parse(spec, secret) for spec in webhook_specs(args))
+    if not receivers:
+        raise ConfigError("--webhook", f"no webhook: give --webhook, --webhook-file or "
+                                       f"${WEBHOOKS_ENV}")
+    from faultwatch.trust.replay import max_age_s
+
+    state = args.replay_state or Path.home() / ".faultwatch" / f"notify-{args.group_id}.seen"
+    state.parent.mkdir(parents=True, exist_ok=True)
     return NotifierConfig(bootstrap=bootstrap, topic=topic, receivers=receivers,
                           group_id=args.group_id, policy=policy, retry=retry,
-                          from_beginning=args.from_beginning)
+                          from_beginning=args.from_beginning,
+                          max_decision_age_s=max_age_s(args.max_decision_age_s),
+                          replay_state=state, limits=limits)
+
+
+def webhook_specs(args: argparse.Namespace) -> list[str]:
+    """Webhooks from flags, files and the environment, in that order."""
+    specs = list(args.webhook)
+    for path in args.webhook_file:
+        try:
+            text = path.read_text()
+        except OSError as e:
+            raise ConfigError(str(path), f"cannot read: {e.strerror}") from e
+        specs += [ln.strip() for ln in text.splitlines()
+                  if ln.strip() and not ln.strip().startswith("#")]
+    specs += os.environ.get(WEBHOOKS_ENV, "").split()
+    return specs
 
 
 def run(cfg: NotifierConfig) -> int:
     """Run the notifier until SIGTERM/SIGINT."""
     from faultwatch.eventlog import log_event, set_component
     from faultwatch.notify.service import Notifier
-    from faultwatch.wire.signing import DecisionGate, load_keyring
+    from faultwatch.trust.decisions import decision_verifier
+    from faultwatch.wire.signing import DecisionGate
 
     set_component("notify")
-    gate = DecisionGate(load_keyring(), log_event)
+    gate = DecisionGate(decision_verifier(), log_event)
 
     async def main() -> None:
         stop = asyncio.Event()

@@ -150,3 +150,30 @@ def policy_overrides(args: argparse.Namespace) -> dict[str, Any]:
     """The policy keys the flags gave (add_policy)."""
     names = [n for n, _, _ in POLICY_FLAGS] + list(POLICY_SWITCHES)
     return {n: getattr(args, n) for n in names if getattr(args, n, None) is not None}
+
+
+# ---- the exit contract (run, agent) -------------------------------------------------------
+
+def add_verdict(p: argparse.ArgumentParser) -> None:
+    """The exit contract's flags, the same on `run` and `agent` (docs/cli.md#exit-codes)."""
+    from faultwatch.agents.config import EXIT_RESTART, ON_RESTART
+
+    p.add_argument("--verdict-out", metavar="FILE",
+                   help="write the verdict as JSON at exit: verdict, exit code, the command's "
+                        "own code and signal, the decision, run id, attempt")
+    p.add_argument("--on-restart", choices=ON_RESTART, default="relaunch",
+                   help="a restart decision: relaunch the command here (default), or exit "
+                        f"{EXIT_RESTART} so a scheduler, a shell loop or torchrun relaunches "
+                        "this agent with the next attempt")
+
+
+# ---- metrics (agent, process) -------------------------------------------------------------
+
+def add_metrics(p: argparse.ArgumentParser) -> None:
+    """--metrics-port and --metrics-address: where Prometheus reads /metrics."""
+    p.add_argument("--metrics-port", type=int, default=None,
+                   help="serve Prometheus metrics on http://ADDRESS:PORT/metrics")
+    p.add_argument("--metrics-address", default="127.0.0.1",
+                   help="address /metrics listens on (default 127.0.0.1; 0.0.0.0 or :: for "
+                        "every interface); reads time out after 5 s, at most 16 "
+                        "connections at once")

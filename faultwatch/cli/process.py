@@ -19,20 +19,21 @@ def require_extra(extra: str, command: str, module: str) -> None:
 
 def cmd_process(args: argparse.Namespace) -> int:
     require_extra("processor", "process", "faust")  # the node side installs without Faust
-    from faultwatch.core.policy import policy_for
     from faultwatch.eventlog import set_component
-    from faultwatch.rules import load_ruleset
+    from faultwatch.rules import layers
     from faultwatch.streams.faust_app import ProcessorConfig
     from faultwatch.streams.worker import run_worker
 
     set_component("process")
-    ruleset = load_ruleset(args.rules or ())
     overrides = options.policy_overrides(args)
-    cfg = ProcessorConfig(bootstrap=options.need_bootstrap(args), ruleset=ruleset,
-                          policy=policy_for(ruleset.policy, overrides),
+    rules = layers.load(args.rules or (), flags=overrides)
+    cfg = ProcessorConfig(bootstrap=options.need_bootstrap(args), ruleset=rules.ruleset,
+                          policy=rules.policy, rules=rules,
                           topics=options.topics(args), partitions=args.partitions,
                           app_id=args.app_id or "", policy_overrides=overrides,
-                          metrics_port=args.metrics_port)
+                          metrics_port=args.metrics_port,
+                          metrics_address=args.metrics_address,
+                          probes_on_decisions=args.probes_on_decisions)
     run_worker(cfg, stop_timeout_s=args.stop_timeout_s, loglevel=args.loglevel)
     return 0
 
@@ -48,7 +49,9 @@ def register(sub: Any) -> None:
     p.add_argument("--loglevel", default="warning", help="Faust worker log level")
     p.add_argument("--stop-timeout-s", type=float, default=10.0,
                    help="on SIGTERM/SIGINT, flush and exit within this long (seconds)")
-    p.add_argument("--metrics-port", type=int, default=None,
-                   help="serve Prometheus metrics on http://0.0.0.0:PORT/metrics")
+    options.add_metrics(p)
+    p.add_argument("--probes-on-decisions", action="store_true",
+                   help="upgrade aid: also publish the diagnosis probes on <prefix>decisions, "
+                        "for agents older than <prefix>control (docs/decisions.md)")
     options.add_policy(p)
     p.set_defaults(func=cmd_process)

@@ -12,15 +12,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
+from faultwatch.agents.config import EXIT_UNDECIDED
 from faultwatch.cli import options
-from faultwatch.errors import UsageError
+from faultwatch.errors import ConfigError, UsageError
 from faultwatch.eventlog import log_event
 
 if TYPE_CHECKING:  # the wiring's imports are made when `run` runs: every command builds the tree
     from faultwatch.agents.config import AgentConfig
     from faultwatch.agents.transport import LocalTransport
     from faultwatch.core.events import Decision
-    from faultwatch.rules import RuleSet
+    from faultwatch.rules import layers
 
 HEARTBEAT_S = 0.5  # in-process heartbeats and ticks are cheap; they bound hang latency
 
@@ -39,48 +40,75 @@ class EmbeddedConfig:
     decision_wait_s: float = 60.0
     sdk: bool = True
     reload_rules: bool = True
+    verdict_out: Path | None = None
+    on_restart: str = "relaunch"
+    control_out: Path | None = None  # the in-process control channel (probes), as JSON lines
+    attempt: int = 0  # a relauncher's attempt ($FAULTWATCH_ATTEMPT: a shell loop, --on-restart)
 
 
 class _Rules:
-    """The rule files behind embedded mode: re-read when one of them changes; an invalid
-    edit is refused (the last good set stays in effect), a valid one goes to `apply`."""
+    """The rule files behind embedded mode: the layers built-in + files (+ flags), built by
+    rules.layers like a processor's, re-built when one of the files changes; an invalid
+    edit is refused (the last good set stays in effect), a valid one goes to `apply`.
 
-    def __init__(self, paths: Sequence[str], apply: Callable[[RuleSet], None]) -> None:
+    The files are stat'ed BEFORE they are read: an edit made while the set is read and
+    compiled (seconds at start) differs from that stat and is applied at the first tick
+    (stat'ing after the compile lost such edits)."""
+
+    def __init__(self, paths: Sequence[str], flags: dict[str, Any]) -> None:
         self.paths = list(paths)
-        self._apply = apply
-        self._mtimes = self._stat()
+        self.flags = dict(flags)
+        from faultwatch.rules import layers
 
-    def _stat(self) -> tuple[float, ...]:
-        return tuple(Path(p).stat().st_mtime if Path(p).exists() else 0.0 for p in self.paths)
+        self.apply: Callable[[layers.RulesInForce], object] = lambda rules: None
+        self._stats = self._stat()  # before the read: see the class docstring
+        self.rules = layers.load(self.paths, flags=self.flags)
+
+    def _stat(self) -> tuple[tuple[int, int, int], ...]:
+        out = []
+        for p in self.paths:
+            try:
+                st = Path(p).stat()
+                out.append((st.st_mtime_ns, st.st_size, st.st_ino))
+            except OSError:
+                out.append((0, 0, 0))
+        return tuple(out)
 
     def maybe_reload(self) -> None:
-        mtimes = self._stat()
-        if mtimes == self._mtimes:
+        stats = self._stat()
+        if stats == self._stats:
             return
-        self._mtimes = mtimes
-        from faultwatch.rules import load_ruleset
+        self._stats = stats
+        from faultwatch.rules import layers
 
-        try:
-            rs = load_ruleset(self.paths)
-        except Exception as e:  # noqa: BLE001 - keep the last good rule set, say why
-            log_event("rules_reload_rejected", errors=str(e).replace("\n", " | "))
+        rules, problems = layers.build([layers.builtin_layer(), layers.files_layer(self.paths)],
+                                       self.flags)
+        if rules is None:  # keep the last good rule set, say why
+            log_event("rules_reload_rejected", kept=self.rules.version, count=len(problems),
+                      errors=" | ".join(str(p) for p in problems))
             return
-        self._apply(rs)
-        log_event("rules_reloaded", version=rs.version)
+        if rules.version == self.rules.version:
+            return  # touched or rewritten alike: nothing changes
+        previous = self.rules.version
+        self.apply(rules)
+        self.rules = rules
+        log_event("rules_reloaded", version=rules.version, previous=previous,
+                  files=",".join(self.paths))
 
 
 def publisher(out: TextIO, decisions_out: Path | None) -> Callable[[Decision], None]:
-    """Embedded mode's decisions "topic": printed for a person (not the `diagnose` probes
-    the processor sends the agent during a silence: they are machinery, not news), appended
-    as JSON lines."""
+    """Embedded mode's decisions "topic": printed for a person, appended as JSON lines. The
+    `diagnose` probes never come here: the LocalTransport routes them to its control channel,
+    as the processor puts them on <prefix>control (they are machinery, not news); a hang's
+    decision says which probes were sent and what they found."""
     import orjson
 
-    from faultwatch.core.diagnosis import DIAGNOSE_KIND
+    from faultwatch.core.diagnosis import is_probe
     from faultwatch.readers.render import render_decision
     from faultwatch.wire import decision_to_dict
 
     def publish(d: Decision) -> None:
-        if not (d.action == "notify" and d.kind == DIAGNOSE_KIND):
+        if not is_probe(d):  # only when a caller publishes a probe itself
             print(render_decision(d), file=out, flush=True)
         if decisions_out is not None:
             with open(decisions_out, "ab") as f:
@@ -92,23 +120,33 @@ def transport_for(cfg: EmbeddedConfig, out: TextIO = sys.stderr) -> LocalTranspo
     """The processor's stages in-process (streams.local.LocalPipeline) behind a
     LocalTransport; changed rule files swap the pipeline's rules as a rules push does."""
     from faultwatch.agents.transport import LocalTransport
-    from faultwatch.core.policy import policy_for
-    from faultwatch.rules import Matcher, load_ruleset
+    from faultwatch.rules import Matcher
     from faultwatch.streams.local import LocalPipeline
 
-    ruleset = load_ruleset(cfg.rule_paths)
-    pipeline = LocalPipeline(ruleset, policy_for(ruleset.policy, cfg.policy_overrides))
-
-    def apply(rs: RuleSet) -> None:
-        live = pipeline.live
-        live.matcher = Matcher(rs)
-        live.policy = policy_for(rs.policy, cfg.policy_overrides)
-        live.rules_version = rs.version
-
-    rules = _Rules(cfg.rule_paths, apply)
+    rules = _Rules(cfg.rule_paths, cfg.policy_overrides)
+    pipeline = LocalPipeline(rules.rules.ruleset, rules.rules.policy)
+    pipeline.live.rules = rules.rules
+    rules.apply = lambda new: pipeline.live.swap(new, Matcher(new.ruleset))
+    log_event("rules_loaded", version=rules.rules.version, rules=len(rules.rules.ruleset.rules),
+              source=rules.rules.source, layers="+".join(la.name for la in rules.rules.layers),
+              files=",".join(cfg.rule_paths) or None)
     return LocalTransport(pipeline, cfg.job, publisher(out, cfg.decisions_out), time.time,
                           tick_s=HEARTBEAT_S,
-                          on_tick=rules.maybe_reload if cfg.reload_rules else None)
+                          on_tick=rules.maybe_reload if cfg.reload_rules else None,
+                          publish_control=_appender(cfg.control_out))
+
+
+def _appender(path: Path | None) -> Callable[[Decision], None] | None:
+    if path is None:
+        return None
+    import orjson
+
+    from faultwatch.wire import decision_to_dict
+
+    def append(d: Decision) -> None:
+        with open(path, "ab") as f:
+            f.write(orjson.dumps(decision_to_dict(d)) + b"\n")
+    return append
 
 
 def agent_config(cfg: EmbeddedConfig) -> AgentConfig:
@@ -119,7 +157,9 @@ def agent_config(cfg: EmbeddedConfig) -> AgentConfig:
                        spool_dir=Path(tempfile.gettempdir()), heartbeat_s=HEARTBEAT_S,
                        heartbeat_flowing_s=HEARTBEAT_S,  # in process: no record to save
                        term_grace_s=cfg.term_grace_s, follow_decisions=True,
-                       decision_wait_s=cfg.decision_wait_s, sdk=cfg.sdk)
+                       decision_wait_s=cfg.decision_wait_s, sdk=cfg.sdk,
+                       verdict_out=cfg.verdict_out, on_restart=cfg.on_restart,
+                       attempt=cfg.attempt)
 
 
 def run_embedded(cfg: EmbeddedConfig) -> int:
@@ -146,8 +186,24 @@ def cmd_run(args: argparse.Namespace) -> int:
     cfg = EmbeddedConfig(cmd=wrapped_command(args), rule_paths=tuple(args.rules or ()),
                          policy_overrides=options.policy_overrides(args),
                          decisions_out=Path(args.decisions_out) if args.decisions_out else None,
-                         job=args.job, term_grace_s=args.term_grace_s)
+                         job=args.job, term_grace_s=args.term_grace_s,
+                         decision_wait_s=args.decision_wait_s,
+                         verdict_out=Path(args.verdict_out) if args.verdict_out else None,
+                         on_restart=args.on_restart,
+                         control_out=Path(args.control_out) if args.control_out else None,
+                         attempt=_run_attempt())
     return run_embedded(cfg)
+
+
+def _run_attempt() -> int:
+    """`run`'s first attempt: $FAULTWATCH_ATTEMPT (a relauncher's count), else 0."""
+    import os
+
+    v = os.environ.get("FAULTWATCH_ATTEMPT", "").strip()
+    try:
+        return int(v) if v else 0
+    except ValueError:
+        raise ConfigError("FAULTWATCH_ATTEMPT", f"not an integer: {v!r}") from None
 
 
 def register(sub: Any) -> None:
@@ -156,8 +212,14 @@ def register(sub: Any) -> None:
     p.hint = "the training command goes after --: faultwatch run [options] -- CMD [ARGS...]"
     options.add_rules(p)
     p.add_argument("--decisions-out", metavar="FILE", help="append decisions as JSON lines")
+    p.add_argument("--control-out", metavar="FILE",
+                   help="append the control requests (diagnosis probes) as JSON lines")
     p.add_argument("--job", default="local", help="job name used in decisions")
     p.add_argument("--term-grace-s", type=float, default=10.0,
                    help="SIGTERM -> SIGKILL grace when stopping the command")
+    p.add_argument("--decision-wait-s", type=float, default=60.0,
+                   help="after the command failed, how long to wait for the decision "
+                        f"(none: exit {EXIT_UNDECIDED})")
+    options.add_verdict(p)
     options.add_policy(p)
     p.set_defaults(func=cmd_run)

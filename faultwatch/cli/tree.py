@@ -1,7 +1,7 @@
 """The one argparse tree of every `faultwatch` command and its one error handler.
 
 Each command group registers itself from its own module (run, agent, process, read, status,
-diagnose, rules, kafka, nodes, actuate, notify); their shared options come from options.py.
+diagnose, rules, kafka, nodes, actuate, notify, keys); their shared options come from options.py.
 Commands that wrap a training command (`run`, `agent`) take it only after `--`."""
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from faultwatch.cli import (
     agent,
     diagnose,
     kafka,
+    keys,
     nodes,
     notify,
     options,
@@ -29,7 +30,8 @@ from faultwatch.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, FaultwatchE
 
 WRAPPERS = ("run", "agent")  # commands whose training command follows `--`
 AGENT_SUBCOMMANDS = agent.SUBCOMMANDS
-GROUPS = (run, agent, process, notify, status, read, diagnose, rules, kafka, nodes, actuate)
+GROUPS = (run, agent, process, notify, status, read, diagnose, rules, kafka, nodes, actuate,
+          keys)
 
 
 def build_parser() -> argparse.ArgumentParser:

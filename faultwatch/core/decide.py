@@ -84,7 +84,8 @@ def emit(st: JobState, kind: str, episode: str, action: str, now: float, policy:
     """Budget and storm guard for restarts, then publish once per (attempt, kind, episode).
     `notify` decisions leave the phase alone and cost no budget."""
     did = decision_id(st.job, st.attempt, kind, episode, st.run_id)
-    run: dict[str, Any] = {"run_id": st.run_id, "scheduler": thaw(st.scheduler)}
+    run: dict[str, Any] = {"run_id": st.run_id, "scheduler": thaw(st.scheduler),
+                           "run_ids": tuple(sorted(st.run_ids)) if len(st.run_ids) > 1 else ()}
     if did in st.decided:
         return (st if action == "notify" else dataclasses.replace(st, phase=Phase.DECIDED)), []
     decided = (st.decided + (did,))[-MAX_DECIDED:]

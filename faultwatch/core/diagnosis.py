@@ -28,6 +28,23 @@ MAX_RANKS_PER_NOTE = 256
 MAX_FR_CHARS = 200_000  # one rank's trimmed dump, as JSON text
 
 
+def is_probe(dec: Any) -> bool:
+    """A diagnosis request (a `notify` of kind `diagnose`): control traffic for the agents,
+    published on <prefix>control, never on the decisions topic people and schedulers read."""
+    return getattr(dec, "action", None) == "notify" and getattr(dec, "kind", None) == DIAGNOSE_KIND
+
+
+def probes_evidence(sent: tuple[tuple[str, float, float], ...],
+                    answers: Mapping[str, Mapping[str, Any]], since: float) -> dict[str, Any]:
+    """What a hang's evidence says of the probes of its silence: which were sent (id, event
+    time, the deadline each was for) and which nodes answered which request, how many ranks."""
+    mine = [(i, at, f) for i, at, f in sent if at >= since]
+    return {"sent": [{"id": i, "ts": at, "for": f} for i, at, f in mine],
+            "answered": {node: {"request": a.get("request"), "ts": a.get("ts"),
+                                "ranks": len(a.get("ranks", {}))}
+                         for node, a in sorted(answers.items())}}
+
+
 @dataclass(frozen=True)
 class Verdict:
     """What the answers say: the culprits, on what basis, in a sentence; checkpoint writers."""

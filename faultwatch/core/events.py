@@ -130,6 +130,7 @@ class Exit:
     exit_code: int
     signal: int | None = None
     run_id: str = ""
+    stopped: bool = False  # the agent stopped the child on an operator's signal: no failure
 
 
 @dataclass(frozen=True, slots=True)
@@ -221,3 +222,4 @@ class Decision:
     rules_version: str = ""
     run_id: str = ""  # the job run decided about (see RunStart)
     scheduler: dict[str, object] = field(default_factory=dict)  # that run's scheduler identity
+    run_ids: tuple[str, ...] = ()  # every run id joined into that run (generated ids), if >1

@@ -85,6 +85,16 @@ def _retryable_pattern(st: JobState, policy: Policy, root: Match | None) -> str 
     return None
 
 
+# Linux signal numbers a training process dies of (the core imports no `signal`: pure)
+_SIGNALS = {1: "SIGHUP", 2: "SIGINT", 3: "SIGQUIT", 4: "SIGILL", 6: "SIGABRT", 7: "SIGBUS",
+            8: "SIGFPE", 9: "SIGKILL", 10: "SIGUSR1", 11: "SIGSEGV", 12: "SIGUSR2",
+            13: "SIGPIPE", 14: "SIGALRM", 15: "SIGTERM"}
+
+
+def _signame(sig: int) -> str:
+    return _SIGNALS.get(sig, f"signal {sig}")
+
+
 def decide(st: JobState, now: float, policy: Policy, rv: str,
            settle: dict[str, Any] | None = None) -> tuple[JobState, list[Decision]]:
     matches = [h.match for h in st.hits]
@@ -114,7 +124,7 @@ def decide(st: JobState, now: float, policy: Policy, rv: str,
     if root is None and first is not None:
         evidence["first_error"] = {"node": first.node, "rank": first.rank, "ts": first.exit_ts,
                                    "rule": None, "line": None, "traceback": [],
-                                   "exit_code": first.exit_code}
+                                   "exit_code": first.exit_code, "signal": first.signal}
     ranks = (root.rank,) if root is not None and root.rank is not None else ()
     kind = "error" if root is not None and root.stream != "exit" else "exit"
     if root is not None:
@@ -123,7 +133,9 @@ def decide(st: JobState, now: float, policy: Policy, rv: str,
         where += f" rank {root.rank}" if root.rank is not None else ""
         message = f"{desc}{where}: {_cut(root.line)}"
     elif first is not None:
-        message = f"{first.node} exited with code {first.exit_code}, no rule matched"
+        how = f"was killed by {_signame(first.signal)} (code {first.exit_code})" \
+            if first.signal is not None else f"exited with code {first.exit_code}"
+        message = f"{first.node} {how}, no rule matched"
     else:
         message = "a process failed, no rule matched"
     action = _failure_action(root, category, policy)

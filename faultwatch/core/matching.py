@@ -85,6 +85,8 @@ def signals_of_lines(job: str, attempt: int, node: str, lines: Sequence[Line],
 
 def signals_of_exit(ev: Exit, matcher: LineMatcher) -> list[Signal]:
     """The exit, preceded by the Hit of an exit rule that matches its status (if any)."""
+    if ev.stopped:  # an operator stopped it: no exit rule applies
+        return [ev]
     m = matcher.match_exit(ev.exit_code, ev.signal, ev.ts)
     out: list[Signal] = [] if m is None else [Hit(ev.job, ev.attempt, ev.node, m, ev.run_id)]
     return out + [ev]

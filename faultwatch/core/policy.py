@@ -11,6 +11,43 @@ from typing import Any
 from faultwatch.errors import ConfigError
 
 EXECUTION_MODES = ("sync", "async")
+DAY_S = 86400.0
+# The documented range of every numeric policy value (docs/rules.md, "Policy ranges"): a
+# value outside is refused by `rules check`, `rules push`, at load and from flags. The low
+# ends allow the short windows tests and demos use; the high ends stop values that switch a
+# detector off by absurdity (a one-year quarantine from `blacklist_s: 1e10`, a budget of
+# 1e9 restarts) or make it fire on every record (`node_lost_s: 0.01`).
+POLICY_RANGES: dict[str, tuple[float, float]] = {
+    "max_restarts": (0, 1000),
+    "storm_max_restarts": (1, 1000),
+    "suspect_after": (1, 1000),
+    "max_same_error": (1, 100_000),
+    "hang_window_s": (1.0, 7 * DAY_S),
+    "init_window_s": (1.0, 7 * DAY_S),
+    "hang_floor_s": (1.0, 7 * DAY_S),
+    "hang_ceiling_s": (1.0, 7 * DAY_S),
+    "exit_hang_window_s": (1.0, 7 * DAY_S),
+    "checkpoint_extend_s": (1.0, 7 * DAY_S),
+    "node_lost_s": (1.0, DAY_S),
+    "skew_warn_s": (1.0, DAY_S),
+    "blacklist_s": (1.0, 30 * DAY_S),
+    "short_attempt_s": (1.0, DAY_S),
+    "storm_window_s": (1.0, 7 * DAY_S),
+    "restart_backoff_s": (0.0, 3600.0),
+    "settle_s": (0.0, 600.0),
+    "slow_factor": (1.0, 100.0),  # and > 1
+    "diagnose_at": (0.0, 1.0),  # and strictly inside
+}
+
+
+def range_error(key: str, value: float) -> str | None:
+    """None when value is inside POLICY_RANGES[key] (or the key has no range), else why."""
+    bounds = POLICY_RANGES.get(key)
+    if bounds is None or bounds[0] <= value <= bounds[1]:
+        return None
+    lo, hi = bounds
+    unit = " seconds" if key.endswith("_s") else ""
+    return f"must be in [{lo:g}, {hi:g}]{unit}, got {value:g}"
 FAULT_TOLERANT_POLICIES = ("on_failure", "exit_code_and_error_msg", "never")
 
 
@@ -51,6 +88,13 @@ class Policy:
     max_same_error: int = 10
     max_failure_rate: float = -1.0
     settle_s: float = 3.0
+    # the blast-radius guard (core/blast.py): jobs turning lost or hung together
+    fleet_storm_detection: bool = True
+    fleet_storm_share: float = 0.5  # share of active jobs (or their nodes) that trips it
+    fleet_storm_min_jobs: int = 3  # ... and at least this many jobs (a lone loss is decided)
+    fleet_storm_window_s: float = 30.0  # silences starting this close together are one event
+    fleet_storm_hold_max_s: float = 600.0  # the longest a hold lasts; then the fallback:
+    fleet_storm_release_per_min: float = 6.0  # jobs still silent decided at most this fast
     retryable_errors: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
@@ -58,6 +102,11 @@ class Policy:
             value = getattr(self, f.name)
             if isinstance(value, float) and not math.isfinite(value):
                 raise ConfigError(f.name, f"must be a finite number, got {value!r}")
+        for name in POLICY_RANGES:
+            value = getattr(self, name)
+            why = None if value is None else range_error(name, value)
+            if why is not None:
+                raise ConfigError(name, why)
         if self.execution_mode not in EXECUTION_MODES:
             raise ConfigError("execution_mode", f"must be one of {', '.join(EXECUTION_MODES)}")
         if self.fault_tolerant_policy not in FAULT_TOLERANT_POLICIES:
@@ -90,6 +139,17 @@ class Policy:
             raise ConfigError("max_restarts", "must be >= 0")
         if self.max_same_error < 1:
             raise ConfigError("max_same_error", "must be >= 1")
+        if not 0 < self.fleet_storm_share <= 1:
+            raise ConfigError("fleet_storm_share", "must be a share of the jobs in (0, 1]")
+        if self.fleet_storm_min_jobs < 2:
+            raise ConfigError("fleet_storm_min_jobs", "must be >= 2 (a lone loss is decided)")
+        if not 0 < self.fleet_storm_window_s <= 3600:
+            raise ConfigError("fleet_storm_window_s", "must be in (0, 3600] seconds")
+        if not self.fleet_storm_window_s <= self.fleet_storm_hold_max_s <= 86400:
+            raise ConfigError("fleet_storm_hold_max_s",
+                              "must be in [fleet_storm_window_s, 86400] seconds")
+        if not 0 < self.fleet_storm_release_per_min <= 6000:
+            raise ConfigError("fleet_storm_release_per_min", "must be in (0, 6000] a minute")
         if self.max_failure_rate != -1 and not 0 < self.max_failure_rate <= 1:
             raise ConfigError("max_failure_rate", "must be in (0, 1], or -1 for off")
 

@@ -26,6 +26,7 @@ from faultwatch.core.diagnosis import (
     DIAGNOSE_KIND,
     Verdict,
     answers_since,
+    probes_evidence,
     unchanged_for,
     verdict,
 )
@@ -41,6 +42,7 @@ from faultwatch.core.windows import (
 )
 
 ERROR_EXIT_GRACE_S = 60.0  # after a root error line, wait this long for the exit
+MAX_PROBES_KEPT = 16  # diagnosis requests a hang's evidence can name
 
 
 def error_in_flight(st: JobState, now_ev: float) -> bool:
@@ -140,6 +142,8 @@ def _hang(st: JobState, alive: list[NodeState], now_ev: float, policy: Policy,
         "last_lines": st.last_lines_per_rank(),
         "expected": st.expected_evidence(),
     }
+    if policy.diagnose:  # the probes of this silence and what they found, in one message
+        evidence["probes"] = probes_evidence(st.diag_sent, answers, silent_since)
     msg = f"every rank silent for {now_ev - silent_since:.1f}s (window {window:g}s, " \
           f"{describe_basis(basis)})"
     if confirmed is not None:
@@ -173,6 +177,10 @@ def _hang(st: JobState, alive: list[NodeState], now_ev: float, policy: Policy,
             culprits = (guess,)
     else:
         evidence["likely_culprit_rank"] = culprits[0]
+    probes = evidence.get("probes")
+    if probes and probes["sent"]:
+        msg += f" [{len(probes['sent'])} probe(s) of stacks during the silence, " \
+               f"{len(probes['answered'])} node(s) answered]"
     return emit(st, "hang", "hang", "restart", now_ev, policy, rv, nodes=tuple(sorted(st.nodes)),
                 ranks=culprits, rule=None, category=None, message=msg, evidence=evidence)
 
@@ -232,12 +240,16 @@ def _ask(st: JobState, now_ev: float, window: float, frac: float, silent_since: 
     if not due or (st.diag_for is not None and abs(st.diag_for - target) < 1e-3):
         return None
     st = dataclasses.replace(st, diag_for=target, diag_asked=now_ev)
-    return emit(st, DIAGNOSE_KIND, f"diagnose:{target:.3f}", "notify", now_ev, policy, rv,
-                nodes=tuple(sorted(st.nodes)), ranks=(), rule=None, category=None,
-                message=f"every rank silent for {silence:.1f}s (window {window:g}s): "
-                        f"capturing every rank's stack and Flight Recorder dump",
-                evidence={"silent_since": silent_since, "probe_for": round(target, 3),
-                          "window_s": round(window, 3)})
+    st, decs = emit(st, DIAGNOSE_KIND, f"diagnose:{target:.3f}", "notify", now_ev, policy, rv,
+                    nodes=tuple(sorted(st.nodes)), ranks=(), rule=None, category=None,
+                    message=f"every rank silent for {silence:.1f}s (window {window:g}s): "
+                            f"capturing every rank's stack and Flight Recorder dump",
+                    evidence={"silent_since": silent_since, "probe_for": round(target, 3),
+                              "window_s": round(window, 3)})
+    if decs:
+        sent = (*st.diag_sent, (decs[0].id, now_ev, round(target, 3)))[-MAX_PROBES_KEPT:]
+        st = dataclasses.replace(st, diag_sent=sent)
+    return st, decs
 
 
 def _deferred(st: JobState, now_ev: float, silent_since: float, until: float,

@@ -119,6 +119,9 @@ class JobState:
     diagnoses: PMap[str, Any] = field(default_factory=PMap)  # node -> answer (diagnosis.py)
     diag_for: float | None = None  # the hang deadline the last `diagnose` request was for
     diag_asked: float | None = None  # event time of that request
+    # the requests of this attempt (id, event time, deadline it was for), the last 16: the
+    # hang decision's evidence names them (the probes themselves go on the control topic)
+    diag_sent: tuple[tuple[str, float, float], ...] = ()
     # across attempts
     hang_culprits: PMap[str, int] = field(default_factory=PMap)  # node -> hangs it caused
     hists: PMap[str, GapHist] = field(default_factory=PMap)
@@ -357,6 +360,10 @@ def fold_exit(st: JobState, ev: Exit, now: float) -> JobState:
     ns = node_with(st.node(ev.node, ev.ts), alive=False, exit_code=ev.exit_code,
                              signal=ev.signal, exit_ts=ev.ts, seen_at=now)
     st = evolve(st, nodes=st.nodes.set(ev.node, ns))
+    if ev.stopped:  # an operator's stop: not a failure; the job is done once every node is
+        if st.phase == Phase.RUNNING and not any(n.alive for n in st.nodes.values()):
+            return evolve(st, phase=Phase.DONE)
+        return st
     if st.phase == Phase.SETTLING and ev.exit_code != 0 and st.failure_ts is not None \
             and ev.ts < st.failure_ts:
         return evolve(st, failure_ts=ev.ts)  # an earlier failure, seen later
@@ -544,6 +551,8 @@ _CODECS: dict[str, tuple[Enc, Dec]] = {
     "diagnoses": (lambda m: thaw(m), _d(lambda x: freeze(dict(x)))),
     "diag_for": (_same, _opt(float)),
     "diag_asked": (_same, _opt(float)),
+    "diag_sent": (lambda g: [list(x) for x in g],
+                  _d(lambda x: tuple((str(i), float(a), float(f)) for i, a, f in x))),
     "hang_culprits": _str_map(int),
     "hists": (lambda m: {k: h.to_list() for k, h in m.items()},
               _d(lambda x: PMap({str(k): GapHist.from_list(v) for k, v in x.items()}))),
@@ -566,7 +575,7 @@ _ATTEMPT_SCOPED = ("nodes", "hits", "rank_last_ts", "tail", "failure_seen_at", "
                    "expected_world", "expected_nodes", "last_output_ts", "outputs", "stages",
                    "progress", "step_ts", "steps", "outputs_since_step", "pending_gaps",
                    "slow_check_ts", "stage_ts", "flags", "notified", "failed", "diagnoses",
-                   "diag_for", "diag_asked")
+                   "diag_for", "diag_asked", "diag_sent")
 
 
 def _defaults() -> dict[str, Any]:

@@ -12,6 +12,8 @@ from faultwatch.core.windows import choose_window
 STATUS_S = 3.0  # how often a processor looks for snapshots to publish (streams/status_publish.py)
 MAX_RANKS_SHOWN = 64  # per snapshot: the quietest ranks first
 MAX_DECISIONS_SHOWN = 5
+WORKER_S = 15.0  # a processor worker's record (its rules) is refreshed this often ...
+STALE_S = 3 * WORKER_S  # ... and shown as stale (the worker may be gone) after this long
 
 
 def _age(now: float, ts: float | None) -> float | None:

@@ -8,6 +8,7 @@ from typing import Any
 
 from faultwatch.kafka import clients
 from faultwatch.kafka.errors import diagnose
+from faultwatch.kafka.settings import KafkaSecurity
 from faultwatch.wire.topics import DEFAULT_PARTITIONS, Topics
 
 
@@ -22,13 +23,14 @@ async def _create_missing(admin: Any, new: list[Any]) -> None:
 
 
 async def ensure_topics(bootstrap: str, topics: Topics, partitions: int = DEFAULT_PARTITIONS,
-                        timeout_s: float = 30.0) -> None:
+                        timeout_s: float = 30.0, security: KafkaSecurity | None = None) -> None:
     """Create the processor's topics if missing: logs, signals and decisions with
     `partitions` (signals must match the job table's partition count), the dead letters with
     one, the rules and status topics compacted with one. Raises BrokerError."""
     from aiokafka.admin import NewTopic  # type: ignore[import-untyped,unused-ignore]
 
-    admin = clients.admin(bootstrap_servers=bootstrap, request_timeout_ms=int(timeout_s * 1000))
+    admin = clients.admin(bootstrap_servers=bootstrap, request_timeout_ms=int(timeout_s * 1000),
+                          security=security)
     try:
         await asyncio.wait_for(admin.start(), timeout_s)
     except Exception as e:
@@ -38,7 +40,8 @@ async def ensure_topics(bootstrap: str, topics: Topics, partitions: int = DEFAUL
     try:
         existing = set(await admin.list_topics())
         new = [NewTopic(name, num_partitions=partitions, replication_factor=1)
-               for name in (topics.logs, topics.signals, topics.decisions) if name not in existing]
+               for name in (topics.logs, topics.signals, topics.decisions, topics.control)
+               if name not in existing]
         if topics.deadletter not in existing:
             new.append(NewTopic(topics.deadletter, num_partitions=1, replication_factor=1))
         for compacted in (topics.rules, topics.status):
@@ -50,12 +53,14 @@ async def ensure_topics(bootstrap: str, topics: Topics, partitions: int = DEFAUL
         await admin.close()
 
 
-async def ensure_compacted_topic(bootstrap: str, topic: str, timeout_s: float = 30.0) -> None:
+async def ensure_compacted_topic(bootstrap: str, topic: str, timeout_s: float = 30.0,
+                                 security: KafkaSecurity | None = None) -> None:
     """Create one compacted topic of one partition if missing (the nodes topic: node updates
     are rare; the rules topic, which `rules push` creates without the processor's others)."""
     from aiokafka.admin import NewTopic  # type: ignore[import-untyped,unused-ignore]
 
-    admin = clients.admin(bootstrap_servers=bootstrap, request_timeout_ms=int(timeout_s * 1000))
+    admin = clients.admin(bootstrap_servers=bootstrap, request_timeout_ms=int(timeout_s * 1000),
+                          security=security)
     await asyncio.wait_for(admin.start(), timeout_s)
     try:
         if topic in set(await admin.list_topics()):

@@ -19,6 +19,7 @@ from faultwatch.nodes.writer import RegistryWriter
 
 RETRY_FIRST_S, RETRY_MAX_S = 1.0, 30.0
 POLL_MS = 500
+RETRY_BACKOFF_MS = 1000  # aiokafka retries at most once a second while the broker is away
 
 
 async def follow_registry(bootstrap: str, topic: str, writer: RegistryWriter,
@@ -37,7 +38,8 @@ async def follow_registry(bootstrap: str, topic: str, writer: RegistryWriter,
             await ensure_compacted_topic(bootstrap, topic)
             consumer = clients.consumer(
                 bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False,
-                client_id=f"faultwatch-registry-{uuid.uuid4().hex[:6]}")
+                client_id=f"faultwatch-registry-{uuid.uuid4().hex[:6]}",
+                retry_backoff_ms=RETRY_BACKOFF_MS)
             await consumer.start()
             parts = consumer.partitions_for_topic(topic) or {0}
             tps = [TopicPartition(topic, p) for p in sorted(parts)]
@@ -79,10 +81,10 @@ class RegistryLink:
     """One per processor worker: `writer` (what the gate asks), `follow()` (a task), and
     `publish(decisions)` after the decisions themselves are delivered."""
 
-    def __init__(self, bootstrap: str, topic: str, policy: RegistryPolicy | None = None
-                 ) -> None:
+    def __init__(self, bootstrap: str, topic: str, policy: RegistryPolicy | None = None,
+                 gate: Any = None, signer: Any = None) -> None:
         self.bootstrap, self.topic = bootstrap, topic
-        self.writer = RegistryWriter(policy)
+        self.writer = RegistryWriter(policy, gate, signer)
         self._producer: Any = None
 
     async def follow(self) -> None:
@@ -101,7 +103,8 @@ class RegistryLink:
             try:
                 if self._producer is None:
                     self._producer = clients.producer(bootstrap_servers=self.bootstrap,
-                                                      acks="all")
+                                                      acks="all",
+                                                      retry_backoff_ms=RETRY_BACKOFF_MS)
                     await self._producer.start()
                 for key, value in records:
                     await self._producer.send_and_wait(self.topic, value, key=key)

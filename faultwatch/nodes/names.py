@@ -15,7 +15,10 @@ RULE_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}")
 K8S_NAMESPACE_RE = re.compile(r"[a-z0-9](?:[-a-z0-9]{0,61}[a-z0-9])?")
 K8S_NAME_RE = re.compile(r"[a-z0-9](?:[-a-z0-9.]{0,251}[a-z0-9])?")
 K8S_UID_RE = re.compile(r"[0-9a-fA-F-]{1,64}")
-JOB_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@/-]{0,255}")
+# Slurm reads `all` (any case) as every node: `scontrol update nodename=all state=drain`
+# drained both nodes of the test cluster. Ranges (`n[1-9]`) and lists (`a,b`, `a b`) are
+# refused by NODE_RE already.
+MULTI_NODE_WORDS = frozenset({"all"})
 
 
 def check(kind: str, value: object, pattern: re.Pattern[str]) -> str:
@@ -26,4 +29,24 @@ def check(kind: str, value: object, pattern: re.Pattern[str]) -> str:
 
 
 def valid_node(node: object) -> str:
-    return check("node", node, NODE_RE)
+    """A node name a scheduler reads as exactly one node."""
+    name = check("node", node, NODE_RE)
+    if name.lower() in MULTI_NODE_WORDS:
+        raise ConfigError("node", f"{name!r} names every node to Slurm; refused")
+    return name
+
+
+MAX_NAME_CHARS = 256  # wire's MAX_ID_CHARS
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")  # C0, DEL and C1, as wire's safe_name
+
+
+def valid_job(job: object, field: str = "job") -> str:
+    """The one rule for job names, the agent's: wire's safe_name (a string of 1 to 256
+    characters without control characters; tests/unit/nodes/test_names.py keeps both in
+    step, this module being pure cannot import wire). Actuators pass it as one whole
+    argument value (`squeue --name=JOB`, an exec template's placeholder), never a shell."""
+    if not isinstance(job, str) or not job or len(job) > MAX_NAME_CHARS \
+            or _CONTROL.search(job):
+        raise ConfigError(field, f"invalid job name {job!r:.80} (1-{MAX_NAME_CHARS} "
+                                 "characters, no control characters)")
+    return job

@@ -7,7 +7,8 @@ from typing import Any
 
 from faultwatch.core.registry import NodeRecord, Registry
 from faultwatch.kafka import clients
-from faultwatch.wire import decode_node, encode_node, node_key
+from faultwatch.nodes.writer import encode_signed
+from faultwatch.wire import decode_node, node_key
 
 
 def _decode_or_tombstone(value: bytes | None) -> dict[str, Any]:
@@ -38,8 +39,9 @@ async def load_registry(bootstrap: str, topic: str, must_exist: bool = False) ->
 
 
 async def write_records(bootstrap: str, topic: str, records: list[NodeRecord],
-                        timeout_s: float = 30.0) -> None:
-    """Publish node records (acks=all) and wait until the broker has them."""
+                        timeout_s: float = 30.0, signer: Any = None) -> None:
+    """Publish node records (acks=all, signed with `signer` if given) and wait until the
+    broker has them."""
     if not records:
         return
     producer = clients.producer(bootstrap_servers=bootstrap, acks="all",
@@ -47,7 +49,7 @@ async def write_records(bootstrap: str, topic: str, records: list[NodeRecord],
     await asyncio.wait_for(producer.start(), timeout_s)
     try:
         for rec in records:
-            await asyncio.wait_for(producer.send_and_wait(topic, encode_node(rec),
+            await asyncio.wait_for(producer.send_and_wait(topic, encode_signed(rec, signer),
                                                           key=node_key(rec.node)), timeout_s)
     finally:
         await producer.stop()

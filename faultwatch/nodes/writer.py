@@ -8,6 +8,9 @@ unless `--registry-writer`); people write it with `faultwatch nodes quarantine|r
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
+
+import orjson
 
 from faultwatch.core.events import Decision
 from faultwatch.core.registry import (
@@ -23,16 +26,28 @@ from faultwatch.eventlog import log_event
 from faultwatch.wire import decode_node, encode_node, node_key
 
 
+def encode_signed(rec: NodeRecord, signer: Any = None) -> bytes:
+    """A nodes-topic record value, signed when a signer (trust.records.RecordSigner) is given."""
+    if signer is None:
+        return encode_node(rec)
+    return orjson.dumps(signer.sign_record(orjson.loads(encode_node(rec))))
+
+
 class RegistryWriter:
     """One per processor: `observe` every nodes-topic record, `updates` for its decisions,
     `quarantined(node, now)` to tell a job starting on a quarantined node at once."""
 
-    def __init__(self, policy: RegistryPolicy | None = None) -> None:
+    def __init__(self, policy: RegistryPolicy | None = None, gate: Any = None,
+                 signer: Any = None) -> None:
         self.policy = policy or RegistryPolicy()
         self.registry: Registry = {}
         self.caught_up = False  # set by the follower once the topic was read to its end
+        self.gate = gate  # trust.records.RecordGate: refuses unsigned/forged records
+        self.signer = signer  # trust.records.RecordSigner: signs the records it writes
 
     def observe(self, key: bytes | None, value: bytes | None, where: str = "") -> None:
+        if self.gate is not None and not self.gate.admit_value(value, where=where):
+            return
         if value is None:
             if key is not None:
                 self.registry.pop(key.decode(errors="replace"), None)
@@ -51,7 +66,7 @@ class RegistryWriter:
         for dec in decisions:
             for rec in registry_updates(dec, self.registry, now, self.policy):
                 self.registry[rec.node] = rec
-                out.append((node_key(rec.node), encode_node(rec)))
+                out.append((node_key(rec.node), encode_signed(rec, self.signer)))
         return out
 
     def quarantined(self, node: str, now: float) -> NodeRecord | None:

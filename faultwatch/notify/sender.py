@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -16,6 +17,7 @@ import orjson
 from faultwatch.errors import ConfigError
 from faultwatch.notify import formats
 from faultwatch.notify.grouping import Notification
+from faultwatch.notify.limit import Digest
 
 Log = Callable[..., None]
 
@@ -24,7 +26,7 @@ Log = Callable[..., None]
 class Receiver:
     """A webhook: where, in which format, and the bot's signing secret (Feishu, DingTalk)."""
 
-    url: str
+    url: str = field(repr=False)
     fmt: str = "json"
     secret: str | None = field(default=None, repr=False)
 
@@ -33,7 +35,8 @@ class Receiver:
             raise ConfigError("webhook", f"unknown format {self.fmt!r}; choose from "
                                          f"{', '.join(formats.FORMATS)}")
         if not self.url.startswith(("http://", "https://")):
-            raise ConfigError("webhook", f"{self.url!r} is not an http(s) URL")
+            raise ConfigError("webhook", f"{self.url[:8]!r}... is not an http(s) URL (a "
+                                         "webhook is [FORMAT=]http(s)://...)")
 
     @classmethod
     def parse(cls, spec: str, secret: str | None = None) -> Receiver:
@@ -45,8 +48,19 @@ class Receiver:
 
     @property
     def where(self) -> str:
-        """The URL without its query (which may hold a token) for logs."""
-        return self.url.split("?", 1)[0]
+        """The URL as logs show it: scheme and host only (Slack, Feishu and DingTalk keep
+        the webhook's secret in the path or the query)."""
+        return redact(self.url)
+
+
+def redact(url: str) -> str:
+    """`https://hooks.slack.com/services/T/B/x` -> `https://hooks.slack.com`."""
+    parts = urllib.parse.urlsplit(url)
+    host = parts.hostname or "?"
+    if ":" in host:
+        host = f"[{host}]"
+    port = f":{parts.port}" if parts.port else ""
+    return f"{parts.scheme}://{host}{port}"
 
 
 @dataclass(frozen=True)
@@ -92,7 +106,7 @@ def _retry_after(value: str | None) -> float | None:
         return None
 
 
-def post_once(receiver: Receiver, note: Notification, timeout_s: float) -> Outcome:
+def post_once(receiver: Receiver, note: Notification | Digest, timeout_s: float) -> Outcome:
     """One blocking POST of the note's body; never raises for network trouble."""
     data = orjson.dumps(formats.body(receiver.fmt, note, receiver.secret))
     url = formats.dingtalk_url(receiver.url, receiver.secret) if receiver.fmt == "dingtalk" \
@@ -108,7 +122,7 @@ def post_once(receiver: Receiver, note: Notification, timeout_s: float) -> Outco
         return Outcome(e.code, False, retry, f"HTTP {e.code} {e.reason}",
                        _retry_after(e.headers.get("Retry-After") if e.headers else None))
     except (urllib.error.URLError, OSError, TimeoutError) as e:
-        reason = getattr(e, "reason", e)
+        reason = str(getattr(e, "reason", e)).replace(receiver.url, receiver.where)
         return Outcome(0, False, True, f"{type(e).__name__}: {reason}"[:300])
     try:
         answer: Any = orjson.loads(raw) if raw else None
@@ -119,7 +133,7 @@ def post_once(receiver: Receiver, note: Notification, timeout_s: float) -> Outco
     return Outcome(status, False, False, f"refused: {raw[:300]!r}")
 
 
-async def deliver(receiver: Receiver, note: Notification, retry: RetryPolicy, log: Log,
+async def deliver(receiver: Receiver, note: Notification | Digest, retry: RetryPolicy, log: Log,
                   sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep) -> bool:
     """Post until accepted, retrying network errors, 5xx, 408 and 429 with backoff."""
     for attempt in range(1, retry.attempts + 1):

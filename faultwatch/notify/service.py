@@ -7,14 +7,18 @@ import contextlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from faultwatch import wire
+from faultwatch.core.diagnosis import is_probe
 from faultwatch.errors import DecodeError
 from faultwatch.kafka import clients
 from faultwatch.kafka.errors import diagnose
 from faultwatch.notify.grouping import Grouper, GroupingPolicy, Notification
+from faultwatch.notify.limit import Digest, Limiter, RateLimits
 from faultwatch.notify.sender import Receiver, RetryPolicy, deliver
+from faultwatch.trust.replay import ReplayGuard
 from faultwatch.wire.signing import DecisionGate
 
 Log = Callable[..., None]
@@ -29,6 +33,9 @@ class NotifierConfig:
     policy: GroupingPolicy = field(default_factory=GroupingPolicy)
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     from_beginning: bool = False
+    max_decision_age_s: float = 600.0
+    replay_state: Path | None = None  # ids of decisions taken (the replay rule across restarts)
+    limits: RateLimits = field(default_factory=RateLimits)
 
 
 class Notifier:
@@ -41,9 +48,12 @@ class Notifier:
                  clock: Callable[[], float] = time.time):
         self.cfg, self.gate, self.log, self.clock = cfg, gate, log, clock
         self.grouper = Grouper(cfg.policy)
+        self.replay = ReplayGuard("decision", cfg.max_decision_age_s, cfg.replay_state, log)
+        self.limiter = Limiter(cfg.limits, clock())
         self._where: dict[str, tuple[Any, int]] = {}  # decision id -> (tp, offset)
         self._inflight: dict[str, int] = {}  # decision id -> deliveries still running
         self._tasks: set[asyncio.Task[None]] = set()
+        self._queues: dict[int, asyncio.Queue[Notification | Digest]] = {}
         self.sent = 0
 
     def _consumer(self) -> Any:
@@ -59,25 +69,68 @@ class Notifier:
                                       offset=offset):
             return
         try:
-            raw = wire.decision_to_dict(wire.decode_decision(value))
+            dec = wire.decode_decision(value)
         except DecodeError as e:
             self.log("undecodable_decision", topic=tp.topic, partition=tp.partition,
                      offset=offset, error=str(e))
+            return
+        if is_probe(dec):  # an older processor's probe: machinery, the hang's message has it
+            return
+        raw = wire.decision_to_dict(dec)
+        where = f"{tp.topic}[{tp.partition}]@{offset}"
+        why = self.replay.check(str(raw["id"]), float(raw["ts"]), self.clock(), where)
+        if why is not None:
+            self.log("decision_refused", reason=why, id=raw["id"], job=raw["job"],
+                     action=raw["action"], age_s=round(self.clock() - float(raw["ts"]), 1),
+                     max_age_s=self.replay.max_age_s, topic=tp.topic, partition=tp.partition,
+                     offset=offset)
             return
         if self.grouper.add(raw, self.clock()):
             self._where[str(raw.get("id", ""))] = (tp, offset)
 
     def flush(self) -> None:
-        """Start deliveries for the notifications that are due."""
-        for note in self.grouper.due(self.clock()):
+        """Queue the notifications that are due, each webhook within its rate limit (the
+        rest become its digest), and the digests that are due."""
+        now = self.clock()
+        for note in self.grouper.due(now):
             for did in note.new_ids:
                 self._inflight[did] = self._inflight.get(did, 0) + len(self.cfg.receivers)
-            for receiver in self.cfg.receivers:
-                task = asyncio.create_task(self._deliver(receiver, note))
-                self._tasks.add(task)
-                task.add_done_callback(self._tasks.discard)
+            for i, receiver in enumerate(self.cfg.receivers):
+                if self.limiter.admit(str(i), note, now):
+                    self._queue(i).put_nowait(note)
+                elif self.limiter.suppressed in (1, 10, 100) or \
+                        self.limiter.suppressed % 1000 == 0:
+                    self.log("notify_rate_limited", webhook=receiver.where,
+                             held_back=self.limiter.suppressed,
+                             digest_in_s=self.cfg.limits.digest_interval_s)
+        for hook, dg in self.limiter.due_digests(now):
+            self._queue(int(hook)).put_nowait(dg)
 
-    async def _deliver(self, receiver: Receiver, note: Notification) -> None:
+    def _queue(self, i: int) -> asyncio.Queue[Notification | Digest]:
+        q = self._queues.get(i)
+        if q is None:
+            q = self._queues[i] = asyncio.Queue()
+            task = asyncio.create_task(self._sender(i, q))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+        return q
+
+    async def _sender(self, i: int, q: asyncio.Queue[Notification | Digest]) -> None:
+        """One webhook's posts, one at a time, `min_gap_s` apart."""
+        receiver = self.cfg.receivers[i]
+        while True:
+            note = await q.get()
+            try:
+                now = self.clock()
+                while (wait := self.limiter.send_at(str(i), now) - now) > 0:
+                    await asyncio.sleep(wait)
+                    now = self.clock()
+                self.limiter.sending(str(i), now)
+                await self._deliver(receiver, note)
+            finally:
+                q.task_done()
+
+    async def _deliver(self, receiver: Receiver, note: Notification | Digest) -> None:
         try:
             if await deliver(receiver, note, self.cfg.retry, self.log):
                 self.sent += 1
@@ -93,6 +146,10 @@ class Notifier:
         """Per partition: the offset of the first decision still pending or in flight, else
         the consumer's position."""
         waiting = self.grouper.pending_ids() | set(self._inflight)
+        for i in range(len(self.cfg.receivers)):
+            dg = self.limiter.pending(str(i))
+            if dg is not None:
+                waiting |= dg.new_ids
         out = dict(positions)
         for did in waiting:
             if did in self._where:
@@ -120,7 +177,9 @@ class Notifier:
         committed: dict[Any, int] = {}
         try:
             while not stop.is_set():
-                due = self.grouper.next_due()
+                dues = [t for t in (self.grouper.next_due(), self.limiter.next_digest_at())
+                        if t is not None]
+                due = min(dues) if dues else None
                 wait_ms = 500 if due is None else int(max(0.0, min(0.5, due - self.clock()))
                                                      * 1000)
                 batch = await c.getmany(timeout_ms=max(wait_ms, 1))
@@ -137,8 +196,11 @@ class Notifier:
                         committed.update(offsets)
                     except Exception as e:  # noqa: BLE001 - a rebalance: commit next round
                         self.log("notify_commit_failed", error=repr(e)[:300])
-            if self._tasks:
-                await asyncio.wait(set(self._tasks), timeout=self.cfg.retry.max_s)
+            queues = [asyncio.create_task(q.join()) for q in self._queues.values()]
+            if queues:  # posts queued or in flight finish first (digests not yet due wait)
+                await asyncio.wait(queues, timeout=self.cfg.retry.max_s)
+            for t in [*queues, *self._tasks]:
+                t.cancel()
         finally:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(c.stop(), 10)

@@ -15,6 +15,7 @@ def print_decisions(bootstrap: str, topic: str, *, job: str | None = None,
                     out: TextIO | None = None) -> int:
     """Print the topic's decisions (only `job`'s if given) from the beginning; with `follow`,
     keep printing new ones. A missing topic is a NotFoundError unless following."""
+    from faultwatch.core.diagnosis import is_probe
     from faultwatch.kafka.reading import read_topic, run_reader
     from faultwatch.readers.render import render_decision
     from faultwatch.wire import decision_to_dict, decode_decision, job_key
@@ -24,6 +25,8 @@ def print_decisions(bootstrap: str, topic: str, *, job: str | None = None,
     def emit(item: tuple[Any, Decision]) -> None:
         _, dec = item
         if dec.id in seen:  # decisions are idempotent: show each id once
+            return
+        if is_probe(dec):  # an older processor's probe (control traffic, not a decision)
             return
         seen.add(dec.id)
         stream = out or sys.stdout

@@ -1,6 +1,6 @@
 """`faultwatch diagnose JOB` (cluster mode): ask a running job's agents for every rank's stack
 and Flight Recorder dump, through the same protocol the job stage uses before a hang decision
-(a `diagnose` notify on the decisions topic, `diagnosis` notes back on the logs topic), and
+(a `diagnose` request on the control topic, `diagnosis` notes back on the logs topic), and
 print the comparison: per process group the last collective each rank entered and completed,
 missing ranks, mismatches, and where each rank is (file:line).
 
@@ -85,8 +85,10 @@ async def ask(bootstrap: str, topics: Any, job: str, timeout_s: float = ANSWER_T
         for tp in tps:  # fix the positions before the request goes out
             await consumer.position(tp)
         dec = request(snap, time.time())
-        value = signing.encode(wire.decision_to_dict(dec), signing.load_keyring())
-        await producer.send_and_wait(topics.decisions, value, key=wire.job_key(job))
+        from faultwatch.trust.decisions import decision_signer
+
+        value = signing.encode(wire.decision_to_dict(dec), decision_signer())
+        await producer.send_and_wait(topics.control, value, key=wire.job_key(job))
         log(f"asked {len(alive)} node(s) of {job} (attempt {dec.attempt}) for stacks "
             f"and Flight Recorder dumps: request {dec.id}")
         st = JobState(job=job)

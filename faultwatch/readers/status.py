@@ -8,6 +8,57 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from faultwatch.core.status import STALE_S, WORKER_S  # noqa: F401 - read here, set in core
+from faultwatch.errors import DecodeError
+from faultwatch.wire.tables import WORKER_KEY_PREFIX, decode_worker
+
+
+def split_status(records: list[tuple[bytes | None, bytes | None]]
+                 ) -> tuple[list[bytes | None], dict[str, dict[str, Any]]]:
+    """(job snapshot values, latest worker record per worker) of status-topic records in
+    offset order; a worker's tombstone removes it."""
+    jobs: list[bytes | None] = []
+    workers: dict[str, dict[str, Any]] = {}
+    for key, value in records:
+        if key is not None and key.startswith(WORKER_KEY_PREFIX):
+            name = key[len(WORKER_KEY_PREFIX):].decode(errors="replace")
+            if value is None:
+                workers.pop(name, None)
+                continue
+            try:
+                workers[name] = decode_worker(value)
+            except DecodeError:
+                continue
+        else:
+            jobs.append(value)
+    return jobs, workers
+
+
+async def read_raw(bootstrap: str, topic: str, must_exist: bool = False
+                   ) -> list[tuple[bytes | None, bytes | None]]:
+    """(key, value) of every record on a topic now, in offset order ([] if it is missing,
+    or a NotFoundError with `must_exist`)."""
+    from faultwatch.kafka.reading import read_topic
+
+    out = []
+    async for msg, value in read_topic(bootstrap, topic, decoder=lambda v: v,
+                                       must_exist=must_exist):
+        out.append((msg.key, value))
+    return out
+
+
+async def read_workers(bootstrap: str, status_topic: str) -> dict[str, dict[str, Any]]:
+    return split_status(await read_raw(bootstrap, status_topic))[1]
+
+
+async def read_pushed(bootstrap: str, rules_topic: str) -> bytes | None:
+    """The newest record of the pushed rule set (None: nothing pushed, or a tombstone)."""
+    latest: bytes | None = None
+    for key, value in await read_raw(bootstrap, rules_topic):
+        if key == b"ruleset":
+            latest = value
+    return latest
+
 
 def _fmt_age(x: Any) -> str:
     return "-" if x is None else f"{float(x):.0f}s"
@@ -39,24 +90,54 @@ def table(snapshots: Iterable[Mapping[str, Any]], now: float) -> Any:
     return t
 
 
-async def read_snapshots(bootstrap: str, topic: str, job: str | None = None,
-                         must_exist: bool = True) -> dict[str, dict[str, Any]]:
-    """The latest snapshot per job on the compacted status topic (read to its end); a missing
-    topic is a NotFoundError unless not `must_exist`."""
+async def read_status(bootstrap: str, topic: str, job: str | None = None,
+                      must_exist: bool = True
+                      ) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]]]:
+    """(the latest snapshot per job, the latest record per processor worker) on the
+    compacted status topic, read to its end (worker records: streams/rules_status.py); a
+    missing topic is a NotFoundError unless not `must_exist`."""
     from faultwatch import wire
     from faultwatch.errors import DecodeError
-    from faultwatch.kafka.reading import read_topic
 
+    jobs, workers = split_status(await read_raw(bootstrap, topic, must_exist=must_exist))
     latest: dict[str, dict[str, Any]] = {}
-    async for _msg, snap in read_topic(bootstrap, topic, decoder=wire.decode_status,
-                                       must_exist=must_exist):
+    for value in jobs:
         try:
+            snap = wire.decode_status(value)
             name = str(snap["job"])
         except (KeyError, TypeError, DecodeError):
             continue
         if job is None or name == job:
             latest[name] = snap
-    return latest
+    return latest, workers
+
+
+async def read_snapshots(bootstrap: str, topic: str, job: str | None = None,
+                         must_exist: bool = True) -> dict[str, dict[str, Any]]:
+    """The latest snapshot per job on the compacted status topic (read to its end); a missing
+    topic is a NotFoundError unless not `must_exist`."""
+    return (await read_status(bootstrap, topic, job, must_exist=must_exist))[0]
+
+
+def workers_table(workers: Iterable[Mapping[str, Any]], now: float) -> Any:
+    """A rich Table: one row per processor worker and the rules it runs."""
+    from rich.table import Table
+
+    t = Table(title="processor workers (faultwatch rules show: layers and sources)",
+              title_justify="left")
+    for col in ("worker", "group", "rules version", "layers", "push", "refused", "age"):
+        t.add_column(col, overflow="fold")
+    for w in sorted(workers, key=lambda w: str(w.get("worker"))):
+        rules = w.get("rules") or {}
+        pushed: dict[str, Any] = next((la for la in rules.get("layers", [])
+                                       if la.get("layer") == "pushed"), {})
+        age = now - float(w.get("ts", now))
+        t.add_row(str(w.get("worker")), str(w.get("group")), str(rules.get("version")),
+                  "+".join(str(la.get("layer")) for la in rules.get("layers", [])),
+                  f"{pushed.get('push_id', '-')} {pushed.get('author', '')}".strip(),
+                  str((w.get("rejected") or {}).get("count", 0)), _fmt_age(age),
+                  style="dim" if age > STALE_S else "")
+    return t
 
 
 def show(bootstrap: str, topic: str, *, job: str | None, as_json: bool, watch: bool,
@@ -66,20 +147,31 @@ def show(bootstrap: str, topic: str, *, job: str | None, as_json: bool, watch: b
     import orjson
 
     if as_json or not watch:
-        snaps = asyncio.run(read_snapshots(bootstrap, topic, job))
+        snaps, workers = asyncio.run(read_status(bootstrap, topic, job))
+        if job is not None:
+            workers = {}  # one job's status: its snapshot only
         if as_json:
             for s in sorted(snaps.values(), key=lambda s: str(s.get("job"))):
                 print(orjson.dumps(s).decode(), flush=True)
+            for w in sorted(workers.values(), key=lambda w: str(w.get("worker"))):
+                print(orjson.dumps(w).decode(), flush=True)
         else:
             from rich.console import Console
 
             Console().print(table(snaps.values(), time.time()))
+            if workers:
+                Console().print(workers_table(workers.values(), time.time()))
         return 0
+    from rich.console import Group
     from rich.live import Live
 
     with Live(table([], time.time()), auto_refresh=False) as live:
         while not stop():
-            snaps = asyncio.run(read_snapshots(bootstrap, topic, job, must_exist=False))
-            live.update(table(snaps.values(), time.time()), refresh=True)
+            snaps, workers = asyncio.run(read_status(bootstrap, topic, job, must_exist=False))
+            now = time.time()
+            shown = [table(snaps.values(), now)]
+            if workers and job is None:
+                shown.append(workers_table(workers.values(), now))
+            live.update(Group(*shown), refresh=True)
             time.sleep(interval_s)
     return 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import hashlib
 import json
@@ -22,7 +23,9 @@ BUILTIN_DIR = Path(__file__).parent / "builtin"
 TOP_KEYS = ("version", "rules", "policy", "exceptions")
 RULE_KEYS = ("id", "kind", "category", "contains", "regex", "exit_codes", "signals", "stream",
              "action", "cascade", "description", "tests", "disabled", "ignore_case", "priority",
-             "stage", "opens", "hang_window_s")
+             "stage", "opens", "hang_window_s", "override")
+OVERRIDES = ("merge", "replace")  # how a rule overrides an earlier rule with its id
+PATTERN_KEYS = ("contains", "regex", "exit_codes", "signals")  # merged as unions
 TEST_KEYS = ("match", "no_match")
 TEST_ITEM_KEYS = ("line", "step", "total")
 
@@ -42,6 +45,7 @@ class FileResult:
     policy: dict[str, object] = field(default_factory=dict)
     exceptions: dict[str, str] = field(default_factory=dict)
     problems: list[RuleProblem] = field(default_factory=list)
+    layer: str = ""  # the layer the file belongs to (rules/layers.py): builtin, files, pushed
 
 
 def _line(node: yaml.Node) -> int:
@@ -283,13 +287,19 @@ class _FileParser:
             if rid is not None:
                 self.res.disabled.append((rid, _line(rnode)))
             return rid
+        override = get("override", str, "merge or replace")
+        if override is not None and override not in OVERRIDES:
+            self.problem(m["override"][1], f"override must be merge or replace"
+                         f"{_suggest(override, OVERRIDES)}", rid)
+            override = None
+        merging = override == "merge"  # keys not given come from the earlier rule
         kind = get("kind", str, "one of " + ", ".join(KINDS)) or "error"
         if kind not in KINDS:
             self.problem(m["kind"][1], f"kind must be one of {', '.join(KINDS)}", rid)
             return rid
         fields: dict[str, Any] = {"kind": kind}
         category = get("category", str, "a string")
-        if kind == "error":
+        if kind == "error" and not (merging and "category" not in m):
             if category is None and "category" not in m:
                 self.problem(rnode, "rule: missing required key 'category'", rid)
             elif category not in CATEGORIES:
@@ -347,7 +357,7 @@ class _FileParser:
         fields["priority"] = DEFAULT_PRIORITY if prio is None else prio
         fields["description"] = get("description", str, "a string") or ""
         has_lines = bool(fields.get("contains") or fields.get("regex"))
-        if kind == "error":
+        if kind == "error" and not merging:
             if not (has_lines or fields.get("exit_codes") or fields.get("signals")):
                 self.problem(rnode, "rule needs at least one of contains, regex, exit_codes, "
                              "signals", rid)
@@ -356,7 +366,7 @@ class _FileParser:
                 if key in m:
                     self.problem(m[key][0], f"{key} is only for kind: error", rid)
         if kind == "progress":
-            if "contains" in m or not fields.get("regex"):
+            if "contains" in m or not (fields.get("regex") or merging):
                 self.problem(rnode, "a progress rule needs regex (with a named group 'step'), "
                              "not contains", rid)
             for pat in fields.get("regex", ()):
@@ -365,7 +375,7 @@ class _FileParser:
                                  "(?P<step>...)", rid)
         if kind == "stage":
             stage = get("stage", str, "a stage name")
-            if not stage:
+            if not stage and not merging:
                 self.problem(rnode, "a stage rule needs key 'stage' (its name)", rid)
             fields["stage"] = stage
             fields["opens"] = get("opens", bool, "true or false") is not False
@@ -373,7 +383,7 @@ class _FileParser:
             if hw is not None and hw <= 0:
                 self.problem(m["hang_window_s"][1], "hang_window_s must be > 0", rid)
             fields["hang_window_s"] = None if hw is None else float(hw)
-            if not has_lines:
+            if not has_lines and not merging:
                 self.problem(rnode, "a stage rule needs contains or regex", rid)
         else:
             for key in ("stage", "opens", "hang_window_s"):
@@ -382,7 +392,10 @@ class _FileParser:
         if "tests" in m:
             fields["tests"] = self.parse_tests(m["tests"][1], kind, rid)
         if rid is not None and len(self.res.problems) == n0:
-            self.res.rules.append(Rule(id=rid, path=self.res.path, line=_line(rnode), **fields))
+            self.res.rules.append(Rule(id=rid, path=self.res.path, line=_line(rnode),
+                                       override=override,
+                                       given=frozenset(k for k in m if k != "override"),
+                                       **fields))
         return rid
 
     def parse_tests(self, node: yaml.Node, kind: str, rid: str | None) -> tuple[RuleTest, ...]:
@@ -420,35 +433,59 @@ class _FileParser:
         return tuple(out)
 
 
-def parse_file(path: str | Path) -> FileResult:
-    """Parses and validates one rule file; problems are collected, never raised."""
-    p = Path(path)
+def read_rule_file(path: str | Path) -> tuple[str | None, RuleProblem | None]:
+    """(text, None) of a rule file, or (None, the problem) when it is too big or unreadable."""
     name = str(path)
     try:
-        size = p.stat().st_size
+        size = Path(path).stat().st_size
         if size > v.MAX_FILE_BYTES:
-            return FileResult(name, problems=[RuleProblem(
-                name, 1, f"file is {size} bytes, the limit is {v.MAX_FILE_BYTES}")])
-        text = p.read_text(encoding="utf-8")
+            return None, RuleProblem(name, 1, f"file is {size} bytes, the limit is "
+                                              f"{v.MAX_FILE_BYTES}")
+        return Path(path).read_text(encoding="utf-8"), None
     except (OSError, UnicodeDecodeError) as e:
-        return FileResult(name, problems=[RuleProblem(name, 1, f"cannot read rule file: {e}")])
-    return _FileParser(name, text).parse()
+        return None, RuleProblem(name, 1, f"cannot read rule file: {e}")
 
 
-def parse_text(name: str, text: str) -> FileResult:
+def parse_file(path: str | Path, layer: str = "") -> FileResult:
+    """Parses and validates one rule file; problems are collected, never raised."""
+    text, problem = read_rule_file(path)
+    if text is None:
+        return FileResult(str(path), problems=[problem] if problem else [], layer=layer)
+    return parse_text(str(path), text, layer)
+
+
+def parse_text(name: str, text: str, layer: str = "") -> FileResult:
     """Parses and validates rule-file text that came from elsewhere (e.g. a pushed rule set);
     problems name `name` as the path."""
     size = len(text.encode("utf-8", "replace"))
     if size > v.MAX_FILE_BYTES:
         return FileResult(name, problems=[RuleProblem(
-            name, 1, f"file is {size} bytes, the limit is {v.MAX_FILE_BYTES}")])
-    return _FileParser(name, text).parse()
+            name, 1, f"file is {size} bytes, the limit is {v.MAX_FILE_BYTES}")], layer=layer)
+    res = _FileParser(name, text).parse()
+    res.layer = layer
+    return res
+
+
+_BUILTIN_CACHE: dict[tuple[str, int, int], FileResult] = {}
+
+
+def builtin_results() -> list[FileResult]:
+    """The built-in files parsed (layer "builtin"), once per process and file version:
+    parsing them validates ~400 patterns in the linear-time engines (seconds)."""
+    out = []
+    for p in builtin_paths():
+        st = p.stat()
+        key = (str(p), st.st_mtime_ns, st.st_size)
+        if key not in _BUILTIN_CACHE:
+            _BUILTIN_CACHE[key] = parse_file(p, "builtin")
+        out.append(_BUILTIN_CACHE[key])
+    return out
 
 
 def merge_texts(files: Sequence[tuple[str, str]], *, builtin: bool = True
                 ) -> tuple[RuleSet, list[RuleProblem]]:
     """(rule set, problems) of (name, text) pairs merged in order over the built-in files."""
-    results = [parse_file(p) for p in (builtin_paths() if builtin else [])]
+    results = builtin_results() if builtin else []
     results += [parse_text(name, text) for name, text in files]
     return merge(results)
 
@@ -462,35 +499,94 @@ def _version(rules: Sequence[Rule], policy: dict[str, object],
     return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
 
+def where(res_path: str, line: int, layer: str) -> str:
+    """A definition's place for people: `builtin nccl.yaml:40`, `files site.yaml:3`."""
+    path = Path(res_path).name if layer == "builtin" else res_path
+    return f"{layer + ' ' if layer else ''}{path}:{line}"
+
+
+def _patterns(rule: Rule) -> list[str]:
+    return [f"{k} {val!r}" for k in PATTERN_KEYS for val in getattr(rule, k)]
+
+
+def _override(base: Rule, new: Rule, base_at: str, problems: list[RuleProblem]) -> Rule | None:
+    """The rule in force when `new` has the id of `base` (an earlier file or layer), or None
+    (and a problem) when the override would silently drop what `base` matches."""
+    if new.override == "replace":
+        return new
+    if new.override == "merge":
+        kind = new.kind if "kind" in new.given else base.kind
+        if kind != base.kind:
+            problems.append(RuleProblem(new.path, new.line, f"override: merge cannot change "
+                                        f"kind {base.kind} (of {base_at}) to {kind}; use "
+                                        "override: replace", new.id))
+            return None
+        changes: dict[str, Any] = {k: getattr(new, k) for k in new.given
+                                   if k not in PATTERN_KEYS and k not in ("id", "kind", "tests")
+                                   and hasattr(new, k)}
+        for k in PATTERN_KEYS:  # patterns add up: the earlier ones keep matching
+            old = getattr(base, k)
+            changes[k] = tuple(dict.fromkeys((*old, *getattr(new, k))))
+        return dataclasses.replace(base, **changes, kind=kind, tests=base.tests + new.tests,
+                                   path=new.path, line=new.line, override="merge",
+                                   given=new.given)
+    dropped = [p for p in _patterns(base) if p not in _patterns(new)]
+    if not dropped:
+        return new
+    shown = ", ".join(dropped[:3]) + (f" (+{len(dropped) - 3} more)" if len(dropped) > 3 else "")
+    problems.append(RuleProblem(new.path, new.line, (
+        f"rule {new.id!r} overrides {base_at} and would drop its patterns {shown}; add "
+        "`override: merge` to keep them (the keys given here replace, patterns add up) or "
+        "`override: replace` to drop them"), new.id))
+    return None
+
+
 def merge(results: Sequence[FileResult]) -> tuple[RuleSet, list[RuleProblem]]:
-    """Merges parsed files in order: later rules replace earlier ones by id, disables remove."""
+    """Merges parsed files in order: a later rule with an earlier rule's id overrides it (as
+    its `override:` says; dropping the earlier rule's patterns must be said), disables
+    remove. Each rule in force keeps where it was defined (`RuleSet.origins`)."""
     problems = [p for r in results for p in r.problems]
     rules: dict[str, Rule] = {}
+    origins: dict[str, tuple[str, ...]] = {}
     policy: dict[str, object] = {}
     exceptions: dict[str, str] = {}
     for res in results:
         exceptions.update(res.exceptions)
         for rule in res.rules:
-            rules.pop(rule.id, None)
-            rules[rule.id] = rule
+            at = where(res.path, rule.line, res.layer)
+            base = rules.pop(rule.id, None)
+            if base is None:
+                if rule.override is not None:
+                    problems.append(RuleProblem(res.path, rule.line, (
+                        f"override: {rule.override}, but no earlier rule has id {rule.id!r}"
+                        f"{_suggest(rule.id, rules)}"), rule.id))
+                    continue
+                rules[rule.id] = rule
+                origins[rule.id] = (at,)
+                continue
+            merged = _override(base, rule, origins[rule.id][-1], problems)
+            rules[rule.id] = base if merged is None else merged
+            if merged is not None:
+                origins[rule.id] += (f"{at} {rule.override or 'replace'}",)
         for rid, line in res.disabled:
             if rules.pop(rid, None) is None and not any(rid == r.id for r in res.rules):
                 problems.append(RuleProblem(res.path, line, f"disables unknown rule {rid!r}"
                                             f"{_suggest(rid, rules)}", rid))
+            origins.pop(rid, None)
         policy.update(res.policy)
     effective = tuple(rules.values())
     rs = RuleSet(effective, policy, _version(effective, policy, exceptions),
-                 tuple(r.path for r in results), exceptions)
+                 tuple(r.path for r in results), exceptions, origins)
     return rs, problems
 
 
-def _all_paths(paths: Sequence[str | Path], builtin: bool) -> list[str | Path]:
-    return [*(builtin_paths() if builtin else []), *paths]
+def _all_results(paths: Sequence[str | Path], builtin: bool) -> list[FileResult]:
+    return [*(builtin_results() if builtin else []), *(parse_file(p, "files") for p in paths)]
 
 
 def load_ruleset(paths: Sequence[str | Path] = (), *, builtin: bool = True) -> RuleSet:
     """Loads the built-in files then `paths` in order; raises RuleError with every problem."""
-    rs, problems = merge([parse_file(p) for p in _all_paths(paths, builtin)])
+    rs, problems = merge(_all_results(paths, builtin))
     if problems:
         raise RuleError(sorted(problems, key=lambda p: (p.path, p.line)))
     return rs
@@ -498,5 +594,5 @@ def load_ruleset(paths: Sequence[str | Path] = (), *, builtin: bool = True) -> R
 
 def check_files(paths: Sequence[str | Path], *, builtin: bool = True) -> list[RuleProblem]:
     """Every problem in the files (merged over the built-in set), without raising."""
-    problems = merge([parse_file(p) for p in _all_paths(paths, builtin)])[1]
+    problems = merge(_all_results(paths, builtin))[1]
     return sorted(problems, key=lambda p: (p.path, p.line))

@@ -47,6 +47,12 @@ POLICY_KEYS: Mapping[str, type] = MappingProxyType({
     "diagnose": bool,
     "diagnose_at": float,
     "checkpoint_extend_s": float,
+    "fleet_storm_detection": bool,
+    "fleet_storm_share": float,
+    "fleet_storm_min_jobs": int,
+    "fleet_storm_window_s": float,
+    "fleet_storm_hold_max_s": float,
+    "fleet_storm_release_per_min": float,
 })
 POLICY_CHOICES: Mapping[str, tuple[str, ...]] = MappingProxyType({
     "execution_mode": ("sync", "async"),
@@ -88,6 +94,10 @@ class Rule:
     opens: bool = True
     hang_window_s: float | None = None
     tests: tuple[RuleTest, ...] = ()
+    # how the rule overrides an earlier rule with its id (None: it must not drop any of that
+    # rule's patterns; "merge": keys given replace, patterns add; "replace": the whole rule)
+    override: str | None = None
+    given: frozenset[str] = frozenset()  # the keys its file gave (for override: merge)
 
     @property
     def effective_action(self) -> str | None:
@@ -118,6 +128,9 @@ class RuleSet:
     sources: tuple[str, ...] = ()
     # exception class name -> category: the default for a traceback's final exception
     exceptions: Mapping[str, str] = field(default_factory=dict)
+    # rule id -> where it was defined, earliest first ("builtin nccl.yaml:40",
+    # "files site.yaml:3 merge"): why the rule in force is what it is (rules/layers.py)
+    origins: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
     def get(self, rule_id: str) -> Rule | None:
         """The rule with that id, or None."""

@@ -222,6 +222,17 @@ def signal_number(value: object) -> int | None:
 
 def policy_value_error(key: str, value: object) -> str | None:
     """None if the value is valid for the policy key, else why not."""
+    why = _type_error(key, value)
+    if why is None and isinstance(value, int | float) and not isinstance(value, bool):
+        from faultwatch.core.policy import range_error
+
+        rng = range_error(key, value)
+        if rng is not None:
+            return f"policy.{key} {rng} (the documented range, docs/rules.md)"
+    return why
+
+
+def _type_error(key: str, value: object) -> str | None:
     want = POLICY_KEYS[key]
     if want is bool:
         return None if isinstance(value, bool) else f"policy.{key} must be true or false"

@@ -14,6 +14,7 @@ from typing import Any
 import faust
 import orjson
 
+from faultwatch.core.diagnosis import is_probe
 from faultwatch.core.events import Decision
 from faultwatch.core.policy import Policy
 from faultwatch.core.registry import RegistryPolicy
@@ -26,20 +27,29 @@ from faultwatch.metrics import serve as serve_metrics
 from faultwatch.nodes.follow import RegistryLink
 from faultwatch.nodes.gate import NodeGate
 from faultwatch.rules import Matcher, RuleSet
+from faultwatch.streams import broker_calm, faust_compat
 from faultwatch.streams.faust_compat import (
     QuietMonitor,
     TableStore,
     keep_queues_when_flowing,
     reread_uncommitted_partitions,
 )
-from faultwatch.streams.job_stage import CAUGHT_UP_S, TICK_S, JobStage
+from faultwatch.streams.job_stage import CAUGHT_UP_S, MAX_JOBS, TICK_S, JobStage
 from faultwatch.streams.matcher_stage import MatcherStage
 from faultwatch.streams.metrics import Metrics
 from faultwatch.streams.records import InRecord, LiveRules
-from faultwatch.streams.rules_watch import RulesWatcher, cli_overrides
+from faultwatch.streams.rules_status import WORKER_S, info_labels, worker_id, worker_record
+from faultwatch.streams.rules_watch import RulesWatcher, base_rules
 from faultwatch.streams.status_publish import StatusPublisher
 from faultwatch.streams.stopping import StopGate
-from faultwatch.wire import SCHEMA_VERSION, decision_to_dict, encode_tick, job_key, signing
+from faultwatch.wire import (
+    SCHEMA_VERSION,
+    decision_to_dict,
+    encode_tick,
+    job_key,
+    signing,
+    worker_key,
+)
 from faultwatch.wire.topics import DEFAULT_PARTITIONS, Topics
 
 REPORT_S = 10.0  # processor metrics interval
@@ -48,6 +58,7 @@ BATCH_WITHIN_S = 0.05  # ... or whatever arrived within this long
 RETRY_FIRST_S, RETRY_MAX_S = 0.5, 30.0  # backoff of a batch whose outputs were not delivered
 
 Send = Callable[[], Awaitable[Any]]  # starts one send; its result is awaited for delivery
+
 
 
 @dataclass
@@ -63,7 +74,17 @@ class ProcessorConfig:
     session_timeout_s: float = field(
         default_factory=lambda: float(os.environ.get("FAULTWATCH_SESSION_TIMEOUT_S", "10")))
     policy_overrides: dict[str, Any] = field(default_factory=dict)  # flags, kept on push
+    # the layers `ruleset`/`policy` were built from (rules.layers.RulesInForce; cli builds
+    # it): a push adds its layer on top of them. None: one layer holding `ruleset`
+    rules: Any = None
     metrics_port: int | None = None  # serve Prometheus /metrics on this port
+    # upgrade aid, for one release: also publish the probes on the decisions topic, where
+    # agents older than the control topic look for them (docs/decisions.md, "Upgrading")
+    probes_on_decisions: bool = False
+    # active jobs per worker; a new job beyond it is refused (docs/operating.md)
+    max_jobs: int = field(
+        default_factory=lambda: int(os.environ.get("FAULTWATCH_MAX_JOBS", str(MAX_JOBS))))
+    metrics_address: str = "127.0.0.1"  # ... on this address (0.0.0.0: every interface)
 
     @property
     def group(self) -> str:
@@ -82,6 +103,9 @@ class Processor:
     watcher: RulesWatcher
     gate: StopGate
     metrics: Metrics
+    # removes this worker's record from the status topic (a clean stop)
+    forget_worker: Callable[[], Awaitable[Any]] | None = None
+    assigned_once: bool = False  # the worker got partitions at least once (startup done)
 
     def flush_states(self) -> int:
         return self.jobs.flush(time.time())
@@ -99,9 +123,12 @@ def _data_root() -> Path:
 
 
 def _record(event: Any) -> InRecord:
+    from faultwatch.trust.nodesig import header_pairs
+
     msg = event.message
     value = event.value if isinstance(event.value, bytes | None) else None
-    return InRecord(msg.topic, msg.partition, msg.offset, event.key, value)
+    return InRecord(msg.topic, msg.partition, msg.offset, event.key, value,
+                    header_pairs(getattr(msg, "headers", None)))
 
 
 async def deliver(sends: list[Send], what: str) -> None:
@@ -150,6 +177,8 @@ def build_processor(cfg: ProcessorConfig, live: LiveRules | None = None,
                     watcher: RulesWatcher | None = None) -> Processor:
     """The worker's app wired to the stages. `live`/`watcher` come from the caller when it
     already loaded the rules topic's current set (worker.run_worker does)."""
+    faust_compat.slow_retries(broker_calm.RETRY_BACKOFF_MS)
+    gate_logs = broker_calm.install()
     app = faust.App(
         cfg.group,
         broker=f"kafka://{cfg.bootstrap}",
@@ -183,6 +212,7 @@ def build_processor(cfg: ProcessorConfig, live: LiveRules | None = None,
     signals_t = app.topic(topics.signals, key_type=bytes, value_type=bytes,
                           partitions=cfg.partitions)
     decisions_t = app.topic(topics.decisions, key_type=bytes, value_type=bytes)
+    control_t = app.topic(topics.control, key_type=bytes, value_type=bytes)
     dead_t = app.topic(topics.deadletter, key_type=bytes, value_type=bytes)
     table = app.Table("jobs", default=None, partitions=cfg.partitions, key_type=bytes,
                       value_type=bytes)
@@ -192,15 +222,26 @@ def build_processor(cfg: ProcessorConfig, live: LiveRules | None = None,
     prom = ProcessorMetrics()
     prom.watch(metrics)
     if cfg.metrics_port:
-        serve_metrics(cfg.metrics_port, prom.registry)
-    keyring = signing.load_keyring()  # decisions are signed when a key is configured
-    log_event("decision_signing", signed=keyring is not None,
-              key_id=keyring.signing_key.key_id if keyring else None)
+        serve_metrics(cfg.metrics_port, prom.registry, addr=cfg.metrics_address)
+    # decisions and registry records are signed with the processor's Ed25519 key
+    # ($FAULTWATCH_SIGNING_KEY_FILE; legacy: the HMAC decision key); rule sets, registry
+    # records and (with node keys) logs records are checked against $FAULTWATCH_TRUST_FILE
+    from faultwatch.trust.decisions import decision_signer, signer_key_id
+    from faultwatch.trust.keys import NODE, load_signing_key, load_trust
+    from faultwatch.trust.nodesig import NodeVerifier
+    from faultwatch.trust.records import NODE_RECORD, RecordGate, signer_for, verifier_for
+
+    keyring = decision_signer()
+    trust = load_trust()
+    node_verifier = NodeVerifier(trust) if trust is not None and trust.of_role(NODE) else None
+    log_event("decision_signing", signed=keyring is not None, key_id=signer_key_id(keyring),
+              trust_file=trust.source if trust else None,
+              node_keys=len(trust.of_role(NODE)) if trust else 0)
     if live is None:
         live = LiveRules(Matcher(cfg.ruleset), cfg.policy, cfg.ruleset.version)
     if watcher is None:
-        overrides = cfg.policy_overrides or cli_overrides(cfg.ruleset, cfg.policy)
-        watcher = RulesWatcher(cfg.bootstrap, topics.rules, live, cfg.ruleset, overrides)
+        watcher = RulesWatcher(cfg.bootstrap, topics.rules, live, base_rules(
+            cfg.ruleset, cfg.policy, cfg.rules, cfg.policy_overrides))
     dead: list[Send] = []  # dead letters of the batch in progress
 
     def dead_letter(rec: InRecord, err: Exception) -> None:
@@ -213,12 +254,14 @@ def build_processor(cfg: ProcessorConfig, live: LiveRules | None = None,
             "value_b64": base64.b64encode((rec.value or b"")[:600_000]).decode()})
         dead.append(_sender(dead_t, rec.key, value))
 
-    matcher = MatcherStage(live, dead_letter, metrics)
-    jobs = JobStage(live, TableStore(table), dead_letter, metrics)
+    matcher = MatcherStage(live, dead_letter, metrics, node_verifier=node_verifier)
+    jobs = JobStage(live, TableStore(table), dead_letter, metrics, max_jobs=cfg.max_jobs)
     # the node registry: every worker follows all of it; the job stage gates run-starts and
     # check notes with it and writes what its decisions change (docs/schedulers.md)
-    registry = RegistryLink(cfg.bootstrap, topics.nodes,
-                            RegistryPolicy(quarantine_s=cfg.policy.blacklist_s))
+    registry = RegistryLink(
+        cfg.bootstrap, topics.nodes, RegistryPolicy(quarantine_s=cfg.policy.blacklist_s),
+        gate=RecordGate("node_record", verifier_for(NODE_RECORD, trust), log_event),
+        signer=signer_for(NODE_RECORD, load_signing_key()))
     jobs.gate = NodeGate(registry.writer.quarantined)
     gate = StopGate()
     proc = Processor(app=app, matcher=matcher, jobs=jobs, live=live, watcher=watcher,
@@ -249,8 +292,12 @@ def build_processor(cfg: ProcessorConfig, live: LiveRules | None = None,
             log_event("decision", id=d.id, job=d.job, attempt=d.attempt, action=d.action,
                       kind=d.kind, rule=d.rule)
             prom.decided(d.kind, d.action, time.time() - d.ts)
-            sends.append(_sender(decisions_t, job_key(d.job),
-                                 signing.encode(decision_to_dict(d), keyring)))
+            value = signing.encode(decision_to_dict(d), keyring)
+            if is_probe(d):  # control traffic: the agents' channel, not the decisions topic
+                sends.append(_sender(control_t, job_key(d.job), value))
+                if not cfg.probes_on_decisions:
+                    continue
+            sends.append(_sender(decisions_t, job_key(d.job), value))
         return sends
 
     @app.agent(signals_t)
@@ -286,6 +333,7 @@ def build_processor(cfg: ProcessorConfig, live: LiveRules | None = None,
     async def on_assigned(sender: Any, *args: Any, signal: Any = None, **kwargs: Any) -> None:
         matcher.on_assigned(tp.partition for tp in _tps(args, topics.logs))
         jobs.on_assigned(tp.partition for tp in _tps(args, topics.signals))
+        proc.assigned_once = True
         log_event("partitions_assigned", partitions=_names(_tps(args)))
 
     @app.timer(interval=TICK_S)
@@ -338,14 +386,41 @@ def build_processor(cfg: ProcessorConfig, live: LiveRules | None = None,
                   jobs_active=sum(len(p.active) for p in jobs.parts.values()),
                   rates=rates, counters=dict(metrics.extra))
 
+    @app.timer(interval=broker_calm.POLL_S)
+    async def broker_state() -> None:
+        broker_calm.install(gate_logs)  # loggers created since the worker started
+        gate_logs.poll(time.time())
+
     status_t = app.topic(topics.status, key_type=bytes, value_type=bytes)
     statuses = StatusPublisher()
+    worker, started_at = worker_id(), time.time()
+    published: list[Any] = [None, 0.0]  # (rules version, refusals) last published, when
+    prom.watch_rules(lambda: info_labels(watcher.rules), lambda: watcher.rejected)
+
+    async def publish_worker(now: float) -> None:
+        """This worker's record (the rules it runs, their layers and sources) for `rules
+        show` and `status`: when they change, else every WORKER_S."""
+        state = (live.rules_version, watcher.rejected)
+        if state == published[0] and now - published[1] < WORKER_S:
+            return
+        await status_t.send(key=worker_key(worker), value=worker_record(
+            worker, cfg.group, watcher.rules, now, started_at, watcher.rejected,
+            watcher.last_rejected))
+        published[:] = [state, now]
+
+    async def forget_worker() -> None:
+        await status_t.send(key=worker_key(worker), value=None)
+
+    proc.forget_worker = forget_worker
 
     @app.timer(interval=STATUS_S)
     async def publish_status() -> None:
         """Snapshots of this worker's jobs for `faultwatch status` (what changed, and a
-        bounded refresh of the rest: streams/status_publish.py)."""
-        if app.rebalancing or gate.stopping:
+        bounded refresh of the rest: streams/status_publish.py), and the worker's record."""
+        if gate.stopping:
+            return
+        await publish_worker(time.time())
+        if app.rebalancing:
             return
         for key, value in statuses.due(list(jobs.parts.values()), time.time(), live.policy):
             await status_t.send(key=key, value=value)

@@ -131,3 +131,38 @@ class QuietMonitor(Monitor):
 
     def on_table_set(self, table: Any, key: Any, value: Any) -> None:
         return None
+
+
+def slow_retries(retry_backoff_ms: int) -> None:
+    """Faust builds its aiokafka consumer and producer without `retry_backoff_ms` (aiokafka's
+    default: 100 ms, every failed request of every client retried ten times a second while
+    the broker is away): pass ours."""
+    from faust.transport.drivers import aiokafka as driver
+
+    thread_cls: Any = driver.AIOKafkaConsumerThread
+    if getattr(thread_cls, "_fw_slow_retries", None) == retry_backoff_ms:
+        return
+    create = thread_cls._create_worker_consumer
+    create_client = thread_cls._create_client_consumer
+
+    def _slow(consumer: Any) -> Any:
+        consumer._retry_backoff_ms = retry_backoff_ms  # noqa: SLF001 - read at start()
+        consumer._client._retry_backoff = retry_backoff_ms / 1000  # noqa: SLF001
+        return consumer
+
+    def worker_consumer(self: Any, transport: Any) -> Any:
+        return _slow(create(self, transport))
+
+    def client_consumer(self: Any, transport: Any) -> Any:
+        return _slow(create_client(self, transport))
+
+    thread_cls._create_worker_consumer = worker_consumer
+    thread_cls._create_client_consumer = client_consumer
+    producer_cls: Any = driver.Producer
+    extra = producer_cls._settings_extra
+
+    def settings_extra(self: Any) -> Any:
+        return {**extra(self), "retry_backoff_ms": retry_backoff_ms}
+
+    producer_cls._settings_extra = settings_extra
+    thread_cls._fw_slow_retries = retry_backoff_ms

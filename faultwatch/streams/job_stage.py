@@ -12,6 +12,7 @@ from typing import Any, Protocol
 
 import orjson
 
+from faultwatch.core.blast import GUARDED_ACTIONS, GUARDED_KINDS, BlastGuard, Census
 from faultwatch.core.events import (
     Decision,
     Heartbeat,
@@ -25,6 +26,16 @@ from faultwatch.core.job import JobState, Phase, apply_batch, new_state, tick
 from faultwatch.eventlog import log_event
 from faultwatch.streams.metrics import Metrics
 from faultwatch.streams.records import DeadLetter, InRecord, LiveRules
+from faultwatch.streams.storm import (
+    CENSUS_REUSE_S,
+    census,
+    guarded,
+    heartbeat_gap_s,
+    hold_policy,
+    last_output,
+    log_guard,
+    notice_decision,
+)
 from faultwatch.wire import MAX_RECORD_BYTES, Tick, decode_signals, encode_decision, job_key
 
 TICK_S = 0.5  # how often the shell sends a tick to each signals partition it owns
@@ -35,6 +46,10 @@ WRITE_BEHIND_S = 5.0  # a job whose only changes are liveness is written at most
 LIVENESS_WRITES_MAX_PER_S = 200.0  # ... and with more active jobs, less often (write_behind_s)
 ACTIVE = (Phase.RUNNING, Phase.SETTLING)
 LIVENESS = (Output, Heartbeat, Progress, ProgressBatch)
+JOB_IDLE_S = 60.0  # a cached state untouched this long leaves the cache (active ones: at
+# least node_lost_s); its encoded state stays in the store (the table, changelog-backed)
+EVICT_SWEEP_S = 5.0  # how often a partition's tick looks for idle cached states
+MAX_JOBS = 20_000  # active jobs per worker; a new job beyond it is refused (counted, logged)
 PARTITION_FIELD = "_p"  # stored beside a state: the signals partition it belongs to
 MAX_EVIDENCE_STR = 4096  # evidence strings of a too-big decision are cut to this
 MAX_EVIDENCE_ITEMS = 64  # ... and its lists to this many items
@@ -86,6 +101,8 @@ class PartitionCache:
     lost_due: list[tuple[float, bytes]] = field(default_factory=list)
     lost_queued: set[bytes] = field(default_factory=set)  # keys with an entry in lost_due
     write_due: list[tuple[float, bytes]] = field(default_factory=list)
+    touched: dict[bytes, float] = field(default_factory=dict)  # cached key -> last load/save
+    swept: float = float("-inf")  # the last idle sweep
 
     def watch(self, key: bytes, since: float) -> None:
         """`key` is active: its node-lost check is due no earlier than `since` + window."""
@@ -138,8 +155,8 @@ class JobStage:
     """
 
     def __init__(self, live: LiveRules, store: StateStore, dead_letter: DeadLetter,
-                 metrics: Metrics | None = None, max_record_bytes: int = MAX_RECORD_BYTES
-                 ) -> None:
+                 metrics: Metrics | None = None, max_record_bytes: int = MAX_RECORD_BYTES,
+                 max_jobs: int = MAX_JOBS) -> None:
         self.live = live
         self.store = store
         self.dead_letter = dead_letter
@@ -152,6 +169,10 @@ class JobStage:
         self.gate: Callable[[list[Signal], float], list[Signal]] | None = None
         # during process_batch: durable writes held to its end (key -> partition, cache)
         self._batch_writes: dict[bytes, tuple[int, PartitionCache]] | None = None
+        self.max_jobs = max_jobs  # active jobs per worker (MAX_JOBS)
+        self._refusing = False  # at the cap: logged once per state change
+        self.guard = BlastGuard()  # many jobs lost or hung together: hold (core/blast.py)
+        self._census: tuple[float, Census] | None = None
 
     # ---- batches ------------------------------------------------------------------------
 
@@ -216,11 +237,24 @@ class JobStage:
                     fresh = new_state(group[0]) if group else None
                     if fresh is None:
                         continue
+                    if self.refuse(job, now):
+                        continue
                     st = fresh
                 else:
                     st = old
             prev = st
+            guard = self.guard
+            held = guard.held.get(key) if old is not None else None
+            if held is not None and held[2] == "node-lost":  # a held job reports again
+                guard.returned(key, now, heartbeat_gap_s(old, group))
+                p.watch(key, now)
             st, new_decs = apply_batch(st, group, now, live.policy, live.rules_version)
+            if held is not None and held[2] != "node-lost" and last_output(st) > last_output(prev):
+                guard.returned(key, now)  # a held hang: its output resumed
+            g = guarded(new_decs, GUARDED_KINDS, GUARDED_ACTIONS) if new_decs else None
+            if g is not None and not self._consider(key, partition, g, now):
+                st, new_decs = apply_batch(prev, group, now, hold_policy(live.policy),
+                                           live.rules_version)
             if st is not prev:
                 durable = durable or bool(new_decs) or st.phase != prev.phase \
                     or st.attempt != prev.attempt \
@@ -230,7 +264,34 @@ class JobStage:
         for key, (st, old, durable) in staged.items():
             if st is not old:
                 self.save(key, st, partition, p, durable, now)
-        return [bounded_decision(d, self.max_record_bytes) for d in decs]
+        return [bounded_decision(d, self.max_record_bytes) for d in decs] + self._notices()
+
+    # ---- the blast-radius guard ---------------------------------------------------------
+
+    def _consider(self, key: bytes, partition: int, dec: Decision, now: float) -> bool:
+        """The guard's word on a lost/hung decision: True acts, False holds it."""
+        def count() -> Census:
+            c = self._census
+            if c is None or now - c[0] >= CENSUS_REUSE_S or now < c[0]:
+                self._census = c = (now, census(self.parts.values(), now, self.live.policy))
+            return c[1]
+        act = self.guard.consider(key, partition, dec.kind, dec.action, now,
+                                  self.live.policy, count)
+        if act:
+            self._census = None  # the job leaves the active ones: count afresh
+        return act
+
+    def _notices(self) -> list[Decision]:
+        notices = self.guard.take_notices()
+        if notices or self.guard.ended:
+            log_guard(self.guard, notices)
+        m = self.metrics
+        m.storm = self.guard.state()
+        m.jobs_active = sum(len(p.active) for p in self.parts.values())
+        m.jobs_cached = sum(len(p.cache) for p in self.parts.values())
+        m.max_jobs = self.max_jobs
+        return [notice_decision(n, self.live.policy, self.live.rules_version)
+                for n in notices]
 
     # ---- processor time -----------------------------------------------------------------
 
@@ -259,6 +320,17 @@ class JobStage:
             p.since = now
         p.last_tick = now
         live = self.live
+        if now - p.swept >= EVICT_SWEEP_S:
+            self.evict_idle(partition, p, now)
+        guard = self.guard
+        guard.step(now, live.policy)
+        for key, part in guard.release_due(now, live.policy):  # the hold's fallback
+            q = self.parts.get(part)
+            if q is not None and key in q.active:
+                q.lost_queued.discard(key)
+                q.watch(key, float("-inf"))
+            else:
+                guard.drop(key)
         live_clock = self.node_lost and now - p.since >= live.policy.node_lost_s + GRACE_S
         caught_up = lag < CAUGHT_UP_S and self.logs_caught_up
         out: list[Decision] = []
@@ -270,6 +342,9 @@ class JobStage:
                 p.lost_queued.discard(key)
                 if key not in p.active:
                     continue  # decided or done since it was queued
+                if key in guard.held or (key in guard.lapsed
+                                         and key not in guard.lapsed_decided):
+                    continue  # held: re-watched when it returns or its turn comes
                 st = p.cache.get(key)
                 if st is None:
                     due.add(key)  # not cached: the tick below loads it
@@ -288,6 +363,11 @@ class JobStage:
                     continue
                 st2, decs = tick(st, now, live.policy, live.rules_version,
                                  live_clock=live_clock, caught_up=caught_up)
+                g = guarded(decs, GUARDED_KINDS, GUARDED_ACTIONS) if decs else None
+                if g is not None and not self._consider(key, partition, g, now):
+                    if key not in guard.held and key not in guard.lapsed:
+                        p.watch(key, now)  # returned from a hold just now: checked again
+                    continue  # held: the state stays undecided
                 if st2 is not st:
                     self.save(key, st2, partition, p, True, now)
                 elif st.phase not in ACTIVE:
@@ -303,7 +383,7 @@ class JobStage:
                 self.metrics.count("jobs_broken")
                 log_event("job_tick_failed", job=key.decode(errors="replace"),
                           partition=partition, error=f"{type(e).__name__}: {e}")
-        return out
+        return out + self._notices()
 
     def write_behind_s(self) -> float:
         """How long a job's liveness-only changes may wait for their table write: every
@@ -344,11 +424,52 @@ class JobStage:
             return None
         st = JobState.from_dict(orjson.loads(raw))
         p.cache[key] = st
+        p.touched[key] = p.since if p.last_tick is None else p.last_tick
         return st
+
+    # ---- bounded state ------------------------------------------------------------------
+
+    def evict_idle(self, partition: int, p: PartitionCache, now: float) -> int:
+        """Drop the cached states untouched for JOB_IDLE_S (active ones: at least
+        node_lost_s, so an uncached active job is a silent one), written first if dirty: the
+        encoded state stays in the store and load() brings it back when the job reports
+        again or a check is due. Returns how many left."""
+        p.swept = now
+        idle = now - JOB_IDLE_S
+        idle_active = now - max(JOB_IDLE_S, self.live.policy.node_lost_s)
+        gone = [k for k, t in p.touched.items()
+                if t <= idle and (t <= idle_active or k not in p.active)
+                and k not in p.settling]
+        for key in gone:
+            if key in p.dirty:
+                self._write(key, partition, p, now)
+            p.cache.pop(key, None)
+            p.touched.pop(key, None)
+            p.written.pop(key, None)
+        if gone:
+            self.metrics.count("jobs_evicted", len(gone))
+        return len(gone)
+
+    def refuse(self, job: str, now: float) -> bool:
+        """A new job at the cap (max_jobs active on this worker) is refused: counted, one
+        line when refusing starts (and its count in processor_metrics' counters)."""
+        active = sum(len(p.active) for p in self.parts.values())
+        if active < self.max_jobs:
+            if self._refusing:
+                self._refusing = False
+                log_event("job_cap_cleared", active=active, max_jobs=self.max_jobs)
+            return False
+        self.metrics.count("jobs_refused")
+        if not self._refusing:
+            self._refusing = True
+            log_event("job_cap_reached", active=active, max_jobs=self.max_jobs, job=job,
+                      note="new jobs are refused until active ones end (FAULTWATCH_MAX_JOBS)")
+        return True
 
     def save(self, key: bytes, st: JobState, partition: int, p: PartitionCache, durable: bool,
              now: float) -> None:
         p.cache[key] = st
+        p.touched[key] = now
         p.broken.discard(key)
         if st.phase in ACTIVE:
             if key not in p.active:
@@ -356,6 +477,8 @@ class JobStage:
                 p.watch(key, now)
         else:
             p.active.discard(key)
+            if key in self.guard.held or key in self.guard.lapsed:
+                self.guard.drop(key)
         (p.settling.add if st.phase == Phase.SETTLING else p.settling.discard)(key)
         if key not in p.dirty:
             p.dirty.add(key)
@@ -373,7 +496,9 @@ class JobStage:
             return
         d = st.to_dict()
         d[PARTITION_FIELD] = partition
-        raw = orjson.dumps(d)
+        # an exact-size copy: orjson's result keeps its whole output buffer (8 kB and more
+        # for a 1 kB state), and the table holds every job's bytes for as long as it lives
+        raw = bytes(memoryview(orjson.dumps(d)))
         self.store.put(partition, key, raw)
         p.written[key] = now
         self.metrics.count("table_writes")

@@ -74,8 +74,10 @@ class MatcherStage:
     the size bound), so each node's lines still precede its exit on the signals topic."""
 
     def __init__(self, live: LiveRules, dead_letter: DeadLetter, metrics: Metrics | None = None,
-                 max_record_bytes: int = MAX_RECORD_BYTES) -> None:
+                 max_record_bytes: int = MAX_RECORD_BYTES, node_verifier: Any = None) -> None:
         self.live = live
+        # trust.nodesig.NodeVerifier: a record must be signed by the key of the node it names
+        self.node_verifier = node_verifier
         self.dead_letter = dead_letter
         self.metrics = metrics or Metrics()
         self.max_record_bytes = max_record_bytes
@@ -127,6 +129,8 @@ class MatcherStage:
         """(job, encoded capped signal dict) for one logs record; raises DecodeError on a
         record wire.decode_logs refuses and ValueError on a signal that cannot fit a record."""
         lr = decode_logs(rec.value)
+        if self.node_verifier is not None:  # refused: dead-lettered with the reason
+            self.node_verifier.check(lr.node, rec.value or b"", rec.headers)
         # the node a heartbeat record is about (its only signal), for process_batch's fold
         self._heartbeat = lr if isinstance(lr, Heartbeat) else None
         if isinstance(lr, LinesBatch) and lr.lines:

@@ -19,6 +19,10 @@ class Metrics:
     logs_event_lag_s: float = 0.0  # processor time - event time of the latest logs record
     tick_lag_s: dict[int, float] = field(default_factory=dict)
     extra: dict[str, int] = field(default_factory=dict)
+    jobs_active: int = 0  # active jobs this worker tracks
+    jobs_cached: int = 0  # ... and job states decoded in its cache (the rest: encoded)
+    max_jobs: int = 0  # the cap on active jobs (JobStage.max_jobs)
+    storm: dict[str, object] = field(default_factory=dict)  # the blast-radius guard's state
 
     def count(self, name: str, n: int = 1) -> None:
         self.extra[name] = self.extra.get(name, 0) + n

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from faultwatch.core.matching import LineMatcher
 from faultwatch.core.policy import Policy
@@ -13,13 +14,14 @@ from faultwatch.core.policy import Policy
 
 @dataclass(frozen=True, slots=True)
 class InRecord:
-    """One consumed record: its topic, partition, offset, key and raw value."""
+    """One consumed record: its topic, partition, offset, key, raw value and headers."""
 
     topic: str
     partition: int
     offset: int
     key: bytes | None
     value: bytes | None
+    headers: tuple[tuple[str, bytes], ...] = ()
 
     @property
     def where(self) -> str:
@@ -34,8 +36,21 @@ DeadLetter = Callable[[InRecord, Exception], None]
 @dataclass
 class LiveRules:
     """The rules in effect in a worker: matcher, policy and rules version change together
-    when a rule set is pushed to the rules topic."""
+    (`swap`) when a rule set is pushed (processors) or a rule file changes (embedded mode).
+    `rules` is what they were built from (rules.layers.RulesInForce: layers, provenance)."""
 
     matcher: LineMatcher
     policy: Policy
     rules_version: str
+    rules: Any = None
+
+    def swap(self, rules: Any, matcher: LineMatcher) -> str:
+        """The one live-rules swap: the matcher, policy, version and provenance of `rules`
+        (a RulesInForce) replace the current ones together (synchronously: no batch sees a
+        mix). Returns the previous version."""
+        old = self.rules_version
+        self.matcher = matcher
+        self.policy = rules.policy
+        self.rules_version = rules.version
+        self.rules = rules
+        return old

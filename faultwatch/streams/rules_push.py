@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from faultwatch.errors import FaultwatchError
 from faultwatch.kafka import clients
@@ -31,10 +32,18 @@ async def publish_record(bootstrap: str, topic: str, value: bytes | None,
 
 
 async def push(bootstrap: str, paths: Sequence[str | Path], *, topics: Topics | None = None,
-               builtin: bool = True, timeout_s: float = 30.0) -> RuleSet:
-    """Validate the files (RuleError, nothing published) and publish them as the rule set."""
+               builtin: bool = True, timeout_s: float = 30.0,
+               signing_key: Any = None) -> RuleSet:
+    """Validate the files (RuleError, nothing published) and publish them as the rule set,
+    signed with the operator's `signing_key` (trust.keys.SigningKey) when given."""
     topics = topics or Topics()
     record, ruleset = build_record(paths, builtin=builtin)
+    if signing_key is not None:
+        import orjson
+
+        from faultwatch.trust.records import RULES, RecordSigner
+
+        record = orjson.dumps(RecordSigner(signing_key, RULES).sign_record(orjson.loads(record)))
     try:
         # only the rules topic: the others' partition counts belong to `faultwatch process
         # --partitions`, so push must not create them

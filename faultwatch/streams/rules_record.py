@@ -2,13 +2,22 @@
 `<prefix>rules` (key `ruleset`), built from files and validated back into a rule set.
 
     {"v": 1, "version": "<content hash>", "files": [{"name": "x.yaml", "text": "..."}],
-     "pushed_at": 1714557600.0, "builtin": true}
+     "pushed_at": 1714557600.0, "builtin": true,
+     "push_id": "5f3e0c1a9b2d", "author": "alice@ops-1", "mode": "add"}
+
+`push_id`, `author` and `mode` were added later (optional when read): a pushed set is the
+`pushed` layer ON TOP of each worker's built-in and `--rules` layers (rules/layers.py); "add"
+is the only mode. `version` is the hash of built-in + pushed files, what a worker without
+`--rules` files runs.
 """
 
 from __future__ import annotations
 
+import getpass
 import os
+import socket
 import time
+import uuid
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -17,7 +26,7 @@ import orjson
 
 from faultwatch.errors import DecodeError, RuleError, RuleProblem
 from faultwatch.rules import RuleSet
-from faultwatch.rules.loader import merge_texts
+from faultwatch.rules.layers import Layer, build, builtin_layer, texts_layer
 
 RULESET_KEY = b"ruleset"
 RECORD_VERSION = 1
@@ -43,22 +52,31 @@ def build_record(paths: Sequence[str | Path], *, builtin: bool = True,
     files, problems = read_rule_files(paths)
     if problems:
         raise RuleError(problems)
-    ruleset, problems = merge_texts(files, builtin=builtin)
-    if problems:
+    pushed = texts_layer("pushed", files)
+    rif, problems = build([*([builtin_layer()] if builtin else []), pushed])
+    if rif is None:
         raise RuleError(problems)
     record = orjson.dumps({
-        "v": RECORD_VERSION, "version": ruleset.version,
+        "v": RECORD_VERSION, "version": rif.version,
         "files": [{"name": os.path.basename(name), "text": text} for name, text in files],
-        "pushed_at": time.time() if now is None else now, "builtin": builtin})
-    return record, ruleset
+        "pushed_at": time.time() if now is None else now, "builtin": builtin,
+        "push_id": uuid.uuid4().hex[:12], "author": author(), "mode": "add"})
+    return record, rif.ruleset
 
 
-def ruleset_of_record(value: bytes) -> tuple[RuleSet, dict[str, Any]]:
-    """(rule set, decoded record) of a rules-topic record.
+def author() -> str:
+    """Who pushes: user@host (a name for people, not a credential: see the signatures)."""
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = "?"
+    return f"{user}@{socket.gethostname()}"
 
-    Raises DecodeError for a record that is not a rule set and RuleError (problems named by
-    the pushed files' names) for a rule set that does not validate.
-    """
+
+def layer_of_record(value: bytes, where: str = "") -> tuple[Layer, bool, dict[str, Any]]:
+    """(pushed layer, whether the set keeps the built-in layer, decoded record) of a
+    rules-topic record; DecodeError for a record that is not a rule set. The layer is
+    validated only when built into a set (layers.build)."""
     try:
         d = orjson.loads(value)
     except orjson.JSONDecodeError as e:
@@ -70,8 +88,25 @@ def ruleset_of_record(value: bytes) -> tuple[RuleSet, dict[str, Any]]:
             isinstance(f, dict) and isinstance(f.get("name"), str)
             and isinstance(f.get("text"), str) for f in raw_files):
         raise DecodeError("rules record: files must be a list of {name, text} strings")
-    files = [(f["name"], f["text"]) for f in raw_files]
-    ruleset, problems = merge_texts(files, builtin=d.get("builtin", True) is not False)
-    if problems:
+    meta = {k: d.get(k) for k in ("push_id", "author", "pushed_at") if d.get(k) is not None}
+    meta["pushed_version"] = d.get("version") if isinstance(d.get("version"), str) else None
+    if where:
+        meta["at"] = where
+    layer = texts_layer("pushed", [(f["name"], f["text"]) for f in raw_files], meta)
+    return layer, d.get("builtin", True) is not False, d
+
+
+def ruleset_of_record(value: bytes, signed: bool = False) -> tuple[RuleSet, dict[str, Any]]:
+    """(rule set, decoded record) of a rules-topic record on its own (built-in + pushed).
+    `builtin: false` (drop the built-in rules) is honoured only from a record whose operator
+    signature was verified (`signed`); from an unsigned record the built-in rules stay.
+
+    Raises DecodeError for a record that is not a rule set and RuleError (problems named by
+    the pushed files' names) for a rule set that does not validate.
+    """
+    layer, keep_builtin, d = layer_of_record(value)
+    keep_builtin = keep_builtin or not signed
+    rif, problems = build([*([builtin_layer()] if keep_builtin else []), layer])
+    if rif is None:
         raise RuleError(problems)
-    return ruleset, d
+    return rif.ruleset, d

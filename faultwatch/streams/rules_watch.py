@@ -1,8 +1,9 @@
 """The processors' side of pushed rule sets: follow the rules topic (every worker reads it
-whole, no group), validate each set as `faultwatch rules check` does, and swap the worker's
-matcher, policy and rules version together. An invalid set is refused with its `path:line`
-errors in a `rules_rejected` event and the last good set stays; a tombstone reverts to the
-rule files the worker started with. aiokafka is imported lazily."""
+whole, no group), build each set as the `pushed` layer over the layers the worker started with
+(rules/layers.py: built-in, its `--rules` files, its flags), and swap the worker's matcher,
+policy and rules version together (LiveRules.swap). An invalid set is refused with its
+`path:line` errors in a `rules_rejected` event and the last good set stays; a tombstone
+removes the pushed layer. aiokafka is imported lazily."""
 
 from __future__ import annotations
 
@@ -18,8 +19,10 @@ from faultwatch.errors import BrokerError, FaultwatchError, RuleError
 from faultwatch.eventlog import log_event
 from faultwatch.kafka import clients
 from faultwatch.rules import Matcher, RuleSet
+from faultwatch.rules.layers import RulesInForce, build, from_ruleset
+from faultwatch.streams.broker_calm import RETRY_BACKOFF_MS
 from faultwatch.streams.records import LiveRules
-from faultwatch.streams.rules_record import ruleset_of_record
+from faultwatch.streams.rules_record import layer_of_record
 from faultwatch.wire import MAX_RULESET_RECORD_BYTES
 
 CATCH_UP_TIMEOUT_S = 15.0  # how long a starting worker waits for the topic's current set
@@ -50,30 +53,63 @@ def cli_overrides(ruleset: RuleSet, policy: Policy) -> dict[str, Any]:
             if getattr(policy, f.name) != getattr(base, f.name)}
 
 
-class RulesWatcher:
-    """Follows the rules topic and swaps a worker's matcher, policy and rules version."""
+def base_rules(ruleset: RuleSet, policy: Policy, rules: RulesInForce | None,
+               overrides: dict[str, Any]) -> RulesInForce:
+    """What a worker started with (built-in + `--rules` layers and its flags): `rules` when
+    the caller built it (cli: layers.load), else one layer of an already merged set."""
+    if rules is not None:
+        return rules
+    return from_ruleset(ruleset, overrides or cli_overrides(ruleset, policy))
 
-    def __init__(self, bootstrap: str, topic: str, live: LiveRules, initial: RuleSet,
-                 overrides: dict[str, Any], log: Callable[..., None] = log_event) -> None:
+
+class RulesWatcher:
+    """Follows the rules topic and swaps a worker's rules: each valid pushed set becomes the
+    `pushed` layer over the layers the worker started with (rules/layers.py)."""
+
+    def __init__(self, bootstrap: str, topic: str, live: LiveRules,
+                 base: RulesInForce | RuleSet, overrides: dict[str, Any] | None = None,
+                 log: Callable[..., None] = log_event, gate: Any = None) -> None:
+        from faultwatch.trust.keys import load_trust
+        from faultwatch.trust.records import RULES, RecordGate, verifier_for
+
         self.bootstrap, self.topic = bootstrap, topic
+        # rule sets are an operator's: with $FAULTWATCH_TRUST_FILE unsigned (tombstones
+        # too), forged and non-operator records are refused
+        self.gate = gate or RecordGate("rules", verifier_for(RULES, load_trust()), log)
         self.live = live
-        self.initial, self.overrides = initial, dict(overrides)
-        self.initial_policy = live.policy
-        self.ruleset = initial
+        if isinstance(base, RuleSet):  # a merged set (and its flags): as the built-in layer
+            base = from_ruleset(base, overrides or {}, layer="builtin")
+        self.base = base
+        self.rules = base
         self.next_offsets: dict[int, int] = {}
+        self.rejected = 0  # pushed sets refused since start
+        self.last_rejected: dict[str, Any] | None = None
         self._log = log
+        if live.rules is None:
+            live.rules = base
+
+    @property
+    def ruleset(self) -> RuleSet:
+        return self.rules.ruleset
 
     # -- applying records (synchronous: matcher, policy and version change together) --------
     def apply(self, value: bytes | None, where: str = "") -> bool:
-        """Swap to the rule set in `value` if valid (None reverts to the startup rules)."""
+        """Swap to the base layers plus the set in `value` if valid and signed (None, a
+        tombstone, removes the pushed layer when nothing is verified)."""
+        if not self.gate.admit_value(value, at=where or None, kept=self.live.rules_version):
+            return False
         if value is None:
-            self._swap(self.initial, Matcher(self.initial), self.initial_policy, where,
-                       "startup")
+            self._swap(self.base, Matcher(self.base.ruleset), where)
             return True
         try:
-            rs, rec = ruleset_of_record(value)
-            policy = policy_for(rs.policy, self.overrides)
-            matcher = Matcher(rs)
+            layer, keep_builtin, rec = layer_of_record(value, where)
+            # `builtin: false` is honoured only from a verified operator signature
+            keep_builtin = keep_builtin or not self.gate.verifying
+            base = [la for la in self.base.layers if keep_builtin or la.name != "builtin"]
+            rules, problems = build([*base, layer], self.base.flags)
+            if rules is None:
+                raise RuleError(problems)
+            matcher = Matcher(rules.ruleset)
         except RuleError as e:
             self._reject(where, [str(p) for p in e.problems], value)
             return False
@@ -83,21 +119,18 @@ class RulesWatcher:
         except Exception as e:  # noqa: BLE001 - e.g. a pattern no engine compiles
             self._reject(where, [f"{type(e).__name__}: {e}"], value)
             return False
-        if rec.get("version") and rec["version"] != rs.version:
-            # pusher and worker differ (e.g. another faultwatch release's built-in rules)
-            self._log("rules_version_differs", pushed=rec["version"], computed=rs.version)
-        self._swap(rs, matcher, policy, where, "topic")
+        self._swap(rules, matcher, where)
         return True
 
-    def _swap(self, rs: RuleSet, matcher: Matcher, policy: Policy, where: str,
-              source: str) -> None:
-        old = self.live.rules_version
-        self.live.matcher = matcher
-        self.live.policy = policy
-        self.live.rules_version = rs.version
-        self.ruleset = rs
-        self._log("rules_loaded", version=rs.version, previous=old, rules=len(rs.rules),
-                  source=source, at=where or None)
+    def _swap(self, rules: RulesInForce, matcher: Matcher, where: str) -> None:
+        old = self.live.swap(rules, matcher)
+        self.rules = rules
+        pushed = rules.layer("pushed")
+        meta = dict(pushed.meta) if pushed else {}
+        self._log("rules_loaded", version=rules.version, previous=old,
+                  rules=len(rules.ruleset.rules), source=rules.source,
+                  layers="+".join(la.name for la in rules.layers),
+                  push_id=meta.get("push_id"), author=meta.get("author"), at=where or None)
 
     def _reject(self, where: str, errors: list[str], value: bytes) -> None:
         pushed = None
@@ -106,6 +139,8 @@ class RulesWatcher:
             pushed = d.get("version") if isinstance(d, dict) else None
         except orjson.JSONDecodeError:
             pass
+        self.rejected += 1
+        self.last_rejected = {"version": pushed, "at": where or None, "errors": errors[:10]}
         self._log("rules_rejected", version=pushed, at=where or None,
                   kept=self.live.rules_version, count=len(errors), errors=" | ".join(errors))
 
@@ -114,7 +149,8 @@ class RulesWatcher:
         consumer = clients.consumer(bootstrap_servers=self.bootstrap, group_id=None,
                                     enable_auto_commit=False, auto_offset_reset="earliest",
                                     fetch_max_bytes=MAX_RULESET_RECORD_BYTES * 2,
-                                    max_partition_fetch_bytes=MAX_RULESET_RECORD_BYTES)
+                                    max_partition_fetch_bytes=MAX_RULESET_RECORD_BYTES,
+                                    retry_backoff_ms=RETRY_BACKOFF_MS)
         await consumer.start()
         try:
             tps: list[Any] | None = None

@@ -13,6 +13,7 @@ from typing import Any
 
 from faust.worker import Worker
 
+from faultwatch.errors import BrokerError
 from faultwatch.eventlog import log_event
 from faultwatch.streams import faust_compat
 from faultwatch.streams.faust_app import Processor, ProcessorConfig, build_processor
@@ -94,6 +95,10 @@ class ProcessorWorker(Worker):
         async def write_states() -> None:
             self.proc.flush_states()
 
+        async def forget_worker() -> None:  # `rules show` / `status` stop listing us
+            if self.proc.forget_worker is not None:
+                await self.proc.forget_worker()
+
         async def deliver() -> None:
             await app.producer.flush()
 
@@ -104,7 +109,8 @@ class ProcessorWorker(Worker):
             await faust_compat.leave_group(app)
 
         return [("stop_consuming", stop_consuming), ("finish_batches", gate.close),
-                ("write_states", write_states), ("deliver", deliver), ("commit", commit),
+                ("write_states", write_states), ("forget_worker", forget_worker),
+                ("deliver", deliver), ("commit", commit),
                 ("leave_group", leave_group)]
 
     async def _stop(self) -> None:
@@ -166,23 +172,65 @@ def run_worker(cfg: ProcessorConfig, *, stop_timeout_s: float = DEFAULT_STOP_TIM
     stop signal (exits the process)."""
     from faultwatch.kafka.admin import ensure_topics
     from faultwatch.rules import Matcher
-    from faultwatch.streams.rules_watch import RulesWatcher, cli_overrides
+    from faultwatch.streams.rules_watch import RulesWatcher, base_rules
 
     exit_on_early_signal()
     live = LiveRules(Matcher(cfg.ruleset), cfg.policy, cfg.ruleset.version)
-    overrides = cfg.policy_overrides or cli_overrides(cfg.ruleset, cfg.policy)
-    watcher = RulesWatcher(cfg.bootstrap, cfg.topics.rules, live, cfg.ruleset, overrides)
+    watcher = RulesWatcher(cfg.bootstrap, cfg.topics.rules, live, base_rules(
+        cfg.ruleset, cfg.policy, cfg.rules, cfg.policy_overrides))
 
     async def prepare() -> None:
         await ensure_topics(cfg.bootstrap, cfg.topics, cfg.partitions)
         await watcher.catch_up_bounded()
 
-    asyncio.run(prepare())
+    try:
+        asyncio.run(prepare())
+    except BrokerError as e:  # a first start reports it; a restarted startup tries again
+        if os.environ.get(START_ATTEMPT_ENV):
+            restart_startup(e.exit_code)
+        raise
     asyncio.set_event_loop(asyncio.new_event_loop())
     proc = build_processor(cfg, live=live, watcher=watcher)
     log_event("processor_starting", bootstrap=cfg.bootstrap, group=cfg.group,
-              rules_version=live.rules_version, rules=len(cfg.ruleset.rules),
+              rules_version=live.rules_version, rules=len(watcher.ruleset.rules),
+              rules_source=watcher.rules.source,
               hang_window_s=live.policy.hang_window_s, settle_s=live.policy.settle_s)
     worker = ProcessorWorker(proc, stop_timeout_s=stop_timeout_s, loglevel=loglevel,
                              quiet=True)
-    worker.execute_from_commandline()  # exits the process when the worker stops
+    try:
+        worker.execute_from_commandline()  # exits the process when the worker stops
+    except SystemExit as e:
+        if e.code not in (0, None) and not proc.assigned_once:
+            restart_startup(e.code)
+        raise
+
+
+START_ATTEMPT_ENV = "FAULTWATCH_START_ATTEMPT"
+START_ATTEMPTS_MAX = 8  # startups that fail before any assignment, then the error stands
+START_BACKOFF_MAX_S = 60.0
+
+
+def restart_startup(code: object) -> None:
+    """Faust's startup failed before the worker got partitions (the broker went away while
+    it declared its topics or joined the group: Faust gives up at once). Start the process
+    afresh after a backoff (1, 2, 4 ... 60 s), at most START_ATTEMPTS_MAX times; returns
+    (and the exit stands) past that."""
+    attempt = int(os.environ.get(START_ATTEMPT_ENV, "0") or 0) + 1
+    if attempt > START_ATTEMPTS_MAX:
+        log_event("processor_start_failed", attempts=attempt - 1, exit_code=code,
+                  note="giving up: the broker did not stay reachable during startup")
+        return
+    backoff = min(START_BACKOFF_MAX_S, 2.0 ** (attempt - 1))
+    log_event("processor_start_retry", attempt=attempt, of=START_ATTEMPTS_MAX,
+              retry_in_s=backoff, exit_code=code,
+              note="the worker stopped before it was assigned partitions")
+    time.sleep(backoff)
+    os.environ[START_ATTEMPT_ENV] = str(attempt)
+    argv = list(getattr(sys, "orig_argv", []) or [sys.executable, *sys.argv])
+    exit_flush = [f.flush for f in (sys.stdout, sys.stderr)]
+    for flush in exit_flush:
+        try:
+            flush()
+        except (OSError, ValueError):
+            pass
+    os.execv(sys.executable, [sys.executable, *argv[1:]])

@@ -76,7 +76,16 @@ from faultwatch.wire.signals import (
     signal_of,
     signals_of_record,
 )
-from faultwatch.wire.tables import decode_node, decode_status, encode_node, encode_status
+from faultwatch.wire.tables import (
+    WORKER_KEY_PREFIX,
+    decode_node,
+    decode_status,
+    decode_worker,
+    encode_node,
+    encode_status,
+    encode_worker,
+    worker_key,
+)
 from faultwatch.wire.topics import job_key, log_key, node_key
 
 __all__ = [
@@ -92,4 +101,5 @@ __all__ = [
     "heartbeat_of", "job_key", "line_rows", "lines_batch_of", "lines_of", "log_key",
     "logs_record_of", "match_of", "node_key", "note_signal", "notice_of", "run_start_dict",
     "run_start_of", "safe_name", "signal_dict", "signal_of", "signals_of_record",
+    "WORKER_KEY_PREFIX", "decode_worker", "encode_worker", "worker_key",
 ]

@@ -45,6 +45,7 @@ def decision_to_dict(dec: Decision) -> dict[str, Any]:
         "budgets": dec.budgets,
         "rules_version": dec.rules_version,
         "ts": dec.ts,
+        **({"run_ids": list(dec.run_ids)} if dec.run_ids else {}),
     }
 
 
@@ -85,7 +86,9 @@ def decision_of(d: Mapping[str, Any]) -> Decision:
         budgets=_json_obj(d.get("budgets", {}), "decision.budgets"),
         rules_version=_text(d.get("rules_version", ""), "decision.rules_version", MAX_ID_CHARS),
         run_id=safe_name(d.get("run_id", ""), "decision.run_id", empty_ok=True),
-        scheduler=_scheduler(d.get("scheduler") or {}, "decision"))
+        scheduler=_scheduler(d.get("scheduler") or {}, "decision"),
+        run_ids=tuple(safe_name(r, "decision.run_ids")
+                      for r in _list(d.get("run_ids") or [], "decision.run_ids")))
 
 
 def decode_decision(value: bytes | None) -> Decision:

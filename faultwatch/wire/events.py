@@ -88,7 +88,8 @@ def exit_of(d: Mapping[str, Any]) -> Exit:
     return Exit(job=h.job, attempt=h.attempt, node=h.node, ts=h.ts,
                 exit_code=_int(_get(d, "exit_code", "exit"), "exit.exit_code", MIN_EXIT_CODE,
                                MAX_EXIT_CODE),
-                signal=_opt_int(d.get("signal"), "exit.signal", 1, MAX_SIGNAL), run_id=h.run_id)
+                signal=_opt_int(d.get("signal"), "exit.signal", 1, MAX_SIGNAL), run_id=h.run_id,
+                stopped=d.get("stopped") is True)
 
 
 def encode_notice(job: str, attempt: int, node: str, ts: float, kind: str,

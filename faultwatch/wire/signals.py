@@ -85,8 +85,11 @@ def signal_dict(sig: Signal) -> dict[str, Any]:
         return _with_run({"t": "hit", **head, "m": {f: getattr(m, f) for f in _MATCH_FIELDS}},
                          sig.run_id)
     if isinstance(sig, Exit):
-        return {"t": "exit", **head, "ts": sig.ts, "exit_code": sig.exit_code,
-                "signal": sig.signal, "run_id": sig.run_id}
+        d = {"t": "exit", **head, "ts": sig.ts, "exit_code": sig.exit_code,
+             "signal": sig.signal, "run_id": sig.run_id}
+        if sig.stopped:  # only when set: records of older agents stay as they were
+            d["stopped"] = True
+        return d
     if isinstance(sig, RunStart):
         return run_start_dict(sig)
     if isinstance(sig, Progress):

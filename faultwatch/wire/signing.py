@@ -1,4 +1,8 @@
-"""Signed decisions: HMAC-SHA256 over a decision's canonical JSON, keyrings that rotate."""
+"""Signed decisions: HMAC-SHA256 over a decision's canonical JSON, keyrings that rotate.
+
+HMAC is the legacy mode (whoever verifies can sign); Ed25519 signatures (faultwatch.trust)
+go through the same gate: `sign`, `encode` and `DecisionGate` take either a Keyring or an
+object with `sign_record` / `verify_record` (trust.records.RecordSigner / RecordVerifier)."""
 
 from __future__ import annotations
 
@@ -14,6 +18,7 @@ from typing import Any
 import orjson
 
 from faultwatch.errors import ConfigError
+from faultwatch.metrics import REFUSALS
 
 ALGORITHM = "HMAC-SHA256"
 SIGNATURE_FIELD = "signature"
@@ -85,16 +90,22 @@ def _mac(key: Key, decision: Mapping[str, Any]) -> str:
     return hmac.new(key.secret, canonical(decision), hashlib.sha256).hexdigest()
 
 
-def sign(decision: Mapping[str, Any], keyring: Keyring) -> dict[str, Any]:
-    """A copy of the decision dict with `signature: {alg, key_id, mac}` by the signing key."""
+def sign(decision: Mapping[str, Any], keyring: Any) -> dict[str, Any]:
+    """A copy of the decision dict with `signature: {alg, key_id, mac}` by the signing key
+    (an Ed25519 signer's own signature when given one)."""
+    if not isinstance(keyring, Keyring):
+        return dict(keyring.sign_record(decision))
     key = keyring.signing_key
     out = {k: v for k, v in decision.items() if k != SIGNATURE_FIELD}
     out[SIGNATURE_FIELD] = {"alg": ALGORITHM, "key_id": key.key_id, "mac": _mac(key, out)}
     return out
 
 
-def verify(decision: Mapping[str, Any], keyring: Keyring) -> Verdict:
-    """Check the signature of a decoded decision dict against every key of the ring."""
+def verify(decision: Mapping[str, Any], keyring: Any) -> Verdict:
+    """Check the signature of a decoded decision dict against every key of the ring (or
+    with an Ed25519 verifier's verify_record)."""
+    if not isinstance(keyring, Keyring):
+        return keyring.verify_record(decision)
     sig = decision.get(SIGNATURE_FIELD)
     if sig is None:
         return Verdict(False, UNSIGNED, detail="the decision carries no signature")
@@ -114,7 +125,7 @@ def verify(decision: Mapping[str, Any], keyring: Keyring) -> Verdict:
     return Verdict(True, SIGNED, key_id)
 
 
-def encode(decision: Mapping[str, Any], keyring: Keyring | None) -> bytes:
+def encode(decision: Mapping[str, Any], keyring: Any) -> bytes:
     """The record value of a decision dict: signed when a keyring is configured."""
     return orjson.dumps(sign(decision, keyring) if keyring is not None else dict(decision))
 
@@ -163,7 +174,7 @@ class DecisionGate:
     `decision_refused`); without one, every decision passes and `decisions_unverified` is
     logged once."""
 
-    def __init__(self, keyring: Keyring | None, log: Callable[..., None]):
+    def __init__(self, keyring: Any, log: Callable[..., None]):
         self.keyring, self._log = keyring, log
         self._warned = False
         self.refused = 0
@@ -173,8 +184,8 @@ class DecisionGate:
         if self.keyring is None and not self._warned:
             self._warned = True
             self._log("decisions_unverified",
-                      hint=f"no decision key: set {KEY_FILE_ENV} or {KEY_ENV} so that "
-                           "forged decisions are refused")
+                      hint="no trust file or decision key: set FAULTWATCH_TRUST_FILE (or the "
+                           f"legacy {KEY_FILE_ENV}) so that forged decisions are refused")
 
     def admit_record(self, value: bytes | None, **where: Any) -> bool:
         """admit() for a raw decisions-topic record value (the signed JSON as published)."""
@@ -198,8 +209,12 @@ class DecisionGate:
         v = verify(decision, self.keyring)
         if v.ok:
             return True
-        self.refused += 1
+        self._count(v.reason)
         self._log("decision_refused", reason=v.reason, detail=v.detail, key_id=v.key_id,
                   id=str(decision.get("id"))[:256], job=str(decision.get("job"))[:256],
                   action=str(decision.get("action"))[:32], **where)
         return False
+
+    def _count(self, reason: str) -> None:
+        self.refused += 1
+        REFUSALS[("decision", reason)] += 1

@@ -28,6 +28,37 @@ from faultwatch.wire._check import (
     safe_name,
 )
 
+# A processor worker's record on the status topic: which rules it runs (for `rules show` and
+# `status`; streams/rules_status.py publishes and reads it). Its key starts with a control
+# character, which no job name may hold, so it never collides with a job's snapshot.
+WORKER_KEY_PREFIX = b"\x00worker/"
+
+
+def worker_key(worker: str) -> bytes:
+    return WORKER_KEY_PREFIX + worker.encode()
+
+
+def encode_worker(worker: str, group: str, rules: Mapping[str, Any], now: float,
+                  started_at: float, rejected: Mapping[str, Any] | None = None) -> bytes:
+    """{"v", "t": "worker", "worker", "group", "ts", "started_at", "rules" (a
+    rules.layers.RulesInForce.describe()), "rejected"?: {"count", "last"}}."""
+    d: dict[str, Any] = {"v": SCHEMA_VERSION, "t": "worker", "worker": worker, "group": group,
+                         "ts": now, "started_at": started_at, "rules": dict(rules)}
+    if rejected:
+        d["rejected"] = dict(rejected)
+    return orjson.dumps(d, default=str)
+
+
+def decode_worker(value: bytes | None) -> dict[str, Any]:
+    """A worker record, checked enough to show (DecodeError otherwise)."""
+    d = decode(value)
+    if d["t"] != "worker":
+        raise _bad("worker.t", "must be 'worker'", d["t"])
+    safe_name(_get(d, "worker", "worker"), "worker.worker")
+    _num(_get(d, "ts", "worker"), "worker.ts")
+    _obj(_get(d, "rules", "worker"), "worker.rules")
+    return d
+
 
 def encode_status(snapshot: Mapping[str, Any]) -> bytes:
     """A job's status snapshot (faultwatch.core.status.snapshot) as a status-topic record."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 DEFAULT_PREFIX = "faultwatch."
-DEFAULT_PARTITIONS = 4  # logs, signals, decisions (signals must match the job table's count)
+DEFAULT_PARTITIONS = 4  # logs, signals, decisions, control (signals must match the job table's)
 
 
 @dataclass(frozen=True)
@@ -26,6 +26,12 @@ class Topics:
     @property
     def decisions(self) -> str:
         return f"{self.prefix}decisions"
+
+    @property
+    def control(self) -> str:
+        """Control traffic for the agents (diagnosis requests), keyed by job; schedulers,
+        readers and notifiers never read it (docs/decisions.md, "Control topic")."""
+        return f"{self.prefix}control"
 
     @property
     def deadletter(self) -> str:

@@ -46,11 +46,13 @@ class Run:
 
     def __init__(self, tmp: Path, job: Path, **fault: str):
         self.decisions = tmp / "decisions.jsonl"
+        self.control = tmp / "control.jsonl"  # the probes: never among the decisions
         self.marks = tmp / "marks.txt"
         env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore",
                    HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", FW_MARKS=str(self.marks),
                    PYTHONPATH=str(ROOT), **fault)
-        cmd = [faultwatch_exe(), "run", "--decisions-out", str(self.decisions), "--",
+        cmd = [faultwatch_exe(), "run", "--decisions-out", str(self.decisions),
+               "--control-out", str(self.control), "--",
                str(_train_bin() / "torchrun"), "--standalone", "--nproc-per-node", "2",
                str(job), str(tmp / "out")]
         self.proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE,
@@ -80,9 +82,10 @@ class Run:
         return got[0] if got else None
 
     def decided(self) -> list[dict[str, Any]]:
-        if not self.decisions.exists():
-            return []
-        return [json.loads(x) for x in self.decisions.read_text().splitlines() if x]
+        """The decisions and the probes (control channel), in time order."""
+        got = [json.loads(x) for f in (self.decisions, self.control) if f.exists()
+               for x in f.read_text().splitlines() if x]
+        return sorted(got, key=lambda d: d["ts"])
 
     def wait(self, what: str, pred: Any, timeout_s: float) -> Any:
         deadline = time.monotonic() + timeout_s

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import time
 from collections.abc import Iterator
@@ -11,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from faultwatch.rules import load_ruleset
+from tests.conftest import wait_until
 from tests.e2e.conftest import faultwatch_exe, job_env
 
 FAILURE = "FluxError: the flux capacitor overheated at step 7"  # no built-in rule knows it
@@ -116,6 +118,64 @@ def test_invalid_edit_is_refused_and_last_good_set_kept(tmp_path: Path) -> None:
         assert f"{rules}:5:" in rejected, rejected  # path:line of the bad regex
         go.touch()
         assert proc.wait(60) == 0, err.read_text()[-3000:]
+    decs = read_decisions(decisions)
+    assert [d["action"] for d in decs] == ["restart"], decs
+    assert decs[0]["reason"]["rule"] == "site.flux-overheat"
+    assert decs[0]["rules_version"] == v1
+
+
+HOOK = """\
+import os
+import time
+
+_gate = os.environ.get("FW_TEST_COMPILE_GATE")
+if _gate:  # hold the first Matcher compile until the test has edited the rule file
+    from faultwatch.rules import engine
+
+    _init = engine.Matcher.__init__
+    _first = [True]
+
+    def _held(self, *args, **kwargs):
+        if _first[0]:
+            _first[0] = False
+            open(_gate + ".compiling", "w").close()
+            while not os.path.exists(_gate + ".edited"):
+                time.sleep(0.02)
+        _init(self, *args, **kwargs)
+
+    engine.Matcher.__init__ = _held
+"""
+
+
+def test_edit_during_the_startup_compile_is_applied(tmp_path: Path) -> None:
+    """`faultwatch run` read its rule files, compiled them (~2 s), and only then noted their
+    mtimes: an edit made during the compile was never applied. A sitecustomize hook holds the
+    real process's first compile until the edit is made, so the edit lands in that window."""
+    rules, go, gate = tmp_path / "site.yaml", tmp_path / "go", tmp_path / "gate"
+    rules.write_text(V0)
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(HOOK)
+    env = job_env(FW_TEST_COMPILE_GATE=str(gate))
+    env["PYTHONPATH"] = os.pathsep.join(x for x in (str(hook), env.get("PYTHONPATH")) if x)
+    err, decisions = tmp_path / "stderr.log", tmp_path / "decisions.jsonl"
+    with open(err, "wb") as out:
+        proc = subprocess.Popen([faultwatch_exe(), "run", "--rules", str(rules),
+                                 "--decisions-out", str(decisions), "--settle-s", "0.2",
+                                 "--", "sh", "-c", script(go)],
+                                stdout=subprocess.DEVNULL, stderr=out, env=env)
+    try:
+        wait_until(lambda: Path(str(gate) + ".compiling").exists(), 120, "the compile")
+        rewrite(rules, V1)  # the files were read; the compile has not finished
+        Path(str(gate) + ".edited").touch()
+        v1 = load_ruleset([rules]).version
+        wait_for(err, f"event=rules_reloaded version={v1}", timeout=60)
+        go.touch()
+        assert proc.wait(60) == 0, err.read_text()[-3000:]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
     decs = read_decisions(decisions)
     assert [d["action"] for d in decs] == ["restart"], decs
     assert decs[0]["reason"]["rule"] == "site.flux-overheat"

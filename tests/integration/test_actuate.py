@@ -72,7 +72,9 @@ def test_actuate_acts_once_on_signed_decisions_and_refuses_forged_ones(
         assert out.read_text().splitlines() == ["quarantine gpu-7 good1",
                                                 "quarantine gpu-8 good2"]
         text = log.read_text()
-        assert text.count("event=decision_refused") == 3, text  # forged, unsigned, not JSON
+        # forged, unsigned, not JSON; and the exact copy of good1 (the replay rule)
+        assert text.count("event=decision_refused") == 4, text
+        assert text.count("reason=replayed") == 1, text
         assert "actuate_decision_rejected" in text and "gpu-3;reboot" in text
     finally:
         if proc.poll() is None:

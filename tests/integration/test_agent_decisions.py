@@ -44,18 +44,23 @@ def publish(bootstrap: str, topic: str, *decs: Decision) -> None:
     asyncio.run(main())
 
 
+RUN = "R1"  # the run id the agents here are given (decisions act only on the run they name)
+
+
 def decision(job: str, action: str, nodes: tuple[str, ...], attempt: int = 0,
-             did: str | None = None) -> Decision:
+             did: str | None = None, run_id: str = RUN) -> Decision:
     return Decision(id=did or f"{job}:{attempt}:{action}", job=job, attempt=attempt,
-                    action=action, kind="error", ts=time.time(), nodes=nodes)
+                    action=action, kind="error", ts=time.time(), nodes=nodes, run_id=run_id)
 
 
 def start_agent(bootstrap: str, prefix: str, tmp: Path, job: str, script: str,
                 *extra: str, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
     # the decisions topic exists before the agent starts (the processor creates it)
     publish(bootstrap, f"{prefix}decisions", decision("other-job", "fail", ()))
+    named = "--run-id" in extra or (env or {}).get("SLURM_JOB_ID")
     argv = agent_cmd(bootstrap, prefix, tmp, job, sys.executable, "-c", script,
-                     extra=("--follow-decisions", "--decision-wait-s", "30", *extra))
+                     extra=("--follow-decisions", "--decision-wait-s", "30",
+                            *(() if named else ("--run-id", RUN)), *extra))
     return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             env=None if env is None else {**os.environ, **env})
 
@@ -69,9 +74,9 @@ def test_restart_decision_relaunches_with_next_attempt_once(
     assert p.stdout is not None and p.stdout.readline() == b"attempt 0\n"
     time.sleep(1.0)  # the child failed; the agent waits for the decision
     assert p.poll() is None
-    restart = decision(job, "restart", ("n1", "n2"))
+    restart = decision(job, "restart", ("n1", "n2"), run_id="777")
     publish(kafka_bootstrap, f"{topic_prefix}decisions", restart, restart,  # twice: same id
-            decision(job, "restart", ("n1",), attempt=5))  # another attempt: ignored
+            decision(job, "restart", ("n1",), attempt=5, run_id="777"))  # another attempt
     out, err = p.communicate(timeout=60)
     assert p.returncode == 0, err.decode()[-3000:]
     assert out == b"attempt 1\n"
@@ -117,11 +122,12 @@ def test_fail_decision_stops_a_running_child(kafka_bootstrap: str, topic_prefix:
     assert p.returncode == EXIT_FAILED_BY_DECISION, err.decode()[-3000:]
 
 
-def test_no_decision_within_the_wait_exits_with_the_childs_code(
+def test_no_decision_within_the_wait_exits_undecided(
         kafka_bootstrap: str, topic_prefix: str, tmp_path: Path) -> None:
     p = start_agent(kafka_bootstrap, topic_prefix, tmp_path, "dec-none",
                     "import sys; sys.exit(4)", "--decision-wait-s", "2")
     _, err = p.communicate(timeout=30)
-    assert p.returncode == 4 and b"event=no_decision" in err, err.decode()[-2000:]
+    assert p.returncode == 77 and b"event=no_decision" in err, err.decode()[-2000:]
+    assert b"command exited with code 4" in err  # the child's own code, reported
     waited = float(re.search(rb"event=no_decision .*waited_s=([0-9.]+)", err)[1])  # type: ignore[index]
     assert 1.9 <= waited <= 10, waited  # the real wait (it printed 0.0)

@@ -46,3 +46,17 @@ def test_a_control_character_in_a_job_name_is_refused_with_a_clear_error(
     assert res.returncode != 0
     err = res.stderr.decode()
     assert "job" in err and "control character" in err and "Traceback" not in err, err
+
+
+def test_spool_files_are_the_agent_users_alone(kafka_bootstrap: str, topic_prefix: str,
+                                               tmp_path: Path) -> None:
+    root = tmp_path / "spool"
+    res = subprocess.run(agent_cmd(kafka_bootstrap, topic_prefix, root, "secret-job",
+                                   sys.executable, "-c", "print('token=abc')"),
+                         capture_output=True, timeout=60)
+    assert res.returncode == 0, res.stderr.decode()[-2000:]
+    dirs = [root, *[p for p in root.rglob("*") if p.is_dir()]]
+    files = [p for p in root.rglob("*") if p.is_file()]
+    assert files  # positive control: the spool was written
+    assert {oct(d.stat().st_mode & 0o777) for d in dirs} == {"0o700"}, dirs
+    assert {oct(f.stat().st_mode & 0o777) for f in files} == {"0o600"}, files

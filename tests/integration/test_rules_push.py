@@ -177,7 +177,7 @@ def one_decision(bootstrap: str, prefix: str, job: str) -> dict[str, Any]:
 def test_processor_hot_reloads_pushed_rules(kafka_bootstrap: str, topic_prefix: str,
                                             tmp_path: Path, running_processor: Path) -> None:
     log = running_processor
-    wait_log(log, "processor_starting")
+    wait_log(log, "processor_starting", timeout=120)  # start-up is slow on a loaded machine
 
     # 1. the built-in rules do not know the line: the exit code decides -> fail
     job1 = f"before-{uuid.uuid4().hex[:6]}"

@@ -28,6 +28,7 @@ FOREVER = "import time\nprint('running', flush=True)\nwhile True: time.sleep(0.0
 
 def fail_dict(job: str, did: str) -> dict[str, object]:
     return wire.decision_to_dict(Decision(id=did, job=job, attempt=0, action="fail",
+                                          run_id="R1",
                                           kind="error", ts=time.time(), nodes=()))
 
 
@@ -77,7 +78,8 @@ def start_agent(bootstrap: str, prefix: str, tmp: Path, job: str,
     publish(bootstrap, f"{prefix}decisions", "other-job", fail_dict("other-job", "x"))
     argv = [sys.executable, "-m", "faultwatch", "agent", "--bootstrap", bootstrap,
             "--job", job, "--node", "n1", "--topic-prefix", prefix, "--spool-dir", str(tmp),
-            "--heartbeat-s", "0.5", "--follow-decisions", "--", sys.executable, "-c", FOREVER]
+            "--heartbeat-s", "0.5", "--follow-decisions", "--run-id", "R1", "--",
+            sys.executable, "-c", FOREVER]
     env = {k: v for k, v in os.environ.items() if not k.startswith("FAULTWATCH_DECISION_KEY")}
     return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             env={**env, **env_extra})

@@ -15,8 +15,8 @@ from faultwatch.agents.config import (
     EXIT_BLACKLISTED,
     EXIT_BOOTCHECK_FAILED,
     EXIT_FAILED_BY_DECISION,
-    EXIT_NODES_TIMEOUT,
 )
+from faultwatch.agents.exitcodes import VERDICTS
 from faultwatch.cli import agent as agent_cli
 from faultwatch.cli import options
 from faultwatch.cli import rules as rules_cli
@@ -67,7 +67,8 @@ def test_the_tree_names_every_command() -> None:
     sub = next(a for a in cli.build_parser()._actions
                if isinstance(a, argparse._SubParsersAction))
     assert set(sub.choices) == {"run", "agent", "process", "decisions", "logs", "rules",
-                                "kafka", "notify", "status", "nodes", "actuate", "diagnose"}
+                                "kafka", "notify", "status", "nodes", "actuate", "diagnose",
+                                "keys"}
 
 
 def test_shared_options_are_the_same_everywhere(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -230,11 +231,11 @@ def test_the_docs_table_matches_the_code() -> None:
     for name in ("FaultwatchError", "ConfigError", "UsageError", "RuleError", "DecodeError",
                  "BrokerError", "MissingExtraError", "ChildError"):
         assert table[name] == getattr(errors, name).exit_code, name
-    verdicts = {"blacklisted": EXIT_BLACKLISTED, "nodes-timeout": EXIT_NODES_TIMEOUT,
-                "bootcheck-failed": EXIT_BOOTCHECK_FAILED,
-                "failed-by-decision": EXIT_FAILED_BY_DECISION, "interrupted": EXIT_INTERRUPTED}
-    for name, code in verdicts.items():
+    for name, code in VERDICTS.items():  # the exit contract of run/agent (exitcodes.py)
         assert table[name] == code, name
+    assert table["interrupted"] == EXIT_INTERRUPTED
+    assert EXIT_BLACKLISTED == EXIT_BOOTCHECK_FAILED == table["elsewhere"]
+    assert EXIT_FAILED_BY_DECISION == table["failed"]
 
 
 def _docs_table() -> dict[str, int]:

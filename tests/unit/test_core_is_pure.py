@@ -224,9 +224,9 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("faultwatch.cli", "faultwatch.__main__", "*.cli"),
     ("faultwatch.streams", "faultwatch.actuate", "faultwatch.readers"),
     ("faultwatch.agents", "faultwatch.notify", "faultwatch.nodes", "faultwatch.integrations"),
-    ("faultwatch.kafka",),
+    ("faultwatch.kafka", "faultwatch.trust"),
     ("faultwatch.wire", "faultwatch.rules"),
-    ("faultwatch.eventlog",),
+    ("faultwatch.eventlog", "faultwatch.quiet"),
     ("faultwatch.core",),
     ("faultwatch.sdk", "faultwatch.diagnose", "faultwatch.errors", "faultwatch.metrics"),
 )

@@ -131,7 +131,7 @@ def test_backoff_doubles_up_to_the_cap_and_honours_retry_after() -> None:
 
 def test_receivers_parse_format_and_hide_the_token() -> None:
     r = Receiver.parse("dingtalk=https://oapi.dingtalk.com/robot/send?access_token=t")
-    assert r.fmt == "dingtalk" and r.where == "https://oapi.dingtalk.com/robot/send"
+    assert r.fmt == "dingtalk" and r.where == "https://oapi.dingtalk.com"  # scheme, host
     assert Receiver.parse("http://h/x?a=b").fmt == "json"
     with pytest.raises(Exception, match="http"):
         Receiver.parse("slack=ftp://x")
@@ -151,8 +151,8 @@ def test_offsets_are_committed_only_past_delivered_decisions() -> None:
     n = Notifier(NotifierConfig("b:1", tp.topic, (Receiver("http://h/x"),), policy=POLICY),
                  DecisionGate(None, lambda e, **f: None), lambda e, **f: None,
                  clock=lambda: clock[0])
-    for i in range(3):
-        n.take(orjson.dumps(dec(i)), tp, 10 + i)
+    for i in range(3):  # stamped at the notifier's clock (the replay rule's age limit)
+        n.take(orjson.dumps({**dec(i), "ts": clock[0]}), tp, 10 + i)
     n.take(b"not json", tp, 13)  # undecodable: logged, never blocks the commit
     assert n.committable({tp: 14}) == {tp: 10}  # all three wait for their message
     n.grouper.due(30.0)  # sent (deliveries finished)

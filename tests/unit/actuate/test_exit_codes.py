@@ -1,12 +1,20 @@
-"""The agent's exit codes against the schedulers' own rules (item 4 of issue 10)."""
+"""The agent's exit codes against the schedulers' own rules (issue 10 item 4, issue 21 item 1).
+
+The real-process rows are in tests/e2e/test_exit_contract.py; this checks the numbers."""
 
 from __future__ import annotations
 
-from faultwatch.agents.config import (
-    EXIT_BLACKLISTED,
-    EXIT_BOOTCHECK_FAILED,
-    EXIT_FAILED_BY_DECISION,
+import signal
+
+from faultwatch.agents.exitcodes import (
+    EXIT_ELSEWHERE,
+    EXIT_FAILED,
     EXIT_NODES_TIMEOUT,
+    EXIT_RESTART,
+    EXIT_SUCCESS,
+    EXIT_UNDECIDED,
+    VERDICTS,
+    Verdict,
 )
 
 
@@ -17,16 +25,34 @@ def kubeflow_is_retryable(code: int) -> bool:
     return code in (130, 137, 143, 138)
 
 
-def test_move_me_codes_are_retryable_and_stop_codes_are_not() -> None:
-    # a bad node: the pod must be recreated (elsewhere, thanks to the taint), not failed
-    assert kubeflow_is_retryable(EXIT_BLACKLISTED)
-    assert kubeflow_is_retryable(EXIT_BOOTCHECK_FAILED)
-    # never a signal's code: 138 is the one code Kubeflow reserves for users
-    assert EXIT_BLACKLISTED not in (130, 137, 143)
-    # a fail decision or peers that never came: permanent, a person looks
-    assert not kubeflow_is_retryable(EXIT_FAILED_BY_DECISION)
-    assert not kubeflow_is_retryable(EXIT_NODES_TIMEOUT)
-    # all fit in an exit status and do not collide with the shell's 126/127/128
-    codes = {EXIT_BLACKLISTED, EXIT_FAILED_BY_DECISION, EXIT_NODES_TIMEOUT}
-    assert all(0 < c < 256 and c not in (126, 127, 128) for c in codes)
-    assert len(codes) == 3
+def test_move_me_is_kubeflow_retryable_and_stop_codes_are_not() -> None:
+    assert kubeflow_is_retryable(EXIT_ELSEWHERE)
+    assert EXIT_ELSEWHERE not in (130, 137, 143)  # never a stop signal's code
+    for permanent in (EXIT_FAILED, EXIT_NODES_TIMEOUT, EXIT_UNDECIDED, EXIT_RESTART):
+        assert not kubeflow_is_retryable(permanent), permanent
+
+
+def test_codes_are_distinct_and_none_is_what_python_or_a_shell_produce_alone() -> None:
+    codes = list(VERDICTS.values())
+    assert len(set(codes)) == len(codes)  # each code means one thing
+    own = {1, 2, 126, 127, 128, 255}  # a Python traceback, argparse, a shell, exit(-1)
+    deaths = {128 + s for s in range(1, 65)}  # killed by any signal, real-time ones included
+    for name, code in VERDICTS.items():
+        if name == "elsewhere":  # Kubeflow forces 138: the agent handles SIGUSR1 instead
+            assert code == 128 + signal.SIGUSR1
+            continue
+        assert code == EXIT_SUCCESS or code not in own | deaths | set(range(3, 7)), name
+
+
+def test_the_verdict_reports_the_childs_own_code_and_signal() -> None:
+    v = Verdict("failed", EXIT_FAILED, why="a fail decision", child_exit_code=138,
+                child_signal=int(signal.SIGUSR1), decision={"id": "d1", "action": "fail",
+                                                             "kind": "exit", "rule": None},
+                job="j", node="n", run_id="r", attempt=2)
+    d = v.to_dict()
+    assert d["exit_code"] == 78 and d["child"] == {"exit_code": 138, "signal": 10,
+                                                   "signal_name": "SIGUSR1"}
+    assert d["decision"]["id"] == "d1" and d["attempt"] == 2 and d["run_id"] == "r"
+    line = v.sentence()
+    assert "verdict failed (exit 78)" in line and "killed by SIGUSR1 (code 138)" in line
+    assert "\n" not in line

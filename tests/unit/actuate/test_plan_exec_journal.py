@@ -56,7 +56,9 @@ def test_blacklist_plans_quarantine_then_requeue_with_identity() -> None:
     {"scheduler": {"kind": "slurm", "job_id": "--all"}},
     {"scheduler": {"kind": "kubernetes", "namespace": "ML_NS"}},
     {"scheduler": {"kind": "kubernetes", "namespace": "ml", "pod": "../../nodes/x"}},
-    {"job": "train;rm -rf"},
+    {"targets": {"nodes": ["ALL"], "ranks": []}},  # Slurm reads `all` as every node
+    {"targets": {"nodes": ["n[1-99]"], "ranks": []}},
+    {"targets": {"nodes": ["n1,n2"], "ranks": []}},
 ])
 def test_every_field_used_is_validated(over: dict[str, Any]) -> None:
     with pytest.raises(ConfigError):
@@ -207,7 +209,8 @@ def test_slurm_without_identity_finds_the_job_by_name_on_that_node_only() -> Non
 
     def runner(argv: list[str], **kw: Any) -> subprocess.CompletedProcess[str]:
         calls.append(argv)
-        out = {"squeue": "77\n", "show": "JobId=77 JobState=FAILED NodeList=n1"}.get(
+        out = {"squeue": "77 train\n78 train,other\n",
+               "show": "JobId=77 JobState=FAILED NodeList=n1"}.get(
             argv[0] if argv[0] == "squeue" else argv[1], "")
         if argv[1:3] == ["show", "hostnames"]:
             out = "n1\n"
@@ -215,7 +218,8 @@ def test_slurm_without_identity_finds_the_job_by_name_on_that_node_only() -> Non
 
     b = SlurmBackend(runner=runner)
     assert "77: requeued (was failed on n1)" in b.apply(Action(REQUEUE, "n1", "d", "r", "train"))
-    assert calls[0] == ["squeue", "-h", "-t", "all", "-w", "n1", "-n", "train", "-o", "%i"]
+    assert calls[0] == ["squeue", "-h", "-t", "all", "-w", "n1", "--name=train", "-o",
+                        "%i %j"]  # 78 is another job's name: not requeued
     assert calls[-1] == ["scontrol", "requeue", "77"]
     assert b.apply(Action(QUARANTINE, "n1", "d", "r")) == "drained n1"
     assert calls[-1] == ["scontrol", "update", "nodename=n1", "state=drain",
@@ -229,3 +233,9 @@ def test_deploy_manifests_parse() -> None:
     kinds = [d["kind"] for f in (root / "actuate-rbac.yaml", root / "actuate-deployment.yaml")
              for d in yaml.safe_load_all(f.read_text()) if d]
     assert {"ClusterRole", "ClusterRoleBinding", "ServiceAccount", "Deployment"} <= set(kinds)
+
+
+@pytest.mark.parametrize("job", ["x y", "a;b", "-leading", "train"])
+def test_job_names_the_agent_accepts_are_planned(job: str) -> None:
+    acts = plan_decision(_dec(job=job))
+    assert {a.job for a in acts} == {job}

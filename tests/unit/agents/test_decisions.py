@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 
 from faultwatch import wire
 from faultwatch.agents.decisions import (
@@ -18,7 +19,7 @@ from faultwatch.core.events import Decision
 
 def dec(action: str, nodes: tuple[str, ...] = (), attempt: int = 0, did: str = "d1",
         **evidence: object) -> Decision:
-    return Decision(id=did, job="j", attempt=attempt, action=action, kind="error", ts=1.0,
+    return Decision(id=did, job="j", attempt=attempt, action=action, kind="error", ts=time.time(),
                     nodes=nodes, evidence=dict(evidence))
 
 

@@ -187,3 +187,20 @@ def test_a_checkpoint_silence_teaches_the_window_nothing() -> None:
         st = out(st, t + i, policy=P)
         st, _ = prog(st, t + i, 200 + i, policy=P)
     assert all((h.max() or 0) < 30 for h in st.hists.values()), st.hists
+
+
+def test_the_hang_names_the_probes_of_its_silence_and_what_they_found() -> None:
+    """The probes go to the control topic, so the hang's own evidence and message say which
+    were sent and which nodes answered (one notification for the hang, not one per probe)."""
+    st, last = silent_job()
+    st, t, decs = run_until(st, last, last, last + 30, {"diagnose"})
+    (probe,) = decs
+    st = answer(st, t + 1.5, {0: COLL, 1: SLEEP})
+    st, t, decs = run_until(st, last, t, last + 40, {"hang"})
+    (hang,) = [d for d in decs if d.kind == "hang"]
+    probes = hang.evidence["probes"]
+    assert [s["id"] for s in probes["sent"]] == [probe.id]
+    assert probes["sent"][0]["ts"] == last + 10.0
+    assert set(probes["answered"]) == {"n0"}
+    assert (probes["answered"]["n0"]["request"], probes["answered"]["n0"]["ranks"]) == ("x", 2)
+    assert "[1 probe(s) of stacks during the silence, 1 node(s) answered]" in hang.message

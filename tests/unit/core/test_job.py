@@ -201,3 +201,16 @@ def test_a_decision_stays_small_whatever_the_lines_it_quotes() -> None:
     assert [d.action for d in decs] == ["fail"]
     assert len(encode_decision(decs[0])) < 200_000
     assert decs[0].evidence["first_error"]["line"].startswith("EEEE")
+
+
+def test_an_operators_stop_is_a_stop_not_a_failure() -> None:
+    for sig, code in ((15, 143), (9, 137)):  # SIGTERM, or SIGKILL after the grace period
+        st = started()
+        st, decs = apply(st, Exit("j", 0, "n0", 102, exit_code=code, signal=sig,
+                                  stopped=True), 102, P)
+        assert decs == [] and st.phase == DONE
+        st, decs = tick(st, 500.0, P)
+        assert decs == []
+    # positive control: the same exit without the stop fails the job
+    _, decs = apply(started(), Exit("j", 0, "n0", 102, exit_code=137, signal=9), 102, P)
+    assert [d.action for d in decs] == ["fail"]

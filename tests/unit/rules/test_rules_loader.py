@@ -73,6 +73,7 @@ rules:
   - id: nccl-watchdog-timeout
     disabled: true
   - id: cuda-oom
+    override: replace
     category: retryable
     contains: CUDA out of memory
   - id: my-rule

@@ -1,0 +1,125 @@
+"""Memory per idle job in the job stage (issue 29 item 3): --jobs jobs each send ONE run-start
+record and nothing else; processor time then runs on (ticks every 0.5 s) past the node-lost
+window and the idle time. Prints one JSON object: Python heap per job while the states are
+cached and once they are idle (tracemalloc, the store's encoded states included), RSS, and
+the decisions made (with the blast-radius guard: one notice, no mass restart).
+
+    .venv/bin/python bench/idle_jobs.py --jobs 10000
+
+The store is the job stage's DictStore: the same encoded bytes per job that a processor keeps
+in its Faust table (store memory://) and writes to the table's changelog topic.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import resource
+import sys
+import time
+import tracemalloc
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from faultwatch import wire  # noqa: E402
+from faultwatch.core.events import RunStart  # noqa: E402
+from faultwatch.core.policy import Policy  # noqa: E402
+from faultwatch.rules import Matcher, load_ruleset  # noqa: E402
+from faultwatch.streams.job_stage import TICK_S, DictStore, JobStage  # noqa: E402
+from faultwatch.streams.records import InRecord, LiveRules  # noqa: E402
+
+T0 = 1_700_000_000.0
+
+
+def rss_kb() -> int:
+    """Current resident set size (kB) from /proc, else the peak."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+
+
+def measure() -> tuple[int, int]:
+    gc.collect()
+    heap = tracemalloc.get_traced_memory()[0] if tracemalloc.is_tracing() else 0
+    return heap, rss_kb()
+
+
+def run(jobs: int, partitions: int, run_s: float, trace: bool = True) -> dict[str, Any]:
+    rs = load_ruleset([])
+    live = LiveRules(Matcher(rs), Policy(), rs.version)
+    store = DictStore()
+    stage = JobStage(live, store, lambda rec, err: None, max_jobs=max(jobs, 1) * 2)
+    decisions: Counter[str] = Counter()
+    if trace:
+        tracemalloc.start()
+    base_heap, base_rss = measure()
+    t_wall = time.perf_counter()
+    batch: list[InRecord] = []
+    for i in range(jobs):
+        job = f"idle-{i:06d}"
+        part = i % partitions
+        value = wire.encode_bundle(job, [RunStart(job, 0, "n0", T0, run_id=f"r{i}",
+                                                  world_size=8, rank=0)])
+        batch.append(InRecord("bench.signals", part, i, wire.job_key(job), value))
+        if len(batch) >= 1000:
+            for d in stage.process_batch(batch, T0):
+                decisions[f"{d.action}:{d.kind}"] += 1
+            batch = []
+    for d in stage.process_batch(batch, T0):
+        decisions[f"{d.action}:{d.kind}"] += 1
+    del batch, value  # the input records are the sender's, not the stage's
+    for part in range(partitions):
+        stage.tick(part, T0, T0)
+    feed_s = time.perf_counter() - t_wall
+    cached_heap, cached_rss = measure()
+    now = T0
+    while now < T0 + run_s:
+        now += TICK_S
+        for part in range(partitions):
+            for d in stage.tick(part, now, now):
+                decisions[f"{d.action}:{d.kind}"] += 1
+    idle_heap, idle_rss = measure()
+    if trace:
+        tracemalloc.stop()
+    stored = sum(len(v) for v in store.data.values())
+    return {
+        "jobs": jobs, "partitions": partitions, "processor_time_s": run_s,
+        "feed_s": round(feed_s, 3),
+        "cached_bytes_per_job": round((cached_heap - base_heap) / max(1, jobs)),
+        "idle_bytes_per_job": round((idle_heap - base_heap) / max(1, jobs)),
+        "stored_bytes_per_job": round(stored / max(1, jobs)),
+        "rss_bytes_per_job": {"cached": round((cached_rss - base_rss) * 1024 / max(1, jobs)),
+                           "idle": round((idle_rss - base_rss) * 1024 / max(1, jobs))},
+        "rss_mb": {"base": round(base_rss / 1024, 1), "cached": round(cached_rss / 1024, 1),
+                   "idle": round(idle_rss / 1024, 1)},
+        "jobs_cached_idle": sum(len(p.cache) for p in stage.parts.values()),
+        "jobs_active_idle": sum(len(p.active) for p in stage.parts.values()),
+        "guard": stage.guard.state(),
+        "decisions": dict(decisions),
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--jobs", type=int, default=10_000)
+    ap.add_argument("--partitions", type=int, default=8)
+    ap.add_argument("--rss-only", action="store_true",
+                    help="no tracemalloc (its own bookkeeping inflates RSS): RSS figures only")
+    ap.add_argument("--processor-time-s", type=float, default=150.0,
+                    help="processor time simulated after the run-starts (past node-lost "
+                         "and the idle time)")
+    args = ap.parse_args()
+    print(json.dumps(run(args.jobs, args.partitions, args.processor_time_s,
+                         trace=not args.rss_only)))
+
+
+if __name__ == "__main__":
+    main()

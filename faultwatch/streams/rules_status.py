@@ -1,0 +1,118 @@
+"""Which rules each worker runs, for people: the worker record a processor publishes on the
+compacted status topic (`faultwatch status`, `faultwatch rules show`), reading it and the
+rules topic back, and the text of `rules show` / `rules diff`.
+
+A worker record (wire.tables.encode_worker, key `\\x00worker/<worker>`):
+
+    {"v": 1, "t": "worker", "worker": "host:pid", "group": "faultwatch.processor",
+     "ts": <now>, "started_at": ..., "rules": <RulesInForce.describe()>,
+     "rejected": {"count": 1, "last": {"version", "at", "errors"}} | absent}
+
+is published at start, when the set in force or the refusals change, and every WORKER_S;
+a clean stop writes a tombstone. aiokafka is imported lazily (through faultwatch.kafka.reading).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from faultwatch.readers.status import (  # noqa: F401 - the readers live with status
+    STALE_S,
+    WORKER_S,
+    read_pushed,
+    read_raw,
+    read_workers,
+    split_status,
+)
+from faultwatch.rules.layers import RulesInForce
+from faultwatch.wire.tables import encode_worker
+
+
+def worker_id() -> str:
+    """This worker's name: host (the pod's name in Kubernetes) and pid."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def worker_record(worker: str, group: str, rules: RulesInForce, now: float,
+                  started_at: float, rejected: int = 0,
+                  last_rejected: Mapping[str, Any] | None = None) -> bytes:
+    """The status-topic record of a worker running `rules` (wire.encode_worker)."""
+    return encode_worker(worker, group, rules.describe(), now, started_at,
+                         {"count": rejected, "last": dict(last_rejected or {})}
+                         if rejected else None)
+
+
+def info_labels(rules: RulesInForce) -> dict[str, str]:
+    """The labels of the `faultwatch_rules_info` metric: version, source (the top layer),
+    layers, push_id."""
+    pushed = rules.layer("pushed")
+    return {"version": rules.version, "source": rules.source,
+            "layers": "+".join(la.name for la in rules.layers),
+            "push_id": str(pushed.meta.get("push_id", "")) if pushed else ""}
+
+
+# ---- text for people ------------------------------------------------------------------------
+
+def _when(ts: Any) -> str:
+    if not isinstance(ts, int | float):
+        return "-"
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ts))
+
+
+def layer_line(la: Mapping[str, Any]) -> str:
+    files = la.get("files") or []
+    what = f"{len(files)} files" if la.get("layer") == "builtin" else ", ".join(files) or "-"
+    line = f"{la.get('layer', '?'):8} {la.get('rules', 0):4} rules  {what}"
+    if la.get("push_id") or la.get("author"):
+        line += (f"  push {la.get('push_id', '-')} by {la.get('author', '-')} at "
+                 f"{_when(la.get('pushed_at'))}")
+        if la.get("at"):
+            line += f" ({la['at']})"
+    return line
+
+
+def describe_lines(d: Mapping[str, Any], rule_id: str | None = None,
+                   why: list[str] | None = None) -> list[str]:
+    """The body of `rules show` for one set in force (a RulesInForce.describe())."""
+    out = [f"  rules version {d.get('version')}  ({d.get('rules')} rules, top layer "
+           f"{d.get('source')})", "  layers, lowest first (a higher layer wins):"]
+    out += [f"    {layer_line(la)}" for la in d.get("layers", [])]
+    flags = d.get("flags") or {}
+    out.append("    flags    " + (", ".join(f"{k}={v}" for k, v in flags.items()) or "-"))
+    origins = d.get("origins") or {}
+    if rule_id is not None:
+        chain = why if why is not None else (
+            [*origins[rule_id], "in force"] if rule_id in origins else
+            [f"disabled at {d['disabled'][rule_id]}"] if rule_id in (d.get("disabled") or {})
+            else [])
+        if not chain:
+            chain = ["built-in, not overridden (or unknown: see `rules show --rules`)"]
+        out.append(f"  rule {rule_id}: " + " <- ".join(reversed(chain)))
+        return out
+    over = {k: v for k, v in origins.items() if len(v) > 1}
+    if over:
+        out.append("  overridden by id (earliest first):")
+        out += [f"    {rid}: {' -> '.join(chain)}" for rid, chain in sorted(over.items())]
+    if d.get("disabled"):
+        out.append("  disabled: " + ", ".join(f"{k} ({v})" for k, v in d["disabled"].items()))
+    pol = {k: v for k, v in (d.get("policy_origins") or {}).items()}
+    if pol:
+        out.append("  policy set by: " + ", ".join(f"{k}={v}" for k, v in sorted(pol.items())))
+    return out
+
+
+def worker_lines(rec: Mapping[str, Any], now: float, rule_id: str | None = None) -> list[str]:
+    age = now - float(rec.get("ts", now))
+    stale = f"  STALE (no record for {age:.0f} s: stopped or lost?)" if age > STALE_S else ""
+    out = [f"worker {rec.get('worker')}  group {rec.get('group')}  seen {age:.0f} s ago{stale}"]
+    out += describe_lines(rec.get("rules") or {}, rule_id)
+    rej = rec.get("rejected")
+    if rej:
+        last = rej.get("last") or {}
+        out.append(f"  refused pushes: {rej.get('count')}; last {last.get('version')} at "
+                   f"{last.get('at')}: {' | '.join(last.get('errors') or [])[:400]}")
+    return out
