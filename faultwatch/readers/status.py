@@ -8,56 +8,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from faultwatch.core.status import STALE_S, WORKER_S  # noqa: F401 - read here, set in core
-from faultwatch.errors import DecodeError
-from faultwatch.wire.tables import WORKER_KEY_PREFIX, decode_worker
-
-
-def split_status(records: list[tuple[bytes | None, bytes | None]]
-                 ) -> tuple[list[bytes | None], dict[str, dict[str, Any]]]:
-    """(job snapshot values, latest worker record per worker) of status-topic records in
-    offset order; a worker's tombstone removes it."""
-    jobs: list[bytes | None] = []
-    workers: dict[str, dict[str, Any]] = {}
-    for key, value in records:
-        if key is not None and key.startswith(WORKER_KEY_PREFIX):
-            name = key[len(WORKER_KEY_PREFIX):].decode(errors="replace")
-            if value is None:
-                workers.pop(name, None)
-                continue
-            try:
-                workers[name] = decode_worker(value)
-            except DecodeError:
-                continue
-        else:
-            jobs.append(value)
-    return jobs, workers
-
-
-async def read_raw(bootstrap: str, topic: str, must_exist: bool = False
-                   ) -> list[tuple[bytes | None, bytes | None]]:
-    """(key, value) of every record on a topic now, in offset order ([] if it is missing,
-    or a NotFoundError with `must_exist`)."""
-    from faultwatch.kafka.reading import read_topic
-
-    out = []
-    async for msg, value in read_topic(bootstrap, topic, decoder=lambda v: v,
-                                       must_exist=must_exist):
-        out.append((msg.key, value))
-    return out
-
-
-async def read_workers(bootstrap: str, status_topic: str) -> dict[str, dict[str, Any]]:
-    return split_status(await read_raw(bootstrap, status_topic))[1]
-
-
-async def read_pushed(bootstrap: str, rules_topic: str) -> bytes | None:
-    """The newest record of the pushed rule set (None: nothing pushed, or a tombstone)."""
-    latest: bytes | None = None
-    for key, value in await read_raw(bootstrap, rules_topic):
-        if key == b"ruleset":
-            latest = value
-    return latest
+from faultwatch.core.status import STALE_S
 
 
 def _fmt_age(x: Any) -> str:
@@ -98,6 +49,7 @@ async def read_status(bootstrap: str, topic: str, job: str | None = None,
     missing topic is a NotFoundError unless not `must_exist`."""
     from faultwatch import wire
     from faultwatch.errors import DecodeError
+    from faultwatch.streams.rules_status import read_raw, split_status
 
     jobs, workers = split_status(await read_raw(bootstrap, topic, must_exist=must_exist))
     latest: dict[str, dict[str, Any]] = {}
