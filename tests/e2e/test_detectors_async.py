@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from faultwatch.agents.exitcodes import EXIT_UNDECIDED
 from tests.e2e.cluster import decisions, processor, wait_processor_ready
 from tests.e2e.detectors import agents, new_job, policy_file, scenario, wait_for
 
@@ -38,7 +39,7 @@ def test_same_error_on_the_same_instance_fails_the_job(cluster: tuple[str, str],
     with agents(bootstrap, prefix, tmp_path) as a:
         for attempt in range(2):  # a healthy second node keeps the failure rate at 1/2
             a.start(job, "node-1", scenario("forever", 0.5), attempt=attempt)
-            assert a.run(job, "node-0", scenario("fail", ERR), attempt=attempt) == 1
+            assert a.run(job, "node-0", scenario("fail", ERR), attempt=attempt) == EXIT_UNDECIDED
             wait_for(bootstrap, prefix, job, lambda d, n=attempt: len(d) > n, timeout_s=30)
             a.stop_all()
     decs = decisions(bootstrap, prefix, job)

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from faultwatch.agents.exitcodes import EXIT_UNDECIDED
 from tests.e2e.cluster import decisions, processor, wait_processed, wait_processor_ready
 from tests.e2e.conftest import torchrun_cmd
 from tests.e2e.detectors import JOBS, agents, kinds, new_job, policy_file, scenario, wait_for
@@ -116,7 +117,7 @@ def test_restart_budget(cluster: tuple[str, str, float], tmp_path: Path) -> None
     err = "RuntimeError: Socket Timeout"
     with agents(bootstrap, prefix, tmp_path) as a:
         for attempt in range(3):
-            assert a.run(job, "node-0", scenario("fail", err), attempt=attempt) == 1
+            assert a.run(job, "node-0", scenario("fail", err), attempt=attempt) == EXIT_UNDECIDED
             wait_for(bootstrap, prefix, job, lambda d, n=attempt: len(d) > n, timeout_s=30)
     decs = decisions(bootstrap, prefix, job)
     assert [d["action"] for d in decs] == ["restart", "restart", "fail"], decs
