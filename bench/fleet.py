@@ -484,7 +484,7 @@ async def in_process(a: argparse.Namespace) -> dict[str, Any]:
     """The fleet on a virtual clock through the processor's two stages in this process (no
     Kafka, no Faust): CPU seconds per simulated second of each stage and of the ticks. The
     machine's load does not change these (process CPU time), so before/after compare."""
-    from faultwatch.embedded import policy_for
+    from faultwatch.core.policy import policy_for
     from faultwatch.rules import Matcher, load_ruleset
     from faultwatch.streams.job_stage import TICK_S, DictStore, JobStage
     from faultwatch.streams.matcher_stage import MatcherStage
@@ -493,7 +493,7 @@ async def in_process(a: argparse.Namespace) -> dict[str, Any]:
     from faultwatch.wire import encode_status, encode_tick
 
     rs = load_ruleset([])
-    pol = policy_for(rs, {"hang_window_s": a.hang_window_s, "settle_s": a.settle_s,
+    pol = policy_for(rs.policy, {"hang_window_s": a.hang_window_s, "settle_s": a.settle_s,
                           "node_lost_s": a.node_lost_s})
     live = LiveRules(Matcher(rs), pol, rs.version)
     dead: list[Any] = []
@@ -514,7 +514,7 @@ async def in_process(a: argparse.Namespace) -> dict[str, Any]:
 
     def status_every_job(now: float) -> list[tuple[bytes, bytes]]:
         """The publisher before issue 14's third session: every active job every 3 s."""
-        from faultwatch.status import snapshot
+        from faultwatch.core.status import snapshot
 
         return [(k, encode_status(snapshot(p.cache[k], now, pol)))
                 for p in jobs.parts.values() for k in p.active if k in p.cache]

@@ -158,13 +158,13 @@ def _launch_processor(argv: list[str]) -> None:
     bootstrap, prefix, partitions, hang_s, settle_s = argv
     from faust.worker import Worker
 
-    from faultwatch.embedded import policy_for
+    from faultwatch.core.policy import policy_for
     from faultwatch.kafka.admin import ensure_topics
     from faultwatch.rules import load_ruleset
     from faultwatch.streams.app import ProcessorConfig, build_app
     from faultwatch.wire.topics import Topics
     rs = load_ruleset([])
-    pol = policy_for(rs, {"hang_window_s": float(hang_s), "settle_s": float(settle_s)})
+    pol = policy_for(rs.policy, {"hang_window_s": float(hang_s), "settle_s": float(settle_s)})
     asyncio.run(ensure_topics(bootstrap, Topics(prefix), int(partitions)))
     asyncio.set_event_loop(asyncio.new_event_loop())
     app = build_app(ProcessorConfig(bootstrap=bootstrap, ruleset=rs, policy=pol,

@@ -38,8 +38,8 @@ from pathlib import Path
 from typing import Any
 
 from faultwatch.core.events import STDOUT, Line
-from faultwatch.matching import signals_of_record as signals_of
 from faultwatch.rules import Matcher, load_ruleset
+from faultwatch.streams.matching import signals_of_record as signals_of
 from faultwatch.wire import decode_logs, encode_lines, encode_signal
 
 WARNINGS = [

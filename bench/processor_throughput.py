@@ -160,14 +160,14 @@ def core_stages(recs: list[tuple[bytes, bytes]], lines_total: int,
     `JobStage.process_batch` over the signals records it produced, states in a DictStore),
     in batches of the shell's size, with the partitions the worker would see."""
     from faultwatch.core.job import JobState
-    from faultwatch.embedded import policy_for
+    from faultwatch.core.policy import policy_for
     from faultwatch.rules import Matcher, load_ruleset
     from faultwatch.streams.faust_app import BATCH as STAGE_BATCH  # the shell's batch size
     from faultwatch.streams.job_stage import DictStore, JobStage
     from faultwatch.streams.matcher_stage import MatcherStage
     from faultwatch.streams.records import InRecord, LiveRules
     rs = load_ruleset([])
-    live = LiveRules(Matcher(rs), policy_for(rs, {"hang_window_s": 300, "settle_s": 1}),
+    live = LiveRules(Matcher(rs), policy_for(rs.policy, {"hang_window_s": 300, "settle_s": 1}),
                      str(rs.version))
     dead: list[tuple[InRecord, Exception]] = []
 

@@ -102,7 +102,7 @@ def _exec(b: Any, a: Action) -> str | None:
     if tpl is None:
         if not getattr(b, "_warned_unchecked", False):
             b._warned_unchecked = True  # noqa: SLF001
-            from faultwatch.logs import log_event
+            from faultwatch.eventlog import log_event
 
             log_event("allocation_unchecked", backend="exec",
                       hint="give --exec-confirm so a node is drained for a job only when the "

@@ -11,7 +11,7 @@ from pathlib import Path
 import orjson
 
 from faultwatch.actuate.plan import Action
-from faultwatch.logs import log_event
+from faultwatch.eventlog import log_event
 
 MAX_KEYS = 100_000  # compaction keeps the newest done keys
 

@@ -24,7 +24,7 @@ from faultwatch.core.registry import (
     registry_updates,
 )
 from faultwatch.errors import ConfigError, DecodeError, FaultwatchError
-from faultwatch.logs import log_event
+from faultwatch.eventlog import log_event
 from faultwatch.trust.refusals import REFUSALS
 from faultwatch.trust.replay import ReplayGuard
 from faultwatch.wire import decode_decision, decode_node

@@ -1,4 +1,4 @@
-"""The agent's own structured log lines (faultwatch.logs format), beside the child's stderr."""
+"""The agent's own structured log lines (faultwatch.eventlog format), beside the child's stderr."""
 
 from __future__ import annotations
 
@@ -7,12 +7,12 @@ import os
 from typing import Any
 
 from faultwatch.agents.reader import TeeWriter
-from faultwatch.logs import format_event
+from faultwatch.eventlog import format_event
 
 
 class AgentLog:
     """The agent's own messages: one `ts=... component=agent event=... node=...` line each
-    (faultwatch.logs format), on stderr through the same tee as the child's stderr."""
+    (faultwatch.eventlog format), on stderr through the same tee as the child's stderr."""
 
     def __init__(self, node: str, tee: TeeWriter | None = None, component: str = "agent"):
         self.node = node

@@ -7,7 +7,6 @@ torch-free."""
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import os
@@ -20,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from faultwatch.agents.config import EXIT_BOOTCHECK_FAILED
+from faultwatch.agents.config import EXIT_BOOTCHECK_FAILED, AgentConfig
 
 if TYPE_CHECKING:
     from faultwatch.agents.agent import Agent
@@ -370,30 +369,21 @@ async def run_bootchecks(agent: Agent, when: str = "start") -> bool:
     return ok
 
 
-def bootcheck_main(a: argparse.Namespace) -> int:
-    """`faultwatch agent bootcheck`: the same checks on demand (e.g. after a failure)."""
-    from faultwatch.agents.cli import bootcheck_kw
-    from faultwatch.agents.config import AgentConfig
-
-    kw = bootcheck_kw(a)
+def bootcheck_now(paths: Sequence[str], min_mb_s: float, expect_gpus: int | None,
+                  allreduce: bool, timeout_s: float, nnodes: int | None,
+                  ship: AgentConfig | None) -> int:
+    """`faultwatch agent bootcheck`: the same checks on demand (e.g. after a failure), printed
+    as JSON and, with a `ship` configuration, shipped as a bootcheck note."""
     env = dict(os.environ)
-    checks = asyncio.run(all_checks(kw["bootcheck_paths"], kw["bootcheck_min_mb_s"],
-                                    kw["bootcheck_expect_gpus"], kw["bootcheck_allreduce"],
-                                    kw["bootcheck_timeout_s"], a.nnodes, env))
+    checks = asyncio.run(all_checks(tuple(paths), min_mb_s, expect_gpus, allreduce, timeout_s,
+                                    nnodes, env))
     ok = all(x["status"] != FAIL for x in checks)
     print(json.dumps({"ok": ok, "checks": checks}, indent=2))
-    if not a.no_ship:
-        cfg = AgentConfig.from_env_defaults(
-            bootstrap=a.bootstrap, job=a.job, node=a.node, cmd=("bootcheck",),
-            topic_prefix=a.topic_prefix, attempt=a.attempt or 0,
-            spool_dir=Path(a.spool_dir) / "bootcheck" if a.spool_dir else None,
-            exit_flush_timeout_s=a.exit_flush_timeout_s)
-        if a.spool_dir is None:
-            cfg = AgentConfig(**{**cfg.__dict__, "spool_dir": cfg.spool_dir / "bootcheck"})
+    if ship is not None:
         from faultwatch.agents.oneshot import ship_notes
 
-        shipped = ship_notes(cfg, [("bootcheck", {"ok": ok, "checks": checks,
-                                                  "on_demand": True})])
+        shipped = ship_notes(ship, [("bootcheck", {"ok": ok, "checks": checks,
+                                                   "on_demand": True})])
         if not shipped:
             print("faultwatch agent bootcheck: the note is still spooled (broker unreachable)",
                   file=sys.stderr)

@@ -87,7 +87,7 @@ def _free_port() -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__)
+    ap = argparse.ArgumentParser(description=__doc__, allow_abbrev=False)
     ap.add_argument("--local", type=int, default=0, help="N processes on this host")
     ap.add_argument("--rank", type=int, default=None)
     ap.add_argument("--world-size", type=int, default=None)

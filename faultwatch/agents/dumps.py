@@ -4,7 +4,7 @@ answer the job stage's `diagnose` requests with a bounded `diagnosis` note.
 Two sources, both without root and without the ranks' cooperation where possible:
 - py-spy (PyPI) reads each rank's Python stack from outside; the agent is the ranks'
   ancestor, so ptrace is allowed under Yama's default scope.
-- the ranks' own dumps through `faultwatch.rank_dumps` (armed by the SDK or an integration):
+- the ranks' own dumps through `faultwatch.sdk.rank_dumps` (armed by the SDK or an integration):
   Python stacks and the Flight Recorder trace, written on request into the diag directory.
 """
 
@@ -21,9 +21,9 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from faultwatch import rank_dumps
 from faultwatch.agents.child import children_map
 from faultwatch.diagnose import flight_recorder, stacks
+from faultwatch.sdk import rank_dumps
 
 PYSPY_TIMEOUT_S = 10.0
 
@@ -144,7 +144,7 @@ async def stacks_of(ranks: dict[int, int], timeout_s: float = PYSPY_TIMEOUT_S
 
 async def request_rank_dumps(directory: Path, ranks: set[int] | None, timeout_s: float = 10.0
                              ) -> dict[int, dict[str, Any]]:
-    """Ask the armed ranks for their dumps (see faultwatch.rank_dumps); wait until every
+    """Ask the armed ranks for their dumps (see faultwatch.sdk.rank_dumps); wait until every
     expected rank answered or timeout_s passed. Returns rank -> dump document."""
     n = f"{int(time.time() * 1000)}-{os.getpid()}"
     (directory / f"request-{n}").touch()
@@ -243,7 +243,7 @@ class Diagnoser:
 
 
 def armed_pids(diag_dir: Path) -> set[int]:
-    """Pids of the processes whose dump watcher runs (faultwatch.rank_dumps.arm marks them)."""
+    """Pids of the processes whose dump watcher runs (faultwatch.sdk.rank_dumps.arm marks them)."""
     out = set()
     for p in diag_dir.glob(f"{rank_dumps.ARMED_PREFIX}*"):
         tail = p.name[len(rank_dumps.ARMED_PREFIX):]

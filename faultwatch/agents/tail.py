@@ -7,7 +7,6 @@ single run (a stable run id per job/node, so sequence numbers continue across re
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import dataclasses
@@ -205,15 +204,12 @@ async def run_tail(cfg: AgentConfig, paths: list[str], state_file: Path, poll_s:
     return 0
 
 
-def tail_main(a: argparse.Namespace) -> int:
-    """`faultwatch agent tail --job J [--node N] PATH...` until SIGTERM/SIGINT."""
-    cfg = AgentConfig.from_env_defaults(
-        bootstrap=a.bootstrap, job=a.job, node=a.node, cmd=("tail",),
-        topic_prefix=a.topic_prefix, attempt=a.attempt or 0, heartbeat_s=a.heartbeat_s,
-        spool_dir=a.spool_dir, exit_flush_timeout_s=a.exit_flush_timeout_s,
-        spool_cap_bytes=a.spool_cap_mb << 20, max_line_bytes=a.max_line_bytes)
+def tail_main(cfg: AgentConfig, paths: Sequence[str], state_file: Path | None, poll_s: float,
+              from_end: bool) -> int:
+    """`faultwatch agent tail --job J [--node N] PATH...` until SIGTERM/SIGINT; offsets in
+    `state_file` (default <spool>/<job>/<node>/tail/state.json)."""
     cfg = dataclasses.replace(cfg, rank=None, spool_leaf="tail")  # spool: <job>/<node>/tail
-    state = Path(a.state_file) if a.state_file else cfg.spool_path / "state.json"
+    state = state_file if state_file is not None else cfg.spool_path / "state.json"
     state.parent.mkdir(parents=True, exist_ok=True)
-    paths = [str(Path(p).absolute()) for p in a.paths]
-    return asyncio.run(run_tail(cfg, paths, state, a.poll_s, a.from_end))
+    return asyncio.run(run_tail(cfg, [str(Path(p).absolute()) for p in paths], state, poll_s,
+                                from_end))

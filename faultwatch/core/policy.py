@@ -180,6 +180,14 @@ class Policy:
         return d
 
 
+def policy_for(rule_policy: Mapping[str, Any],
+               overrides: Mapping[str, Any] | None = None) -> Policy:
+    """The one policy layering, used by embedded mode, processors and pushed rule sets:
+    the defaults, then the rule files' `policy:` sections (`RuleSet.policy`, a mapping), then
+    the flags (keys whose value is None are not given)."""
+    return Policy().with_overrides(dict(rule_policy)).with_overrides(dict(overrides or {}))
+
+
 def _coerce(key: str, value: Any, current: Any) -> Any:
     if isinstance(current, bool):
         if not isinstance(value, bool):

@@ -12,10 +12,10 @@ from typing import Any
 
 from aiokafka import TopicPartition
 
-from faultwatch.errors import DecodeError
+from faultwatch.errors import DecodeError, NotFoundError
+from faultwatch.eventlog import log_event
 from faultwatch.kafka import clients
 from faultwatch.kafka.errors import diagnose
-from faultwatch.logs import log_event
 from faultwatch.wire import decode
 
 Decoder = Callable[[bytes | None], Any]  # wire.decode, decode_logs, decode_decision, ...
@@ -23,8 +23,12 @@ Decoder = Callable[[bytes | None], Any]  # wire.decode, decode_logs, decode_deci
 
 async def read_topic(bootstrap: str, topic: str, *, follow: bool = False,
                      key: bytes | None = None, decoder: Decoder = decode,
-                     poll_ms: int = 500) -> AsyncIterator[tuple[Any, Any]]:
+                     poll_ms: int = 500, must_exist: bool = False
+                     ) -> AsyncIterator[tuple[Any, Any]]:
     """Decoded records of a topic from the beginning; stop at the end unless following.
+
+    A topic that does not exist yields nothing, or with `must_exist` raises NotFoundError;
+    when following, it is waited for (with `must_exist`, a `waiting_for_topic` event says so).
 
     Undecodable records are reported (topic, partition, offset) and skipped, never fatal.
     """
@@ -40,8 +44,13 @@ async def read_topic(bootstrap: str, topic: str, *, follow: bool = False,
     try:
         parts = await partitions(consumer, topic)
         if not parts:
+            if must_exist and not follow:
+                raise NotFoundError(f"topic {topic!r} does not exist at {bootstrap} (a wrong "
+                                    "--topic-prefix? or nothing has been written to it yet)")
             if not follow:
                 return
+            if must_exist:
+                log_event("waiting_for_topic", topic=topic, bootstrap=bootstrap)
             while not parts:
                 await asyncio.sleep(poll_ms / 1000)
                 parts = await partitions(consumer, topic)

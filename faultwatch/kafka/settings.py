@@ -3,7 +3,6 @@ faultwatch.kafka.clients applies them to every client it builds."""
 
 from __future__ import annotations
 
-import argparse
 import os
 import ssl
 from collections.abc import Mapping
@@ -219,29 +218,6 @@ def from_sources(flags: Mapping[str, Any] | None = None, env: Mapping[str, str] 
     if merged.get("check_hostname") is not None:
         kw["check_hostname"] = _bool("check_hostname", merged["check_hostname"])
     return KafkaSecurity(**kw)
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add --kafka-* security flags (defaults from the environment, then the config file)."""
-    g = parser.add_argument_group(
-        "Kafka security (flags over FAULTWATCH_KAFKA_* variables over --kafka-config)")
-    g.add_argument("--kafka-config", type=Path, default=None,
-                   help=f"YAML file of Kafka settings (default ${CONFIG_ENV})")
-    for key, help_ in KEYS.items():
-        if key == "password":
-            continue  # never on the command line: it would show in `ps`
-        flag = "--kafka-" + key.replace("_", "-")
-        if key == "check_hostname":
-            g.add_argument(flag, dest="kafka_check_hostname", default=None,
-                           choices=["true", "false"], help=help_)
-        else:
-            g.add_argument(flag, dest="kafka_" + key, default=None, help=help_)
-
-
-def from_args(args: argparse.Namespace, env: Mapping[str, str] | None = None) -> KafkaSecurity:
-    """Settings from the flags added by add_arguments (plus environment and config file)."""
-    flags = {k: getattr(args, "kafka_" + k, None) for k in KEYS if k != "password"}
-    return from_sources(flags, env, getattr(args, "kafka_config", None))
 
 
 _current: KafkaSecurity | None = None

@@ -11,10 +11,10 @@ from typing import Any
 
 from faultwatch.core.events import Decision
 from faultwatch.core.registry import RegistryPolicy
+from faultwatch.eventlog import log_event
 from faultwatch.kafka import clients
 from faultwatch.kafka.admin import ensure_compacted_topic
 from faultwatch.kafka.errors import BROKER_ERRORS
-from faultwatch.logs import log_event
 from faultwatch.nodes.writer import RegistryWriter
 
 RETRY_FIRST_S, RETRY_MAX_S = 1.0, 30.0

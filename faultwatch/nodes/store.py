@@ -25,13 +25,15 @@ def apply_record(registry: Registry, key: bytes | None, decoded: dict[str, Any])
     registry[rec.node] = rec
 
 
-async def load_registry(bootstrap: str, topic: str) -> Registry:
+async def load_registry(bootstrap: str, topic: str, must_exist: bool = False) -> Registry:
     """The registry as the topic holds it now (last record per node wins); undecodable
-    records are logged with topic, partition and offset and skipped."""
+    records are logged with topic, partition and offset and skipped. A missing topic is an
+    empty registry, or with `must_exist` a NotFoundError."""
     from faultwatch.kafka.reading import read_topic
 
     reg: Registry = {}
-    async for msg, decoded in read_topic(bootstrap, topic, decoder=_decode_or_tombstone):
+    async for msg, decoded in read_topic(bootstrap, topic, decoder=_decode_or_tombstone,
+                                             must_exist=must_exist):
         apply_record(reg, msg.key, decoded)
     return reg
 

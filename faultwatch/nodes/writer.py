@@ -22,7 +22,7 @@ from faultwatch.core.registry import (
     registry_updates,
 )
 from faultwatch.errors import DecodeError
-from faultwatch.logs import log_event
+from faultwatch.eventlog import log_event
 from faultwatch.wire import decode_node, encode_node, node_key
 
 

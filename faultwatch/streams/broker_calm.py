@@ -11,7 +11,7 @@ import threading
 import time
 from typing import Any
 
-from faultwatch.logs import log_event
+from faultwatch.eventlog import log_event
 
 RETRY_BACKOFF_MS = 1000  # aiokafka's retry_backoff_ms for the processor's clients
 SUMMARY_S = 60.0  # while errors go on: one summary line this often

@@ -18,15 +18,15 @@ from faultwatch.core.diagnosis import is_probe
 from faultwatch.core.events import Decision
 from faultwatch.core.policy import Policy
 from faultwatch.core.registry import RegistryPolicy
+from faultwatch.core.status import STATUS_S
 from faultwatch.errors import DecodeError
+from faultwatch.eventlog import log_event
 from faultwatch.kafka import clients
-from faultwatch.logs import log_event
 from faultwatch.metrics import ProcessorMetrics
 from faultwatch.metrics import serve as serve_metrics
 from faultwatch.nodes.follow import RegistryLink
 from faultwatch.nodes.gate import NodeGate
 from faultwatch.rules import Matcher, RuleSet
-from faultwatch.status import STATUS_S
 from faultwatch.streams import broker_calm, faust_compat
 from faultwatch.streams.faust_compat import (
     QuietMonitor,

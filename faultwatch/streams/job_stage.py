@@ -23,7 +23,7 @@ from faultwatch.core.events import (
     Signal,
 )
 from faultwatch.core.job import JobState, Phase, apply_batch, new_state, tick
-from faultwatch.logs import log_event
+from faultwatch.eventlog import log_event
 from faultwatch.streams.metrics import Metrics
 from faultwatch.streams.records import DeadLetter, InRecord, LiveRules
 from faultwatch.streams.storm import (

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from faultwatch.core.events import Decision
 from faultwatch.core.policy import Policy
 from faultwatch.errors import DecodeError
-from faultwatch.logs import log_event
+from faultwatch.eventlog import log_event
 from faultwatch.nodes.gate import NodeGate
 from faultwatch.nodes.writer import RegistryWriter
 from faultwatch.rules import Matcher, RuleSet

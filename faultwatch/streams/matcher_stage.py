@@ -9,7 +9,7 @@ from typing import Any
 import orjson
 
 from faultwatch.core.events import Heartbeat
-from faultwatch.matching import signals_of_record
+from faultwatch.streams.matching import signals_of_record
 from faultwatch.streams.metrics import Metrics
 from faultwatch.streams.records import DeadLetter, InRecord, LiveRules
 from faultwatch.wire import (

@@ -20,16 +20,58 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from faultwatch.core.status import STALE_S, WORKER_S  # noqa: F401 - faust_app reads WORKER_S here
+from faultwatch.errors import DecodeError
 from faultwatch.rules.layers import RulesInForce
-from faultwatch.status import (  # noqa: E402,F401 - the readers live with status (floor)
-    STALE_S,
-    WORKER_S,
-    read_pushed,
-    read_raw,
-    read_workers,
-    split_status,
-)
-from faultwatch.wire.tables import encode_worker
+from faultwatch.wire.tables import WORKER_KEY_PREFIX, decode_worker, encode_worker
+
+# ---- reading the status and rules topics back (readers/status.py shows them too) ----------
+
+def split_status(records: list[tuple[bytes | None, bytes | None]]
+                 ) -> tuple[list[bytes | None], dict[str, dict[str, Any]]]:
+    """(job snapshot values, latest worker record per worker) of status-topic records in
+    offset order; a worker's tombstone removes it."""
+    jobs: list[bytes | None] = []
+    workers: dict[str, dict[str, Any]] = {}
+    for key, value in records:
+        if key is not None and key.startswith(WORKER_KEY_PREFIX):
+            name = key[len(WORKER_KEY_PREFIX):].decode(errors="replace")
+            if value is None:
+                workers.pop(name, None)
+                continue
+            try:
+                workers[name] = decode_worker(value)
+            except DecodeError:
+                continue
+        else:
+            jobs.append(value)
+    return jobs, workers
+
+
+async def read_raw(bootstrap: str, topic: str, must_exist: bool = False
+                   ) -> list[tuple[bytes | None, bytes | None]]:
+    """(key, value) of every record on a topic now, in offset order ([] if it is missing,
+    or a NotFoundError with `must_exist`)."""
+    from faultwatch.kafka.reading import read_topic
+
+    out = []
+    async for msg, value in read_topic(bootstrap, topic, decoder=lambda v: v,
+                                       must_exist=must_exist):
+        out.append((msg.key, value))
+    return out
+
+
+async def read_workers(bootstrap: str, status_topic: str) -> dict[str, dict[str, Any]]:
+    return split_status(await read_raw(bootstrap, status_topic))[1]
+
+
+async def read_pushed(bootstrap: str, rules_topic: str) -> bytes | None:
+    """The newest record of the pushed rule set (None: nothing pushed, or a tombstone)."""
+    latest: bytes | None = None
+    for key, value in await read_raw(bootstrap, rules_topic):
+        if key == b"ruleset":
+            latest = value
+    return latest
 
 
 def worker_id() -> str:

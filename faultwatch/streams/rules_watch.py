@@ -14,10 +14,10 @@ from typing import Any
 
 import orjson
 
-from faultwatch.core.policy import Policy
+from faultwatch.core.policy import Policy, policy_for
 from faultwatch.errors import BrokerError, FaultwatchError, RuleError
+from faultwatch.eventlog import log_event
 from faultwatch.kafka import clients
-from faultwatch.logs import log_event
 from faultwatch.rules import Matcher, RuleSet
 from faultwatch.rules.layers import RulesInForce, build, from_ruleset
 from faultwatch.streams.broker_calm import RETRY_BACKOFF_MS
@@ -48,7 +48,7 @@ async def assign_topic(consumer: Any, topic: str) -> list[Any] | None:
 
 def cli_overrides(ruleset: RuleSet, policy: Policy) -> dict[str, Any]:
     """The policy keys a worker's flags changed: `policy` minus what its rule files imply."""
-    base = Policy().with_overrides(dict(ruleset.policy))
+    base = policy_for(ruleset.policy)
     return {f.name: getattr(policy, f.name) for f in dataclasses.fields(Policy)
             if getattr(policy, f.name) != getattr(base, f.name)}
 

@@ -10,7 +10,7 @@ from typing import Any, Protocol
 
 from faultwatch.core.policy import Policy
 from faultwatch.core.state import JobState, Phase
-from faultwatch.status import STATUS_S, snapshot
+from faultwatch.core.status import STATUS_S, snapshot
 from faultwatch.wire import encode_status
 
 STATUS_MAX_PER_S = 100.0  # per worker: snapshots of unchanged jobs, spread over the calls

@@ -12,7 +12,7 @@ from faultwatch.core.decide import decision_id
 from faultwatch.core.events import Decision, Heartbeat, Signal
 from faultwatch.core.job import JobState, Phase
 from faultwatch.core.policy import Policy
-from faultwatch.logs import log_event
+from faultwatch.eventlog import log_event
 
 ACTIVE = (Phase.RUNNING, Phase.SETTLING)
 CENSUS_REUSE_S = 1.0  # a census is reused this long (many decisions in one tick)

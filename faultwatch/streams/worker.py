@@ -14,7 +14,7 @@ from typing import Any
 from faust.worker import Worker
 
 from faultwatch.errors import BrokerError
-from faultwatch.logs import log_event
+from faultwatch.eventlog import log_event
 from faultwatch.streams import faust_compat
 from faultwatch.streams.faust_app import Processor, ProcessorConfig, build_processor
 from faultwatch.streams.records import LiveRules

@@ -61,7 +61,7 @@ def decode_worker(value: bytes | None) -> dict[str, Any]:
 
 
 def encode_status(snapshot: Mapping[str, Any]) -> bytes:
-    """A job's status snapshot (faultwatch.status.snapshot) as a status-topic record."""
+    """A job's status snapshot (faultwatch.core.status.snapshot) as a status-topic record."""
     return orjson.dumps({**snapshot, "v": SCHEMA_VERSION, "t": "status"})
 
 

@@ -15,8 +15,8 @@ from faultwatch.core.events import Decision, RunStart
 from faultwatch.core.job import MAX_ATTEMPT_STEP, JobState, apply, new_state, tick
 from faultwatch.core.policy import Policy
 from faultwatch.errors import DecodeError
-from faultwatch.matching import signals_of_record
 from faultwatch.rules import Matcher
+from faultwatch.streams.matching import signals_of_record
 from faultwatch.wire import (
     MAX_ATTEMPT,
     LinesBatch,

@@ -17,6 +17,10 @@ from faultwatch.agents.config import (
     EXIT_FAILED_BY_DECISION,
 )
 from faultwatch.agents.exitcodes import VERDICTS
+from faultwatch.cli import agent as agent_cli
+from faultwatch.cli import options
+from faultwatch.cli import rules as rules_cli
+from faultwatch.cli import run as run_cli
 from faultwatch.errors import (
     EXIT_BROKER,
     EXIT_CHILD_NOT_STARTED,
@@ -86,8 +90,8 @@ def test_policy_flags_are_the_same_on_run_and_process() -> None:
              "--fault-tolerant-policy", "never"]
     want = {"hang_window_s": 7.0, "max_restarts": 2, "enable_restart": False,
             "fault_tolerant_policy": "never"}
-    run = cli._policy_overrides(cli.parse_args(["run", *flags, "--", "x"]))
-    process = cli._policy_overrides(cli.parse_args(["process", *flags]))
+    run = options.policy_overrides(cli.parse_args(["run", *flags, "--", "x"]))
+    process = options.policy_overrides(cli.parse_args(["process", *flags]))
     assert run == process == want
 
 
@@ -96,24 +100,22 @@ def test_policy_flags_are_the_same_on_run_and_process() -> None:
 @pytest.mark.parametrize("name", ["tail", "bootcheck", "run", "agent", "--help", "--version"])
 def test_a_training_command_after_dashdash_is_run_not_parsed(name: str) -> None:
     args = cli.parse_args(["agent", "--job", "j", "--", name, "-f", "x", "--", "y"])
-    assert args.func is cli.cmd_agent and args.agent_command is None
+    assert args.func is agent_cli.cmd_agent and args.agent_command is None
     assert args.cmd == [name, "-f", "x", "--", "y"]  # verbatim, its own -- included
     args = cli.parse_args(["run", "--", name, "--max-restarts", "9"])
-    assert args.func is cli.cmd_run and args.cmd == [name, "--max-restarts", "9"]
+    assert args.func is run_cli.cmd_run and args.cmd == [name, "--max-restarts", "9"]
     assert args.max_restarts is None  # the command's flag, not ours
 
 
 def test_agent_config_runs_the_command_named_tail() -> None:
-    from faultwatch.agents.cli import config_from_args
-
     args = cli.parse_args(["agent", "--job", "j", "--bootstrap", "b:1", "--", "tail", "-f",
                            "x"])
-    assert config_from_args(args).cmd == ("tail", "-f", "x")
+    assert agent_cli.config_from_args(args).cmd == ("tail", "-f", "x")
 
 
 def test_agent_subcommands_are_subcommands_only_before_dashdash() -> None:
     args = cli.parse_args(["agent", "tail", "--job", "j", "a.log", "b.log"])
-    assert args.func is cli.cmd_agent_tail and args.paths == ["a.log", "b.log"]
+    assert args.func is agent_cli.cmd_agent_tail and args.paths == ["a.log", "b.log"]
 
 
 @pytest.mark.parametrize("argv", [
@@ -191,7 +193,7 @@ EXPECTED: list[tuple[BaseException, int]] = [
 def test_the_handler_maps_each_error_to_its_code(exc: BaseException, code: int,
                                                  monkeypatch: pytest.MonkeyPatch,
                                                  capsys: pytest.CaptureFixture[str]) -> None:
-    monkeypatch.setattr(cli, "cmd_rules_test", _raiser(exc))
+    monkeypatch.setattr(rules_cli, "cmd_rules_test", _raiser(exc))
     assert cli.main(["rules", "test"]) == code
     err = capsys.readouterr().err
     if isinstance(exc, FaultwatchError):

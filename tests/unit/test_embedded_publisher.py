@@ -10,9 +10,9 @@ from pathlib import Path
 import orjson
 
 from faultwatch.agents.transport import LocalTransport
+from faultwatch.cli.run import _appender, publisher
 from faultwatch.core.diagnosis import DIAGNOSE_KIND
 from faultwatch.core.events import Decision
-from faultwatch.embedded import _appender, publisher
 
 
 def _decision(did: str, action: str, kind: str) -> Decision:

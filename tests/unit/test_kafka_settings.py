@@ -94,11 +94,13 @@ def test_check_hostname_false_reaches_the_ssl_context() -> None:
 
 
 def test_flags_parse_into_settings(tmp_path: Path) -> None:
+    from faultwatch.cli import options
+
     parser = argparse.ArgumentParser()
-    kafka_settings.add_arguments(parser)
+    options.add_kafka(parser)
     args = parser.parse_args(["--kafka-security-protocol", "SASL_PLAINTEXT",
                               "--kafka-username", "u", "--kafka-sasl-mechanism", "SCRAM-SHA-512"])
-    sec = kafka_settings.from_args(args, env={"FAULTWATCH_KAFKA_PASSWORD": "p"})
+    sec = options.kafka_security(args, env={"FAULTWATCH_KAFKA_PASSWORD": "p"})
     assert (sec.security_protocol, sec.username, sec.password, sec.sasl_mechanism) == (
         "SASL_PLAINTEXT", "u", "p", "SCRAM-SHA-512")
     # the password itself is never a flag: it would show in `ps`

@@ -10,8 +10,8 @@ import pytest
 from faultwatch.agents.config import AgentConfig, check_name, safe_name
 from faultwatch.core.events import Decision
 from faultwatch.errors import ConfigError
-from faultwatch.logs import format_event
-from faultwatch.render import render_decision, render_line
+from faultwatch.eventlog import format_event
+from faultwatch.readers.render import render_decision, render_line
 
 NAMES = ["x y", "x_y", "x%20y", "x%y", ".", "..", "...", ".a", "a/b", "a_b", "a%2Fb", "",
          "%", "%25", "é", "e\u0301", "a" * 300, "a" * 299 + "b", "A", "a", "-", "~",

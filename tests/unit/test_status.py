@@ -9,8 +9,9 @@ from faultwatch.core.events import Output, RunStart
 from faultwatch.core.job import apply
 from faultwatch.core.policy import Policy
 from faultwatch.core.state import JobState
+from faultwatch.core.status import snapshot
 from faultwatch.errors import DecodeError
-from faultwatch.status import snapshot, table
+from faultwatch.readers.status import table
 
 
 def job_state() -> tuple[object, Policy]:

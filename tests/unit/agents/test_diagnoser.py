@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from faultwatch.agents.dumps import FR_BUFFER_ENTRIES, Diagnoser
-from faultwatch.rank_dumps import DIR_ENV
+from faultwatch.sdk.rank_dumps import DIR_ENV
 
 
 def test_env_enables_the_flight_recorder_unless_the_user_set_it() -> None:

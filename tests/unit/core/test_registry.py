@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from faultwatch.cli.nodes import parse_duration_s
 from faultwatch.core.events import Decision
 from faultwatch.core.registry import (
     HEALTHY,
@@ -21,8 +22,8 @@ from faultwatch.core.registry import (
     suspect,
 )
 from faultwatch.errors import ConfigError, DecodeError
-from faultwatch.nodes.cli import parse_duration_s, render
 from faultwatch.nodes.names import valid_node
+from faultwatch.readers.nodes import render
 from faultwatch.wire import decode_node, encode_node
 
 POL = RegistryPolicy(quarantine_s=100.0, max_quarantine_s=350.0, probation_s=50.0)

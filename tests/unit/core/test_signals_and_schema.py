@@ -23,8 +23,8 @@ from faultwatch.core.job import apply, tick
 from faultwatch.core.matching import signals_of_lines
 from faultwatch.core.pmap import PMap
 from faultwatch.errors import DecodeError
-from faultwatch.matching import signals_of_record as signals_of
 from faultwatch.rules import Matcher
+from faultwatch.streams.matching import signals_of_record as signals_of
 from faultwatch.wire import (
     LogsRecord,
     decision_to_dict,

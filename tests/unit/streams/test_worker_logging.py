@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from faultwatch.embedded import policy_for
+from faultwatch.core.policy import policy_for
 from faultwatch.streams.faust_app import ProcessorConfig, build_processor
 from faultwatch.streams.worker import ProcessorWorker
 from faultwatch.wire.topics import Topics
@@ -20,7 +20,7 @@ def test_the_worker_keeps_the_root_logger_at_its_level(tmp_path: Path,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("FAULTWATCH_PROCESSOR_DIR", str(tmp_path))
     rs = builtin_ruleset()
-    cfg = ProcessorConfig(bootstrap="127.0.0.1:9", ruleset=rs, policy=policy_for(rs, {}),
+    cfg = ProcessorConfig(bootstrap="127.0.0.1:9", ruleset=rs, policy=policy_for(rs.policy, {}),
                           topics=Topics("unit.worker.logging."))
     root = logging.getLogger()
     saved_level, saved_handlers = root.level, root.handlers[:]

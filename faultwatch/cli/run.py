@@ -1,26 +1,27 @@
-"""Embedded mode (`faultwatch run`): the agent's supervisor over an in-process transport."""
+"""`faultwatch run` (embedded mode): the agent's supervisor over an in-process transport that
+runs the processor's stages (streams.local) instead of Kafka; its flags and its wiring."""
 
 from __future__ import annotations
 
+import argparse
 import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
-import orjson
+from faultwatch.agents.config import EXIT_UNDECIDED
+from faultwatch.cli import options
+from faultwatch.errors import ConfigError, UsageError
+from faultwatch.eventlog import log_event
 
-from faultwatch.agents.config import AgentConfig
-from faultwatch.agents.transport import LocalTransport
-from faultwatch.core.diagnosis import is_probe
-from faultwatch.core.events import Decision
-from faultwatch.core.policy import Policy
-from faultwatch.logs import log_event
-from faultwatch.render import render_decision
-from faultwatch.rules import Matcher, RuleSet, layers
-from faultwatch.wire import decision_to_dict
+if TYPE_CHECKING:  # the wiring's imports are made when `run` runs: every command builds the tree
+    from faultwatch.agents.config import AgentConfig
+    from faultwatch.agents.transport import LocalTransport
+    from faultwatch.core.events import Decision
+    from faultwatch.rules import layers
 
 HEARTBEAT_S = 0.5  # in-process heartbeats and ticks are cheap; they bound hang latency
 
@@ -57,6 +58,8 @@ class _Rules:
     def __init__(self, paths: Sequence[str], flags: dict[str, Any]) -> None:
         self.paths = list(paths)
         self.flags = dict(flags)
+        from faultwatch.rules import layers
+
         self.apply: Callable[[layers.RulesInForce], object] = lambda rules: None
         self._stats = self._stat()  # before the read: see the class docstring
         self.rules = layers.load(self.paths, flags=self.flags)
@@ -76,6 +79,8 @@ class _Rules:
         if stats == self._stats:
             return
         self._stats = stats
+        from faultwatch.rules import layers
+
         rules, problems = layers.build([layers.builtin_layer(), layers.files_layer(self.paths)],
                                        self.flags)
         if rules is None:  # keep the last good rule set, say why
@@ -91,17 +96,17 @@ class _Rules:
                   files=",".join(self.paths))
 
 
-def policy_for(ruleset: RuleSet, overrides: dict[str, Any]) -> Policy:
-    """Policy defaults, then the rule files' `policy:` sections, then flags (what
-    rules.layers.build does; kept for callers holding a merged rule set)."""
-    return Policy().with_overrides(dict(ruleset.policy)).with_overrides(overrides)
-
-
 def publisher(out: TextIO, decisions_out: Path | None) -> Callable[[Decision], None]:
     """Embedded mode's decisions "topic": printed for a person, appended as JSON lines. The
     `diagnose` probes never come here: the LocalTransport routes them to its control channel,
     as the processor puts them on <prefix>control (they are machinery, not news); a hang's
     decision says which probes were sent and what they found."""
+    import orjson
+
+    from faultwatch.core.diagnosis import is_probe
+    from faultwatch.readers.render import render_decision
+    from faultwatch.wire import decision_to_dict
+
     def publish(d: Decision) -> None:
         if not is_probe(d):  # only when a caller publishes a probe itself
             print(render_decision(d), file=out, flush=True)
@@ -114,6 +119,8 @@ def publisher(out: TextIO, decisions_out: Path | None) -> Callable[[Decision], N
 def transport_for(cfg: EmbeddedConfig, out: TextIO = sys.stderr) -> LocalTransport:
     """The processor's stages in-process (streams.local.LocalPipeline) behind a
     LocalTransport; changed rule files swap the pipeline's rules as a rules push does."""
+    from faultwatch.agents.transport import LocalTransport
+    from faultwatch.rules import Matcher
     from faultwatch.streams.local import LocalPipeline
 
     rules = _Rules(cfg.rule_paths, cfg.policy_overrides)
@@ -132,6 +139,9 @@ def transport_for(cfg: EmbeddedConfig, out: TextIO = sys.stderr) -> LocalTranspo
 def _appender(path: Path | None) -> Callable[[Decision], None] | None:
     if path is None:
         return None
+    import orjson
+
+    from faultwatch.wire import decision_to_dict
 
     def append(d: Decision) -> None:
         with open(path, "ab") as f:
@@ -141,6 +151,8 @@ def _appender(path: Path | None) -> Callable[[Decision], None] | None:
 
 def agent_config(cfg: EmbeddedConfig) -> AgentConfig:
     """The agent's configuration for one node that follows its own decisions."""
+    from faultwatch.agents.config import AgentConfig
+
     return AgentConfig(bootstrap="", job=cfg.job, node=cfg.node, cmd=cfg.cmd,
                        spool_dir=Path(tempfile.gettempdir()), heartbeat_s=HEARTBEAT_S,
                        heartbeat_flowing_s=HEARTBEAT_S,  # in process: no record to save
@@ -155,3 +167,59 @@ def run_embedded(cfg: EmbeddedConfig) -> int:
     from faultwatch.agents.entry import main_sync
 
     return main_sync(agent_config(cfg), transport=transport_for(cfg), component="run")
+
+
+# ---- the command ---------------------------------------------------------------------------
+
+def wrapped_command(args: argparse.Namespace) -> tuple[str, ...]:
+    """The training command given after `--` (tree.split_command), else a UsageError."""
+    if not args.cmd:
+        raise UsageError(f"no command given: put it after --, e.g. "
+                         f"`faultwatch {args.command} -- torchrun ...`")
+    return tuple(args.cmd)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from faultwatch.eventlog import set_component
+
+    set_component("run")
+    cfg = EmbeddedConfig(cmd=wrapped_command(args), rule_paths=tuple(args.rules or ()),
+                         policy_overrides=options.policy_overrides(args),
+                         decisions_out=Path(args.decisions_out) if args.decisions_out else None,
+                         job=args.job, term_grace_s=args.term_grace_s,
+                         decision_wait_s=args.decision_wait_s,
+                         verdict_out=Path(args.verdict_out) if args.verdict_out else None,
+                         on_restart=args.on_restart,
+                         control_out=Path(args.control_out) if args.control_out else None,
+                         attempt=_run_attempt())
+    return run_embedded(cfg)
+
+
+def _run_attempt() -> int:
+    """`run`'s first attempt: $FAULTWATCH_ATTEMPT (a relauncher's count), else 0."""
+    import os
+
+    v = os.environ.get("FAULTWATCH_ATTEMPT", "").strip()
+    try:
+        return int(v) if v else 0
+    except ValueError:
+        raise ConfigError("FAULTWATCH_ATTEMPT", f"not an integer: {v!r}") from None
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("run", help="embedded mode: supervise CMD in-process, no Kafka",
+                       usage="faultwatch run [options] -- CMD [ARGS...]")
+    p.hint = "the training command goes after --: faultwatch run [options] -- CMD [ARGS...]"
+    options.add_rules(p)
+    p.add_argument("--decisions-out", metavar="FILE", help="append decisions as JSON lines")
+    p.add_argument("--control-out", metavar="FILE",
+                   help="append the control requests (diagnosis probes) as JSON lines")
+    p.add_argument("--job", default="local", help="job name used in decisions")
+    p.add_argument("--term-grace-s", type=float, default=10.0,
+                   help="SIGTERM -> SIGKILL grace when stopping the command")
+    p.add_argument("--decision-wait-s", type=float, default=60.0,
+                   help="after the command failed, how long to wait for the decision "
+                        f"(none: exit {EXIT_UNDECIDED})")
+    options.add_verdict(p)
+    options.add_policy(p)
+    p.set_defaults(func=cmd_run)

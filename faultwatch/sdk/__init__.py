@@ -33,7 +33,7 @@ from typing import Any, TypeVar
 
 import orjson
 
-from faultwatch import rank_dumps
+from faultwatch.sdk import rank_dumps
 
 SOCKET_ENV = "FAULTWATCH_SDK_SOCKET"
 MAX_MESSAGE = 60 * 1024

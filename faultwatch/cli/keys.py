@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from faultwatch.cli import options
 from faultwatch.errors import ConfigError
 from faultwatch.trust.keys import (
     NODE,
@@ -60,7 +61,7 @@ def register(sub: Any) -> argparse.ArgumentParser:
         "keys", help="make and show Ed25519 keys (processor, operator, node) and trust files",
         description="Ed25519 key pairs for signed decisions, rule sets, registry records and "
                     "node identity. See docs/operating.md, 'Keys and trust'.")
-    ksub = p.add_subparsers(dest="keys_command", metavar="SUBCOMMAND", required=True)
+    ksub = options.subcommands(p, "keys_command", metavar="SUBCOMMAND", required=True)
     g = ksub.add_parser("generate", help="write a new private key (0600) and its .pub line")
     g.add_argument("--role", choices=(PROCESSOR, OPERATOR, NODE), default=None)
     g.add_argument("--node", default=None, metavar="NODE",

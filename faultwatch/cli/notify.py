@@ -1,4 +1,4 @@
-"""Flags and entry point of `faultwatch notify` (the main CLI adds its Kafka flags)."""
+"""`faultwatch notify`: send decisions to webhooks (Slack, Feishu, DingTalk, JSON), grouped."""
 
 from __future__ import annotations
 
@@ -8,12 +8,14 @@ import contextlib
 import os
 import signal
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
+from faultwatch.cli import options
 from faultwatch.errors import ConfigError
 from faultwatch.notify.grouping import GROUP_FIELDS, GroupingPolicy
-from faultwatch.notify.limit import RateLimits
-from faultwatch.notify.sender import Receiver, RetryPolicy
-from faultwatch.notify.service import Notifier, NotifierConfig
+
+if TYPE_CHECKING:  # the sender (urllib, email) is imported when notify runs, not per command
+    from faultwatch.notify.service import NotifierConfig
 
 SECRET_ENV = "FAULTWATCH_WEBHOOK_SECRET"
 WEBHOOKS_ENV = "FAULTWATCH_WEBHOOKS"
@@ -67,6 +69,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def config_of(args: argparse.Namespace, bootstrap: str, topic: str) -> NotifierConfig:
+    from faultwatch.notify.limit import RateLimits
+    from faultwatch.notify.sender import Receiver, RetryPolicy
+    from faultwatch.notify.service import NotifierConfig
+
     secret = None
     if args.webhook_secret_file is not None:
         try:
@@ -118,7 +124,8 @@ def webhook_specs(args: argparse.Namespace) -> list[str]:
 
 def run(cfg: NotifierConfig) -> int:
     """Run the notifier until SIGTERM/SIGINT."""
-    from faultwatch.logs import log_event, set_component
+    from faultwatch.eventlog import log_event, set_component
+    from faultwatch.notify.service import Notifier
     from faultwatch.trust.decisions import decision_verifier
     from faultwatch.wire.signing import DecisionGate
 
@@ -135,3 +142,16 @@ def run(cfg: NotifierConfig) -> int:
 
     asyncio.run(main())
     return 0
+
+
+def cmd_notify(args: argparse.Namespace) -> int:
+    return run(config_of(args, options.need_bootstrap(args), options.topics(args).decisions))
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("notify", help="send decisions to webhooks (Slack, Feishu, DingTalk, "
+                       "JSON), grouped like Alertmanager", description="Consume decisions and "
+                       "post grouped notifications; see docs/operating.md.")
+    options.add_kafka(p)
+    add_arguments(p)
+    p.set_defaults(func=cmd_notify)

@@ -1,14 +1,37 @@
-"""Structured logs for faultwatch's own events: one named event per line, key=value fields."""
+"""faultwatch's own event lines: one named event per line, key=value fields, and the escaping
+that keeps text from jobs (names, log lines) from forging a line or moving the cursor."""
 
 from __future__ import annotations
 
 import sys
 import time
+import unicodedata
 from typing import Any, TextIO
 
-from faultwatch.render import clean
-
 _COMPONENT = "faultwatch"
+
+
+def clean(value: object, keep_tab: bool = False) -> str:
+    """value as one line of terminal text: control, format and line-break characters are
+    shown escaped (\\n, \\x1b, \\u2028), so a name or a line cannot forge another line or
+    move the cursor."""
+    s = str(value)
+    if s.isprintable() or all(_printable(c, keep_tab) for c in s):
+        return s
+    return "".join(c if _printable(c, keep_tab) else _escape(c) for c in s)
+
+
+def _printable(c: str, keep_tab: bool) -> bool:
+    return (c == "\t" and keep_tab) or (
+        c.isprintable() or unicodedata.category(c) not in ("Cc", "Cf", "Zl", "Zp", "Cs"))
+
+
+def _escape(c: str) -> str:
+    named = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+    if c in named:
+        return named[c]
+    o = ord(c)
+    return f"\\x{o:02x}" if o < 0x100 else f"\\u{o:04x}" if o < 0x10000 else f"\\U{o:08x}"
 
 
 def set_component(name: str) -> None:
@@ -26,7 +49,6 @@ def _fmt(v: Any) -> str:
     if s.isprintable() and not any(c in s for c in ' "=\\'):
         return s
     return '"' + clean(s.replace("\\", "\\\\").replace('"', '\\"')) + '"'
-
 
 
 def format_event(event: str, fields: dict[str, Any], ts: float | None = None,

@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from faultwatch.core.events import Decision
-from faultwatch.errors import UsageError
+from faultwatch.errors import NotFoundError, UsageError
 
 ANSWER_TIMEOUT_S = 30.0  # py-spy on every rank, the first Flight Recorder dump takes 1-2 s
 
@@ -55,7 +55,7 @@ async def ask(bootstrap: str, topics: Any, job: str, timeout_s: float = ANSWER_T
     from faultwatch.kafka import clients
     from faultwatch.kafka.errors import diagnose
     from faultwatch.kafka.reading import partitions
-    from faultwatch.status import read_snapshots
+    from faultwatch.readers.status import read_snapshots
     from faultwatch.wire import signing
 
     snap = _check((await read_snapshots(bootstrap, topics.status, job)).get(job), job)
@@ -77,7 +77,8 @@ async def ask(bootstrap: str, topics: Any, job: str, timeout_s: float = ANSWER_T
     try:
         parts = await partitions(consumer, topics.logs)
         if not parts:
-            raise UsageError(f"no logs topic {topics.logs!r}: no agent has shipped anything")
+            raise NotFoundError(f"topic {topics.logs!r} does not exist at {bootstrap}: no agent "
+                                "has shipped anything")
         tps = [TopicPartition(topics.logs, p) for p in sorted(parts)]
         consumer.assign(tps)
         await consumer.seek_to_end(*tps)

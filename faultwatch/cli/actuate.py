@@ -1,15 +1,16 @@
-"""`faultwatch actuate --backend slurm|kubernetes|exec`: argument parsing and start-up."""
+"""`faultwatch actuate --backend slurm|kubernetes|exec`: make a scheduler act on decisions and
+the node registry; argument parsing and start-up."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import signal
 from pathlib import Path
 from typing import Any
 
-from faultwatch.errors import ConfigError, FaultwatchError
+from faultwatch.cli import options
+from faultwatch.errors import ConfigError
 
 BACKENDS = ("slurm", "kubernetes", "exec")
 
@@ -32,7 +33,7 @@ def cmd_actuate(args: argparse.Namespace) -> int:
     from faultwatch.actuate.limits import ActuateLimits
     from faultwatch.actuate.runner import ActuateConfig, run
     from faultwatch.core.registry import RegistryPolicy
-    from faultwatch.logs import set_component
+    from faultwatch.eventlog import set_component
     from faultwatch.trust.replay import max_age_s
 
     set_component("actuate")
@@ -40,9 +41,7 @@ def cmd_actuate(args: argparse.Namespace) -> int:
                  f"actuate-{args.backend}.jsonl")
     if args.release_hold:
         return release_hold(state)
-    if not args.bootstrap:
-        raise FaultwatchError("no Kafka bootstrap: pass --bootstrap HOST:PORT or set "
-                              "FAULTWATCH_BOOTSTRAP")
+    bootstrap = options.need_bootstrap(args)
     backend = build_backend(args)
     try:
         limits = ActuateLimits(max_drains_per_window=args.max_drains_per_window,
@@ -50,7 +49,7 @@ def cmd_actuate(args: argparse.Namespace) -> int:
                                max_drained_share=args.max_drained_share)
     except ValueError as e:
         raise ConfigError("actuate", str(e)) from None
-    cfg = ActuateConfig(bootstrap=args.bootstrap, prefix=args.topic_prefix, state_file=state,
+    cfg = ActuateConfig(bootstrap=bootstrap, prefix=args.topic_prefix, state_file=state,
                         group=args.group or f"{args.topic_prefix}actuate-{args.backend}",
                         write_registry=args.registry_writer,
                         max_decision_age_s=max_age_s(args.max_decision_age_s),
@@ -69,7 +68,7 @@ def cmd_actuate(args: argparse.Namespace) -> int:
     try:
         asyncio.run(main())
     except BROKER_ERRORS as e:  # the journal makes a restart (systemd, Deployment) safe
-        raise broker_error(e, args.bootstrap, "actuating decisions") from None
+        raise broker_error(e, bootstrap, "actuating decisions") from None
     return 0
 
 
@@ -91,18 +90,13 @@ def release_hold(state: Path) -> int:
 
 def register(sub: Any) -> argparse.ArgumentParser:
     """Add `actuate` to the top-level CLI's subparsers."""
-    from faultwatch.wire.topics import DEFAULT_PREFIX
-
     p: argparse.ArgumentParser = sub.add_parser(
         "actuate", help="make a scheduler act on decisions and the node registry",
         description="Consume <prefix>decisions and <prefix>nodes; drain/taint quarantined "
                     "nodes, requeue jobs off them, resume released nodes. Dedupes by "
                     "decision id; a state file makes restarts safe. See docs/schedulers.md.")
     p.add_argument("--backend", choices=BACKENDS, required=True)
-    p.add_argument("--bootstrap", default=os.environ.get("FAULTWATCH_BOOTSTRAP"),
-                   help="Kafka bootstrap HOST:PORT (default $FAULTWATCH_BOOTSTRAP)")
-    p.add_argument("--topic-prefix", default=os.environ.get("FAULTWATCH_TOPIC_PREFIX",
-                                                            DEFAULT_PREFIX))
+    options.add_kafka(p)
     p.add_argument("--state-file", help="journal of actions done (default "
                                         "~/.faultwatch/actuate-<backend>.jsonl)")
     p.add_argument("--group", help="consumer group (default <prefix>actuate-<backend>)")

@@ -1,0 +1,179 @@
+"""The options every `faultwatch` command shares, defined once: the parser class (no
+abbreviations, usage errors exit 2 with a hint), the Kafka options (bootstrap, topic prefix,
+the --kafka-* security flags) of every command that talks to Kafka, the output format, and the
+rule-file and policy flags of `run` and `process`. docs/cli.md lists them."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, NoReturn
+
+from faultwatch.errors import EXIT_USAGE, ConfigError
+from faultwatch.kafka import settings as kafka_settings
+from faultwatch.wire.topics import DEFAULT_PREFIX, Topics
+
+BOOTSTRAP_ENV = "FAULTWATCH_BOOTSTRAP"
+PREFIX_ENV = "FAULTWATCH_TOPIC_PREFIX"
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse without abbreviations (`--topic X` is an error, never `--topic-prefix X`),
+    with a hint appended to usage errors (e.g. where the wrapped command goes). Subparsers
+    made from it are of this class too."""
+
+    hint = ""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs["allow_abbrev"] = False
+        super().__init__(*args, **kwargs)
+
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        hint = f"\n  hint: {self.hint}" if self.hint else ""
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}{hint}\n")
+
+
+def subcommands(p: argparse.ArgumentParser, dest: str, **kwargs: Any) -> Any:
+    """p's subparsers, of the Parser class."""
+    return p.add_subparsers(dest=dest, parser_class=Parser, **kwargs)
+
+
+# ---- Kafka: bootstrap, topic prefix, security ---------------------------------------------
+
+def add_kafka(p: argparse.ArgumentParser, *, sub: bool = False) -> None:
+    """--bootstrap, --topic-prefix and the --kafka-* security flags (never the password: it
+    would show in `ps`). On a subcommand (`sub`) they default to SUPPRESS, so the values given
+    before the subcommand (`nodes --bootstrap X release N`) are kept."""
+    def default(value: Any) -> Any:
+        return argparse.SUPPRESS if sub else value
+
+    p.add_argument("--bootstrap", default=default(os.environ.get(BOOTSTRAP_ENV)),
+                   help=f"Kafka bootstrap HOST:PORT (default ${BOOTSTRAP_ENV})")
+    p.add_argument("--topic-prefix", default=default(os.environ.get(PREFIX_ENV, DEFAULT_PREFIX)),
+                   help=f"topic name prefix (default ${PREFIX_ENV} or '{DEFAULT_PREFIX}')")
+    g = p.add_argument_group(
+        "Kafka security (flags over FAULTWATCH_KAFKA_* variables over --kafka-config)")
+    g.add_argument("--kafka-config", type=Path, default=default(None),
+                   help=f"YAML file of Kafka settings (default ${kafka_settings.CONFIG_ENV})")
+    for key, help_ in kafka_settings.KEYS.items():
+        if key == "password":
+            continue
+        flag = "--kafka-" + key.replace("_", "-")
+        choices = ["true", "false"] if key == "check_hostname" else None
+        g.add_argument(flag, dest="kafka_" + key, default=default(None), choices=choices,
+                       help=help_)
+
+
+def kafka_security(args: argparse.Namespace, env: Mapping[str, str] | None = None
+                   ) -> kafka_settings.KafkaSecurity:
+    """The security settings of the --kafka-* flags, over the environment and config file."""
+    flags = {k: getattr(args, "kafka_" + k, None) for k in kafka_settings.KEYS
+             if k != "password"}
+    return kafka_settings.from_sources(flags, env, getattr(args, "kafka_config", None))
+
+
+def talks_to_kafka(args: argparse.Namespace) -> bool:
+    """Whether the parsed command has the Kafka options (add_kafka)."""
+    return hasattr(args, "bootstrap")
+
+
+def configure_kafka(args: argparse.Namespace) -> None:
+    """Make the command's security settings the process-wide ones (checked: ConfigError)."""
+    kafka_settings.configure(kafka_security(args))
+
+
+def need_bootstrap(args: argparse.Namespace) -> str:
+    """The bootstrap of a command that cannot work without Kafka; ConfigError (exit 2) in
+    every command when it is missing."""
+    if not getattr(args, "bootstrap", None):
+        raise ConfigError("bootstrap", "no Kafka bootstrap: pass --bootstrap HOST:PORT or set "
+                          f"{BOOTSTRAP_ENV} (`faultwatch kafka up` starts a local broker)")
+    return str(args.bootstrap)
+
+
+def topics(args: argparse.Namespace) -> Topics:
+    """The topic names under the command's --topic-prefix."""
+    return Topics(args.topic_prefix)
+
+
+# ---- output format ------------------------------------------------------------------------
+
+def add_json(p: argparse.ArgumentParser, what: str = "one JSON object per line") -> None:
+    """--json: machine-readable output instead of text for a person."""
+    p.add_argument("--json", action="store_true", help=what)
+
+
+# ---- rule files and policy (run, process) -------------------------------------------------
+
+POLICY_FLAGS: tuple[tuple[str, type, str], ...] = (
+    ("hang_window_s", float, "every rank silent this long -> hang (seconds)"),
+    ("init_window_s", float, "silence allowed before an attempt's first output line "
+                             "(default: max(hang window, 120 s))"),
+    ("hang_floor_s", float, "shortest learned (adaptive) hang window (seconds)"),
+    ("hang_ceiling_s", float, "longest learned hang window; used before anything is learned"),
+    ("node_lost_s", float, "no heartbeat from a node this long -> node lost (seconds)"),
+    ("exit_hang_window_s", float, "one node finished, others still running this long (seconds)"),
+    ("max_restarts", int, "restarts before the job is failed"),
+    ("settle_s", float, "wait this long after a failure for other ranks' errors (seconds)"),
+    ("execution_mode", str, "sync (restart the whole job) or async (restart failed nodes)"),
+    ("fault_tolerant_policy", str, "on_failure | exit_code_and_error_msg | never"),
+    ("max_same_error", int, "the same error on one instance more than N times -> fail"),
+    ("max_failure_rate", float, "fraction of failed nodes above which the job fails (-1 off)"),
+)
+POLICY_SWITCHES = ("hang_detection", "enable_restart", "adaptive_hang")
+
+
+def add_rules(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--rules", action="append", metavar="FILE",
+                   help="rule file, added to the built-in rules (repeatable)")
+
+
+def add_policy(p: argparse.ArgumentParser) -> None:
+    """The policy overrides shared by `run` and `process`."""
+    g = p.add_argument_group("policy (overrides the rule files' policy: sections)")
+    for name, typ, help_ in POLICY_FLAGS:
+        g.add_argument("--" + name.replace("_", "-"), dest=name, type=typ, default=None,
+                       help=help_)
+    g.add_argument("--no-hang-detection", dest="hang_detection", action="store_const",
+                   const=False, default=None, help="never decide a hang")
+    g.add_argument("--no-adaptive-hang", dest="adaptive_hang", action="store_const",
+                   const=False, default=None, help="never learn the hang window from the job")
+    g.add_argument("--no-restart", dest="enable_restart", action="store_const", const=False,
+                   default=None, help="never restart: every failure fails the job")
+
+
+def policy_overrides(args: argparse.Namespace) -> dict[str, Any]:
+    """The policy keys the flags gave (add_policy)."""
+    names = [n for n, _, _ in POLICY_FLAGS] + list(POLICY_SWITCHES)
+    return {n: getattr(args, n) for n in names if getattr(args, n, None) is not None}
+
+
+# ---- the exit contract (run, agent) -------------------------------------------------------
+
+def add_verdict(p: argparse.ArgumentParser) -> None:
+    """The exit contract's flags, the same on `run` and `agent` (docs/cli.md#exit-codes)."""
+    from faultwatch.agents.config import EXIT_RESTART, ON_RESTART
+
+    p.add_argument("--verdict-out", metavar="FILE",
+                   help="write the verdict as JSON at exit: verdict, exit code, the command's "
+                        "own code and signal, the decision, run id, attempt")
+    p.add_argument("--on-restart", choices=ON_RESTART, default="relaunch",
+                   help="a restart decision: relaunch the command here (default), or exit "
+                        f"{EXIT_RESTART} so a scheduler, a shell loop or torchrun relaunches "
+                        "this agent with the next attempt")
+
+
+# ---- metrics (agent, process) -------------------------------------------------------------
+
+def add_metrics(p: argparse.ArgumentParser) -> None:
+    """--metrics-port and --metrics-address: where Prometheus reads /metrics."""
+    p.add_argument("--metrics-port", type=int, default=None,
+                   help="serve Prometheus metrics on http://ADDRESS:PORT/metrics")
+    p.add_argument("--metrics-address", default="127.0.0.1",
+                   help="address /metrics listens on (default 127.0.0.1; 0.0.0.0 or :: for "
+                        "every interface); reads time out after 5 s, at most 16 "
+                        "connections at once")

@@ -1,0 +1,89 @@
+"""The one argparse tree of every `faultwatch` command and its one error handler.
+
+Each command group registers itself from its own module (run, agent, process, read, status,
+diagnose, rules, kafka, nodes, actuate, notify, keys); their shared options come from options.py.
+Commands that wrap a training command (`run`, `agent`) take it only after `--`."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from faultwatch import __version__
+from faultwatch.cli import (
+    actuate,
+    agent,
+    diagnose,
+    kafka,
+    keys,
+    nodes,
+    notify,
+    options,
+    process,
+    read,
+    rules,
+    run,
+    status,
+)
+from faultwatch.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, FaultwatchError
+
+WRAPPERS = ("run", "agent")  # commands whose training command follows `--`
+AGENT_SUBCOMMANDS = agent.SUBCOMMANDS
+GROUPS = (run, agent, process, notify, status, read, diagnose, rules, kafka, nodes, actuate,
+          keys)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The one argparse tree of every `faultwatch` command."""
+    parser = options.Parser(
+        prog="faultwatch",
+        description="Watch distributed training jobs' logs; decide restarts, blacklists, fails.",
+        epilog="exit codes: docs/cli.md")
+    parser.add_argument("--version", action="version", version=f"faultwatch {__version__}")
+    sub = options.subcommands(parser, "command", required=True, metavar="COMMAND")
+    for group in GROUPS:
+        group.register(sub)
+    return parser
+
+
+def split_command(argv: Sequence[str]) -> tuple[list[str], list[str]]:
+    """(faultwatch's own arguments, the wrapped command): split at the first `--` of `run`
+    and `agent`, so nothing of the command is read as an option or a subcommand."""
+    args = list(argv)
+    wraps = bool(args) and args[0] in WRAPPERS and not (
+        args[0] == "agent" and len(args) > 1 and args[1] in AGENT_SUBCOMMANDS)
+    if wraps and "--" in args:
+        i = args.index("--")
+        return args[:i], args[i + 1:]
+    return args, []
+
+
+def parse_args(argv: Sequence[str]) -> argparse.Namespace:
+    """Parse a full command line; argparse's usage errors raise SystemExit(EXIT_USAGE)."""
+    own, cmd = split_command(argv)
+    parser = build_parser()
+    args, unknown = parser.parse_known_args(own)
+    if unknown:
+        hint = (f" (the training command goes after --: faultwatch {args.command} [options] "
+                f"-- CMD [ARGS...])" if args.command in WRAPPERS else "")
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}{hint}")
+    args.cmd = cmd
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """The console script: parse, run the command, map every FaultwatchError to its exit code."""
+    try:
+        args = parse_args(sys.argv[1:] if argv is None else argv)
+    except SystemExit as e:  # --help, --version, usage errors (already printed)
+        return EXIT_OK if e.code is None else e.code if isinstance(e.code, int) else EXIT_USAGE
+    try:
+        if options.talks_to_kafka(args):  # every Kafka command: SSL/SASL settings, checked
+            options.configure_kafka(args)
+        return int(args.func(args))
+    except FaultwatchError as e:
+        print(f"faultwatch: error: {e}", file=sys.stderr)
+        return e.exit_code
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED

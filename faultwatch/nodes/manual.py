@@ -1,0 +1,34 @@
+"""Changes made by hand (`faultwatch nodes quarantine|release`): read the node's record, apply
+the change, write the new record; Kafka's errors become a BrokerError."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from typing import Any
+
+from faultwatch.core.registry import NodeRecord
+
+Change = Callable[[NodeRecord | None, str, float], NodeRecord]  # (record, node, now) -> new
+
+
+def change_node(bootstrap: str, topic: str, node: str, make: Change,
+                signer: Any = None) -> NodeRecord:
+    """Apply `make` to `node`'s current record (creating the topic if needed); the new
+    record, written (signed by `signer`, trust.records.signer_for, if given)."""
+    from faultwatch.kafka.admin import ensure_compacted_topic
+    from faultwatch.kafka.errors import BROKER_ERRORS, broker_error
+    from faultwatch.nodes.store import load_registry, write_records
+
+    async def main() -> NodeRecord:
+        await ensure_compacted_topic(bootstrap, topic)
+        reg = await load_registry(bootstrap, topic)
+        rec = make(reg.get(node), node, time.time())
+        await write_records(bootstrap, topic, [rec], signer=signer)
+        return rec
+
+    try:
+        return asyncio.run(main())
+    except BROKER_ERRORS as e:
+        raise broker_error(e, bootstrap, f"changing node {node} in {topic}") from None
