@@ -19,7 +19,7 @@ from faultwatch import wire
 from faultwatch.agents.config import EXIT_FAILED_BY_DECISION
 from faultwatch.agents.decisions import DecisionFollower
 from faultwatch.kafka import broker as kafka_broker
-from tests.integration.test_agent_decisions import decision, publish
+from tests.integration.test_agent_decisions import RUN, decision, publish
 from tests.integration.test_agent_ship import agent_cmd
 
 pytestmark = pytest.mark.kafka
@@ -122,7 +122,8 @@ def test_restart_decision_is_received_at_every_delay_after_the_run_start(
         job = f"follow-{i}"
         argv = agent_cmd(kafka_bootstrap, topic_prefix, tmp_path / job, job, sys.executable,
                          "-c", FAIL_AT_ONCE,
-                         extra=("--follow-decisions", "--decision-wait-s", "20"))
+                         extra=("--follow-decisions", "--decision-wait-s", "20",
+                                "--run-id", RUN))  # decisions act only on the run they name
         p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         assert p.stdout is not None
         t0 = time.monotonic()
@@ -153,7 +154,7 @@ def test_broker_down_the_follower_backs_off_quietly_and_recovers(
     job = "outage-follow"
     argv = agent_cmd(bootstrap, topic_prefix, tmp_path / "spool", job, sys.executable, "-c",
                      "import time\nprint('running', flush=True)\ntime.sleep(300)\n",
-                     extra=("--follow-decisions", "--heartbeat-s", "1"))
+                     extra=("--follow-decisions", "--heartbeat-s", "1", "--run-id", RUN))
     agent = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     err_lines: list[bytes] = []
     reader = threading.Thread(target=lambda: err_lines.extend(iter(agent.stderr.readline, b"")),
