@@ -85,7 +85,7 @@ class DecisionFollower:
 
     def __init__(self, bootstrap: str, topic: str, job: str, log: Log,
                  consumer_factory: Callable[..., Any] | None = None, run_id: str = "",
-                 replay: ReplayGuard | None = None):
+                 replay: ReplayGuard | None = None, gate: DecisionGate | None = None):
         self.bootstrap, self.topic, self.job = bootstrap, topic, job
         self.run_id = run_id  # decisions about another run of the job are refused
         self.key = wire.job_key(job)
@@ -95,7 +95,8 @@ class DecisionFollower:
         # refusals are counted, not a line each: this log is the training job's stderr
         self._log = self.quiet = Quiet(log, QUIET_EVENTS)
         self._factory = consumer_factory
-        self.gate = DecisionGate(decision_verifier(), self.quiet)  # refuses forged decisions
+        # refuses forged decisions; one gate per agent, so its warning is logged once
+        self.gate = gate or DecisionGate(decision_verifier(), self.quiet)
         # the replay rule: once, this run, within the maximum age (docs/decisions.md)
         self.replay = replay or ReplayGuard("decision", max_age_s(), log=log)
         self._seen: set[str] = set()

@@ -93,7 +93,8 @@ class KafkaTransport:
                                               run_id=run_id_to_match(cfg), replay=replay)
             # the probes come on their own topic (docs/decisions.md, "Control topic")
             self.control = DecisionFollower(cfg.bootstrap, cfg.control_topic, cfg.job, log,
-                                            run_id=run_id_to_match(cfg))
+                                            run_id=run_id_to_match(cfg),
+                                            gate=self.decisions.gate)
 
     def start(self) -> None:
         self.shipper.start()
