@@ -12,4 +12,4 @@ if command -v go >/dev/null; then scripts/k8s-api.sh build >/dev/null; fi
 .venv/bin/faultwatch rules test
 # One rerun for a failed test: the end-to-end tests time real torchrun jobs, brokers and
 # Slurm on 2 cores; a rerun shows as R in the summary, a real failure fails twice.
-.venv/bin/python -m pytest tests -q --reruns 1 --reruns-delay 2 "$@"
+.venv/bin/python -m pytest tests -q --reruns 1 --reruns-delay 2 --durations=40 "$@"
