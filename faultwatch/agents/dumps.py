@@ -65,19 +65,52 @@ def rank_pids(root: int) -> dict[int, int]:
     return out
 
 
-def cpu_seconds(pid: int) -> float | None:
-    """CPU time (user + system, every thread) the process has used, or None when gone. A rank
-    stuck in a wait uses almost none between two captures; a rank making progress does."""
+def _stat(pid: int) -> list[str] | None:
+    """The fields of /proc/PID/stat after "pid (comm) " (state first), or None when gone."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             raw = f.read().decode(errors="replace")
     except OSError:
         return None
-    fields = raw[raw.rfind(")") + 2:].split()  # after "pid (comm) ": state is field 3
+    return raw[raw.rfind(")") + 2:].split()
+
+
+def cpu_seconds(pid: int) -> float | None:
+    """CPU time (user + system, every thread) the process has used, or None when gone. A rank
+    stuck in a wait uses almost none between two captures; a rank making progress does."""
+    fields = _stat(pid)
     try:
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK") \
+            if fields is not None else None
     except (IndexError, ValueError, OSError):
         return None
+
+
+def proc_state(pid: int) -> str | None:
+    """The process's scheduler state from /proc/PID/stat (its main thread's): R running,
+    S sleeping (a lock, a socket, a sleep), D in uninterruptible I/O (disk, NFS), ..."""
+    fields = _stat(pid)
+    return fields[0][:1] if fields else None
+
+
+def tree_cpu_seconds(pid: int, kids: Mapping[int, list[int]]) -> float | None:
+    """CPU seconds of the process and every descendant alive now (a rank's data-loader and
+    compile workers work for it): None when the process itself is gone."""
+    own = cpu_seconds(pid)
+    if own is None:
+        return None
+    total, frontier = own, list(kids.get(pid, ()))
+    while frontier:
+        p = frontier.pop()
+        total += cpu_seconds(p) or 0.0
+        frontier.extend(kids.get(p, ()))
+    return total
+
+
+def cpu_sample(pids: Mapping[int, int]) -> dict[int, tuple[float | None, str | None]]:
+    """rank -> (CPU seconds of its process tree, its state) now."""
+    kids = children_map()
+    return {r: (tree_cpu_seconds(p, kids), proc_state(p)) for r, p in pids.items()}
 
 
 def pyspy() -> str | None:
@@ -266,8 +299,10 @@ async def capture(child_pid: int, diag_dir: Path | None) -> dict[str, Any]:
     own: asyncio.Task[dict[int, dict[str, Any]]] | None = None
     if armed and diag_dir is not None:
         own = asyncio.create_task(request_rank_dumps(diag_dir, armed, SDK_DUMP_TIMEOUT_S))
+    t0, before = time.monotonic(), await asyncio.to_thread(cpu_sample, pids)
     spied, errors = await stacks_of(pids)
     dumps = await own if own is not None else {}
+    dt, after = time.monotonic() - t0, await asyncio.to_thread(cpu_sample, pids)
     ranks: dict[str, dict[str, Any]] = {}
     errs: dict[str, str] = {}
     for rank in pids:
@@ -276,8 +311,11 @@ async def capture(child_pid: int, diag_dir: Path | None) -> dict[str, Any]:
         d = dumps.get(rank) or {}
         if threads is None and d.get("threads"):
             threads, source = d["threads"], "sdk"
+        (c0, state), (c1, _) = before.get(rank, (None, None)), after.get(rank, (None, None))
         entry: dict[str, Any] = {"source": source if threads is not None else "",
-                                 "stack": None, "fr": None, "cpu_s": cpu_seconds(pids[rank])}
+                                 "stack": None, "fr": None, "cpu_s": c1, "proc_state": state}
+        if c0 is not None and c1 is not None and dt > 0.05:  # busy while it was captured
+            entry["cpu_frac"] = round(max(0.0, c1 - c0) / dt, 3)
         if threads is not None:
             entry["stack"] = stacks.classify(rank, threads).to_dict()
         else:

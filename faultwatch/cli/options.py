@@ -114,7 +114,11 @@ POLICY_FLAGS: tuple[tuple[str, type, str], ...] = (
     ("init_window_s", float, "silence allowed before an attempt's first output line "
                              "(default: max(hang window, 120 s))"),
     ("hang_floor_s", float, "shortest learned (adaptive) hang window (seconds)"),
-    ("hang_ceiling_s", float, "longest learned hang window; used before anything is learned"),
+    ("hang_ceiling_s", float, "longest learned hang window; used before anything is learned, "
+                              "and for a silence in which no rank waits for another"),
+    ("stuck_stacks_s", float, "a silence in which no rank communicates is a hang before the "
+                              "ceiling once every rank sat blocked at an unchanged stack this "
+                              "long (seconds)"),
     ("node_lost_s", float, "no heartbeat from a node this long -> node lost (seconds)"),
     ("exit_hang_window_s", float, "one node finished, others still running this long (seconds)"),
     ("max_restarts", int, "restarts before the job is failed"),

@@ -76,10 +76,15 @@ def fold_answer(st: JobState, ev: Notice) -> JobState:
     for r, d in list(ranks.items())[:MAX_RANKS_PER_NOTE]:
         if isinstance(d, Mapping) and str(r).isdigit():
             fr = d.get("fr")
+            ps = d.get("proc_state")
+            frac = d.get("cpu_frac")
             kept[str(int(str(r)))] = {
                 "stack": d.get("stack") if isinstance(d.get("stack"), Mapping) else None,
                 "fr": fr if isinstance(fr, str) and len(fr) <= MAX_FR_CHARS else None,
-                "source": str(d.get("source", ""))[:32], "cpu_s": _cpu(d)}
+                "source": str(d.get("source", ""))[:32], "cpu_s": _cpu(d),
+                "proc_state": ps[:1] if isinstance(ps, str) and ps else None,
+                "cpu_frac": float(frac) if isinstance(frac, int | float)
+                and math.isfinite(frac) and frac >= 0 else None}
     errors = ev.data.get("errors")
     answer: dict[str, Any] = {
         "ts": ev.ts, "request": str(ev.data.get("request", ""))[:64], "ranks": kept,
@@ -88,6 +93,11 @@ def fold_answer(st: JobState, ev: Notice) -> JobState:
     digests = {r: d["stack"] for r, d in kept.items()}
     prev = st.diagnoses.get(ev.node)
     old = thaw(prev) if prev is not None else None
+    if old is not None and old.get("ts", ev.ts) < ev.ts:  # CPU used since the last capture
+        for r, d in kept.items():
+            was = old.get("ranks", {}).get(r, {}).get("cpu_s")
+            if was is not None and d["cpu_s"] is not None:
+                d["cpu_rate"] = round(max(0.0, d["cpu_s"] - was) / (ev.ts - old["ts"]), 3)
     if old is not None and old.get("ts", ev.ts) <= ev.ts and digests and all(digests.values()) \
             and {r: d.get("stack") for r, d in old.get("ranks", {}).items()} == digests:
         answer["same_since"] = old.get("same_since", old["ts"])
@@ -186,3 +196,121 @@ def _where(a: stacks.RankActivity) -> str:
     """The user's frame, and the innermost one when that is elsewhere (a library call)."""
     inner = _innermost(a)
     return f"{a.at} in {inner}" if a.at and inner != a.at else inner
+
+
+# ---- positive evidence: do the ranks wait for each other? ------------------------------------
+
+WAIT, STUCK, NONE = "wait", "stuck", "none"
+
+
+@dataclass(frozen=True)
+class Assessment:
+    """What the answers prove about a silence (docs/hangs.md has the table):
+
+    - `wait`: ranks wait for each other — a rank inside a collective while the ranks it waits
+      for are elsewhere and blocked, Flight Recorder entries that disagree, or every rank in a
+      collective with stacks unchanged between captures;
+    - `stuck`: no rank communicates, and every rank has sat blocked at an unchanged stack,
+      using no CPU, for the required span (a deadlock in every rank);
+    - `none`: no such evidence (no answers; or a rank works: on CPU, in I/O, compiling,
+      writing a checkpoint): a silence, not a proven hang.
+    `ranks` says per rank what it does, `sentence` in words."""
+
+    kind: str
+    culprits: tuple[int, ...]
+    sentence: str
+    ranks: dict[str, dict[str, Any]] = field(default_factory=dict)
+    detail: dict[str, Any] = field(default_factory=dict)
+
+
+def _working(d: Mapping[str, Any], act: stacks.RankActivity) -> str | None:
+    """Why a rank counts as working (making progress toward something), or None: blocked."""
+    if act.state in stacks.WORKING:
+        return stacks.WHAT[act.state]
+    if act.others:
+        return f"thread {act.others[0]}"
+    ps = d.get("proc_state")
+    if ps == "D":
+        return "in uninterruptible I/O (state D)"
+    if act.idle is False or ps == "R":
+        return "on CPU"
+    for key, what in (("cpu_rate", "between captures"), ("cpu_frac", "while captured")):
+        used = d.get(key)
+        if isinstance(used, int | float) and used >= IDLE_CPU_FRACTION:
+            return f"used {used:.0%} of a core {what}"
+    return None
+
+
+def rank_activity(answers: Mapping[str, Mapping[str, Any]]
+                  ) -> dict[int, tuple[stacks.RankActivity, str | None, Mapping[str, Any]]]:
+    """rank -> (activity, why it counts as working or None, the rank's answer) for every
+    captured rank."""
+    out = {}
+    for _node, a in sorted(answers.items()):
+        for r, d in a.get("ranks", {}).items():
+            if d.get("stack"):
+                act = stacks.RankActivity.from_dict(int(r), d["stack"])
+                out[int(r)] = (act, _working(d, act), d)
+    return out
+
+
+def describe_ranks(acts: Mapping[int, tuple[stacks.RankActivity, str | None, Any]],
+                   limit: int = 4) -> str:
+    """"rank 0 at save.py:12 in upload (in I/O); rank 1 at train.py:40 in step (in user code,
+    blocked)" — what a notice and a decision say each rank does."""
+    parts = []
+    for r, (act, why, _d) in sorted(acts.items())[:limit]:
+        what = stacks.WHAT.get(act.state, act.state)
+        if act.state == stacks.COLLECTIVE and act.op:
+            what = f"in {act.op}"
+        how = why if why is not None and why != what else ("blocked" if why is None else "")
+        parts.append(f"rank {r} at {act.at or '?'} ({what}{', ' + how if how else ''})")
+    if len(acts) > limit:
+        parts.append(f"{len(acts) - limit} more rank(s)")
+    return "; ".join(parts)
+
+
+def assess(answers: Mapping[str, Mapping[str, Any]], found: Verdict | None,
+           silent_since: float, stuck_s: float) -> Assessment:
+    """The evidence the answers given since `silent_since` hold (see Assessment)."""
+    acts = rank_activity(answers)
+    ranks = {str(r): {"state": a.state, "at": a.at, "working": why}
+             for r, (a, why, _d) in sorted(acts.items())[:64]}
+    said = describe_ranks(acts)
+    if found is None or not acts and found.basis != "flight recorder":
+        return Assessment(NONE, (), "no rank's stack was captured", ranks)
+    fr = found.evidence.get("flight_recorder") or {}
+    mismatched = [g["group"] for g in fr.get("groups", ()) if g.get("mismatches")]
+    if mismatched:
+        return Assessment(WAIT, found.culprits, found.sentence, ranks,
+                          {"by": "flight recorder mismatch", "groups": mismatched[:8]})
+    if found.culprits:  # the FR or the stacks name ranks the others wait for
+        busy = {r: acts[r][1] for r in found.culprits if r in acts and acts[r][1] is not None}
+        if not busy:
+            return Assessment(WAIT, found.culprits, found.sentence, ranks,
+                              {"by": found.basis})
+        r, why = next(iter(sorted(busy.items())))
+        return Assessment(NONE, (), f"ranks wait for rank {r}, which works ({why}): {said}",
+                          ranks, {"waiting_for": sorted(busy)})
+    coll = [r for r, (a, _w, _d) in acts.items() if a.state == stacks.COLLECTIVE]
+    if coll and len(coll) == len(acts) >= 2:
+        moved = [node for node, a in answers.items()
+                 if float(a.get("same_since", a["ts"])) >= float(a["ts"])]
+        if not moved:
+            return Assessment(WAIT, (), f"every rank waits in a collective, stacks unchanged "
+                                        f"between captures: {said}", ranks,
+                              {"by": "every rank in a collective"})
+        return Assessment(NONE, (), f"every rank in a collective (one capture so far): {said}",
+                          ranks)
+    working = {r: why for r, (_a, why, _d) in acts.items() if why is not None}
+    if not coll and not working:
+        everyone = tuple(sorted(acts))
+        span, detail = unchanged_for(answers, silent_since, everyone)
+        if span >= stuck_s:
+            return Assessment(STUCK, everyone, f"no rank is inside a collective; every rank "
+                                               f"blocked at an unchanged stack for "
+                                               f"{span:.0f}s: {said}", ranks, detail)
+        return Assessment(NONE, (), f"no rank waits for another: {said}", ranks,
+                          {"unchanged_s": round(span, 3), "stuck_s": stuck_s, **detail})
+    return Assessment(NONE, (), f"no rank waits for another: {said}", ranks,
+                      {"working": {str(r): w for r, w in sorted(working.items())[:16]}})

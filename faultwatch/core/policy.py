@@ -28,6 +28,7 @@ POLICY_RANGES: dict[str, tuple[float, float]] = {
     "hang_ceiling_s": (1.0, 7 * DAY_S),
     "exit_hang_window_s": (1.0, 7 * DAY_S),
     "checkpoint_extend_s": (1.0, 7 * DAY_S),
+    "stuck_stacks_s": (1.0, 7 * DAY_S),
     "node_lost_s": (1.0, DAY_S),
     "skew_warn_s": (1.0, DAY_S),
     "blacklist_s": (1.0, 30 * DAY_S),
@@ -65,6 +66,11 @@ class Policy:
     adaptive_hang: bool = True
     hang_floor_s: float = 30.0  # the learned window is never shorter ...
     hang_ceiling_s: float = 600.0  # ... nor longer; also the window before anything is learned
+    # A learned window decides only on evidence that ranks wait for each other (docs/hangs.md);
+    # a silence without it is decided at hang_ceiling_s, or once every rank has sat blocked at
+    # an unchanged stack, using no CPU, for stuck_stacks_s
+    hang_needs_evidence: bool = True
+    stuck_stacks_s: float = 300.0
     # before deciding a hang, ask the agents for every rank's stack and Flight Recorder dump
     # (a `diagnose` notify) when the silence reaches this fraction of the window
     diagnose: bool = True

@@ -24,8 +24,12 @@ from faultwatch.core.decide import Result, emit
 from faultwatch.core.diagnosis import (
     ANSWER_WAIT_S,
     DIAGNOSE_KIND,
+    NONE,
+    STUCK,
+    Assessment,
     Verdict,
     answers_since,
+    assess,
     probes_evidence,
     unchanged_for,
     verdict,
@@ -116,6 +120,17 @@ def _hang(st: JobState, alive: list[NodeState], now_ev: float, policy: Policy,
         seen = max(a["ts"] for a in answers.values())
         until = min(seen + max(window, seen - silent_since),
                     silent_since + max(window, policy.checkpoint_extend_s))
+    # A learned window decides on evidence that ranks wait for each other; without it the
+    # silence is held to the ceiling (docs/hangs.md). Fixed and stage windows are the user's
+    # own word, and the ceiling is the ceiling: silence alone decides them.
+    gated = policy.hang_needs_evidence and basis.get("basis") == "adaptive"
+    quiet: Assessment | None = None
+    proof: Assessment | None = None
+    if gated and until is None and frac >= 1.0:
+        proof = assess(answers, found, silent_since, policy.stuck_stacks_s)
+        if proof.kind == NONE:
+            quiet, proof = proof, None
+            until = silent_since + max(policy.hang_ceiling_s, window)
     if policy.diagnose:
         ask = _ask(st, now_ev, window, frac, silent_since, until, policy, rv)
         if ask is not None:
@@ -125,11 +140,13 @@ def _hang(st: JobState, alive: list[NodeState], now_ev: float, policy: Policy,
         confirmed = _stuck_stacks(answers, found, now_ev - silent_since, silent_since, policy)
     if confirmed is None and (frac < 1.0 or (until is not None and now_ev < until)):
         if until is not None and frac >= 1.0:
+            if quiet is not None:
+                if _awaiting_answers(st, answers, now_ev, silent_since, window, policy):
+                    return None
+                return _held(st, now_ev, silent_since, until, quiet, policy, rv)
             return _deferred(st, now_ev, silent_since, until, found, policy, rv)
         return None
-    if policy.diagnose and not answers and st.diag_asked is not None \
-            and st.diag_asked >= silent_since \
-            and now_ev - st.diag_asked < min(ANSWER_WAIT_S, (1 - policy.diagnose_at) * window):
+    if _awaiting_answers(st, answers, now_ev, silent_since, window, policy):
         return None  # asked late (heartbeats far apart): give the answers as long as usual
     evidence: dict[str, Any] = {
         "silent_since": silent_since,
@@ -152,10 +169,24 @@ def _hang(st: JobState, alive: list[NodeState], now_ev: float, policy: Policy,
                f"{confirmed['captures_span_s']:.0f}s, the culprits idle"
     if until is not None:
         evidence["extended_until"] = round(until, 3)
+    said = False  # the message already says what the ranks do
+    if gated:
+        last = proof or assess(answers, found, silent_since, policy.stuck_stacks_s)
+        evidence["wait_evidence"] = {"kind": last.kind, "sentence": last.sentence,
+                                     "ranks": last.ranks, **last.detail}
+        if last.kind == STUCK:  # every rank is a culprit: each sits in its own deadlock
+            found = Verdict(last.culprits, "stacks unchanged", last.sentence,
+                            nodes_of=found.nodes_of if found is not None else {},
+                            evidence=found.evidence if found is not None else {})
+        elif last.kind == NONE:
+            msg += f"; the ceiling ({policy.hang_ceiling_s:g}s) passed with no evidence that " \
+                   f"ranks wait for each other: {last.sentence}"
+            said = True
     culprits: tuple[int, ...] = ()
     if found is not None:
         evidence["diagnosis"] = found.evidence
-        msg += f": {found.sentence}"
+        if not said:
+            msg += f": {found.sentence}"
         culprits = found.culprits
         if culprits:
             evidence["culprit_basis"] = found.basis
@@ -252,6 +283,34 @@ def _ask(st: JobState, now_ev: float, window: float, frac: float, silent_since: 
     return st, decs
 
 
+def _awaiting_answers(st: JobState, answers: dict[str, Any], now_ev: float, silent_since: float,
+                     window: float, policy: Policy) -> bool:
+    """A request of this silence is out and no node answered yet: wait for the answers as long
+    as usual (ANSWER_WAIT_S, or what is left of the window after the request)."""
+    return policy.diagnose and not answers and st.diag_asked is not None \
+        and st.diag_asked >= silent_since \
+        and now_ev - st.diag_asked < min(ANSWER_WAIT_S, (1 - policy.diagnose_at) * window)
+
+
+def _held(st: JobState, now_ev: float, silent_since: float, until: float, quiet: Assessment,
+          policy: Policy, rv: str) -> Result:
+    """Once per silence: every rank is silent past the learned window, but nothing shows that
+    ranks wait for each other (they compute, do I/O, compile, load data, or were not
+    captured): a notice naming what each rank does; the hang waits for the ceiling (or for
+    evidence). Like a checkpoint, the silence teaches the window nothing (stage_ts)."""
+    st = dataclasses.replace(st, stage_ts=now_ev)
+    return emit(st, "hang-deferred", f"quiet:{silent_since:.3f}", "notify", now_ev, policy, rv,
+                nodes=tuple(sorted(st.nodes)), ranks=(), rule=None, category=None,
+                message=f"every rank silent for {now_ev - silent_since:.1f}s, past the learned "
+                        f"window, but {quiet.sentence}: no hang decided before "
+                        f"{until - silent_since:.0f}s of silence (the ceiling) unless ranks "
+                        f"are seen waiting for each other",
+                evidence={"silent_since": silent_since, "extended_until": round(until, 3),
+                          "why": "no evidence that ranks wait for each other",
+                          "wait_evidence": {"kind": quiet.kind, "sentence": quiet.sentence,
+                                            "ranks": quiet.ranks, **quiet.detail}})
+
+
 def _deferred(st: JobState, now_ev: float, silent_since: float, until: float,
               found: Verdict | None, policy: Policy, rv: str) -> Result | None:
     """Once per silence: say that a checkpoint write holds the hang decision back. The
@@ -267,7 +326,7 @@ def _deferred(st: JobState, now_ev: float, silent_since: float, until: float,
                         f"{until - silent_since:.0f}s of silence (at most "
                         f"{max(policy.checkpoint_extend_s, 0):g}s)",
                 evidence={"silent_since": silent_since, "extended_until": round(until, 3),
-                          "checkpoint_ranks": list(found.checkpoint[:64]),
+                          "why": "checkpoint", "checkpoint_ranks": list(found.checkpoint[:64]),
                           "diagnosis": found.evidence})
 
 

@@ -52,10 +52,25 @@ _NATIVE_REDUCER = re.compile(r"^c10d::Reducer::(finalize_backward|finalize_backw
 _NATIVE_COMM = re.compile(r"^(c10d::(ProcessGroup\w*|\w*Work\w*|broadcast_coalesced|"
                           r"detail::\w+)|gloo::|ncclGroupEnd|ncclComm|c10::ivalue::Future::wait)")
 _DATA_FILE = re.compile(r"torch/utils/data/(dataloader|_utils/fetch)\.py$")
+# Compiling: torch.compile (dynamo, inductor and its compile workers), triton, TorchScript, FX.
+_COMPILE_FILE = re.compile(r"torch/(_dynamo|_inductor|_functorch|fx|jit|export)/|/triton/")
+# Network and file transfers from Python: sockets, TLS, HTTP clients and the object-store and
+# hub SDKs (an upload to object storage), file copies, waiting on a subprocess (`aws s3 cp`).
+_TRANSFER_FILE = re.compile(r"/http/client\.py$|/(urllib3|requests|httpx|botocore|boto3|"
+                            r"s3transfer|aiohttp|fsspec|s3fs|gcsfs|adlfs|huggingface_hub)/|"
+                            r"google/cloud/storage|azure/storage")
+_IO_FILE = re.compile(_TRANSFER_FILE.pattern + r"|/(socket|ssl|shutil|subprocess)\.py$")
 _LIBRARY = re.compile(r"/(site|dist)-packages/|/lib/python3\.\d+/|^<frozen |^<string>")
 
-COLLECTIVE, CHECKPOINT, DATA, ELSEWHERE, UNKNOWN = (
-    "collective", "checkpoint", "data", "elsewhere", "unknown")
+COLLECTIVE, CHECKPOINT, DATA, COMPILE, IO, ELSEWHERE, UNKNOWN = (
+    "collective", "checkpoint", "data", "compile", "io", "elsewhere", "unknown")
+STATES = (COLLECTIVE, CHECKPOINT, DATA, COMPILE, IO, ELSEWHERE, UNKNOWN)
+# States in which a rank works toward something outside communication, whatever its CPU says:
+# a silence with such a rank is no evidence of a hang (core/diagnosis.py assess()).
+WORKING = frozenset({CHECKPOINT, COMPILE, IO})
+WHAT = {CHECKPOINT: "writing a checkpoint", DATA: "loading data", COMPILE: "compiling",
+        IO: "in I/O", ELSEWHERE: "in user code", COLLECTIVE: "in a collective",
+        UNKNOWN: "unknown"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,25 +94,34 @@ class RankActivity:
     at: str | None  # innermost frame of the user's code ("train.py:42 in step")
     frames: tuple[str, ...] = ()  # a few innermost frames, innermost first
     idle: bool | None = None  # off CPU when captured (py-spy's `active`); None: not known
+    # other threads of the rank working outside communication ("name: io at x.py:3 in send"):
+    # an upload or checkpoint thread the main thread waits for
+    others: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         """What an agent ships for this rank (a digest: a few hundred bytes)."""
-        return {"state": self.state, "op": self.op, "at": self.at, "frames": list(self.frames),
-                "idle": self.idle}
+        d: dict[str, Any] = {"state": self.state, "op": self.op, "at": self.at,
+                             "frames": list(self.frames), "idle": self.idle}
+        if self.others:
+            d["others"] = list(self.others)
+        return d
 
     @classmethod
     def from_dict(cls, rank: int, d: Mapping[str, Any]) -> RankActivity:
         """The activity a shipped digest describes (unknown states read as `unknown`)."""
         state = str(d.get("state") or UNKNOWN)
-        if state not in (COLLECTIVE, CHECKPOINT, DATA, ELSEWHERE, UNKNOWN):
+        if state not in STATES:
             state = UNKNOWN
         op, at = d.get("op"), d.get("at")
         frames = d.get("frames") or ()
         idle = d.get("idle")
+        others = d.get("others") or ()
         return cls(rank, state, None if op is None else str(op)[:200],
                    None if at is None else str(at)[:300],
                    tuple(str(f)[:300] for f in frames[:6]) if isinstance(frames, list) else (),
-                   idle if isinstance(idle, bool) else None)
+                   idle if isinstance(idle, bool) else None,
+                   tuple(str(o)[:300] for o in others[:MAX_OTHERS])
+                   if isinstance(others, list) else ())
 
 
 def _frames(thread: Mapping[str, Any]) -> list[Frame]:
@@ -152,10 +176,52 @@ def classify(rank: int, threads: Sequence[Mapping[str, Any]]) -> RankActivity:
     for f in frames:
         if _CKPT_FILE.search(f.filename) or (_CKPT_FUNC.match(f.name) and "save" in f.name):
             return RankActivity(rank, CHECKPOINT, f.name, at, shown, idle)
+    others = _working_threads(threads, t)
     for f in frames:
         if _DATA_FILE.search(f.filename):
-            return RankActivity(rank, DATA, f.name, at, shown, idle)
-    return RankActivity(rank, ELSEWHERE, None, at, shown, idle)
+            return RankActivity(rank, DATA, f.name, at, shown, idle, others)
+    for f in frames:
+        if _COMPILE_FILE.search(f.filename):
+            return RankActivity(rank, COMPILE, f.name, at, shown, idle, others)
+    for f in frames:
+        if _IO_FILE.search(f.filename):
+            return RankActivity(rank, IO, f.name, at, shown, idle, others)
+    return RankActivity(rank, ELSEWHERE, None, at, shown, idle, others)
+
+
+MAX_OTHERS = 3
+
+
+def _thread_state(frames: list[Frame]) -> tuple[str, str] | None:
+    """(state, function) when a background thread's Python frames show a checkpoint write,
+    compiling or a transfer (an HTTP or object-store client: an upload); None otherwise. A
+    thread idle in a plain socket, a selector or a lock (a metrics server, an event loop, a
+    progress bar's monitor) works at nothing."""
+    for f in frames:
+        if _CKPT_FILE.search(f.filename):
+            return CHECKPOINT, f.name
+    for f in frames:
+        if _COMPILE_FILE.search(f.filename):
+            return COMPILE, f.name
+    for f in frames:
+        if _TRANSFER_FILE.search(f.filename):
+            return IO, f.name
+    return None
+
+
+def _working_threads(threads: Sequence[Mapping[str, Any]],
+                     main: Mapping[str, Any] | None) -> tuple[str, ...]:
+    """Threads besides the main one that write a checkpoint, compile or do I/O."""
+    out: list[str] = []
+    for th in threads:
+        if th is main or len(out) >= MAX_OTHERS:
+            continue
+        frames = [f for f in _frames(th) if not f.native]
+        got = _thread_state(frames)
+        if got is not None:
+            out.append(f"{str(th.get('thread_name') or '?')[:40]}: {got[0]} in {got[1]}"
+                       f" at {frames[0].where()}")
+    return tuple(out)
 
 
 _TORCH_FILE = re.compile(r"/torch/[^/]+")
@@ -218,7 +284,7 @@ def compare(acts: Mapping[int, RankActivity]) -> StackFindings:
         parts.append(f"{_ranks(coll)} in {'/'.join(ops)}")
     for r in culprits:
         a = acts[r]
-        what = {CHECKPOINT: "writing a checkpoint", DATA: "loading data"}.get(a.state, "")
+        what = WHAT.get(a.state, "") if a.state != ELSEWHERE else ""
         parts.append(f"rank {r} is at {a.at}" + (f" ({what})" if what else "")
                      + (f" in {a.frames[0]}" if a.frames and a.frames[0] != a.at else ""))
     if not culprits and ckpt:

@@ -32,6 +32,8 @@ POLICY_KEYS: Mapping[str, type] = MappingProxyType({
     "adaptive_hang": bool,
     "hang_floor_s": float,
     "hang_ceiling_s": float,
+    "hang_needs_evidence": bool,
+    "stuck_stacks_s": float,
     "progress_stall_detection": bool,
     "node_lost_detection": bool,
     "node_lost_s": float,

@@ -18,7 +18,8 @@ from faultwatch.core.job import DECIDED, RUNNING, SETTLING, JobState, apply, tic
 from faultwatch.core.policy import Policy
 from faultwatch.core.windows import GapHist
 
-AD = Policy(hang_floor_s=10, hang_ceiling_s=600, settle_s=0, max_restarts=10, diagnose=False)
+AD = Policy(hang_floor_s=10, hang_ceiling_s=600, settle_s=0, max_restarts=10, diagnose=False,
+            hang_needs_evidence=False)  # the learned window itself (evidence: test_hang_evidence)
 
 
 def start(nodes: tuple[str, ...] = ("n0",), attempt: int = 0, ts: float = 100.0,

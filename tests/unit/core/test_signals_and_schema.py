@@ -135,7 +135,7 @@ def all_kinds_of_decisions() -> list:
     st = td.start()
     st, last = td.training(st, 101.0, 161.0)
     decs += td.hb(st, last + 20, last)[1]  # hang (adaptive)
-    p = Policy(skew_warn_s=60, settle_s=0, node_lost_s=30)
+    p = Policy(skew_warn_s=60, settle_s=0, node_lost_s=30, hang_needs_evidence=False)
     st = td.start(("a",), policy=p)
     st, d = apply(st, RunStart("j", 0, "b", ts=500.0), 500.0, p)
     decs += d  # skew

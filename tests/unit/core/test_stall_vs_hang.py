@@ -64,7 +64,7 @@ def test_silence_right_after_a_root_error_waits_for_the_exit() -> None:
 def test_a_stalled_bar_redrawn_once_is_a_hang_not_a_stall() -> None:
     """tqdm's monitor thread refreshes a stalled bar once (same counter, new elapsed time)
     ~10-20 s after the last step: one redraw is not output flowing."""
-    p = Policy(hang_floor_s=10, settle_s=0, diagnose=False)
+    p = Policy(hang_floor_s=10, settle_s=0, diagnose=False, hang_needs_evidence=False)
     st = start(policy=p)
     t = 100.0
     for step in range(1, 40):

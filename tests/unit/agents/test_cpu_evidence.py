@@ -1,0 +1,40 @@
+"""What the agent gathers beside the stacks: a rank's scheduler state and the CPU seconds of
+its process tree (its data-loader and compile workers work for it), from /proc."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+from faultwatch.agents import dumps
+
+BURN_IN_A_CHILD = ("import subprocess, sys, time; "
+                   "subprocess.Popen([sys.executable, '-c', 'while True: pass']); "
+                   "time.sleep(60)")
+
+
+def test_a_sleeping_rank_with_a_busy_worker_uses_cpu_through_its_tree() -> None:
+    parent = subprocess.Popen([sys.executable, "-c", BURN_IN_A_CHILD])
+    try:
+        deadline = time.monotonic() + 30
+        got: dict[int, tuple[float | None, str | None]] = {}
+        while time.monotonic() < deadline:
+            got = dumps.cpu_sample({0: parent.pid})
+            own = dumps.cpu_seconds(parent.pid)
+            tree = got[0][0]
+            if tree is not None and own is not None and tree - own >= 0.3:
+                break
+            time.sleep(0.2)
+        tree, state = got[0]
+        own = dumps.cpu_seconds(parent.pid)
+        assert state == "S"  # the rank itself sleeps
+        assert tree is not None and own is not None and tree - own >= 0.3, (tree, own)
+    finally:
+        kids = dumps.children_map().get(parent.pid, [])
+        for k in kids:
+            subprocess.run(["kill", str(k)], check=False)
+        parent.kill()
+        parent.wait()
+    assert dumps.proc_state(parent.pid) is None  # gone: nothing
+    assert dumps.cpu_sample({0: parent.pid})[0] == (None, None)
