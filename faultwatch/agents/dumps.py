@@ -107,10 +107,22 @@ def tree_cpu_seconds(pid: int, kids: Mapping[int, list[int]]) -> float | None:
     return total
 
 
-def cpu_sample(pids: Mapping[int, int]) -> dict[int, tuple[float | None, str | None]]:
-    """rank -> (CPU seconds of its process tree, its state) now."""
+def running_descendants(pid: int, kids: Mapping[int, list[int]]) -> int:
+    """How many of the process's descendants are on CPU or in disk I/O now (state R or D): a
+    data-loader or compile worker at work, even when a loaded machine gives it little CPU."""
+    n, frontier = 0, list(kids.get(pid, ()))
+    while frontier:
+        p = frontier.pop()
+        n += proc_state(p) in ("R", "D")
+        frontier.extend(kids.get(p, ()))
+    return n
+
+
+def cpu_sample(pids: Mapping[int, int]) -> dict[int, tuple[float | None, str | None, int]]:
+    """rank -> (CPU seconds of its process tree, its state, descendants at work) now."""
     kids = children_map()
-    return {r: (tree_cpu_seconds(p, kids), proc_state(p)) for r, p in pids.items()}
+    return {r: (tree_cpu_seconds(p, kids), proc_state(p), running_descendants(p, kids))
+            for r, p in pids.items()}
 
 
 def pyspy() -> str | None:
@@ -311,9 +323,11 @@ async def capture(child_pid: int, diag_dir: Path | None) -> dict[str, Any]:
         d = dumps.get(rank) or {}
         if threads is None and d.get("threads"):
             threads, source = d["threads"], "sdk"
-        (c0, state), (c1, _) = before.get(rank, (None, None)), after.get(rank, (None, None))
+        c0, state, k0 = before.get(rank, (None, None, 0))
+        c1, _, k1 = after.get(rank, (None, None, 0))
         entry: dict[str, Any] = {"source": source if threads is not None else "",
-                                 "stack": None, "fr": None, "cpu_s": c1, "proc_state": state}
+                                 "stack": None, "fr": None, "cpu_s": c1, "proc_state": state,
+                                 "workers_running": max(k0, k1)}
         if c0 is not None and c1 is not None and dt > 0.05:  # busy while it was captured
             entry["cpu_frac"] = round(max(0.0, c1 - c0) / dt, 3)
         if threads is not None:

@@ -78,13 +78,16 @@ def fold_answer(st: JobState, ev: Notice) -> JobState:
             fr = d.get("fr")
             ps = d.get("proc_state")
             frac = d.get("cpu_frac")
+            kids = d.get("workers_running")
             kept[str(int(str(r)))] = {
                 "stack": d.get("stack") if isinstance(d.get("stack"), Mapping) else None,
                 "fr": fr if isinstance(fr, str) and len(fr) <= MAX_FR_CHARS else None,
                 "source": str(d.get("source", ""))[:32], "cpu_s": _cpu(d),
                 "proc_state": ps[:1] if isinstance(ps, str) and ps else None,
                 "cpu_frac": float(frac) if isinstance(frac, int | float)
-                and math.isfinite(frac) and frac >= 0 else None}
+                and math.isfinite(frac) and frac >= 0 else None,
+                "workers_running": min(kids, 10_000) if isinstance(kids, int)
+                and not isinstance(kids, bool) and kids > 0 else 0}
     errors = ev.data.get("errors")
     answer: dict[str, Any] = {
         "ts": ev.ts, "request": str(ev.data.get("request", ""))[:64], "ranks": kept,
@@ -234,6 +237,8 @@ def _working(d: Mapping[str, Any], act: stacks.RankActivity) -> str | None:
         return "in uninterruptible I/O (state D)"
     if act.idle is False or ps == "R":
         return "on CPU"
+    if d.get("workers_running"):
+        return f"{d['workers_running']} worker process(es) on CPU or in I/O"
     for key, what in (("cpu_rate", "between captures"), ("cpu_frac", "while captured")):
         used = d.get(key)
         if isinstance(used, int | float) and used >= IDLE_CPU_FRACTION:

@@ -141,8 +141,9 @@ def _hang(st: JobState, alive: list[NodeState], now_ev: float, policy: Policy,
     if confirmed is None and (frac < 1.0 or (until is not None and now_ev < until)):
         if until is not None and frac >= 1.0:
             if quiet is not None:
-                if _awaiting_answers(st, answers, now_ev, silent_since, window, policy):
-                    return None
+                if _awaiting_answers(st, answers, now_ev, silent_since, window, policy,
+                                     ANSWER_WAIT_S):
+                    return None  # say what the ranks do once they were seen (or could not be)
                 return _held(st, now_ev, silent_since, until, quiet, policy, rv)
             return _deferred(st, now_ev, silent_since, until, found, policy, rv)
         return None
@@ -284,12 +285,14 @@ def _ask(st: JobState, now_ev: float, window: float, frac: float, silent_since: 
 
 
 def _awaiting_answers(st: JobState, answers: dict[str, Any], now_ev: float, silent_since: float,
-                     window: float, policy: Policy) -> bool:
+                     window: float, policy: Policy, wait_s: float | None = None) -> bool:
     """A request of this silence is out and no node answered yet: wait for the answers as long
-    as usual (ANSWER_WAIT_S, or what is left of the window after the request)."""
+    as usual (`wait_s`; by default ANSWER_WAIT_S or what is left of the window after the
+    request, whichever is shorter)."""
+    if wait_s is None:
+        wait_s = min(ANSWER_WAIT_S, (1 - policy.diagnose_at) * window)
     return policy.diagnose and not answers and st.diag_asked is not None \
-        and st.diag_asked >= silent_since \
-        and now_ev - st.diag_asked < min(ANSWER_WAIT_S, (1 - policy.diagnose_at) * window)
+        and st.diag_asked >= silent_since and now_ev - st.diag_asked < wait_s
 
 
 def _held(st: JobState, now_ev: float, silent_since: float, until: float, quiet: Assessment,

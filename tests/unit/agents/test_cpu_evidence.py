@@ -18,7 +18,7 @@ def test_a_sleeping_rank_with_a_busy_worker_uses_cpu_through_its_tree() -> None:
     parent = subprocess.Popen([sys.executable, "-c", BURN_IN_A_CHILD])
     try:
         deadline = time.monotonic() + 30
-        got: dict[int, tuple[float | None, str | None]] = {}
+        got: dict[int, tuple[float | None, str | None, int]] = {}
         while time.monotonic() < deadline:
             got = dumps.cpu_sample({0: parent.pid})
             own = dumps.cpu_seconds(parent.pid)
@@ -26,9 +26,10 @@ def test_a_sleeping_rank_with_a_busy_worker_uses_cpu_through_its_tree() -> None:
             if tree is not None and own is not None and tree - own >= 0.3:
                 break
             time.sleep(0.2)
-        tree, state = got[0]
+        tree, state, _ = got[0]
         own = dumps.cpu_seconds(parent.pid)
         assert state == "S"  # the rank itself sleeps
+        assert dumps.running_descendants(parent.pid, dumps.children_map()) == 1  # its worker
         assert tree is not None and own is not None and tree - own >= 0.3, (tree, own)
     finally:
         kids = dumps.children_map().get(parent.pid, [])
@@ -37,4 +38,4 @@ def test_a_sleeping_rank_with_a_busy_worker_uses_cpu_through_its_tree() -> None:
         parent.kill()
         parent.wait()
     assert dumps.proc_state(parent.pid) is None  # gone: nothing
-    assert dumps.cpu_sample({0: parent.pid})[0] == (None, None)
+    assert dumps.cpu_sample({0: parent.pid})[0] == (None, None, 0)

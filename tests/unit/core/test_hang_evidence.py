@@ -28,6 +28,7 @@ COLL = stack("collective", "train.py:40 in step", op="all_reduce")
 SLEEP = stack("elsewhere", "train.py:42 in on_step_end")
 BURN = stack("elsewhere", "train.py:70 in evaluate", idle=False)
 UPLOAD = stack("io", "ckpt.py:12 in upload", op="send")
+AGENT = ("fr", "cpu_s", "cpu_frac", "proc_state", "workers_running")  # beside the digest
 COMPILE = stack("compile", "eval_frame.py:600 in _fn", idle=False, op="_fn")
 
 
@@ -49,8 +50,10 @@ class Job:
     """Beat every second from the silence's start; answer each `diagnose` request with the
     next of `answers` (rank -> stack digest plus agent fields), repeating the last."""
 
-    def __init__(self, answers: list[dict[int, dict[str, Any]]], policy: Policy = P):
-        self.policy = policy
+    def __init__(self, answers: list[dict[int, dict[str, Any]]], policy: Policy = P,
+                 delay_s: float = 0.5):
+        self.policy, self.delay_s = policy, delay_s
+        self.due: list[tuple[float, str]] = []
         self.st, self.last = learned(policy)
         self.answers = answers
         self.asked = 0
@@ -68,7 +71,10 @@ class Job:
                 if d.kind == "hang":
                     return d
                 if d.kind == "diagnose":
-                    self._answer(d.id, t + 0.5)
+                    self.due.append((t + self.delay_s, d.id))
+            while self.due and self.due[0][0] <= t + 0.5:
+                ts, request = self.due.pop(0)
+                self._answer(request, max(ts, t + 0.5))
         return None
 
     def _answer(self, request: str, ts: float) -> None:
@@ -76,10 +82,8 @@ class Job:
         self.asked += 1
         data = {"request": request, "ranks": {
             str(r): {"source": "py-spy", "cpu_s": 5.0, **{k: v for k, v in d.items()
-                                                          if k in ("fr", "cpu_s", "cpu_frac",
-                                                                   "proc_state")},
-                     "stack": {k: v for k, v in d.items()
-                               if k not in ("fr", "cpu_s", "cpu_frac", "proc_state")}}
+                                                          if k in AGENT},
+                     "stack": {k: v for k, v in d.items() if k not in AGENT}}
             for r, d in ranks.items()}}
         self.st, decs = apply(self.st, Notice("j", 0, "n0", ts, "diagnosis", data), ts,
                               self.policy)
@@ -129,7 +133,8 @@ def test_working_silences_wait_for_the_ceiling_then_say_why_they_decided() -> No
 
 
 def test_a_culprit_using_cpu_or_running_is_working_not_stuck() -> None:
-    for agent in ({"cpu_frac": 0.6}, {"proc_state": "R"}, {"proc_state": "D"}):
+    for agent in ({"cpu_frac": 0.6}, {"proc_state": "R"}, {"proc_state": "D"},
+                  {"workers_running": 1}):
         job = Job([{0: COLL, 1: {**SLEEP, **agent}}])
         assert job.run(60) is None, agent
         assert "ranks wait for rank 1, which works" in job.held().message
@@ -222,3 +227,23 @@ def test_a_held_silence_teaches_the_window_nothing() -> None:
     assert decs == []
     hist = st.hists.get("")
     assert hist is not None and (hist.max() or 0.0) < 10.0, hist
+
+
+def test_the_notice_waits_for_answers_still_coming() -> None:
+    """Answers that come late (py-spy on a loaded node) are waited for: no notice saying no
+    stack was captured, then the hang they prove."""
+    job = Job([{0: COLL, 1: SLEEP}], delay_s=8.0)
+    hang = job.run(60)
+    assert hang is not None and hang.ranks == (1,)
+    assert job.kinds() == ["hang"]
+
+
+def test_ranks_whose_loader_workers_run_are_loading_not_deadlocked() -> None:
+    """A slow dataset: every main thread blocked in the loader, the workers decoding (on CPU,
+    even with little CPU on a loaded machine): no stuck deadlock, only the ceiling."""
+    loading = stack("data", "train.py:90 in <module>", op="_try_get_data",
+                    workers_running=1, cpu_frac=0.02)
+    job = Job([{0: loading, 1: loading}])
+    hang = job.run(200)
+    assert hang is not None and hang.ts - job.last >= 120.0
+    assert "1 worker process(es) on CPU or in I/O" in job.held().message

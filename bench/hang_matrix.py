@@ -1,0 +1,47 @@
+"""The hang evaluation matrix (docs/hangs.md): real torchrun jobs under `faultwatch run`, healthy
+silences and real hangs side by side; prints one JSON object per scenario, then a table.
+
+    PYTHONPATH=. .venv/bin/python bench/hang_matrix.py [--silence-alone] [--only NAME ...]
+
+--silence-alone runs the same matrix with `hang_needs_evidence: false` (the rule before
+issue 22: the learned window decides on silence alone), the comparison peer in the same run
+when given with --both."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from tests.e2e.hang_matrix import SCENARIOS, run_matrix, table  # noqa: E402
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--silence-alone", action="store_true",
+                    help="learned windows decide on silence alone (hang_needs_evidence: false)")
+    ap.add_argument("--both", action="store_true", help="the matrix with and without evidence")
+    ap.add_argument("--only", nargs="*", default=None, help="scenario names")
+    args = ap.parse_args()
+    chosen = tuple(s for s in SCENARIOS if args.only is None or s.name in args.only)
+    modes = [True, False] if args.both else [not args.silence_alone]
+    ok = True
+    for needs in modes:
+        with tempfile.TemporaryDirectory(prefix="hang-matrix-") as tmp:
+            rows = run_matrix(Path(tmp), chosen, needs_evidence=needs)
+        label = "evidence" if needs else "silence alone"
+        for r in rows:
+            print(json.dumps({"mode": label, **{k: v for k, v in r.items()
+                                                if k != "output_tail"}}))
+        print(f"\n{label}:\n{table(rows)}\n")
+        ok = ok and (all(r["ok"] for r in rows) if needs else True)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
