@@ -1,4 +1,6 @@
-"""Shared Kafka fixtures: one broker per test session, unique topics and groups per test."""
+"""Shared Kafka fixtures: one broker per test session, unique topics and groups per test.
+
+Helpers (waiting, processes, topics, agents, harnesses) live in tests/support."""
 
 from __future__ import annotations
 
@@ -8,15 +10,13 @@ import subprocess
 import time
 import uuid
 import warnings
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Generator, Iterator
 from pathlib import Path
-from typing import TypeVar
 from urllib.parse import urlparse
 
 import pytest
 
 KAFKA_IMAGE = "apache/kafka:3.9.1"
-T = TypeVar("T")
 
 
 def _docker_answers() -> bool:
@@ -152,23 +152,6 @@ def topic_prefix() -> str:
 def group_id() -> str:
     """A consumer group id unique to this test."""
     return f"g{uuid.uuid4().hex[:8]}"
-
-
-def wait_until(cond: Callable[[], T], timeout_s: float, what: str = "",
-               interval_s: float = 0.1) -> T:
-    """Poll `cond` until it returns something truthy (returned) or fail after `timeout_s`.
-
-    Tests wait for the event they need with a generous deadline instead of sleeping a guess.
-    """
-    deadline = time.monotonic() + timeout_s
-    while True:
-        got = cond()
-        if got:
-            return got
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for "
-                                 f"{what or getattr(cond, '__name__', 'a condition')}")
-        time.sleep(interval_s)
 
 
 @pytest.fixture

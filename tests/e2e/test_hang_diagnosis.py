@@ -19,7 +19,7 @@ import pytest
 from faultwatch.agents.dumps import capture, rank_pids, request_rank_dumps, stacks_of
 from faultwatch.core.diagnosis import verdict
 from faultwatch.diagnose import flight_recorder, stacks
-from tests.e2e.conftest import job_env
+from tests.support.processes import job_env
 
 JOBS = Path(__file__).parent / "jobs"
 JOB = JOBS / "collectives.py"
@@ -124,8 +124,8 @@ def test_diagnose_cli_asks_a_running_cluster_job(kafka_bootstrap: str, tmp_path:
     """`faultwatch diagnose JOB` against a real processor and agent: the agent captures its
     torchrun ranks (py-spy, and the Flight Recorder the SDK armed) and the CLI prints who
     waits where. The job: rank 1 sleeps before the 6th all_reduce, rank 0 waits in it."""
-    from tests.e2e.cluster import agent_cmd, processor, wait_processor_ready
-    from tests.e2e.conftest import faultwatch_exe
+    from tests.support.cluster import agent_cmd, processor, wait_processor_ready
+    from tests.support.processes import faultwatch_exe
 
     prefix = f"e2ediag{os.getpid()}{int(time.time())}."
     job = "diag-cli"

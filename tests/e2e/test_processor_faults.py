@@ -17,9 +17,9 @@ from typing import Any
 import orjson
 import pytest
 
-from tests.e2e.cluster import decisions, wait_processor_ready
-from tests.e2e.conftest import faultwatch_exe, job_env
-from tests.e2e.detectors import agents, kinds, new_job, policy_file, scenario, wait_for
+from tests.support.cluster import decisions, wait_processor_ready
+from tests.support.processes import faultwatch_exe, job_env
+from tests.support.scenarios import agents, kinds, new_job, policy_file, scenario, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.kafka]
 

@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from faultwatch.rules import load_ruleset
-from tests.conftest import wait_until
-from tests.e2e.conftest import faultwatch_exe, job_env
+from tests.support.processes import faultwatch_exe, job_env
+from tests.support.waiting import wait_until
 
 FAILURE = "FluxError: the flux capacitor overheated at step 7"  # no built-in rule knows it
 

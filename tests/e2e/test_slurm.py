@@ -1,6 +1,6 @@
 """Real Slurm end to end: a hardware fault on n1 drains n1 and the job finishes on n2.
 
-A slurmctld and two slurmd (n1, n2) run on this machine (tests/slurm_harness.py). An sbatch
+A slurmctld and two slurmd (n1, n2) run on this machine (tests/support/slurm.py). An sbatch
 job (--requeue; the batch script is Python, exec'ing `faultwatch agent` with an argv list)
 prints an NVIDIA Xid 79 line only on n1. `faultwatch process` decides a hardware blacklist,
 `faultwatch actuate --backend slurm` drains n1 with faultwatch's reason and requeues the job,
@@ -25,9 +25,9 @@ from typing import Any
 import pytest
 
 from faultwatch.errors import ConfigError
-from tests.e2e.cluster import wait_decisions
-from tests.e2e.conftest import job_env
-from tests.slurm_harness import SlurmCluster, missing
+from tests.support.cluster import wait_decisions
+from tests.support.processes import job_env
+from tests.support.slurm import SlurmCluster, missing
 
 pytestmark = [pytest.mark.slow, pytest.mark.kafka]
 

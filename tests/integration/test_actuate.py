@@ -19,7 +19,7 @@ from faultwatch.kafka.admin import ensure_topics
 from faultwatch.wire import decision_to_dict
 from faultwatch.wire.signing import encode, parse_keys
 from faultwatch.wire.topics import Topics
-from tests.integration.test_bad_decisions import produce
+from tests.support.kafka import produce
 
 pytestmark = pytest.mark.kafka
 

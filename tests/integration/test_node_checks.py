@@ -17,9 +17,8 @@ import pytest
 
 from faultwatch.agents.config import EXIT_BLACKLISTED
 from faultwatch.nodes.gate import CHECK_FAILED_RULE, CHECK_ODD_RULE
-from tests.e2e.cluster import decisions, processor, wait_decisions, wait_event
-from tests.e2e.conftest import faultwatch_exe, job_env
-from tests.integration.test_node_registry import _nodes
+from tests.support.cluster import decisions, node_records, processor, wait_decisions, wait_event
+from tests.support.processes import faultwatch_exe, job_env
 
 pytestmark = pytest.mark.kafka
 
@@ -95,7 +94,7 @@ def test_a_check_failing_after_a_failure_blacklists_and_quarantines_the_node(
         assert "bootcheck (restart): FAILED" in shown[1] and "NotADirectoryError" in shown[1]
         # and the node is quarantined fleet-wide
         deadline = time.monotonic() + 30
-        while (reg := _nodes(kafka_bootstrap, topic_prefix)).get(node, {}).get("state") \
+        while (reg := node_records(kafka_bootstrap, topic_prefix)).get(node, {}).get("state") \
                 != "quarantined":
             assert time.monotonic() < deadline, reg
             time.sleep(0.5)

@@ -17,7 +17,7 @@ from faultwatch import wire
 from faultwatch.core.events import Exit, Line, RunStart
 from faultwatch.kafka.admin import ensure_topics
 from faultwatch.wire.topics import Topics
-from tests.e2e.cluster import processor, wait_decisions
+from tests.support.cluster import processor, wait_decisions
 
 pytestmark = pytest.mark.kafka
 

@@ -20,7 +20,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from faultwatch import wire
 from faultwatch.core.events import Exit, Line, RunStart
 from faultwatch.kafka import broker as kafka_broker
-from tests.e2e.cluster import processor, wait_event
+from tests.support.cluster import processor, wait_event
 
 pytestmark = pytest.mark.kafka
 

@@ -15,10 +15,10 @@ from typing import Any
 
 import yaml
 
-from tests.e2e.cluster import agent_cmd, decisions
-from tests.e2e.conftest import job_env
+from tests.support.cluster import agent_cmd, decisions
+from tests.support.processes import job_env
 
-JOBS = Path(__file__).parent / "jobs"
+JOBS = Path(__file__).resolve().parents[1] / "e2e" / "jobs"
 SCENARIOS = JOBS / "scenarios.py"
 
 

@@ -1,4 +1,4 @@
-"""Cluster-mode harness for end-to-end tests: a real processor worker and agents on Kafka."""
+"""Cluster-mode harness: a real `faultwatch process` worker, agents, decisions and logs on Kafka."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from tests.e2e.conftest import faultwatch_exe, job_env
+from tests.support.processes import faultwatch_exe, job_env
 
 
 @contextmanager
@@ -131,7 +131,7 @@ def wait_processed(bootstrap: str, prefix: str, timeout_s: float = 90.0) -> None
     is measured against the end offsets seen when the wait starts, not the moving end.)"""
     import asyncio
 
-    from tests.conftest import wait_until
+    from tests.support.waiting import wait_until
 
     group = f"{prefix}processor"
     for topic in (f"{prefix}logs", f"{prefix}signals"):
@@ -154,7 +154,7 @@ def wait_processor_ready(bootstrap: str, prefix: str, proc: subprocess.Popen[byt
 
     from aiokafka.admin import AIOKafkaAdminClient
 
-    from tests.conftest import wait_until
+    from tests.support.waiting import wait_until
 
     async def state() -> str:
         from aiokafka.errors import KafkaError
@@ -175,3 +175,28 @@ def wait_processor_ready(bootstrap: str, prefix: str, proc: subprocess.Popen[byt
 
     wait_until(ready, timeout_s, f"processor group {prefix}processor to be Stable",
                interval_s=0.3)
+
+
+def wait_log(log: Path, needle: str, timeout: float = 30.0) -> str:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        text = log.read_text(errors="replace")
+        if needle in text:
+            return text
+        time.sleep(0.3)
+    raise AssertionError(f"{needle!r} not in processor log:\n{log.read_text()[-4000:]}")
+
+
+def fw_ok(bootstrap: str, prefix: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """`faultwatch ARGS` (the Kafka flags added to `nodes` commands), asserted to succeed."""
+    res = subprocess.run([faultwatch_exe(), *args[:1], *(
+        ["--bootstrap", bootstrap, "--topic-prefix", prefix] if args[0] == "nodes" else []),
+        *args[1:]], capture_output=True, text=True, timeout=60, env=job_env())
+    assert res.returncode == 0, res.stderr
+    return res
+
+
+def node_records(bootstrap: str, prefix: str) -> dict[str, dict[str, Any]]:
+    """The node registry as `faultwatch nodes --json` prints it, by node."""
+    out = fw_ok(bootstrap, prefix, "nodes", "--json").stdout
+    return {d["node"]: d for d in map(json.loads, out.splitlines()) if d}
