@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import time
 import uuid
 import warnings
 from collections.abc import Generator, Iterator
@@ -15,6 +14,8 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 import pytest
+
+from tests.support.waiting import wait_until
 
 KAFKA_IMAGE = "apache/kafka:3.9.1"
 
@@ -48,17 +49,20 @@ def _wait_for_broker(bootstrap: str, timeout: float = 60.0) -> None:
         finally:
             await admin.close()
 
-    deadline = time.monotonic() + timeout
-    while True:
+    problem = ""
+
+    def ready() -> bool:
+        nonlocal problem
         try:
             if asyncio.run(probe()):
-                return
+                return True
             problem = "metadata listed no broker"
         except Exception as exc:  # not up yet
             problem = f"{type(exc).__name__}: {exc}"
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"Kafka container at {bootstrap} not ready: {problem}")
-        time.sleep(0.5)
+        return False
+
+    wait_until(ready, timeout, f"the Kafka container at {bootstrap}", interval_s=0.5,
+               detail=lambda: f"last problem: {problem}")
 
 
 def _container_broker() -> Generator[str, None, None] | None:

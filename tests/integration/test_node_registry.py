@@ -24,6 +24,7 @@ from tests.support.cluster import (
     wait_processed,
 )
 from tests.support.processes import faultwatch_exe, job_env
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.kafka
 
@@ -85,11 +86,9 @@ def test_quarantined_node_is_turned_away_and_hardware_blacklists_quarantine(
         line = bad_decs[0]["evidence"]["first_error"]["line"]
         assert f"node {bad} is quarantined until" in line and "ECC errors seen by hand" in line
         # the job stage's own hardware blacklist is in the registry: quarantined, one strike
-        deadline = time.monotonic() + 30
-        while (reg := node_records(kafka_bootstrap, topic_prefix)).get(xid, {}).get("state") \
-                != "quarantined":
-            assert time.monotonic() < deadline, reg
-            time.sleep(0.5)
+        reg = wait_until(lambda: node_records(kafka_bootstrap, topic_prefix), 30,
+                         f"node {xid} quarantined in the registry", interval_s=0.5,
+                         until=lambda r: r.get(xid, {}).get("state") == "quarantined")
         xid_dec = decisions(kafka_bootstrap, topic_prefix, on_xid)[0]
         assert xid_dec["action"] == "blacklist" and xid_dec["targets"]["nodes"] == [xid]
         n = reg[xid]

@@ -17,6 +17,7 @@ from faultwatch import wire
 from faultwatch.core.events import Decision
 from faultwatch.wire.signing import Key
 from tests.support.agents import FOREVER
+from tests.support.waiting import wait_until
 
 KEY = Key("k2026", b"agent-test-secret-0123456789")
 
@@ -54,17 +55,19 @@ def lines_of(stream: object) -> queue.Queue[bytes]:
 
 
 def wait_line(q: queue.Queue[bytes], needle: bytes, timeout_s: float, seen: list[bytes]) -> bytes:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            line = q.get(timeout=0.2)
-        except queue.Empty:
-            continue
-        seen.append(line)
-        if needle in line:
-            return line
-    raise AssertionError(f"no {needle!r} within {timeout_s} s; stderr:\n"
-                         + b"".join(seen[-40:]).decode(errors="replace"))
+    """The first line from `q` containing `needle`; every line taken is added to `seen`."""
+    def next_match() -> bytes | None:
+        while True:
+            try:
+                line = q.get_nowait()
+            except queue.Empty:
+                return None
+            seen.append(line)
+            if needle in line:
+                return line
+
+    return wait_until(next_match, timeout_s, f"a line with {needle!r}", interval_s=0.2,
+                      detail=lambda: "stderr:\n" + b"".join(seen[-40:]).decode(errors="replace"))
 
 
 def start_agent(bootstrap: str, prefix: str, tmp: Path, job: str,
