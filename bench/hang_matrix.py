@@ -18,7 +18,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.e2e.hang_matrix import SCENARIOS, run_matrix, table  # noqa: E402
+from tests.support.hang_matrix import SCENARIOS, run_matrix, table  # noqa: E402
 
 
 def main() -> int:

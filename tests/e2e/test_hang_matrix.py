@@ -1,4 +1,4 @@
-"""The hang evaluation matrix on real torchrun jobs (tests/e2e/hang_matrix.py): healthy
+"""The hang evaluation matrix on real torchrun jobs (tests/support/hang_matrix.py): healthy
 silences outlasting the learned window (a slow checkpoint save, an upload to a slow object
 store, evaluation without logging, a compile-like CPU burn, a slow dataset) end with no
 action — each with its positive control, a notice that held the hang back during it — and
@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.hang_matrix import SCENARIOS, SETTINGS, TRAIN_BIN, run_matrix, table
+from tests.support.hang_matrix import SCENARIOS, SETTINGS, TRAIN_BIN, run_matrix, table
 
 pytestmark = pytest.mark.slow
 

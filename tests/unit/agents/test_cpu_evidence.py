@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 
 from faultwatch.agents import dumps
+from tests.support.waiting import wait_until
 
 BURN_IN_A_CHILD = ("import subprocess, sys, time; "
                    "subprocess.Popen([sys.executable, '-c', 'while True: pass']); "
@@ -17,15 +17,12 @@ BURN_IN_A_CHILD = ("import subprocess, sys, time; "
 def test_a_sleeping_rank_with_a_busy_worker_uses_cpu_through_its_tree() -> None:
     parent = subprocess.Popen([sys.executable, "-c", BURN_IN_A_CHILD])
     try:
-        deadline = time.monotonic() + 30
-        got: dict[int, tuple[float | None, str | None, int]] = {}
-        while time.monotonic() < deadline:
+        def worked() -> dict[int, tuple[float | None, str | None, int]] | None:
             got = dumps.cpu_sample({0: parent.pid})
-            own = dumps.cpu_seconds(parent.pid)
-            tree = got[0][0]
-            if tree is not None and own is not None and tree - own >= 0.3:
-                break
-            time.sleep(0.2)
+            own, tree = dumps.cpu_seconds(parent.pid), got[0][0]
+            return got if tree is not None and own is not None and tree - own >= 0.3 else None
+
+        got = wait_until(worked, 30, "the worker's CPU seconds in its rank's tree")
         tree, state, _ = got[0]
         own = dumps.cpu_seconds(parent.pid)
         assert state == "S"  # the rank itself sleeps

@@ -1,7 +1,7 @@
 """The hang evaluation matrix: real torchrun jobs (2 ranks, gloo, CPU, the training image
-.venv-train) under `faultwatch run`, one per scenario (tests/e2e/jobs/hang_matrix_job.py),
-run side by side. Healthy silences must end with no action; real hangs must be decided with
-the right culprit. Used by tests/e2e/test_hang_matrix.py and bench/hang_matrix.py.
+.venv-train) under `faultwatch run` (tests/e2e/jobs/hang_matrix_job.py), run side by side.
+Healthy silences must end with no action; real hangs must be decided with the right culprit.
+Used by tests/e2e/test_hang_matrix.py and bench/hang_matrix.py.
 
 Short settings keep it lean: the job steps every ~0.2 s, so the learned window is about the
 floor (5 s); a healthy silence lasts 20 s (4x the window: the old rule decided each of them a
@@ -21,8 +21,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tests.support.waiting import wait_until
+
 ROOT = Path(__file__).resolve().parents[2]
-JOB = Path(__file__).parent / "jobs" / "hang_matrix_job.py"
+JOB = ROOT / "tests" / "e2e" / "jobs" / "hang_matrix_job.py"
 TRAIN_BIN = ROOT / ".venv-train" / "bin"
 SETTINGS = {"hang_floor_s": 5.0, "hang_ceiling_s": 60.0, "stuck_stacks_s": 12.0,
             "init_window_s": 600.0}  # torch's start-up takes minutes on a loaded machine
@@ -64,6 +66,7 @@ class Run:
     needs_evidence: bool = True
     proc: subprocess.Popen[bytes] | None = None
     started: float = 0.0
+    started_mono: float = 0.0
     log: Path = field(init=False)
 
     def __post_init__(self) -> None:
@@ -91,7 +94,7 @@ class Run:
                "--control-out", str(self.tmp / "control.jsonl"), "--",
                str(TRAIN_BIN / "torchrun"), "--standalone", "--nproc-per-node", "2",
                str(JOB), str(out)]
-        self.started = time.time()
+        self.started, self.started_mono = time.time(), time.monotonic()
         with self.log.open("wb") as f:
             self.proc = subprocess.Popen(cmd, env=env, stdout=f, stderr=subprocess.STDOUT,
                                          start_new_session=True)
@@ -181,17 +184,25 @@ def run_matrix(tmp: Path, scenarios: tuple[Scenario, ...] = SCENARIOS,
     runs = [Run(group, tmp / "+".join(s.name for s in group), needs_evidence)
             for group in jobs(scenarios)]
     started = time.monotonic()
+
+    def launched() -> bool:  # the next job starts once the last one had stagger_s to import
+        todo = [r for r in runs if r.proc is None]
+        if todo and time.monotonic() - max((r.started_mono for r in runs), default=0.0) \
+                >= stagger_s:
+            todo[0].start()
+        return all(r.proc is not None for r in runs)
+
+    def finished() -> bool:  # a job that decided an action is stopped: the restart is moot
+        for r in runs:
+            if not r.done() and r.proc is not None and \
+                    any(d["action"] in ACTIONS for d in r.decisions()):
+                r.stop()
+        return all(r.done() for r in runs)
+
     try:
-        for i, r in enumerate(runs):
-            if i:
-                time.sleep(stagger_s)
-            r.start()
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline and not all(r.done() for r in runs):
-            for r in runs:
-                if not r.done() and any(d["action"] in ACTIONS for d in r.decisions()):
-                    r.stop()
-            time.sleep(0.5)
+        wait_until(launched, stagger_s * len(runs) + 30, "every job started", interval_s=0.2)
+        wait_until(finished, timeout_s, "every job ended or decided", interval_s=0.5,
+                   raise_on_timeout=False)
     finally:
         for r in runs:
             r.stop()
