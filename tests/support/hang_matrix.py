@@ -87,7 +87,7 @@ class Run:
         flags = [f"--{k.replace('_', '-')}={v:g}" for k, v in SETTINGS.items()]
         if not self.needs_evidence:  # the rule before issue 22: silence alone decides
             rules = self.tmp / "silence-alone.yaml"
-            rules.write_text("policy:\n  hang_needs_evidence: false\n")
+            rules.write_text("version: 1\npolicy:\n  hang_needs_evidence: false\n")
             flags += ["--rules", str(rules)]
         cmd = [faultwatch_exe(), "run", *flags, "--max-restarts", "0",
                "--decisions-out", str(self.decisions_file),
