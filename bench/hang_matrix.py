@@ -3,9 +3,9 @@ silences and real hangs side by side; prints one JSON object per scenario, then 
 
     PYTHONPATH=. .venv/bin/python bench/hang_matrix.py [--silence-alone] [--only NAME ...]
 
---silence-alone runs the same matrix with `hang_needs_evidence: false` (the rule before
-issue 22: the learned window decides on silence alone), the comparison peer in the same run
-when given with --both."""
+--silence-alone runs the healthy silences with `hang_needs_evidence: false` (the rule before
+issue 22: the learned window decides on silence alone), each in a job of its own (a false hang
+ends its job); --both runs the full matrix and then that peer."""
 
 from __future__ import annotations
 
@@ -27,14 +27,21 @@ def main() -> int:
                     help="learned windows decide on silence alone (hang_needs_evidence: false)")
     ap.add_argument("--both", action="store_true", help="the matrix with and without evidence")
     ap.add_argument("--only", nargs="*", default=None, help="scenario names")
+    ap.add_argument("--keep", type=Path, default=None,
+                    help="keep each job's output and decisions under this directory")
     args = ap.parse_args()
     chosen = tuple(s for s in SCENARIOS if args.only is None or s.name in args.only)
     modes = [True, False] if args.both else [not args.silence_alone]
     ok = True
     for needs in modes:
-        with tempfile.TemporaryDirectory(prefix="hang-matrix-") as tmp:
-            rows = run_matrix(Path(tmp), chosen, needs_evidence=needs)
+        if not needs and args.only is None:  # the hangs are decided either way
+            chosen = tuple(s for s in chosen if s.expected == "no action")
         label = "evidence" if needs else "silence alone"
+        if args.keep is not None:
+            rows = run_matrix(args.keep / label.replace(" ", "-"), chosen, needs_evidence=needs)
+        else:
+            with tempfile.TemporaryDirectory(prefix="hang-matrix-") as tmp:
+                rows = run_matrix(Path(tmp), chosen, needs_evidence=needs)
         for r in rows:
             print(json.dumps({"mode": label, **{k: v for k, v in r.items()
                                                 if k != "output_tail"}}))
