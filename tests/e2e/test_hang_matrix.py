@@ -18,7 +18,8 @@ import pytest
 
 from tests.support.hang_matrix import SCENARIOS, SETTINGS, TRAIN_BIN, run_matrix, table
 
-pytestmark = pytest.mark.slow
+# one run of the matrix: 5 torchrun jobs, 6-7 min on a loaded 2-core machine (torch start-up)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 
 @pytest.fixture(scope="module")
