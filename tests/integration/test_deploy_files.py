@@ -39,6 +39,7 @@ CHECKED: dict[str, list[str]] = {
         f"{HERE}::test_faultwatch_command_lines_in_deploy_parse"],
     "prometheus/prometheus.yml": [
         f"{HERE}::test_promtool_checks_the_prometheus_config",
+        f"{HERE}::test_agents_write_their_address_files_where_the_scrape_config_looks",
         f"{METRICS}::test_prometheus_finds_two_agents_of_one_host_through_their_address_files"],
     "prometheus/*-alerts.yml": [
         f"{HERE}::test_promtool_checks_the_prometheus_config",
@@ -60,8 +61,8 @@ CHECKED: dict[str, list[str]] = {
 }
 
 
-def deploy_files() -> list[str]:
-    return sorted(str(p.relative_to(DEPLOY)) for p in DEPLOY.rglob("*") if p.is_file())
+def deploy_files(root: Path = DEPLOY) -> list[str]:
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
 
 
 def files(pattern: str) -> list[Path]:
@@ -70,10 +71,14 @@ def files(pattern: str) -> list[Path]:
     return found
 
 
+def unchecked(root: Path) -> list[str]:
+    return [f for f in deploy_files(root) if not any(fnmatch.fnmatch(f, p) for p in CHECKED)]
+
+
 def test_every_file_in_deploy_is_checked() -> None:
-    unchecked = [f for f in deploy_files() if not any(fnmatch.fnmatch(f, p) for p in CHECKED)]
-    assert not unchecked, (f"files in deploy/ no test checks: {unchecked}; add a check and "
-                           f"its line to CHECKED in {HERE}")
+    missing = unchecked(DEPLOY)
+    assert not missing, (f"files in deploy/ no test checks: {missing}; add a check and its "
+                         f"line to CHECKED in {HERE}")
     for pattern, tests in CHECKED.items():
         assert any(fnmatch.fnmatch(f, pattern) for f in deploy_files()), pattern
         for test in tests:  # each named test exists (a rename must update the table)
@@ -82,17 +87,15 @@ def test_every_file_in_deploy_is_checked() -> None:
 
 
 def test_the_coverage_check_fails_on_a_file_nobody_checks(tmp_path: Path) -> None:
-    """The guard above, shown to bite: a new file in deploy/ that no pattern covers."""
-    new = DEPLOY / "helm" / "values.yaml"
-    assert not new.exists()
-    new.parent.mkdir()
-    try:
-        new.write_text("replicas: 1\n")
-        with pytest.raises(AssertionError, match="helm/values.yaml"):
-            test_every_file_in_deploy_is_checked()
-    finally:
-        new.unlink()
-        new.parent.rmdir()
+    """The guard above, shown to bite: a copy of deploy/ with one new file no pattern
+    covers (a Helm values file, a new kind of Prometheus file)."""
+    copy = tmp_path / "deploy"
+    shutil.copytree(DEPLOY, copy)
+    assert unchecked(copy) == []
+    (copy / "helm").mkdir()
+    (copy / "helm" / "values.yaml").write_text("replicas: 1\n")
+    (copy / "prometheus" / "recording.yml").write_text("groups: []\n")
+    assert unchecked(copy) == ["helm/values.yaml", "prometheus/recording.yml"]
 
 
 # ---- Prometheus ------------------------------------------------------------------------------
@@ -310,3 +313,19 @@ def test_the_agent_pod_snippet_names_node_and_run_as_docs_agent_md_does() -> Non
         for var in identity:
             assert var in shipped, f"{name} does not set {var}"
             assert shipped[var] == documented[var], (name, var, shipped[var], documented[var])
+
+
+def test_agents_write_their_address_files_where_the_scrape_config_looks() -> None:
+    cfg = yaml.safe_load((DEPLOY / "prometheus" / "prometheus.yml").read_text())
+    (agents,) = [j for j in cfg["scrape_configs"] if j["job_name"] == "faultwatch-agent"]
+    globs = [g for sd in agents["file_sd_configs"] for g in sd["files"]]
+    written = []
+    for name, argv in deploy_commands():
+        args = parse_args(argv)
+        if getattr(args, "metrics_address_file", None):
+            assert args.metrics_port == 0, (name, "a fixed port with an address file")
+            written.append((name, args.metrics_address_file))
+    assert written, "no command in deploy/ writes an address file"
+    for name, path in written:
+        assert any(fnmatch.fnmatch(path.replace("{", "x").replace("}", "x"), g)
+                   for g in globs), (name, path, globs)
