@@ -30,7 +30,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from faultwatch import __version__
 from faultwatch.kafka import broker as kafka_broker
-from tests.conftest import wait_until
+from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
