@@ -41,7 +41,10 @@ FW = [sys.executable, "-m", "faultwatch"]
 # labels Prometheus itself puts on every series of a target, and its own series
 TARGET_LABELS = {"job", "instance"}
 PROMETHEUS_OWN = {"up", "scrape_duration_seconds", "scrape_samples_scraped", "ALERTS"}
-CHILD = "import time\nprint('step 0', flush=True)\nwhile True: time.sleep(0.2)\n"
+LINES = 50
+# Prints LINES lines, then stays alive (so `child_alive` is 1 while Prometheus scrapes).
+CHILD = (f"import time\nfor i in range({LINES}): print('step', i, flush=True)\n"
+         "while True: time.sleep(0.2)\n")
 # Grafana's variables, as Grafana fills them in before Prometheus sees the query
 GRAFANA_VARS = {"$__rate_interval": "1m", "$__interval": "15s", "$__range": "1h"}
 
@@ -338,6 +341,28 @@ def test_dashboard_queries_name_only_what_the_code_exports(stack: Stack) -> None
     assert stack.prom.value('count(faultwatch_build_info{component="agent"})') == 2
     wait_until(lambda: (stack.prom.value("sum(faultwatch_decisions_total)") or 0) >= 1, 60,
                "the decision on the dashboard")
+
+
+def test_prometheus_reads_the_numbers_the_processes_count(stack: Stack) -> None:
+    """PromQL over the real scrapes: each agent read and shipped its child's lines, the
+    processor matched all of them and counted the crash's decision by kind."""
+    prom = stack.prom
+    for _, f in stack.agents:
+        sel = f'{{job="faultwatch-agent", instance="{target_of(f)}"}}'
+        for name, want in ((f"faultwatch_agent_lines_read_total{sel}", LINES),
+                           (f"faultwatch_agent_lines_acked_total{sel}", LINES),
+                           (f"faultwatch_agent_child_alive{sel}", 1),
+                           (f"faultwatch_agent_spool_depth{sel}", 0),
+                           (f"faultwatch_agent_broker_up{sel}", 1)):
+            wait_until(lambda n=name: prom.value(n), 90, name,
+                       until=lambda v, w=want: v == w)
+    wait_until(lambda: prom.value("sum(faultwatch_lines_total)"), 120,
+               "the processor to match every line", until=lambda v: v == 2 * LINES)
+    wait_until(lambda: prom.value('sum(faultwatch_decisions_total{kind="exit"})'), 60,
+               "the crash's decision", until=lambda v: (v or 0) >= 1)
+    assert (prom.value('sum(faultwatch_records_total{stage="job"})') or 0) > 0
+    assert prom.value("sum(faultwatch_dead_letters_total)") in (None, 0.0)
+    assert prom.value("faultwatch_jobs_tracked") is not None
 
 
 def test_build_info_and_process_metrics_on_both_endpoints(stack: Stack) -> None:
