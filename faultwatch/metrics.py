@@ -133,10 +133,11 @@ def bound_port(server: BoundedHTTPServer) -> int:
 
 def scrape_target(addr: str, port: int) -> str:
     """`host:port` a scraper on another machine uses: a wildcard address (0.0.0.0, ::)
-    becomes this host's name, an IPv6 address gets brackets."""
+    becomes this host's name (no DNS lookup: the launch never waits on a resolver), an IPv6
+    address gets brackets."""
     host = addr
     if addr in ("", "0.0.0.0", "::"):
-        host = socket.getfqdn()
+        host = socket.gethostname()
     elif ":" in addr:
         host = f"[{addr}]"
     return f"{host}:{port}"
@@ -148,14 +149,26 @@ ADDRESS_FILE_FIELDS = ("job", "node", "pid")
 def address_file_path(template: str, **fields: str) -> Path:
     """The address file's path: `{job}`, `{node}` and `{pid}` in `template` are filled in
     (several agents of one host write one file each)."""
+    rest = template
+    for key in ADDRESS_FILE_FIELDS:
+        rest = rest.replace("{" + key + "}", "")
+    if "{" in rest or "}" in rest:
+        raise ConfigError("metrics_address_file",
+                          f"{template!r}: placeholders are {{job}}, {{node}} and {{pid}}")
     values = {"pid": str(os.getpid()), **fields}
     out = template
     for key in ADDRESS_FILE_FIELDS:
         out = out.replace("{" + key + "}", values.get(key, ""))
-    if "{" in out or "}" in out:
-        raise ConfigError("metrics_address_file",
-                          f"{template!r}: placeholders are {{job}}, {{node}} and {{pid}}")
     return Path(out)
+
+
+def check_address_file(template: str | None, port: int | None) -> None:
+    """At start, before anything runs: an unknown placeholder, or a file without a port."""
+    if template is None:
+        return
+    if port is None:
+        raise ConfigError("metrics_address_file", "needs --metrics-port (0: a free port)")
+    address_file_path(template)
 
 
 def write_address_file(path: Path, target: str) -> None:

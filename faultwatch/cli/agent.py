@@ -61,10 +61,10 @@ def config_from_args(args: argparse.Namespace) -> AgentConfig:
         raise ConfigError("cmd", "no command given: faultwatch agent --job J -- CMD [ARGS...]")
     if not args.job:
         raise ConfigError("job", "--job is required (or $FAULTWATCH_JOB)")
-    if getattr(args, "metrics_address_file", None):
-        from faultwatch.metrics import address_file_path
+    from faultwatch.metrics import check_address_file
 
-        address_file_path(args.metrics_address_file)  # an unknown placeholder: exit 2 now
+    check_address_file(getattr(args, "metrics_address_file", None),
+                       getattr(args, "metrics_port", None))
     return AgentConfig.from_env_defaults(
         bootstrap=args.bootstrap, job=args.job, node=args.node, cmd=tuple(cmd),
         topic_prefix=args.topic_prefix, attempt=_attempt(args), heartbeat_s=args.heartbeat_s,

@@ -25,10 +25,9 @@ def cmd_process(args: argparse.Namespace) -> int:
     from faultwatch.streams.worker import run_worker
 
     set_component("process")
-    if args.metrics_address_file:
-        from faultwatch.metrics import address_file_path
+    from faultwatch.metrics import check_address_file
 
-        address_file_path(args.metrics_address_file)  # an unknown placeholder: exit 2 now
+    check_address_file(args.metrics_address_file, args.metrics_port)
     overrides = options.policy_overrides(args)
     rules = layers.load(args.rules or (), flags=overrides)
     cfg = ProcessorConfig(bootstrap=options.need_bootstrap(args), ruleset=rules.ruleset,

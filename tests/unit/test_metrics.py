@@ -19,6 +19,7 @@ from faultwatch.metrics import (
     address_file_path,
     agent_registry,
     bound_port,
+    check_address_file,
     remove_address_file,
     scrape_target,
     serve,
@@ -113,5 +114,11 @@ def test_the_address_file_is_a_file_sd_list_with_its_placeholders_filled(
     assert not path.exists()
     with pytest.raises(ConfigError, match="placeholders"):
         address_file_path("/x/{rank}.json")
+    with pytest.raises(ConfigError, match="placeholders"):
+        check_address_file("/x/{rank}.json", 0)
+    with pytest.raises(ConfigError, match="needs --metrics-port"):
+        check_address_file("/x/{pid}.json", None)
+    check_address_file("/x/{job}-{node}-{pid}.json", 0)
+    check_address_file(None, None)
     assert scrape_target("::1", 9) == "[::1]:9"
     assert not scrape_target("0.0.0.0", 9).startswith("0.0.0.0")
