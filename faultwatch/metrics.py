@@ -190,6 +190,24 @@ def remove_address_file(path: Path) -> None:
         path.unlink()
 
 
+_TO_REMOVE: list[Path] = []  # address files this process removes when it leaves
+
+
+def remove_at_exit(path: Path) -> None:
+    """Remove `path` when the process exits, normally (atexit) or through
+    `remove_address_files()` (a processor leaves with os._exit, which skips atexit)."""
+    import atexit
+
+    if not _TO_REMOVE:
+        atexit.register(remove_address_files)
+    _TO_REMOVE.append(path)
+
+
+def remove_address_files() -> None:
+    while _TO_REMOVE:
+        remove_address_file(_TO_REMOVE.pop())
+
+
 class BuildInfoCollector:
     """`faultwatch_build_info{component,version,python,...}` = 1: which release runs where
     (an agent's also carries job_name and node, to join its process metrics on `instance`)."""

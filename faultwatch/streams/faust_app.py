@@ -95,7 +95,6 @@ class ProcessorConfig:
 def _serve_metrics(cfg: ProcessorConfig, prom: ProcessorMetrics) -> None:
     """/metrics on --metrics-port (0: a free one; a taken port is a usage error, exit 2),
     and where it listens in --metrics-address-file, removed at exit."""
-    import atexit
     import socket
 
     from faultwatch import metrics
@@ -110,7 +109,7 @@ def _serve_metrics(cfg: ProcessorConfig, prom: ProcessorMetrics) -> None:
             metrics.write_address_file(path, target)
         except OSError as e:
             raise ConfigError("metrics_address_file", f"cannot write {path}: {e}") from e
-        atexit.register(metrics.remove_address_file, path)
+        metrics.remove_at_exit(path)
     log_event("metrics_listening", address=target, address_file=path)
 
 

@@ -216,6 +216,8 @@ def stack(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Ite
                 p.wait()
         for log in sorted(tmp.glob("*.log")):
             print(f"--- {log.name}\n" + log.read_text(errors="replace")[-2000:])
+        # the processor, stopped by SIGTERM, removed its address file too (at exit)
+        assert not list(tmp.glob("processor-*.json")), "the processor's address file stayed"
 
 
 # ---- PromQL: which series and labels an expression names -------------------------------------
