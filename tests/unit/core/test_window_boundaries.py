@@ -28,7 +28,7 @@ from faultwatch.core.registry import (
 )
 from faultwatch.core.silence import ERROR_EXIT_GRACE_S
 from faultwatch.core.windows import MIN_SAMPLES, GapHist
-from tests.support.job_events import hb, hit, out, start
+from tests.support.job_events import hb, hit, out, start, training
 
 Q = 0.25  # "just": a quarter second either side of the edge
 EDGE = pytest.mark.parametrize("d", [-Q, 0.0, Q], ids=["below", "at", "above"])
@@ -320,3 +320,15 @@ def test_fleet_storm_window_after_a_return(d: float) -> None:
     acted = g.consider(b"j0", 0, "node-lost", "restart", 200.0 + 30 + d, p,
                        lambda: _census(1, 5))
     assert acted is (d >= 0)
+
+
+@EDGE
+def test_progress_stall_window(d: float) -> None:
+    """Output keeps flowing but no step advanced for the window: a progress stall."""
+    p = Policy(hang_window_s=8, settle_s=0, diagnose=False)
+    st, last = training(start(policy=p), 101.0, 161.0, policy=p)  # last step at `last`
+    now = last + 8 + d
+    for t in (last + 1, last + 2, last + 3, now - 1):
+        st = out(st, t, text="NCCL WARN retrying", policy=p)
+    st, decs = hb(st, now, now - 1, policy=p)
+    assert kinds(decs) == ([] if d < 0 else ["progress-stall"])
