@@ -86,6 +86,9 @@ class Rule:
     action: str | None = None
     cascade: bool = False
     description: str = ""
+    # where the rule's texts and verdict come from (vendor docs, source files): documentation,
+    # not part of what the rule does (not in the fingerprint)
+    source: tuple[str, ...] = ()
     path: str = ""
     line: int = 0
     ignore_case: bool = False
