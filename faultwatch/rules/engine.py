@@ -14,6 +14,7 @@ from typing import Any, cast
 import regex
 
 from faultwatch.core.events import EXIT_STREAM, Line, Match
+from faultwatch.rules.loss import LossScanner
 from faultwatch.rules.model import MatchBatch, ProgressMark, Rule, RuleSet, StageMark
 from faultwatch.rules.normalise import (
     NOT_A_RUN,
@@ -163,6 +164,10 @@ class Matcher:
         # the markers reported once per batch (hyperscan; re2 would report every line)
         self._fast = self._bytes
         self._token_rank: dict[bytes, int] = {}  # b" 3: " -> 3 (run_rank_of)
+        # training-loss values (divergence), its own scan per batch (rules/loss.py); off with
+        # the policy's divergence_detection: false
+        self._losses = LossScanner(self.engine) \
+            if ruleset.policy.get("divergence_detection", True) is not False else None
 
     def _timed_out(self, pid: int) -> None:
         """A regex-module search hit its timeout: never silent. Counted per rule id in
@@ -225,6 +230,10 @@ class Matcher:
         batch = self._match_lines(lines, default_rank)
         if self._batch_timeouts:
             batch = replace(batch, timeouts=tuple(self._batch_timeouts))
+        if self._losses is not None:
+            losses = self._losses.scan(lines, batch.ranks, default_rank)
+            if losses:
+                batch = replace(batch, losses=losses)
         return batch
 
     def _match_lines(self, lines: Sequence[Line], default_rank: int | None) -> MatchBatch:
