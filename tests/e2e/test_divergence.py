@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.conftest import faultwatch_exe
+from tests.support.processes import faultwatch_exe
 
 ROOT = Path(__file__).resolve().parents[2]
 TRAIN_PY = ROOT / ".venv-train" / "bin" / "python"

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from faultwatch.core.events import Line
 from faultwatch.rules.classify import matcher_for
-from tests.builtin_rules import builtin_ruleset
+from tests.support.rules import builtin_ruleset
 
 HEALTHY = [
     # frameworks

@@ -13,7 +13,7 @@ from faultwatch.rules.classify import matcher_for
 from faultwatch.rules.loss import LossScanner, parse_loss
 from faultwatch.wire import signal_dict
 from faultwatch.wire.signals import decode_signals, encode_signal
-from tests.builtin_rules import builtin_ruleset
+from tests.support.rules import builtin_ruleset
 
 
 @pytest.mark.parametrize(("line", "key", "value"), [
