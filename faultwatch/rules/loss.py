@@ -17,9 +17,14 @@ Only the training series counts: `loss`, `train_loss`, `train/loss`, `lm loss`, 
 `training loss` (and `_step` forms). `eval_loss`, `val_loss`, `loss scale`, `loss_scale`,
 `lm loss PPL` are other series or not losses at all and never match.
 
-How it fits the batch matcher: one linear-time scan (hyperscan, else re2) over the joined
-batch for `loss` followed by `:`/`=`; Python runs per hit only (a line that prints a loss),
-never per plain line. Pure: no I/O, times come from the lines.
+How it fits the batch matcher (measured: bench/README.md, "loss scan"): per batch, one
+linear-time scan (hyperscan, else re2) of the joined lines for a NON-FINITE loss only (rare:
+no hit on a healthy batch, so no Python per line), plus a sample of the finite series: each
+rank's last loss line among the batch's last TAIL_LINES lines (a C substring test per line
+of that tail, a parse per rank). A loss line per line (Megatron, bars with train_loss) thus
+costs one parse per rank and batch, not one per line. The spike detector sees one value per
+rank and batch: a spike that lasts one logged step in the middle of a batch can be missed;
+a NaN/inf is never missed.
 """
 
 from __future__ import annotations
@@ -36,9 +41,14 @@ from faultwatch.core.events import Line
 from faultwatch.rules.model import LossMark
 from faultwatch.rules.patterns import Pattern, build_scanner
 
-# the scan: the word loss (any case) right before its `:`/`=` (a superset; the parse below
-# decides). Linear-time engines only: no lookarounds here.
-SCAN_PATTERN = r"loss(?:_step)?['\x22]?\s?[:=]"
+# the scan: a loss (any case) whose value is NaN/inf, and the Trainer's NaN-filtered window
+# (`'loss': '0'` right before a non-finite grad_norm); a superset of what parse_loss accepts
+# (it decides). Linear-time engines only: no lookarounds here.
+SCAN_PATTERNS = (
+    r"loss(?:_step)?['\x22]?\s?[:=]\s?['\x22]?[-+]?(?:nan|inf)",
+    r"['\x22]loss['\x22]:\s?['\x22]?0(?:\.0*)?['\x22]?,\s?['\x22]grad_norm['\x22]:\s?['\x22]?[-+]?(?:nan|inf)",
+)
+TAIL_LINES = 64  # lines at a batch's end searched for each rank's last (finite) loss
 _NUM = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
 _NONFINITE = r"[-+]?(?:nan|inf(?:inity)?)(?:\.0*)?"
 # the exact parse of a hit line (the `re` module, bounded: it runs on one line)
@@ -54,7 +64,6 @@ _HF_NONFINITE_GRAD = re.compile(r"['\x22]grad_norm['\x22]:\s?['\x22]?[-+]?(?:nan
                                 re.IGNORECASE)
 HF_FILTERED_KEY = "loss(hf-nan-filtered)"
 MAX_PARSE_CHARS = 4096  # of a hit line parsed (a loss is printed near the start anyway)
-MAX_MARKS = 32  # per batch: the latest ones, plus the first non-finite one if older
 
 __all__ = ["LossMark", "LossScanner", "parse_loss"]
 
@@ -78,47 +87,71 @@ def parse_loss(text: str) -> tuple[str, float] | None:
 
 
 class LossScanner:
-    """Finds the training-loss values in a batch of lines, in line order."""
+    """Finds a batch's loss values: every rank's first non-finite one, and each rank's last
+    one in the batch's tail; in line order."""
 
     def __init__(self, engine: str = "auto") -> None:
-        scan, _pre, self.engine = build_scanner([Pattern(SCAN_PATTERN, 0, True)], engine)
+        scan, _pre, self.engine = build_scanner(
+            [Pattern(p, i, True) for i, p in enumerate(SCAN_PATTERNS)], engine)
         self._scan: Any = scan  # str for re2, bytes for hyperscan
         self._bytes = self.engine == "hyperscan"
 
     def scan(self, lines: Sequence[Line], ranks: Sequence[int | None],
-             default_rank: int | None = None) -> tuple[LossMark, ...]:
+             default_rank: int | None = None, *, texts: list[str] | None = None,
+             joined: str | None = None, data: bytes | None = None
+             ) -> tuple[LossMark, ...]:
         """The loss marks of a batch; `ranks` is each line's rank (the matcher's reading of
-        its prefixes), shorter or empty means `default_rank`."""
-        texts: list[str] | None = getattr(lines, "texts", None)
+        its prefixes), shorter or empty means `default_rank`. `texts` and `joined` (the
+        lines' texts and "\\n".join of them, `data` its UTF-8) are the matcher's, when it has
+        them."""
         if texts is None:
-            texts = [ln.text for ln in lines]
-        joined = "\n".join(texts)
+            texts = getattr(lines, "texts", None) or [ln.text for ln in lines]
+        n = len(texts)
+        if n == 0:
+            return ()
+        nr = len(ranks)
+        found: dict[int, LossMark] = {}  # line index -> mark
+        bad_ranks: set[int | None] = set()
+        for i in self._nonfinite_lines(texts, joined, data):
+            rank = ranks[i] if i < nr else default_rank
+            if rank in bad_ranks:
+                continue
+            parsed = parse_loss(texts[i])
+            if parsed is not None and not math.isfinite(parsed[1]):
+                bad_ranks.add(rank)
+                found[i] = LossMark(rank, lines[i].ts, parsed[1], parsed[0])
+        want = set(ranks) if nr == n else set(ranks) | {default_rank}
+        done: set[int | None] = set()
+        for i in range(n - 1, max(-1, n - 1 - TAIL_LINES), -1):
+            t = texts[i]
+            if "oss" not in t and "OSS" not in t:
+                continue
+            rank = ranks[i] if i < nr else default_rank
+            if rank in done:
+                continue
+            parsed = parse_loss(t)
+            if parsed is None:
+                continue
+            done.add(rank)
+            if i not in found:
+                found[i] = LossMark(rank, lines[i].ts, parsed[1], parsed[0])
+            if done >= want:
+                break
+        return tuple(found[i] for i in sorted(found))
+
+    def _nonfinite_lines(self, texts: list[str], joined: str | None,
+                         raw: bytes | None) -> list[int]:
+        """Indices of the lines a non-finite loss scan hit (none on a healthy batch)."""
+        if joined is None:
+            joined = "\n".join(texts)
         data: str | bytes = joined
         if self._bytes:
-            data = joined.encode("utf-8", "replace")
+            data = raw if raw is not None else joined.encode("utf-8", "replace")
         hits = self._scan(data)
         if not hits:
-            return ()
+            return []
         sizes: Iterable[int] = map(len, texts)
         if self._bytes and len(data) != len(joined):
             sizes = (len(t.encode("utf-8", "replace")) for t in texts)
         ends = list(accumulate(map(add, sizes, repeat(1)), initial=-1))[1:]
-        out: list[LossMark] = []
-        seen = -1
-        for to, _pid in sorted(hits):
-            i = bisect_left(ends, to)
-            if i == seen or i >= len(texts):
-                continue
-            seen = i
-            parsed = parse_loss(texts[i])
-            if parsed is None:
-                continue
-            rank = ranks[i] if i < len(ranks) else default_rank
-            out.append(LossMark(rank, lines[i].ts, parsed[1], parsed[0]))
-        if len(out) > MAX_MARKS:
-            first_bad = next((x for x in out if not math.isfinite(x.value)), None)
-            kept = out[-MAX_MARKS:]
-            if first_bad is not None and first_bad not in kept:
-                kept = [first_bad, *kept[1:]]
-            out = kept
-        return tuple(out)
+        return sorted({bisect_left(ends, to) for to, _pid in hits} - {len(texts)})

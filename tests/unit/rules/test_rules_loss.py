@@ -72,19 +72,30 @@ def test_matcher_batch_carries_each_ranks_losses_in_order_and_the_wire_keeps_nan
     lb = [s for s in sigs if isinstance(s, LossBatch)]
     assert len(lb) == 1
     got = [(x.rank, x.ts, x.key, "nan" if math.isnan(x.value) else x.value) for x in lb[0].marks]
-    assert got == [(0, 100.0, "loss", 2.5), (1, 102.0, "loss", "nan"), (0, 104.0, "loss", 2.4)]
+    # rank 1's NaN (the non-finite scan), each rank's last loss of the batch (the tail sample)
+    assert got == [(1, 102.0, "loss", "nan"), (0, 104.0, "loss", 2.4)]
     back = decode_signals(encode_signal(lb[0]))
     assert isinstance(back, list) and isinstance(back[0], LossBatch)
-    assert math.isnan(back[0].marks[1].value) and signal_dict(back[0])["t"] == "loss"
+    assert math.isnan(back[0].marks[0].value) and signal_dict(back[0])["t"] == "loss"
     # a batch without loss lines has no LossBatch (a positive control above)
     plain = [Line("stdout", i, 1.0, f"[rank0]:step {i}") for i in range(50)]
     assert not [s for s in signals_of_lines("j", 0, "n0", plain, m)
                 if isinstance(s, LossBatch)]
 
 
-def test_a_long_batch_keeps_the_latest_marks_and_its_first_nan() -> None:
+def test_a_long_batch_gives_its_first_nan_and_each_ranks_last_loss() -> None:
+    """A loss on every line costs a parse per rank and batch, not per line; a NaN anywhere
+    in the batch is found (the scan), finite values are sampled at the batch's end."""
     sc = LossScanner()
-    texts = ["loss=nan"] + [f"loss={2 + i / 1000:.3f}" for i in range(100)]
+    texts = [f"loss={2 + i / 1000:.3f}" for i in range(100)]
+    texts[10] = "loss=nan"
+    texts[11] = "loss=inf"  # the same rank: its first non-finite value is enough
+    texts[50] = "[rank3]:loss=1.5"
     lines = [Line("stdout", i, float(i), t) for i, t in enumerate(texts)]
-    marks = sc.scan(lines, ())
-    assert len(marks) == 32 and math.isnan(marks[0].value) and marks[-1].ts == 100.0
+    ranks = [3 if i == 50 else 0 for i in range(100)]
+    marks = sc.scan(lines, ranks)
+    assert [(m.rank, m.ts, "nan" if math.isnan(m.value) else m.value) for m in marks] == [
+        (0, 10.0, "nan"), (3, 50.0, 1.5), (0, 99.0, 2.099)]
+    healthy = [Line("stdout", i, float(i), f"step {i} | lm loss: 2.0{i % 10} | loss scale: 1.0")
+               for i in range(500)]
+    assert [(m.ts, m.value) for m in sc.scan(healthy, ())] == [(499.0, 2.09)]
