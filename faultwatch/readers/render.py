@@ -48,3 +48,80 @@ def render_line(node: str, rank: int | None, stream: str, text: str) -> str:
     who = clean(node) if rank is None else f"{clean(node)}/rank{rank}"
     marker = "" if stream == "stdout" else " !"
     return f"[{who}{marker}] {clean(text, keep_tab=True)}"
+
+
+# ---- `faultwatch logs`: rows as rich Text (colour on a terminal) and as JSON objects ---------
+
+_PALETTE = ("cyan", "green", "magenta", "blue", "yellow", "bright_cyan", "bright_green",
+            "bright_magenta", "bright_blue", "bright_yellow")
+_ACTION_STYLE = {"restart": "bold yellow", "blacklist": "bold magenta", "fail": "bold red",
+                 "notify": "bold blue"}
+
+
+def who_style(node: str | None, rank: int | None) -> str:
+    """A stable colour per node/rank prefix (the same on every run and machine)."""
+    import zlib
+
+    return _PALETTE[zlib.crc32(f"{node}/{rank}".encode()) % len(_PALETTE)]
+
+
+def render_row(row: Any) -> Any:
+    """One `faultwatch logs` row (readers.timeline.Row) as a rich Text: time, a coloured
+    node/rank prefix (`!` after it, and the text in red, for stderr), separators in bold.
+    Every piece of job text is escaped (eventlog.clean): a line cannot move the cursor."""
+    from rich.text import Text
+
+    from faultwatch.readers.timeline import ATTEMPT, DECISION, EXIT, LINE
+
+    t = Text(_when(row.ts) + " ", style="dim")
+    if row.kind == LINE or row.kind == "bootcheck":
+        who = clean(row.node) if row.rank is None else f"{clean(row.node)}/rank{row.rank}"
+        t.append(f"[{who}", style=who_style(row.node, row.rank))
+        if row.stream not in (None, "stdout"):  # stderr, a boot check
+            t.append(" !", style="bold red")
+        t.append("] ", style=who_style(row.node, row.rank))
+        t.append(clean(row.text, keep_tab=True), style="red" if row.stream == "stderr" else "")
+        return t
+    if row.kind == ATTEMPT:
+        head = f"── attempt {row.attempt} of {clean(row.job)}"
+        head += f" (run {clean(row.run_id)})" if row.run_id else ""
+        head += f" starts ({clean(row.node)} first)" if row.node else " starts"
+        d = row.decision
+        if d is not None:
+            head += (f", after {d['action']} decision {clean(d['id'])} ({clean(d['kind'])}"
+                     + (f", rule {clean(d['rule'])}" if d.get("rule") else "") + ")")
+            if d.get("message"):
+                head += f": {clean(d['message'])}"
+        t.append(head + " ──", style="bold cyan")
+        return t
+    if row.kind == DECISION:
+        d = row.decision or {}
+        targets = ",".join(str(n) for n in d.get("nodes") or []) or "-"
+        text = (f"── decision {str(d.get('action', '?')).upper()} attempt {row.attempt} "
+                f"kind={d.get('kind')}" + (f" rule={d['rule']}" if d.get("rule") else "")
+                + f" nodes={targets} id={d.get('id')}"
+                + (f": {row.text}" if row.text else ""))
+        t.append(clean(text), style=_ACTION_STYLE.get(str(d.get("action")), "bold"))
+        return t
+    if row.kind == EXIT:
+        ok = (row.data or {}).get("exit_code") == 0
+        t.append(f"── {clean(row.node)} attempt {row.attempt}: {clean(row.text)}",
+                 style="bold green" if ok else "bold red")
+        return t
+    t.append(clean(row.text))
+    return t
+
+
+ROW_FIELDS = ("type", "ts", "job", "run_id", "attempt", "node", "rank", "stream", "seq",
+              "text", "flags", "decision", "data")
+
+
+def row_json(row: Any) -> dict[str, Any]:
+    """One `faultwatch logs --json` object: always the fields ROW_FIELDS, null where they do
+    not apply (`decision` on decision rows and on the attempt row a restart caused; `data`:
+    the checks of a bootcheck row). `text` is the line as shipped, not escaped."""
+    return {"type": row.kind, "ts": row.ts, "job": row.job, "run_id": row.run_id,
+            "attempt": row.attempt, "node": row.node, "rank": row.rank, "stream": row.stream,
+            "seq": row.seq, "text": row.text, "flags": row.flags,
+            "decision": dict(row.decision) if row.decision is not None else None,
+            "data": dict(row.data) if row.data is not None else None}
