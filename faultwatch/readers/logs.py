@@ -120,7 +120,8 @@ def show_logs(bootstrap: str, logs_topic: str, decisions_topic: str | None, q: L
             try:
                 rows = rows_of(msg)
             except Exception as e:  # noqa: BLE001 - one bad record never stops the reader
-                report_bad_record(msg, e)
+                if msg.topic != decisions_topic:  # `faultwatch decisions` reports those
+                    report_bad_record(msg, e)
                 continue
             for r in rows:
                 if r.kind != LINE or q.filt.keeps(r):  # drop filtered lines before holding
