@@ -23,7 +23,8 @@ from faultwatch.errors import EXIT_NOT_FOUND, EXIT_USAGE
 from faultwatch.kafka.admin import ensure_topics
 from faultwatch.readers.render import ROW_FIELDS
 from faultwatch.wire.topics import DEFAULT_PARTITIONS, Topics, log_key
-from tests.conftest import wait_until
+from tests.support.kafka import produce_records
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.kafka
 
@@ -73,19 +74,8 @@ def fw(bootstrap: str, prefix: str, *args: str, env: dict[str, str] | None = Non
                           timeout=120, env={**os.environ, **(env or {})})
 
 
-def publish(bootstrap: str, topic: str, values: list[tuple[bytes, bytes]]) -> None:
-    from aiokafka import AIOKafkaProducer
-
-    async def main() -> None:
-        p = AIOKafkaProducer(bootstrap_servers=bootstrap)
-        await p.start()
-        try:
-            for key, value in values:
-                await p.send_and_wait(topic, value, key=key)
-        finally:
-            await p.stop()
-
-    asyncio.run(main())
+def publish(bootstrap: str, topic: str, records: list[tuple[bytes, bytes]]) -> None:
+    asyncio.run(produce_records(bootstrap, topic, records))
 
 
 def decision(job: str, action: str, kind: str, attempt: int = 0, nodes: tuple[str, ...] = (),
