@@ -56,7 +56,7 @@ class _Printer:
         self.colour = self.console.color_system is not None and not as_json
 
     def write(self, rows: Iterable[Row]) -> None:
-        from faultwatch.readers.render import render_row, row_json
+        from faultwatch.readers.render import render_plain, render_row, row_json
 
         for row in rows:
             if self.as_json:
@@ -64,7 +64,7 @@ class _Printer:
             elif self.colour:
                 self.console.print(render_row(row))
             else:
-                self.out.write(render_row(row).plain + "\n")
+                self.out.write(render_plain(row) + "\n")
         self.out.flush()
 
 

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import functools
+import math
 import time
+import zlib
 from typing import Any
 
 from faultwatch.core.events import Decision
@@ -58,30 +61,45 @@ _ACTION_STYLE = {"restart": "bold yellow", "blacklist": "bold magenta", "fail": 
                  "notify": "bold blue"}
 
 
-def who_style(node: str | None, rank: int | None) -> str:
-    """A stable colour per node/rank prefix (the same on every run and machine)."""
-    import zlib
+@functools.lru_cache(maxsize=4096)
+def who(node: str | None, rank: int | None) -> tuple[str, str]:
+    """A line's prefix (`n1/rank0`, escaped) and its colour: stable per node and rank, the
+    same on every run and machine."""
+    text = clean(node) if rank is None else f"{clean(node)}/rank{rank}"
+    return text, _PALETTE[zlib.crc32(f"{node}/{rank}".encode()) % len(_PALETTE)]
 
-    return _PALETTE[zlib.crc32(f"{node}/{rank}".encode()) % len(_PALETTE)]
+
+@functools.lru_cache(maxsize=256)
+def _second(s: int) -> str:
+    return time.strftime("%H:%M:%S", time.localtime(s))
 
 
-def render_row(row: Any) -> Any:
-    """One `faultwatch logs` row (readers.timeline.Row) as a rich Text: time, a coloured
-    node/rank prefix (`!` after it, and the text in red, for stderr), separators in bold.
-    Every piece of job text is escaped (eventlog.clean): a line cannot move the cursor."""
-    from rich.text import Text
+def _clock(ts: float) -> str:
+    """HH:MM:SS.mmm in the local time zone."""
+    s = math.floor(ts)
+    return f"{_second(s)}.{min(999, int((ts - s) * 1000)):03d}"
 
+
+Segments = list[tuple[str, str]]
+
+
+def row_segments(row: Any) -> Segments:
+    """One `faultwatch logs` row (readers.timeline.Row) as (text, rich style) pieces: the
+    time, a coloured node/rank prefix (`!` after it, and the text in red, for stderr),
+    separators in bold. Every piece of job text is escaped (eventlog.clean): a line cannot
+    move the cursor or forge another line."""
     from faultwatch.readers.timeline import ATTEMPT, DECISION, EXIT, LINE
 
-    t = Text(_when(row.ts) + " ", style="dim")
+    segs: Segments = [(_clock(row.ts) + " ", "dim")]
     if row.kind == LINE or row.kind == "bootcheck":
-        who = clean(row.node) if row.rank is None else f"{clean(row.node)}/rank{row.rank}"
-        t.append(f"[{who}", style=who_style(row.node, row.rank))
-        if row.stream not in (None, "stdout"):  # stderr, a boot check
-            t.append(" !", style="bold red")
-        t.append("] ", style=who_style(row.node, row.rank))
-        t.append(clean(row.text, keep_tab=True), style="red" if row.stream == "stderr" else "")
-        return t
+        name, style = who(row.node, row.rank)
+        err = row.stream not in (None, "stdout")  # stderr, a boot check
+        segs.append((f"[{name}", style))
+        if err:
+            segs.append((" !", "bold red"))
+        segs.append(("] ", style))
+        segs.append((clean(row.text, keep_tab=True), "red" if row.stream == "stderr" else ""))
+        return segs
     if row.kind == ATTEMPT:
         head = f"── attempt {row.attempt} of {clean(row.job)}"
         head += f" (run {clean(row.run_id)})" if row.run_id else ""
@@ -92,8 +110,8 @@ def render_row(row: Any) -> Any:
                      + (f", rule {clean(d['rule'])}" if d.get("rule") else "") + ")")
             if d.get("message"):
                 head += f": {clean(d['message'])}"
-        t.append(head + " ──", style="bold cyan")
-        return t
+        segs.append((head + " ──", "bold cyan"))
+        return segs
     if row.kind == DECISION:
         d = row.decision or {}
         targets = ",".join(str(n) for n in d.get("nodes") or []) or "-"
@@ -101,15 +119,27 @@ def render_row(row: Any) -> Any:
                 f"kind={d.get('kind')}" + (f" rule={d['rule']}" if d.get("rule") else "")
                 + f" nodes={targets} id={d.get('id')}"
                 + (f": {row.text}" if row.text else ""))
-        t.append(clean(text), style=_ACTION_STYLE.get(str(d.get("action")), "bold"))
-        return t
+        segs.append((clean(text), _ACTION_STYLE.get(str(d.get("action")), "bold")))
+        return segs
     if row.kind == EXIT:
         ok = (row.data or {}).get("exit_code") == 0
-        t.append(f"── {clean(row.node)} attempt {row.attempt}: {clean(row.text)}",
-                 style="bold green" if ok else "bold red")
-        return t
-    t.append(clean(row.text))
-    return t
+        segs.append((f"── {clean(row.node)} attempt {row.attempt}: {clean(row.text)}",
+                     "bold green" if ok else "bold red"))
+        return segs
+    segs.append((clean(row.text), ""))
+    return segs
+
+
+def render_plain(row: Any) -> str:
+    """The row as plain text (a pipe, a file)."""
+    return "".join(t for t, _ in row_segments(row))
+
+
+def render_row(row: Any) -> Any:
+    """The row as a rich Text (a terminal: with colour)."""
+    from rich.text import Text
+
+    return Text.assemble(*row_segments(row))
 
 
 ROW_FIELDS = ("type", "ts", "job", "run_id", "attempt", "node", "rank", "stream", "seq",

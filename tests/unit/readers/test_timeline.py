@@ -8,7 +8,7 @@ import orjson
 from rich.console import Console
 
 from faultwatch.core.events import Decision, RunStart
-from faultwatch.readers.render import ROW_FIELDS, render_row, row_json
+from faultwatch.readers.render import ROW_FIELDS, render_plain, render_row, row_json
 from faultwatch.readers.timeline import (
     ATTEMPT,
     LINE,
@@ -64,6 +64,7 @@ def test_rendered_rows_have_time_prefix_and_stderr_marker_and_no_control_chars()
     assert out[:12].count(":") == 2 and out[8] == "."  # HH:MM:SS.mmm
     assert "\n" not in out and "\x1b" not in out
     assert "[n1] x" in render_row(line(2, rank=None)).plain
+    assert render_plain(line(1, text=evil, stream="stderr", rank=3)) == out  # the pipe's path
 
 
 def test_colour_on_a_terminal_plain_in_a_pipe() -> None:
