@@ -87,7 +87,8 @@ def split_block(b: LineBlock, max_lines: int, max_chars: int
             LineBlock(b.stream, b.seq + k, b.ts, b.text[nl + 1:], 0, 0, b.nlines - k))
 
 
-BUSY_LINES = 256  # a record this full when its linger ran out: the child is flowing
+BUSY_LINES = 16  # a record this full when its linger ran out: the child is flowing (>= 800
+# lines/s at the first linger; 160 lines/s keep the longest one)
 
 
 class LineBatcher:
