@@ -127,11 +127,8 @@ def test_the_linger_grows_while_lines_flow_and_falls_back_when_quiet() -> None:
             seen.append(b.current_linger_s)
             before = len(out)
             b.add([LineBlock("stdout", 0, 1.0, text, 0, 0, nlines)])
-            for _ in range(500):
-                if len(out) > before:
-                    return
-                await asyncio.sleep(0.005)
-            raise AssertionError("the linger never ran out")
+            await wait_until_async(lambda: len(out) > before, 2.5, "the linger running out",
+                                   interval_s=0.005)
 
         for _ in range(4):  # a flowing child: each record full when its linger runs out
             await record(busy, batcher_mod.BUSY_LINES)
@@ -152,10 +149,7 @@ def test_a_lone_line_ships_after_the_first_linger_not_the_bound() -> None:
                         first_linger_s=0.02)
         t0 = loop.time()
         b.add([Line("stdout", 0, 1.0, "one line")])
-        for _ in range(400):
-            if out:
-                break
-            await asyncio.sleep(0.01)
-        assert out and out[0] - t0 < 2.5, "a quiet job's line waited for the bound"
+        await wait_until_async(lambda: out, 4, "the lone line shipped", interval_s=0.01)
+        assert out[0] - t0 < 2.5, "a quiet job's line waited for the bound"
 
     asyncio.run(main())
