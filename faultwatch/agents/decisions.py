@@ -14,8 +14,8 @@ from typing import Any
 from faultwatch import wire
 from faultwatch.core.events import Decision
 from faultwatch.errors import DecodeError
+from faultwatch.eventlog import Quiet
 from faultwatch.kafka import clients
-from faultwatch.quiet import Quiet
 from faultwatch.trust.decisions import decision_verifier
 from faultwatch.trust.replay import ReplayGuard, max_age_s, run_matches
 from faultwatch.wire.signing import DecisionGate

@@ -24,7 +24,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from faultwatch.core.policy import Policy
+from faultwatch.core.policy import Policy, policy_for
 from faultwatch.errors import ConfigError, RuleError, RuleProblem
 from faultwatch.rules.loader import FileResult, builtin_results, merge, parse_file, parse_text
 from faultwatch.rules.model import RuleSet
@@ -149,13 +149,13 @@ def build(layers: Sequence[Layer], flags: Mapping[str, Any] | None = None
     if problems:
         return None, sorted(problems, key=lambda p: (p.path, p.line))
     flags = {k: v for k, v in (flags or {}).items() if v is not None}
-    try:
-        policy = Policy().with_overrides(dict(ruleset.policy))
+    try:  # the files' layer alone first, so that its errors name their file
+        policy_for(ruleset.policy)
     except ConfigError as e:  # cross-key checks (e.g. floor above ceiling) of the files
         origin = RulesInForce(ruleset, Policy(), tuple(ordered)).policy_origins()
         where = origin.get(e.key, "policy").split(" ", 1)[-1]
         return None, [RuleProblem(where, 1, f"policy.{e}")]
-    policy = policy.with_overrides(flags)  # a bad flag is the caller's ConfigError
+    policy = policy_for(ruleset.policy, flags)  # a bad flag is the caller's ConfigError
     return RulesInForce(ruleset, policy, tuple(ordered), MappingProxyType(flags)), []
 
 

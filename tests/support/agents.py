@@ -18,6 +18,8 @@ UNREACHABLE = "127.0.0.1:9"  # discard port: nothing listens, connections are re
 
 def agent_cmd(bootstrap: str, prefix: str, spool: Path, job: str, *cmd: str,
               extra: tuple[str, ...] = ()) -> list[str]:
+    """`python -m faultwatch agent` as node n1 with its own spool, heartbeats every 0.2 s,
+    not following decisions unless `extra` says (cluster.agent_cmd: the e2e variant)."""
     return [sys.executable, "-m", "faultwatch", "agent", "--bootstrap", bootstrap,
             "--job", job, "--node", "n1", "--topic-prefix", prefix, "--spool-dir", str(spool),
             "--heartbeat-s", "0.2", "--no-follow-decisions", *extra, "--", *cmd]

@@ -70,6 +70,8 @@ def wait_event(log: Path, name: str, timeout_s: float = 60.0,
 
 def agent_cmd(bootstrap: str, prefix: str, job: str, node: str, cmd: list[str],
               *flags: str) -> list[str]:
+    """The `faultwatch` executable's agent on `node`, heartbeats every second, shipping and
+    exiting unless `flags` say more (agents.agent_cmd: the integration variant)."""
     return [faultwatch_exe(), "agent", "--bootstrap", bootstrap, "--topic-prefix", prefix,
             "--job", job, "--node", node, "--heartbeat-s", "1",
             "--no-follow-decisions", *flags, "--", *cmd]  # plain ship-and-exit unless flags say

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from faultwatch.quiet import Quiet
+from faultwatch.eventlog import Quiet
 
 
 def test_repeats_are_counted_and_summarised_once_per_interval() -> None:
