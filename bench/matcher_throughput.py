@@ -30,9 +30,9 @@ so a busy machine slows both alike; wall-clock ratios are printed beside them. E
 also prints `digest`: sha256 of every signals record the stage produced, in order (the
 signals are part of the contract: a change that should not change them is checked with
 `--expect-digests bench/matcher_digests.json`, exit 1 on a difference; `--write-digests`
-records them after a change that should). `--profile` prints the stage's top functions
-(cProfile on the thread's CPU clock) for the `[rankN]:` case, by self and by cumulative
-time.
+records them after a change that should, e.g. new rules). It then prints the stage's top
+functions (cProfile on the thread's CPU clock) for the `[rankN]:` case, by self and by
+cumulative time (`--no-profile` skips it).
 """
 
 from __future__ import annotations
@@ -370,8 +370,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="the whole matcher stage per case and record form vs rg (see above)")
     ap.add_argument("--chunk-lines", type=int, default=100,
                     help="lines per read in the agent's chunk records (--stage)")
-    ap.add_argument("--profile", action="store_true",
-                    help="with --stage: the stage's top functions on [rankN]: lines")
+    ap.add_argument("--no-profile", dest="profile", action="store_false",
+                    help="with --stage: skip the stage's profile (top functions on [rankN]: "
+                         "lines, printed by default)")
     ap.add_argument("--expect-digests", metavar="FILE",
                     help="with --stage: exit 1 when a case's signals differ from FILE's")
     ap.add_argument("--write-digests", metavar="FILE",
