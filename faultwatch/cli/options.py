@@ -107,6 +107,15 @@ def add_json(p: argparse.ArgumentParser, what: str = "one JSON object per line")
     p.add_argument("--json", action="store_true", help=what)
 
 
+def add_time_range(p: argparse.ArgumentParser) -> None:
+    """--since and --until of the readers (`logs`, `decisions`), parsed by
+    readers.select.parse_when once the command knows the time."""
+    for flag, edge in (("--since", "at or after"), ("--until", "at or before")):
+        p.add_argument(flag, metavar="WHEN",
+                       help=f"only what happened {edge} WHEN: 10m, 2h, 1d (ago), an ISO 8601 "
+                            "time (local unless it has Z or an offset), or Unix seconds")
+
+
 # ---- rule files and policy (run, process) -------------------------------------------------
 
 POLICY_FLAGS: tuple[tuple[str, type, str], ...] = (
@@ -172,7 +181,11 @@ def add_verdict(p: argparse.ArgumentParser) -> None:
 def add_metrics(p: argparse.ArgumentParser) -> None:
     """--metrics-port and --metrics-address: where Prometheus reads /metrics."""
     p.add_argument("--metrics-port", type=int, default=None,
-                   help="serve Prometheus metrics on http://ADDRESS:PORT/metrics")
+                   help="serve Prometheus metrics on http://ADDRESS:PORT/metrics (0: a free "
+                        "port, see --metrics-address-file)")
+    p.add_argument("--metrics-address-file", metavar="PATH", default=None,
+                   help="write where /metrics listens to PATH as a Prometheus file_sd list "
+                        "({job}, {node}, {pid} are filled in; removed at exit)")
     p.add_argument("--metrics-address", default="127.0.0.1",
                    help="address /metrics listens on (default 127.0.0.1; 0.0.0.0 or :: for "
                         "every interface); reads time out after 5 s, at most 16 "

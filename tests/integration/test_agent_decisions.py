@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import asyncio
-import os
+import json
 import re
 import subprocess
 import sys
@@ -14,8 +13,8 @@ import pytest
 
 from faultwatch import wire
 from faultwatch.agents.config import EXIT_BLACKLISTED, EXIT_FAILED_BY_DECISION
-from faultwatch.core.events import Decision
-from tests.integration.test_agent_ship import agent_cmd, consume
+from tests.support.agents import FOREVER, decision, publish, start_agent
+from tests.support.kafka import consume
 
 pytestmark = pytest.mark.kafka
 
@@ -25,44 +24,6 @@ FLAKY = ("import os, sys, time\n"
          "print('attempt', a, flush=True)\n"
          "time.sleep(0.3)\n"
          "sys.exit(3 if a == '0' else 0)\n")
-# Runs until stopped.
-FOREVER = "import time\nprint('running', flush=True)\nwhile True: time.sleep(0.05)\n"
-
-
-def publish(bootstrap: str, topic: str, *decs: Decision) -> None:
-    from aiokafka import AIOKafkaProducer
-
-    async def main() -> None:
-        p = AIOKafkaProducer(bootstrap_servers=bootstrap)
-        await p.start()
-        try:
-            for d in decs:
-                await p.send_and_wait(topic, wire.encode_decision(d), key=wire.job_key(d.job))
-        finally:
-            await p.stop()
-
-    asyncio.run(main())
-
-
-RUN = "R1"  # the run id the agents here are given (decisions act only on the run they name)
-
-
-def decision(job: str, action: str, nodes: tuple[str, ...], attempt: int = 0,
-             did: str | None = None, run_id: str = RUN) -> Decision:
-    return Decision(id=did or f"{job}:{attempt}:{action}", job=job, attempt=attempt,
-                    action=action, kind="error", ts=time.time(), nodes=nodes, run_id=run_id)
-
-
-def start_agent(bootstrap: str, prefix: str, tmp: Path, job: str, script: str,
-                *extra: str, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
-    # the decisions topic exists before the agent starts (the processor creates it)
-    publish(bootstrap, f"{prefix}decisions", decision("other-job", "fail", ()))
-    named = "--run-id" in extra or (env or {}).get("SLURM_JOB_ID")
-    argv = agent_cmd(bootstrap, prefix, tmp, job, sys.executable, "-c", script,
-                     extra=("--follow-decisions", "--decision-wait-s", "30",
-                            *(() if named else ("--run-id", RUN)), *extra))
-    return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            env=None if env is None else {**os.environ, **env})
 
 
 def test_restart_decision_relaunches_with_next_attempt_once(
@@ -89,11 +50,17 @@ def test_restart_decision_relaunches_with_next_attempt_once(
     assert [(s.run_id, s.run_source) for s in starts] == [("777", "slurm")] * 2
     assert starts[0].scheduler == {"kind": "slurm", "job_id": "777", "node": "nx",
                                    "job_name": "train", "labels": {"team": "ml"}}
-    # `faultwatch logs` shows both attempts' lines (each attempt's seq starts at 0 again).
+    # `faultwatch logs` shows both attempts' lines (each attempt's seq starts at 0 again),
+    # each after its attempt's separator, the second naming the restart decision.
     res = subprocess.run([sys.executable, "-m", "faultwatch", "logs", job, "--topic-prefix",
-                          topic_prefix, "--bootstrap", kafka_bootstrap],
+                          topic_prefix, "--bootstrap", kafka_bootstrap, "--json"],
                          capture_output=True, timeout=60)
-    assert res.stdout.decode().splitlines() == ["[n1] attempt 0", "[n1] attempt 1"], res
+    rows = [json.loads(x) for x in res.stdout.decode().splitlines()]
+    assert [(r["type"], r["attempt"], r["text"]) for r in rows if r["type"] != "exit"] == [
+        ("attempt", 0, ""), ("line", 0, "attempt 0"), ("decision", 0, ""),
+        ("decision", 5, ""), ("attempt", 1, ""), ("line", 1, "attempt 1")], res
+    [second] = [r for r in rows if r["type"] == "attempt" and r["attempt"] == 1]
+    assert second["decision"]["id"] == restart.id
     exits = [wire.exit_of(r) for r in recs if r["t"] == "exit"]
     assert [(e.attempt, e.exit_code) for e in exits] == [(0, 3), (1, 0)]
 
