@@ -20,14 +20,32 @@ long as it takes to scan 200 k lines) while the Matcher is built before its cloc
 `*_vs_rg_scan` ratios compare against rg's time minus that start: rg's steady rate, the
 fair peer for a long-running processor. Both are printed; the scan ratio is the one that
 counts (at 200 k lines the start is half of rg's time and flatters the matcher).
+
+`--stage` (the figure issue 25 sets targets for) runs the processor's whole matcher stage,
+`MatcherStage.process_batch`, per case on logs records as the agent sends them (`chunks`: the
+lines of one read in one string, `--chunk-lines` per read) and as one row per line (`rows`,
+what older senders and the fleet bench write), against rg's scan of the same lines in the
+same run. Times are CPU seconds (the thread's for the stage, rusage of the children for rg),
+so a busy machine slows both alike; wall-clock ratios are printed beside them. Each case
+also prints `digest`: sha256 of every signals record the stage produced, in order (the
+signals are part of the contract: a change that should not change them is checked with
+`--expect-digests bench/matcher_digests.json`, exit 1 on a difference; `--write-digests`
+records them after a change that should, e.g. new rules). It then prints the stage's top
+functions (cProfile on the thread's CPU clock) for the `[rankN]:` case, by self and by
+cumulative time (`--no-profile` skips it).
 """
 
 from __future__ import annotations
 
 import argparse
+import cProfile
+import hashlib
+import io
 import json
+import pstats
 import random
 import re
+import resource
 import shutil
 import statistics
 import subprocess
@@ -38,9 +56,12 @@ from pathlib import Path
 from typing import Any
 
 from faultwatch.core.events import STDOUT, Line
+from faultwatch.core.policy import Policy
 from faultwatch.rules import Matcher, load_ruleset
+from faultwatch.streams.matcher_stage import MatcherStage
 from faultwatch.streams.matching import signals_of_record as signals_of
-from faultwatch.wire import decode_logs, encode_lines, encode_signal
+from faultwatch.streams.records import InRecord, LiveRules
+from faultwatch.wire import decode_logs, encode_line_chunks, encode_lines, encode_signal
 
 WARNINGS = [
     "/usr/lib/python3.11/site-packages/torch/utils/checkpoint.py:464: UserWarning: "
@@ -202,6 +223,137 @@ def run_rg(patterns: list[str], texts: list[str], runs: int = 3) -> tuple[float,
     return best, count
 
 
+STAGE_NOW = 2_000_000_000.0  # the stage's clock (only lag metrics read it)
+
+
+def stage_records(texts: list[str], batch: int, chunk_lines: int, form: str) -> list[InRecord]:
+    """Logs records of `batch` lines each, node mode (no rank: the agent wraps the launcher),
+    as the agent sends them (`chunks`, one per read of `chunk_lines` lines, one time each)
+    or one row per line (`rows`)."""
+    recs: list[InRecord] = []
+    for k, i in enumerate(range(0, len(texts), batch)):
+        part = texts[i:i + batch]
+        if form == "chunks":
+            value = encode_line_chunks("job", 0, "node-0", "run", [
+                Line(STDOUT, i + j, float(i + j), "\n".join(part[j:j + chunk_lines]))
+                for j in range(0, len(part), chunk_lines)])
+        else:
+            value = encode_lines("job", 0, "node-0", "run", [
+                Line(STDOUT, i + j, float(i + j), t) for j, t in enumerate(part)])
+        recs.append(InRecord("faultwatch.logs", 0, k, b"job/node-0", value))
+    return recs
+
+
+def _refuse(rec: InRecord, err: Exception) -> None:
+    raise RuntimeError(f"the bench's record {rec.where} was dead-lettered: {err!r}")
+
+
+def run_stage_records(matcher: Matcher, recs: list[InRecord], per_call: int = 10
+                      ) -> tuple[float, float, str, int]:
+    """(CPU s, wall s, sha256 of every signals record in order, records out) for the whole
+    matcher stage over `recs`, `per_call` records per process_batch (a consumer batch)."""
+    stage = MatcherStage(LiveRules(matcher, Policy(), "bench"), _refuse)
+    outs: list[list[tuple[bytes, bytes]]] = []
+    c0, w0 = time.thread_time(), time.perf_counter()
+    for i in range(0, len(recs), per_call):
+        outs.append(stage.process_batch(recs[i:i + per_call], STAGE_NOW))
+    cpu, wall = time.thread_time() - c0, time.perf_counter() - w0
+    h = hashlib.sha256()
+    n = 0
+    for out in outs:
+        for key, value in out:
+            h.update(len(key).to_bytes(4, "big") + key + len(value).to_bytes(4, "big") + value)
+            n += 1
+    return cpu, wall, h.hexdigest(), n
+
+
+def run_rg_cpu(patterns: list[str], texts: list[str]) -> tuple[float, float] | None:
+    """(CPU s, wall s) of one `rg -j1 -c -f` over the lines (rusage of the children)."""
+    rg = shutil.which("rg")
+    if rg is None:
+        return None
+    with tempfile.TemporaryDirectory() as d:
+        f = Path(d) / "log.txt"
+        f.write_text("\n".join(texts) + "\n")
+        pf = Path(d) / "patterns.txt"
+        pf.write_text("\n".join(patterns) + "\n")
+        r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+        w0 = time.perf_counter()
+        cp = subprocess.run([rg, "-j1", "--no-config", "-c", "-f", str(pf), str(f)],
+                            capture_output=True, text=True, check=False)
+        wall = time.perf_counter() - w0
+        r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+        if cp.returncode not in (0, 1):
+            raise RuntimeError(cp.stderr)
+    return r1.ru_utime + r1.ru_stime - r0.ru_utime - r0.ru_stime, wall
+
+
+def run_stage_case(matcher: Matcher, pats: list[str], texts: list[str], args: Any
+                   ) -> dict[str, object]:
+    """The matcher stage on both record forms against rg's scan of the same lines, `repeat`
+    interleaved runs each; medians of the per-run ratios (CPU and wall)."""
+    out: dict[str, object] = {}
+    for form in ("chunks", "rows"):
+        recs = stage_records(texts, args.batch, args.chunk_lines, form)
+        cpu_r: list[float] = []
+        wall_r: list[float] = []
+        best = float("inf")
+        digests = set()
+        for _ in range(args.repeat):
+            cpu, wall, digest, n_out = run_stage_records(matcher, recs)
+            digests.add(digest)
+            best = min(best, cpu)
+            rg = run_rg_cpu(pats, texts)
+            start = run_rg_cpu(pats, texts[:1])
+            if rg is not None and start is not None:
+                cpu_r.append(max(rg[0] - start[0], 1e-6) / cpu)
+                wall_r.append(max(rg[1] - start[1], 1e-6) / wall)
+        if len(digests) != 1:
+            raise RuntimeError(f"the stage's output differs between runs: {digests}")
+        res: dict[str, object] = {"stage_lines_per_cpu_s": round(len(texts) / best),
+                                  "signals_records": n_out, "digest": digests.pop()}
+        if cpu_r:
+            res.update({"vs_rg_scan_cpu_median": round(statistics.median(cpu_r), 2),
+                        "vs_rg_scan_cpu": [round(r, 2) for r in cpu_r],
+                        "vs_rg_scan_wall_median": round(statistics.median(wall_r), 2)})
+        out[form] = res
+    return out
+
+
+def stage_profile(matcher: Matcher, texts: list[str], args: Any, top: int = 12
+                  ) -> dict[str, list[list[object]]]:
+    """The stage's top functions on the thread's CPU clock, by self and cumulative time."""
+    recs = stage_records(texts, args.batch, args.chunk_lines, "chunks")
+    prof = cProfile.Profile(time.thread_time)
+    prof.enable()
+    run_stage_records(matcher, recs)
+    prof.disable()
+    out: dict[str, list[list[object]]] = {}
+    for key in ("tottime", "cumtime"):
+        buf = io.StringIO()
+        st = pstats.Stats(prof, stream=buf)
+        st.sort_stats(key).print_stats(top)
+        print(f"# stage profile, [rankN]: lines, by {key}\n{buf.getvalue()}", file=sys.stderr)
+        rows = []
+        for (file, line, func), (_cc, nc, tt, ct, _) in sorted(
+                st.stats.items(), key=lambda kv: -kv[1][2 if key == "tottime" else 3])[:top]:
+            where = f"{Path(file).name}:{line}({func})" if line else func
+            rows.append([where, nc, round(tt, 4), round(ct, 4)])
+        out[key] = rows
+    return out
+
+
+def check_digests(path: str, got: dict[str, dict[str, str]], args: Any) -> list[str]:
+    """Differences between the digests recorded in `path` and this run's."""
+    want = json.loads(Path(path).read_text())
+    params = {"lines": args.lines, "batch": args.batch, "chunk_lines": args.chunk_lines}
+    if want.get("params") != params:
+        return [f"{path} was written with {want.get('params')}, this run is {params}"]
+    return [f"{case} {form}: {want['digests'].get(case, {}).get(form)} -> {d}"
+            for case, forms in got.items() for form, d in forms.items()
+            if want["digests"].get(case, {}).get(form) != d]
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--lines", type=int, default=2_000_000)
@@ -214,9 +366,22 @@ def main(argv: list[str] | None = None) -> int:
                     help="also each launcher's prefix on every line, against rg (CASES)")
     ap.add_argument("--repeat", type=int, default=3,
                     help="interleaved runs of matcher and rg per case (median ratio)")
+    ap.add_argument("--stage", action="store_true",
+                    help="the whole matcher stage per case and record form vs rg (see above)")
+    ap.add_argument("--chunk-lines", type=int, default=100,
+                    help="lines per read in the agent's chunk records (--stage)")
+    ap.add_argument("--no-profile", dest="profile", action="store_false",
+                    help="with --stage: skip the stage's profile (top functions on [rankN]: "
+                         "lines, printed by default)")
+    ap.add_argument("--expect-digests", metavar="FILE",
+                    help="with --stage: exit 1 when a case's signals differ from FILE's")
+    ap.add_argument("--write-digests", metavar="FILE",
+                    help="with --stage: record this run's digests in FILE")
     args = ap.parse_args(argv)
     texts = [args.prefix + t for t in gen_lines(args.lines)]
     matcher = Matcher(load_ruleset(), engine=args.engine)
+    if args.stage:
+        return stage_main(matcher, texts, args)
     runs = [run_matcher(matcher, texts, args.batch) for _ in range(3)]
     secs, n_matches, n_progress = min(runs)
     stage_s, n_signals = run_stage(matcher, texts, args.batch)
@@ -257,6 +422,43 @@ def main(argv: list[str] | None = None) -> int:
             out[name] = run_case(matcher, pats, case, args.batch, args.repeat)
     print(json.dumps(out, indent=2))
     return 0
+
+
+def rg_patterns(matcher: Matcher) -> list[str]:
+    """The matcher's patterns as ripgrep takes them: group names dropped (they would clash in
+    rg's one alternation) and `\\v` for `\\n` (one rule spans two lines; rg without -U refuses
+    `\\n`, and per line `\\v` never matches either: same work, no extra hits)."""
+    return [("(?i)" if p.ignore_case else "")
+            + re.sub(r"\(\?P?<([A-Za-z_]\w*)>", "(", p.source).replace("\\n", "\\v")
+            for p in matcher.patterns]
+
+
+def stage_main(matcher: Matcher, texts: list[str], args: Any) -> int:
+    pats = rg_patterns(matcher)
+    out: dict[str, Any] = {"lines": len(texts), "batch": args.batch,
+                           "chunk_lines": args.chunk_lines, "engine": matcher.engine,
+                           "patterns": len(pats), "repeat": args.repeat,
+                           "rg": shutil.which("rg") is not None}
+    digests: dict[str, dict[str, str]] = {}
+    for name, prefix in [("plain", None), *CASES.items()]:
+        case = texts if prefix is None else [prefix(i) + t for i, t in enumerate(texts)]
+        res = run_stage_case(matcher, pats, case, args)
+        out[name] = res
+        digests[name] = {form: r["digest"] for form, r in res.items()}  # type: ignore[index]
+    if args.profile:
+        case = [CASES["[rankN]:"](i) + t for i, t in enumerate(texts)]
+        out["profile_rankN_chunks"] = stage_profile(matcher, case, args)
+    params = {"lines": args.lines, "batch": args.batch, "chunk_lines": args.chunk_lines}
+    if args.write_digests:
+        Path(args.write_digests).write_text(json.dumps(
+            {"params": params, "digests": digests}, indent=2) + "\n")
+    bad: list[str] = []
+    if args.expect_digests:
+        bad = check_digests(args.expect_digests, digests, args)
+        out["digests_match"] = not bad
+        out["digest_differences"] = bad
+    print(json.dumps(out, indent=2))
+    return 1 if bad else 0
 
 
 if __name__ == "__main__":

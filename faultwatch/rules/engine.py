@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 from bisect import bisect_left
 from collections import Counter
 from collections.abc import Sequence
@@ -25,9 +26,12 @@ from faultwatch.rules.normalise import (
     strip_prefixes,
 )
 from faultwatch.rules.patterns import (
+    CARRIER_KINDS,
     LOOSE_ANCHOR,
     MID_PREFIX_PATTERN,
+    PREFIX_TOKEN,
     RANK_CARRIER_PATTERN,
+    CarrierKind,
     Pattern,
     anchor_after_prefix,
     build_scanner,
@@ -48,6 +52,7 @@ MARK_BLOCK = -1  # pattern owner for "a traceback / terminate block starts here"
 _HELD_NEWLINE = -3  # _carried_ranks: a token holding a newline (a line holding a newline)
 MARK_PREFIX = -2  # pattern owner for line prefixes (that there are some, not what they say)
 USER_PRIORITY = 100
+_RANK_TOKEN = re.compile(PREFIX_TOKEN, re.ASCII)  # a `[word3]:` token anywhere
 PROGRESS_TAIL = 8  # lines per rank scanned first for its last step
 
 
@@ -113,9 +118,13 @@ class Matcher:
         # the exact path scans stripped lines with the patterns as written
         scan_pats = [Pattern(anchor_after_prefix(p.source, LOOSE_ANCHOR), p.owner,
                              p.ignore_case) for p in pats]
-        self._pid_line, self._pid_mid = len(pats), len(pats) + 1
-        scan_pats += [Pattern(RANK_CARRIER_PATTERN, MARK_PREFIX),
-                      Pattern(MID_PREFIX_PATTERN, MARK_PREFIX)]
+        # per kind of rank carrier, "a run may start with one" and "one sits after other
+        # text", each reported once per scan (a report per prefixed line cost a Python call
+        # per line); where a line's rank is read is decided per batch (_fast_batch)
+        self._pid_carrier = {k.name: len(pats) + i for i, k in enumerate(CARRIER_KINDS)}
+        self._pid_mid = len(pats) + len(CARRIER_KINDS)
+        scan_pats += [Pattern(k.carrier, MARK_PREFIX, single=True) for k in CARRIER_KINDS]
+        scan_pats.append(Pattern(MID_PREFIX_PATTERN, MARK_PREFIX, single=True))
         # progress lines are common (every step), and only each rank's last one per batch
         # matters: they get their own database, scanned backwards in chunks (see _progress)
         self._e_ids = [i for i, p in enumerate(scan_pats)
@@ -131,8 +140,14 @@ class Matcher:
         self._scan = self._remap(scan_e, self._e_ids)
         # the fast path reads the scan's own ids (no remapped list per batch): the markers'
         self._scan_e_own: Any = scan_e
-        self._e_line, self._e_mid = (self._e_ids.index(self._pid_line),
-                                     self._e_ids.index(self._pid_mid))
+        e_pos = {g: e for e, g in enumerate(self._e_ids)}
+        self._e_mid = e_pos[self._pid_mid]
+        self._e_markers = frozenset(e_pos[g] for g in (*self._pid_carrier.values(),
+                                                       self._pid_mid))
+        self._e_kind = {e_pos[self._pid_carrier[k.name]]: k for k in CARRIER_KINDS}
+        self._run_split = {k.name: re.compile(k.run, re.ASCII) for k in CARRIER_KINDS}
+        self._token_search: dict[tuple[str, ...], re.Pattern[str]] = {}
+        self._carrier_scan: Any = None  # a report per carrier: built when a batch needs it
         prefilter = {self._e_ids[i] for i in pre_e}
         self._x_ids = [i for i in self._e_ids if i < len(pats)]
         if any("^" in pats[i].source for i in self._x_ids):
@@ -256,33 +271,149 @@ class Matcher:
     def _fast_batch(self, lines: Sequence[Line], texts: list[str], joined: str,
                     default_rank: int | None) -> MatchBatch | None:
         """The common case in one hyperscan pass over the batch as it came: no rule hit,
-        only prefixes (and progress). None when the batch needs the exact path. Per line,
-        only C loops run (the scan, list building); Python works per batch, per line whose
-        prefixes may name a rank, and per progress hit."""
+        only prefixes (and progress). None when the batch needs the exact path.
+
+        Python works per batch and per hit that matters, not per line: the scan reports each
+        kind of rank carrier once at most; the lines' ranks are then read by one regex split
+        at the runs of one kind's tokens that start lines, and one search for tokens left
+        after them (only the lines holding one are read in Python: _run_ranks). Batches that
+        reading declines are read carrier by carrier (_carried_batch)."""
         n = len(texts)
         data = joined.encode("utf-8", "replace")
         self._batch_bytes = data  # the loss scan reuses it (rules/loss.py)
-        pid_line, pid_mid = self._e_line, self._e_mid
-        carried: list[int] = []  # where a rank-carrying prefix may end
-        mid: list[int] = []  # where a rank prefix after another character ends
         hits = self._scan_e_own(data)
-        if hits:  # (split with C loops: a hit per line that carries a rank prefix)
-            tos, pids = zip(*hits, strict=True)
-            kinds = set(pids)
-            if not kinds.issubset((pid_line, pid_mid)):
-                return None  # a rule matched: the exact path names, groups and attributes it
-            if pid_mid in kinds:
-                carried = list(compress(tos, map(pid_line.__eq__, pids)))
-                mid = list(compress(tos, map(pid_mid.__eq__, pids)))
-            else:
-                carried = list(tos)
-        if not carried:
-            if mid:
+        fired = {pid for _, pid in hits} if hits else set()  # (rule hits are rare: few)
+        if not fired.issubset(self._e_markers):
+            return None  # a rule matched: the exact path names, groups and attributes it
+        kinds = [k for e, k in self._e_kind.items() if e in fired]
+        if not kinds:
+            if self._e_mid in fired:
                 return None  # a rank prefix in the middle of a line (merged output)
             progress = self._progress(lines, texts, _same, None, default_rank, strip=True) \
                 if self._scan_p else ()
             return MatchBatch((), progress, (), {default_rank: lines[-1].ts},
                               (default_rank,) * n)
+        # (a `[word3]:` token after other text is looked for too: merged output, or a run)
+        search = kinds if self._e_mid not in fired or kinds[0].name == "rank" else \
+            [CARRIER_KINDS[0], *kinds]
+        ranks = self._run_ranks(kinds, search, texts, joined, default_rank) \
+            if all(k.split for k in kinds) else None
+        if ranks is None:
+            return self._carried_batch(lines, texts, data, joined, default_rank)
+        return self._ranked_batch(lines, texts, ranks)
+
+    def _run_ranks(self, kinds: list[CarrierKind], search: list[CarrierKind],
+                   texts: list[str], joined: str, default_rank: int | None
+                   ) -> list[int | None] | None:
+        """Each line's rank (normalise_line's) when the scan saw carriers of `kinds`: the
+        first kind whose tokens start lines is read by one split (a line's run of them, the
+        innermost token's rank); a line holding a token of the `search` kinds past that run (stacked
+        behind other prefixes, mixed launchers, a lookalike in the text) is read alone with
+        the full prefix grammar; lines with neither keep `default_rank`. None when a line
+        holds a newline, no kind starts a line, or a `[word3]:` token sits past a line's run
+        of prefixes (merged output: the exact path splits that line)."""
+        n = len(texts)
+        for kind in kinds:
+            parts = self._run_split[kind.name].split("\n" + joined)
+            if len(parts) > 1:
+                break
+        else:
+            return None  # carriers only behind other prefixes: read one by one
+        caps = parts[1::2]
+        k = len(caps)
+        pieces = parts[0::2]
+        nl = list(accumulate(map(str.count, pieces, repeat("\n"))))
+        if nl[-1] != n - k:
+            return None  # a line holding a newline
+        rks: list[int | None] = list(map(int, caps))
+        if k == n:
+            ranks = rks
+        else:
+            ranks = [default_rank] * n
+            list(map(ranks.__setitem__, map(add, nl, range(k)), rks))  # run j: line nl[j]+j
+        key = tuple(kd.name for kd in search)
+        rx = self._token_search.get(key)
+        if rx is None:
+            rx = self._token_search[key] = re.compile(
+                "|".join(kd.token for kd in search), re.ASCII)
+        rest = "\n".join(pieces)  # the batch past the runs read, after a leading newline
+        spans = [m.span() for m in rx.finditer(rest)]  # (ascending)
+        if spans and not self._reread(texts, rest, spans, ranks, default_rank):
+            return None
+        return ranks
+
+    def _reread(self, texts: list[str], rest: str, spans: list[tuple[int, int]],
+                ranks: list[int | None], default_rank: int | None) -> bool:
+        """Ranks of the lines holding a carrier's token past their run read by the split
+        (`spans` in `rest`, the batch past those runs after a leading newline), as
+        _carried_ranks reads carriers: the line's start up to each token's end, once per
+        distinct text (cached), is a run of prefixes naming a rank (the innermost: a later
+        token's overrides), a run naming none (the line read alone), or no run (a lookalike
+        in the text; a `[word3]:` one means merged output: False, the exact path splits the
+        line)."""
+        known = self._token_rank
+        starts = list(map(add, map(rest.rfind, repeat("\n"), repeat(0),
+                                   [a for a, _ in spans]), repeat(1)))
+        line = list(accumulate(map(rest.count, repeat("\n"), [0, *starts[:-1]], starts)))
+        alone: set[int] = set()
+        for (a, b), r0, nl in zip(spans, starts, line, strict=True):
+            i = nl - 1
+            t = texts[i]
+            r1 = rest.find("\n", a)
+            cut = len(t) - ((len(rest) if r1 < 0 else r1) - r0) + (b - r0)
+            tok = t[:cut].encode("utf-8", "replace")
+            r = known.get(tok)
+            if r is None:
+                r = run_rank_of(tok)
+                if len(tok) <= 128:  # (long runs are not kept, as in _carried_ranks)
+                    if len(known) >= 4096:
+                        known.clear()
+                    known[tok] = r
+            if r >= 0:
+                ranks[i] = r
+            elif r == NOT_A_RUN:
+                if _RANK_TOKEN.match(rest, a) is not None:
+                    return False  # a `[word3]:` token past the line's run: merged output
+            else:
+                alone.add(i)
+        if alone:
+            at = sorted(alone)
+            for i, rank in zip(at, line_ranks([texts[i] for i in at], default_rank),
+                               strict=True):
+                ranks[i] = rank
+        return True
+
+    def _ranked_batch(self, lines: Sequence[Line], texts: list[str],
+                      ranks: list[int | None]) -> MatchBatch:
+        """The fast path's result once each line's rank is known."""
+        last_ts = {r: lines[i].ts for r, i in _last_index(ranks).items()}
+        one = len(last_ts) == 1
+        progress = self._progress(lines, texts, _same, None if one else ranks, ranks[0],
+                                  strip=True) if self._scan_p else ()
+        return MatchBatch((), progress, (), last_ts, tuple(ranks))
+
+    def carrier_hits(self, data: bytes) -> tuple[list[int], list[int]]:
+        """(where a rank-carrying prefix may end, where a `[word3]:` token after another
+        character ends) in `data`: a report per carrier, for the batches _run_ranks cannot
+        read (the scanner is compiled the first time one comes)."""
+        if self._carrier_scan is None:
+            self._carrier_scan = build_scanner(
+                [Pattern(RANK_CARRIER_PATTERN, 0), Pattern(MID_PREFIX_PATTERN, 1)],
+                self.engine)[0]
+        hits = self._carrier_scan(data)
+        if not hits:
+            return [], []
+        tos, pids = zip(*hits, strict=True)
+        return list(compress(tos, map((0).__eq__, pids))), \
+            list(compress(tos, map((1).__eq__, pids)))
+
+    def _carried_batch(self, lines: Sequence[Line], texts: list[str], data: bytes,
+                       joined: str, default_rank: int | None) -> MatchBatch | None:
+        """_fast_batch() carrier by carrier: each line's rank from the runs of prefixes up to
+        its carriers (Python per prefixed line). None when the exact path must split lines."""
+        carried, mid = self.carrier_hits(data)
+        if not carried:
+            return None  # (the batch scan saw one: an engine difference; be exact)
         carried_ranks = self._carried_ranks(texts, data, len(data) == len(joined), carried,
                                             default_rank)
         if carried_ranks is None:
@@ -290,11 +421,7 @@ class Matcher:
         ranks, in_runs = carried_ranks
         if mid and not in_runs.issuperset(mid):
             return None  # a rank prefix after a line's prefixes (merged output)
-        last_ts = {r: lines[i].ts for r, i in _last_index(ranks).items()}
-        one = len(last_ts) == 1
-        progress = self._progress(lines, texts, _same, None if one else ranks, ranks[0],
-                                  strip=True) if self._scan_p else ()
-        return MatchBatch((), progress, (), last_ts, tuple(ranks))
+        return self._ranked_batch(lines, texts, ranks)
 
     def _carried_ranks(self, texts: list[str], data: bytes, ascii_only: bool,
                        carried: list[int], default_rank: int | None

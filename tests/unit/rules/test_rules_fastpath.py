@@ -233,7 +233,7 @@ def test_one_carrier_per_line_reading_equals_the_general_one() -> None:
                  for _ in range(rnd.randint(1, 50))]
         joined = "\n".join(texts)
         data = joined.encode()
-        carried = [to for to, pid in fast._scan(data) if pid == fast._pid_line]  # noqa: SLF001
+        carried = fast.carrier_hits(data)[0]
         d = rnd.choice([None, 0, 3])
         args = (texts, data, len(data) == len(joined), carried, d)
         assert fast._carried_ranks(*args) == general._carried_ranks(*args), texts  # noqa: SLF001
@@ -251,3 +251,69 @@ def test_last_index_keeps_each_ranks_last_line_in_first_seen_order() -> None:
         ranks = [rnd.choice(pool) for _ in range(rnd.randint(1, 120))]
         want = dict(zip(ranks, range(len(ranks)), strict=True))
         assert list(_last_index(ranks).items()) == list(want.items()), ranks
+
+
+def test_rank_runs_read_by_one_split_equal_the_carrier_by_carrier_reading() -> None:
+    """The batch scan reports each kind of rank carrier once; the line ranks are then read
+    by one regex split and a search for tokens past the runs (_run_ranks). Same MatchBatch
+    as the carrier-by-carrier reading (the reading before the split existed) and as the
+    exact path: on one launcher's batches with lookalikes in the text, and on adversarial
+    ones (stacked and mixed prefixes, lines holding newlines, merged output)."""
+    split, carried, exact = Matcher(RS), Matcher(RS), Matcher(RS)
+    if not split._fast:  # noqa: SLF001 - re2 engine: there is only the exact path
+        return
+    carried._run_ranks = lambda *_: None  # type: ignore[method-assign]  # noqa: SLF001
+    exact._fast = False  # noqa: SLF001
+    real = split._run_ranks  # noqa: SLF001
+    read: list[bool] = []
+
+    def counting(*args: object) -> object:
+        got = real(*args)  # type: ignore[arg-type]
+        read.append(got is not None)
+        return got
+
+    split._run_ranks = counting  # type: ignore[method-assign]  # noqa: SLF001
+    # (tokens in the text, and one behind a timestamp prefix: lines read alone; a merged
+    # line: the exact path)
+    lookalikes = ["[log_dist] [Rank 0] time (ms)", "step 12: ok", "[W x] [1,2]<stdout>: y",
+                  "[2025-04-09 17:15:22] [rank3]: x", *["Step 7/100 | loss 1"] * 4]
+    merged = "x[rank1]:Step 7/100 | loss 1"
+    rnd = random.Random(18)
+    for k in range(700):
+        if k % 2:
+            prefix = rnd.choice(list(LAUNCHERS.values()))
+            texts = [prefix(i) + rnd.choice(QUIET * 8 + lookalikes + LOUD * (k % 7 == 0))
+                     for i in range(rnd.randint(1, 80))]
+            if k % 6 == 1:
+                texts[rnd.randrange(len(texts))] = merged
+        else:
+            texts = _batch(rnd, 3, k % 10 == 0)
+        lines = [Line(rnd.choice(["stdout", "stderr"]), i, float(i), t)
+                 for i, t in enumerate(texts)]
+        d = rnd.choice([None, 0, 3])
+        got = split.match_lines(lines, default_rank=d)
+        assert got == carried.match_lines(lines, default_rank=d), texts
+        assert got == exact.match_lines(lines, default_rank=d), texts
+    # both ways out of the split were taken (seeded)
+    assert sum(read) > 50 and read.count(False) > 50, (sum(read), read.count(False))
+
+
+def test_one_kind_of_carrier_is_read_without_a_call_per_line() -> None:
+    """A batch where every line carries one launcher's rank prefix costs no Python call per
+    line: the scan reports its markers once each (not a callback per prefixed line), and
+    the ranks come from the split (srun labels: carrier by carrier, by choice)."""
+    m = Matcher(RS)
+    if not m._fast:  # noqa: SLF001 - re2 engine: there is only the exact path
+        return
+    for name in ("torch [rankN]:", "srun -l", "DeepSpeed", "mpirun --tag-output",
+                 "torchrun --tee"):
+        prefix = LAUNCHERS[name]
+        texts = [prefix(i) + QUIET[i % len(QUIET)] for i in range(400)]
+        hits = m._scan_e_own("\n".join(texts).encode())  # noqa: SLF001
+        assert 1 <= len(hits) <= 2, (name, len(hits))
+        lines = [Line("stdout", i, float(i), t) for i, t in enumerate(texts)]
+        m._carrier_scan = None  # noqa: SLF001
+        got = m.match_lines(lines, default_rank=None)
+        # the per-carrier scan never ran (srun labels are read carrier by carrier: split=False)
+        assert (m._carrier_scan is None) == (name != "srun -l"), name  # noqa: SLF001
+        assert got.ranks == tuple(normalise_line(t).rank for t in texts), name
