@@ -90,8 +90,10 @@ def _path(v: str | None) -> Path | None:
 
 def cmd_agent(args: argparse.Namespace) -> int:
     from faultwatch.agents.entry import main_sync
+    from faultwatch.readers.render import render_decision
 
-    return main_sync(config_from_args(args), flush_only=bool(args.flush))
+    return main_sync(config_from_args(args), flush_only=bool(args.flush),
+                     render=render_decision)
 
 
 def cmd_agent_tail(args: argparse.Namespace) -> int:
@@ -241,6 +243,7 @@ def register(sub: Any) -> None:
     options.add_metrics(p)
     p.add_argument("--flush", action="store_true",
                    help="no command: deliver what an earlier agent left in the spool, exit")
+    options.add_logging(p, "warning")
     p.set_defaults(func=cmd_agent)
     asub = options.subcommands(p, "agent_command", metavar="{tail,bootcheck}")
 
@@ -255,6 +258,7 @@ def register(sub: Any) -> None:
                    help="files without saved offsets start at their end (default: start)")
     t.add_argument("--max-line-bytes", type=int, default=65536)
     t.add_argument("paths", nargs="+", metavar="PATH")
+    options.add_logging(t)
     t.set_defaults(func=cmd_agent_tail)
 
     b = asub.add_parser("bootcheck", help="run the boot checks now, ship the result",
