@@ -1,19 +1,21 @@
-"""Shared Kafka fixtures: one broker per test session, unique topics and groups per test."""
+"""Shared Kafka fixtures: one broker per test session, unique topics and groups per test.
+
+Helpers (waiting, processes, topics, agents, harnesses) live in tests/support."""
 
 from __future__ import annotations
 
 import os
 import shutil
 import subprocess
-import time
 import uuid
 import warnings
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Generator, Iterator
 from pathlib import Path
-from typing import TypeVar
 from urllib.parse import urlparse
 
 import pytest
+
+from tests.support.waiting import wait_until
 
 # The tests read faultwatch's info events (child_started, decision, restart ...) from the
 # stderr of `run` and `agent`, whose default for a person is warnings only: every process a
@@ -22,7 +24,6 @@ import pytest
 os.environ.setdefault("FAULTWATCH_LOG_LEVEL", "info")
 
 KAFKA_IMAGE = "apache/kafka:3.9.1"
-T = TypeVar("T")
 
 
 def _docker_answers() -> bool:
@@ -54,17 +55,20 @@ def _wait_for_broker(bootstrap: str, timeout: float = 60.0) -> None:
         finally:
             await admin.close()
 
-    deadline = time.monotonic() + timeout
-    while True:
+    problem = ""
+
+    def ready() -> bool:
+        nonlocal problem
         try:
             if asyncio.run(probe()):
-                return
+                return True
             problem = "metadata listed no broker"
         except Exception as exc:  # not up yet
             problem = f"{type(exc).__name__}: {exc}"
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"Kafka container at {bootstrap} not ready: {problem}")
-        time.sleep(0.5)
+        return False
+
+    wait_until(ready, timeout, f"the Kafka container at {bootstrap}", interval_s=0.5,
+               detail=lambda: f"last problem: {problem}")
 
 
 def _container_broker() -> Generator[str, None, None] | None:
@@ -158,23 +162,6 @@ def topic_prefix() -> str:
 def group_id() -> str:
     """A consumer group id unique to this test."""
     return f"g{uuid.uuid4().hex[:8]}"
-
-
-def wait_until(cond: Callable[[], T], timeout_s: float, what: str = "",
-               interval_s: float = 0.1) -> T:
-    """Poll `cond` until it returns something truthy (returned) or fail after `timeout_s`.
-
-    Tests wait for the event they need with a generous deadline instead of sleeping a guess.
-    """
-    deadline = time.monotonic() + timeout_s
-    while True:
-        got = cond()
-        if got:
-            return got
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for "
-                                 f"{what or getattr(cond, '__name__', 'a condition')}")
-        time.sleep(interval_s)
 
 
 @pytest.fixture

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from faultwatch import wire
-from tests.e2e.cluster import agent_cmd, decisions, processor
-from tests.e2e.conftest import job_env, torchrun_cmd
-from tests.integration.test_agent_ship import consume
+from tests.support.cluster import agent_cmd, decisions, processor
+from tests.support.kafka import consume
+from tests.support.processes import job_env, torchrun_cmd
 
 pytestmark = [pytest.mark.slow, pytest.mark.kafka]
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.cluster import (
+from tests.support.cluster import (
     agent_cmd,
     decisions,
     processor,
@@ -24,7 +24,7 @@ from tests.e2e.cluster import (
     wait_processed,
     wait_processor_ready,
 )
-from tests.e2e.conftest import TRAIN, faultwatch_exe, job_env
+from tests.support.processes import TRAIN, faultwatch_exe, job_env
 
 pytestmark = [pytest.mark.slow, pytest.mark.kafka]
 

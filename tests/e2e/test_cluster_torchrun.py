@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from faultwatch.agents.exitcodes import EXIT_UNDECIDED
-from tests.e2e.cluster import (
+from tests.support.cluster import (
     agent_cmd,
     decisions,
     processor,
@@ -21,7 +21,7 @@ from tests.e2e.cluster import (
     wait_processed,
     wait_processor_ready,
 )
-from tests.e2e.conftest import job_env, torchrun_cmd
+from tests.support.processes import job_env, torchrun_cmd
 
 pytestmark = [pytest.mark.slow, pytest.mark.kafka]
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.cluster import decisions, processor
+from tests.support.cluster import decisions, processor
 
 pytestmark = [pytest.mark.slow, pytest.mark.kafka]
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from faultwatch.agents.exitcodes import EXIT_UNDECIDED
-from tests.e2e.cluster import decisions, processor, wait_processor_ready
-from tests.e2e.detectors import agents, new_job, policy_file, scenario, wait_for
+from tests.support.cluster import decisions, processor, wait_processor_ready
+from tests.support.scenarios import agents, new_job, policy_file, scenario, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.kafka]
 

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from faultwatch.agents.exitcodes import EXIT_UNDECIDED
-from tests.e2e.cluster import decisions, processor, wait_processed, wait_processor_ready
-from tests.e2e.conftest import torchrun_cmd
-from tests.e2e.detectors import JOBS, agents, kinds, new_job, policy_file, scenario, wait_for
+from tests.support.cluster import decisions, processor, wait_processed, wait_processor_ready
+from tests.support.processes import torchrun_cmd
+from tests.support.scenarios import JOBS, agents, kinds, new_job, policy_file, scenario, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.kafka]
 

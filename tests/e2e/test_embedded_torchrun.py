@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.conftest import faultwatch_exe, job_env, torchrun_cmd
+from tests.support.processes import faultwatch_exe, job_env, torchrun_cmd
 
 pytestmark = pytest.mark.slow
 

@@ -28,8 +28,8 @@ from faultwatch.agents.exitcodes import (
     EXIT_RESTART,
     EXIT_UNDECIDED,
 )
-from tests.e2e.cluster import processor
-from tests.e2e.conftest import faultwatch_exe, job_env
+from tests.support.cluster import processor
+from tests.support.processes import faultwatch_exe, job_env
 
 # each embedded run compiles the rules and runs the stages in-process: minutes on 2 busy cores
 pytestmark = [pytest.mark.slow, pytest.mark.kafka, pytest.mark.timeout(900)]

@@ -24,7 +24,8 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.conftest import faultwatch_exe
+from tests.support.processes import faultwatch_exe
+from tests.support.waiting import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 TRAIN_ENV = ROOT / ".venv-train" / "bin"
@@ -88,17 +89,17 @@ class Run:
         return sorted(got, key=lambda d: d["ts"])
 
     def wait(self, what: str, pred: Any, timeout_s: float) -> Any:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
+        def probe() -> Any:
             got = pred()
-            if got:
-                return got
-            if self.proc.poll() is not None:
-                break
-            time.sleep(0.5)
+            if not got and self.proc.poll() is not None:
+                raise AssertionError(f"no {what}: faultwatch exited; {self.report()}")
+            return got
+
+        return wait_until(probe, timeout_s, what, interval_s=0.5, detail=self.report)
+
+    def report(self) -> str:
         kinds = [d["reason"]["kind"] for d in self.decided()]
-        raise AssertionError(f"no {what} in {timeout_s:g}s; decisions {kinds}; "
-                             f"output:\n{self.tail()}")
+        return f"decisions {kinds}; output:\n{self.tail()}"
 
     def hang(self) -> dict[str, Any] | None:
         return next((d for d in self.decided() if d["reason"]["kind"] == "hang"), None)
@@ -118,11 +119,11 @@ class Run:
     def _stop_once_hang_decided(self) -> None:
         """Everything the tests assert is written by the hang decision; the restart that
         follows it would only load the machine under the other framework's run."""
-        while self.proc.poll() is None:
-            if self.hang():
-                self.stop()
-                return
-            time.sleep(0.5)
+        # a daemon thread that lives as long as the run: no deadline of its own
+        decided = wait_until(lambda: self.hang() or self.proc.poll() is not None, 24 * 3600,
+                             "a hang decision or the end of faultwatch", interval_s=0.5)
+        if decided is not True:  # the hang decision, faultwatch still running
+            self.stop()
 
 
 class Runs:

@@ -13,13 +13,15 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from faultwatch.agents.dumps import capture, rank_pids, request_rank_dumps, stacks_of
 from faultwatch.core.diagnosis import verdict
 from faultwatch.diagnose import flight_recorder, stacks
-from tests.e2e.conftest import job_env
+from tests.support.processes import job_env
+from tests.support.waiting import wait_until
 
 JOBS = Path(__file__).parent / "jobs"
 JOB = JOBS / "collectives.py"
@@ -67,16 +69,17 @@ def _kill_job(proc: subprocess.Popen[str] | subprocess.Popen[bytes]) -> None:
 def _blocked(pids: dict[int, int]) -> None:
     """Wait until the ranks are parked: some rank inside a collective and the picture the
     same in three captures in a row."""
-    deadline = time.monotonic() + 60
     seen: list[str] = []
-    while time.monotonic() < deadline:
+
+    def settled() -> bool:
+        nonlocal seen
         st, _ = asyncio.run(stacks_of(pids))
         found = stacks.analyse(st)
         seen = (seen + [found.summary])[-3:]
-        if found.in_collective and len(seen) == 3 and len(set(seen)) == 1:
-            return
-        time.sleep(0.3)
-    raise AssertionError(f"the ranks never settled in a collective: {seen}")
+        return found.in_collective and len(seen) == 3 and len(set(seen)) == 1
+
+    wait_until(settled, 60, "the ranks to settle in a collective", interval_s=0.3,
+               detail=lambda: f"last three pictures: {seen}")
 
 
 @pytest.mark.parametrize("scenario, summary_fr, summary_stacks", [
@@ -124,8 +127,8 @@ def test_diagnose_cli_asks_a_running_cluster_job(kafka_bootstrap: str, tmp_path:
     """`faultwatch diagnose JOB` against a real processor and agent: the agent captures its
     torchrun ranks (py-spy, and the Flight Recorder the SDK armed) and the CLI prints who
     waits where. The job: rank 1 sleeps before the 6th all_reduce, rank 0 waits in it."""
-    from tests.e2e.cluster import agent_cmd, processor, wait_processor_ready
-    from tests.e2e.conftest import faultwatch_exe
+    from tests.support.cluster import agent_cmd, processor, wait_processor_ready
+    from tests.support.processes import faultwatch_exe
 
     prefix = f"e2ediag{os.getpid()}{int(time.time())}."
     job = "diag-cli"
@@ -153,16 +156,21 @@ def test_diagnose_cli_asks_a_running_cluster_job(kafka_bootstrap: str, tmp_path:
         threading.Thread(target=read, daemon=True).start()
         try:
             assert both.wait(120), "".join(out[-30:])
-            deadline = time.monotonic() + 60
-            while True:  # the processor's status snapshot of the job comes every 3 s
+            def diagnose() -> tuple[subprocess.CompletedProcess[str], dict]:
                 res = subprocess.run([faultwatch_exe(), "diagnose", job, "--json",
                                       "--bootstrap", kafka_bootstrap, "--topic-prefix", prefix],
                                      capture_output=True, text=True, timeout=90, env=job_env())
-                rep = json.loads(res.stdout) if res.returncode == 0 else {}
+                return res, json.loads(res.stdout) if res.returncode == 0 else {}
+
+            def missing_named(got: tuple[subprocess.CompletedProcess[str], dict]) -> bool:
+                rep = got[1]
                 fr_groups = (rep.get("diagnosis") or {}).get("flight_recorder", {}).get("groups")
-                if fr_groups and fr_groups[0]["missing"] or time.monotonic() > deadline:
-                    break
-                time.sleep(2)  # not known yet, or rank 0 not inside the collective yet
+                return bool(fr_groups and fr_groups[0]["missing"])
+
+            # the processor's status snapshot of the job comes every 3 s: until then (or
+            # until rank 0 is inside the collective) the report names nobody
+            res, rep = wait_until(diagnose, 60, "a report naming the missing rank",
+                                  interval_s=2, until=missing_named, raise_on_timeout=False)
             assert res.returncode == 0, res.stderr + res.stdout
             assert rep["nodes_answered"] == ["node-0"] and rep["nodes_missing"] == []
             assert rep["culprit_ranks"] == [1] and rep["culprit_basis"] == "flight recorder"
@@ -213,20 +221,18 @@ def test_ddp_gradient_all_reduce_inside_backward_is_seen_as_the_collective(tmp_p
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True)
     try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and (
-                not marks.exists() or len(marks.read_text().splitlines()) < 2):
-            time.sleep(0.5)
+        wait_until(lambda: marks.exists() and len(marks.read_text().splitlines()) >= 2, 120,
+                   "both ranks' marks", interval_s=0.5, raise_on_timeout=False)
         assert marks.exists(), "the job never reached its stall"
-        note: dict = {}
-        found = None
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:  # rank 0 reaches the all-reduce a moment later
+
+        def captured() -> tuple[dict, Any]:
             note = asyncio.run(capture(proc.pid, None))
-            found = verdict({"n0": {**note, "ts": time.time()}})
-            if found is not None and found.culprits:
-                break
-            time.sleep(1)
+            return note, verdict({"n0": {**note, "ts": time.time()}})
+
+        # rank 0 reaches the all-reduce a moment later
+        note, found = wait_until(captured, 60, "a verdict naming a culprit", interval_s=1,
+                                 until=lambda got: got[1] is not None and got[1].culprits,
+                                 raise_on_timeout=False)
         assert found is not None and found.culprits == (1,), (found, note)
         assert found.basis == "stacks"
         r0 = note["ranks"]["0"]["stack"]

@@ -17,9 +17,10 @@ from typing import Any
 import orjson
 import pytest
 
-from tests.e2e.cluster import decisions, wait_processor_ready
-from tests.e2e.conftest import faultwatch_exe, job_env
-from tests.e2e.detectors import agents, kinds, new_job, policy_file, scenario, wait_for
+from tests.support.cluster import decisions, wait_processor_ready
+from tests.support.processes import faultwatch_exe, job_env
+from tests.support.scenarios import agents, kinds, new_job, policy_file, scenario, wait_for
+from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.kafka]
 
@@ -98,11 +99,8 @@ def test_processor_sigkilled_ten_times_mid_stream(kafka_bootstrap: str, tmp_path
             time.sleep(1.0 + (i % 2))
             kill(procs[-1])  # SIGKILL: no commit, no flush, no goodbye
         procs.append(start_processor(bootstrap, prefix, log, rules))
-        deadline = time.time() + 90
-        while time.time() < deadline:
-            if all(decisions(bootstrap, prefix, j) for j in failing[-1:]):
-                break
-            time.sleep(1.0)
+        wait_until(lambda: all(decisions(bootstrap, prefix, j) for j in failing[-1:]), 90,
+                   "the last failing job's decision", interval_s=1.0, raise_on_timeout=False)
         time.sleep(8.0)  # past the node-lost window and grace: still no false decision
         got = {j: decisions(bootstrap, prefix, j) for j in failing}
         assert decisions(bootstrap, prefix, healthy) == [], "false decision on a healthy job"

@@ -5,15 +5,14 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from faultwatch.rules import load_ruleset
-from tests.conftest import wait_until
-from tests.e2e.conftest import faultwatch_exe, job_env
+from tests.support.processes import faultwatch_exe, job_env
+from tests.support.waiting import wait_until
 
 FAILURE = "FluxError: the flux capacitor overheated at step 7"  # no built-in rule knows it
 
@@ -66,21 +65,21 @@ def embedded_run(rules: Path, go: Path, tmp: Path) -> Iterator[tuple[subprocess.
 
 
 def wait_for(path: Path, needle: str, timeout: float = 30.0) -> str:
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        text = path.read_text(errors="replace") if path.exists() else ""
-        if needle in text:
-            return text
-        time.sleep(0.05)
-    raise AssertionError(f"{needle!r} not seen:\n{path.read_text(errors='replace')[-3000:]}")
+    return wait_until(lambda: path.read_text(errors="replace") if path.exists() else "", timeout,
+                      f"{needle!r} in {path}", interval_s=0.05, until=lambda text: needle in text)
 
 
 def rewrite(path: Path, text: str) -> None:
     before = path.stat().st_mtime_ns
     path.write_text(text)
-    while path.stat().st_mtime_ns == before:  # coarse clocks: make the change visible
-        time.sleep(0.01)
+
+    def visible() -> bool:  # coarse clocks: write again until the change is visible
+        if path.stat().st_mtime_ns != before:
+            return True
         path.write_text(text)
+        return False
+
+    wait_until(visible, 10, f"a new mtime on {path}", interval_s=0.01)
 
 
 def read_decisions(path: Path) -> list[dict[str, Any]]:

@@ -1,6 +1,6 @@
 """Real Slurm end to end: a hardware fault on n1 drains n1 and the job finishes on n2.
 
-A slurmctld and two slurmd (n1, n2) run on this machine (tests/slurm_harness.py). An sbatch
+A slurmctld and two slurmd (n1, n2) run on this machine (tests/support/slurm.py). An sbatch
 job (--requeue; the batch script is Python, exec'ing `faultwatch agent` with an argv list)
 prints an NVIDIA Xid 79 line only on n1. `faultwatch process` decides a hardware blacklist,
 `faultwatch actuate --backend slurm` drains n1 with faultwatch's reason and requeues the job,
@@ -17,17 +17,17 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from faultwatch.errors import ConfigError
-from tests.e2e.cluster import wait_decisions
-from tests.e2e.conftest import job_env
-from tests.slurm_harness import SlurmCluster, missing
+from tests.support.cluster import wait_decisions
+from tests.support.processes import job_env
+from tests.support.slurm import SlurmCluster, missing
+from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.kafka]
 
@@ -71,18 +71,6 @@ def slurm() -> Iterator[SlurmCluster]:
         cluster.stop()
 
 
-def _wait(cond: Callable[[], Any], timeout_s: float, what: str,
-          diag: Callable[[], str] = lambda: "") -> Any:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        v = cond()
-        if v:
-            return v
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}\n{diag()}")
-        time.sleep(0.3)
-
-
 def _fw(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([*FW, *args], capture_output=True, text=True,
                           timeout=60, env=env)
@@ -96,8 +84,8 @@ def _start_actuate(env: dict[str, str], log: Path, state: Path, group: str
                                  "--state-file", str(state), "--group", group],
                                 stdout=out, stderr=subprocess.STDOUT, env=env,
                                 start_new_session=True)
-    _wait(lambda: log.read_text().count("actuate_started") > before, 60, "actuate started",
-          log.read_text)
+    wait_until(lambda: log.read_text().count("actuate_started") > before, 60, "actuate started",
+               interval_s=0.3, detail=log.read_text)
     assert proc.poll() is None, log.read_text()
     return proc
 
@@ -136,7 +124,7 @@ def test_slurm_backend_drains_resumes_and_leaves_foreign_drains_alone(
     assert slurm.node_info("n2")["Reason"].startswith("faultwatch d0a1: nvidia-xid-hardware")
     assert "drain" in slurm.node_states()["n2"]
     assert b.apply(Action(RELEASE, "n2", "m1")) == "resumed n2"
-    _wait(lambda: slurm.node_states().get("n2") == "idle", 30, "n2 idle")
+    wait_until(lambda: slurm.node_states().get("n2") == "idle", 30, "n2 idle", interval_s=0.3)
     # an admin's drain is not ours to undo (positive control above: ours is resumed)
     slurm.run("scontrol", "update", "nodename=n2", "state=drain", "reason=admin: bad fan")
     try:
@@ -144,7 +132,7 @@ def test_slurm_backend_drains_resumes_and_leaves_foreign_drains_alone(
         assert "drain" in slurm.node_states()["n2"]
     finally:
         slurm.run("scontrol", "update", "nodename=n2", "state=resume")
-    _wait(lambda: slurm.node_states().get("n2") == "idle", 30, "n2 idle")
+    wait_until(lambda: slurm.node_states().get("n2") == "idle", 30, "n2 idle", interval_s=0.3)
 
 
 def test_xid79_on_n1_drains_n1_and_the_job_finishes_on_n2(
@@ -179,13 +167,13 @@ def test_xid79_on_n1_drains_n1_and_the_job_finishes_on_n2(
                                env=env, capture_output=True, text=True, timeout=30)
             assert r.returncode == 0, r.stderr
             jid = r.stdout.strip().split(";")[0]
-            _wait(lambda: slurm.job_info(jid).get("NodeList") == "n1", 60,
-                  "the job running on n1 first", diag)
+            wait_until(lambda: slurm.job_info(jid).get("NodeList") == "n1", 60,
+                       "the job running on n1 first", interval_s=0.3, detail=diag)
 
-            decs = _wait(lambda: [d for d in wait_decisions(kafka_bootstrap, prefix, job,
-                                                            timeout_s=5)
-                                  if d["action"] == "blacklist"], 120,
-                         "a blacklist decision", diag)
+            decs = wait_until(lambda: [d for d in wait_decisions(kafka_bootstrap, prefix, job,
+                                                                 timeout_s=5)
+                                       if d["action"] == "blacklist"], 120,
+                              "a blacklist decision", interval_s=0.3, detail=diag)
             dec = decs[0]
             assert dec["targets"]["nodes"] == ["n1"]
             assert dec["reason"]["category"] == "hardware"  # whichever built-in rule named it
@@ -195,12 +183,12 @@ def test_xid79_on_n1_drains_n1_and_the_job_finishes_on_n2(
             rule = dec["reason"]["rule"]
             want_reason = f"faultwatch {dec['id']}: {rule}"
 
-            _wait(lambda: "drain" in slurm.node_states().get("n1", ""), 60,
-                  "n1 drained", diag)
+            wait_until(lambda: "drain" in slurm.node_states().get("n1", ""), 60,
+                       "n1 drained", interval_s=0.3, detail=diag)
             assert slurm.node_info("n1")["Reason"].startswith(want_reason)
 
-            info = _wait(lambda: (lambda j: j if j.get("JobState") == "COMPLETED" else None)(
-                slurm.job_info(jid)), 180, "the job completed", diag)
+            info = wait_until(lambda: (lambda j: j if j.get("JobState") == "COMPLETED" else None)(
+                slurm.job_info(jid)), 180, "the job completed", interval_s=0.3, detail=diag)
             assert info["NodeList"] == "n2"
             assert int(info["Restarts"]) >= 1
             text = out_file.read_text()
@@ -229,8 +217,9 @@ def test_xid79_on_n1_drains_n1_and_the_job_finishes_on_n2(
 
             rel = _fw(env, "nodes", "release", "n1")
             assert rel.returncode == 0, rel.stderr
-            _wait(lambda: slurm.node_states().get("n1") == "idle", 60,
-                  "n1 resumed after release", diag)  # positive control: actuate is live
+            # positive control: actuate is live
+            wait_until(lambda: slurm.node_states().get("n1") == "idle", 60,
+                       "n1 resumed after release", interval_s=0.3, detail=diag)
             assert slurm.job_info(jid)["Restarts"] == restarts
             assert slurm.job_info(jid)["JobState"] == "COMPLETED"
             nodes = [json.loads(x) for x in _fw(env, "nodes", "--json").stdout.splitlines()]
@@ -260,14 +249,15 @@ def test_manual_quarantine_drains_and_release_resumes(
         assert q.returncode == 0, q.stderr
         rec = json.loads(q.stdout)
         assert rec["state"] == "quarantined" and 3590 < rec["until"] - time.time() <= 3600
-        _wait(lambda: "drain" in slurm.node_states().get("n2", ""), 60, "n2 drained",
-              log.read_text)
+        wait_until(lambda: "drain" in slurm.node_states().get("n2", ""), 60, "n2 drained",
+                   interval_s=0.3, detail=log.read_text)
         reason = slurm.node_info("n2")["Reason"]
         assert reason.startswith(f"faultwatch {rec['reasons'][-1]['decision']}: manual")
         listed = _fw(env, "nodes").stdout
         assert "n2" in listed and "quarantined" in listed and "fan failing" in listed
         assert _fw(env, "nodes", "release", "n2").returncode == 0
-        _wait(lambda: slurm.node_states().get("n2") == "idle", 60, "n2 resumed", log.read_text)
+        wait_until(lambda: slurm.node_states().get("n2") == "idle", 60, "n2 resumed",
+                   interval_s=0.3, detail=log.read_text)
     finally:
         _stop(actuate)
         slurm.run("scontrol", "update", "nodename=n2", "state=resume", check=False)

@@ -22,8 +22,8 @@ from typing import Any
 import pytest
 
 from faultwatch.agents.config import EXIT_BLACKLISTED, EXIT_FAILED
-from tests.e2e.cluster import decisions, processor, wait_decisions
-from tests.e2e.conftest import faultwatch_exe, job_env
+from tests.support.cluster import decisions, processor, wait_decisions
+from tests.support.processes import faultwatch_exe, job_env
 
 pytestmark = [pytest.mark.slow, pytest.mark.kafka]
 

@@ -39,8 +39,7 @@ from faultwatch.core.events import Decision
 from faultwatch.trust.keys import generate, read_signing_key
 from faultwatch.trust.records import DECISION, RecordSigner
 from faultwatch.wire.signing import Key, Keyring, sign
-from tests.conftest import wait_until
-from tests.e2e.cluster import (
+from tests.support.cluster import (
     agent_cmd,
     decisions,
     events,
@@ -49,7 +48,8 @@ from tests.e2e.cluster import (
     wait_processed,
     wait_processor_ready,
 )
-from tests.e2e.conftest import faultwatch_exe, job_env
+from tests.support.processes import faultwatch_exe, job_env
+from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.kafka]
 

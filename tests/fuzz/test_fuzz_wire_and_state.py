@@ -26,8 +26,8 @@ from faultwatch.wire import (
     decode_signals,
     encode_decision,
 )
-from tests.builtin_rules import builtin_ruleset
 from tests.fuzz.records import Gen
+from tests.support.rules import builtin_ruleset
 
 SEEDS = range(8)
 RECORDS_PER_SEED = 400

@@ -19,7 +19,8 @@ from faultwatch.kafka.admin import ensure_topics
 from faultwatch.wire import decision_to_dict
 from faultwatch.wire.signing import encode, parse_keys
 from faultwatch.wire.topics import Topics
-from tests.integration.test_bad_decisions import produce
+from tests.support.kafka import produce
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.kafka
 
@@ -59,16 +60,17 @@ def test_actuate_acts_once_on_signed_decisions_and_refuses_forged_ones(
             b"{not json",
             encode(_blacklist("badnode1", "gpu-3;reboot"), ring),
             encode(good, ring), encode(good, ring)])  # published twice (at least once)
-        deadline = time.monotonic() + 60
-        while "good1" not in (out.read_text() if out.exists() else ""):
-            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
-            time.sleep(0.2)
+        def acted() -> str:
+            assert proc.poll() is None, log.read_text()
+            return out.read_text() if out.exists() else ""
+
+        wait_until(acted, 60, "good1 acted on", interval_s=0.2,
+                   until=lambda text: "good1" in text, detail=log.read_text)
         # the last record after the duplicate: once it is handled, the duplicate was too
         produce(kafka_bootstrap, topics.decisions, b"train",
                 [encode(_blacklist("good2", "gpu-8"), ring)])
-        while "good2" not in out.read_text():
-            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
-            time.sleep(0.2)
+        wait_until(acted, 60, "good2 acted on", interval_s=0.2,
+                   until=lambda text: "good2" in text, detail=log.read_text)
         assert out.read_text().splitlines() == ["quarantine gpu-7 good1",
                                                 "quarantine gpu-8 good2"]
         text = log.read_text()

@@ -20,7 +20,7 @@ from faultwatch.core.registry import NodeRecord, Reason
 from faultwatch.kafka.admin import ensure_compacted_topic
 from faultwatch.nodes.store import write_records
 from faultwatch.wire.topics import Topics
-from tests.conftest import wait_until
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.kafka
 

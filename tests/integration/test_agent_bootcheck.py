@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from faultwatch.agents.config import EXIT_BOOTCHECK_FAILED
-from tests.integration.test_agent_ship import agent_cmd, consume, has_exit
+from tests.support.agents import agent_cmd, has_exit
+from tests.support.kafka import consume
 
 pytestmark = pytest.mark.kafka
 

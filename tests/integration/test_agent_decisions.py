@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-import os
 import re
 import subprocess
 import sys
@@ -14,8 +12,8 @@ import pytest
 
 from faultwatch import wire
 from faultwatch.agents.config import EXIT_BLACKLISTED, EXIT_FAILED_BY_DECISION
-from faultwatch.core.events import Decision
-from tests.integration.test_agent_ship import agent_cmd, consume
+from tests.support.agents import FOREVER, decision, publish, start_agent
+from tests.support.kafka import consume
 
 pytestmark = pytest.mark.kafka
 
@@ -25,44 +23,6 @@ FLAKY = ("import os, sys, time\n"
          "print('attempt', a, flush=True)\n"
          "time.sleep(0.3)\n"
          "sys.exit(3 if a == '0' else 0)\n")
-# Runs until stopped.
-FOREVER = "import time\nprint('running', flush=True)\nwhile True: time.sleep(0.05)\n"
-
-
-def publish(bootstrap: str, topic: str, *decs: Decision) -> None:
-    from aiokafka import AIOKafkaProducer
-
-    async def main() -> None:
-        p = AIOKafkaProducer(bootstrap_servers=bootstrap)
-        await p.start()
-        try:
-            for d in decs:
-                await p.send_and_wait(topic, wire.encode_decision(d), key=wire.job_key(d.job))
-        finally:
-            await p.stop()
-
-    asyncio.run(main())
-
-
-RUN = "R1"  # the run id the agents here are given (decisions act only on the run they name)
-
-
-def decision(job: str, action: str, nodes: tuple[str, ...], attempt: int = 0,
-             did: str | None = None, run_id: str = RUN) -> Decision:
-    return Decision(id=did or f"{job}:{attempt}:{action}", job=job, attempt=attempt,
-                    action=action, kind="error", ts=time.time(), nodes=nodes, run_id=run_id)
-
-
-def start_agent(bootstrap: str, prefix: str, tmp: Path, job: str, script: str,
-                *extra: str, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
-    # the decisions topic exists before the agent starts (the processor creates it)
-    publish(bootstrap, f"{prefix}decisions", decision("other-job", "fail", ()))
-    named = "--run-id" in extra or (env or {}).get("SLURM_JOB_ID")
-    argv = agent_cmd(bootstrap, prefix, tmp, job, sys.executable, "-c", script,
-                     extra=("--follow-decisions", "--decision-wait-s", "30",
-                            *(() if named else ("--run-id", RUN)), *extra))
-    return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            env=None if env is None else {**os.environ, **env})
 
 
 def test_restart_decision_relaunches_with_next_attempt_once(

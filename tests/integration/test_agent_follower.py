@@ -19,8 +19,7 @@ from faultwatch import wire
 from faultwatch.agents.config import EXIT_FAILED_BY_DECISION
 from faultwatch.agents.decisions import DecisionFollower
 from faultwatch.kafka import broker as kafka_broker
-from tests.integration.test_agent_decisions import RUN, decision, publish
-from tests.integration.test_agent_ship import agent_cmd
+from tests.support.agents import RUN, agent_cmd, decision, publish
 
 pytestmark = pytest.mark.kafka
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.test_agent_ship import agent_cmd
+from tests.support.agents import agent_cmd
 
 pytestmark = pytest.mark.kafka
 

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from faultwatch.agents.config import EXIT_NODES_TIMEOUT
-from tests.integration.test_agent_ship import agent_cmd, consume
+from tests.support.agents import agent_cmd
+from tests.support.kafka import consume
 
 pytestmark = pytest.mark.kafka
 

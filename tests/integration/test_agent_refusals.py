@@ -13,7 +13,7 @@ from faultwatch import wire
 from faultwatch.agents.config import EXIT_FAILED_BY_DECISION
 from faultwatch.wire import signing
 from faultwatch.wire.signing import Keyring
-from tests.integration.test_signed_decisions import KEY, fail_dict, publish, start_agent
+from tests.support.signed_decisions import KEY, fail_dict, publish, start_agent
 
 pytestmark = pytest.mark.kafka
 

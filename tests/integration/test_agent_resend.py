@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from faultwatch import wire
-from tests.integration.test_agent_ship import agent_cmd, consume, run_agent
+from tests.support.agents import agent_cmd, run_agent
+from tests.support.kafka import consume
 
 pytestmark = pytest.mark.kafka
 

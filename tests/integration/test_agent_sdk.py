@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.test_agent_ship import agent_cmd, consume, has_exit, run_agent
+from tests.support.agents import agent_cmd, has_exit, run_agent
+from tests.support.kafka import consume
 
 pytestmark = pytest.mark.kafka
 

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import asyncio
 import os
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,47 +15,10 @@ import pytest
 from faultwatch import wire
 from faultwatch.agents.exitcodes import EXIT_UNDECIDED
 from faultwatch.core.events import INVALID_UTF8, TRUNCATED, Line
+from tests.support.agents import UNREACHABLE, agent_cmd, has_exit, run_agent
+from tests.support.kafka import consume
 
 pytestmark = pytest.mark.kafka
-
-UNREACHABLE = "127.0.0.1:9"  # discard port: nothing listens, connections are refused
-
-
-def agent_cmd(bootstrap: str, prefix: str, spool: Path, job: str, *cmd: str,
-              extra: tuple[str, ...] = ()) -> list[str]:
-    return [sys.executable, "-m", "faultwatch", "agent", "--bootstrap", bootstrap,
-            "--job", job, "--node", "n1", "--topic-prefix", prefix, "--spool-dir", str(spool),
-            "--heartbeat-s", "0.2", "--no-follow-decisions", *extra, "--", *cmd]
-
-
-def run_agent(argv: list[str], timeout: float = 60) -> subprocess.CompletedProcess[bytes]:
-    return subprocess.run(argv, capture_output=True, timeout=timeout)
-
-
-def consume(bootstrap: str, topic: str, until: Callable[[list[dict[str, Any]]], bool],
-            timeout: float = 30.0) -> list[dict[str, Any]]:
-    from aiokafka import AIOKafkaConsumer
-
-    async def main() -> list[dict[str, Any]]:
-        c = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest",
-                             enable_auto_commit=False, group_id=None)
-        await c.start()
-        out: list[dict[str, Any]] = []
-        try:
-            deadline = time.monotonic() + timeout
-            while time.monotonic() < deadline and not until(out):
-                got = await c.getmany(timeout_ms=500)
-                for msgs in got.values():
-                    out.extend(wire.decode(m.value) for m in msgs)
-        finally:
-            await c.stop()
-        return out
-
-    return asyncio.run(main())
-
-
-def has_exit(recs: list[dict[str, Any]]) -> bool:
-    return any(r["t"] == "exit" for r in recs)
 
 
 def lines(recs: list[dict[str, Any]], stream: str | None = None) -> list[Line]:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from faultwatch import wire
-from tests.integration.test_agent_ship import consume
+from tests.support.kafka import consume
 
 pytestmark = pytest.mark.kafka
 

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import re
 import subprocess
 import sys
@@ -16,7 +15,8 @@ import pytest
 from faultwatch import wire
 from faultwatch.agents.config import EXIT_FAILED_BY_DECISION
 from faultwatch.core.events import Line
-from tests.integration.test_agent_decisions import FOREVER, decision, start_agent
+from tests.support.agents import FOREVER, decision, start_agent
+from tests.support.kafka import produce
 
 pytestmark = pytest.mark.kafka
 
@@ -31,21 +31,6 @@ def bad_decisions(job: str) -> list[bytes]:
         b"{not json",
         b"[1, 2]",
     ]
-
-
-def produce(bootstrap: str, topic: str, key: bytes, values: list[bytes]) -> None:
-    from aiokafka import AIOKafkaProducer
-
-    async def main() -> None:
-        p = AIOKafkaProducer(bootstrap_servers=bootstrap)
-        await p.start()
-        try:
-            for v in values:
-                await p.send_and_wait(topic, v, key=key)
-        finally:
-            await p.stop()
-
-    asyncio.run(main())
 
 
 def test_agent_survives_malformed_decisions_and_acts_on_the_next_good_one(

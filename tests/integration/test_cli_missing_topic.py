@@ -15,7 +15,7 @@ import pytest
 from faultwatch.errors import EXIT_NOT_FOUND, EXIT_USAGE
 from faultwatch.kafka.admin import ensure_compacted_topic, ensure_topics
 from faultwatch.wire.topics import Topics
-from tests.conftest import wait_until
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.kafka
 

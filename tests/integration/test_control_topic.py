@@ -21,9 +21,9 @@ import pytest
 
 from faultwatch import wire
 from faultwatch.core.events import Decision
-from tests.conftest import wait_until
-from tests.e2e.cluster import events, processor, wait_event
-from tests.e2e.conftest import faultwatch_exe, job_env
+from tests.support.cluster import events, processor, wait_event
+from tests.support.processes import faultwatch_exe, job_env
+from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.kafka]
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.cluster import (
+from tests.support.cluster import (
     agent_cmd,
     decisions,
     events,
@@ -23,7 +23,7 @@ from tests.e2e.cluster import (
     wait_event,
     wait_processor_ready,
 )
-from tests.e2e.conftest import job_env
+from tests.support.processes import job_env
 
 pytestmark = [pytest.mark.slow, pytest.mark.kafka, pytest.mark.timeout(900)]
 

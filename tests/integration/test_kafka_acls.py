@@ -25,9 +25,9 @@ from faultwatch.kafka import acl_admin, acls, secure_broker
 from faultwatch.kafka import broker as kafka_local
 from faultwatch.kafka.secure_broker import SecureBroker
 from faultwatch.kafka.settings import KafkaSecurity
-from tests.conftest import wait_until
-from tests.e2e.cluster import events, processor, wait_event
-from tests.e2e.conftest import faultwatch_exe, job_env
+from tests.support.cluster import events, processor, wait_event
+from tests.support.processes import faultwatch_exe, job_env
+from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.kafka]
 

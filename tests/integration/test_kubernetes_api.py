@@ -24,8 +24,9 @@ from faultwatch.actuate.kubernetes import (
     KubernetesBackend,
 )
 from faultwatch.actuate.plan import QUARANTINE, RELEASE, REQUEUE, Action
-from tests import k8s_harness
-from tests.k8s_harness import ApiError, KubeAPI, load_docs, rules_of, wait_until
+from tests.support import k8s
+from tests.support.k8s import ApiError, KubeAPI, load_docs, rules_of
+from tests.support.waiting import wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "deploy" / "kubernetes"
@@ -37,17 +38,17 @@ pytestmark = [pytest.mark.k8s, pytest.mark.slow]
 
 @pytest.fixture(scope="module")
 def api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeAPI]:
-    why = k8s_harness.missing()
+    why = k8s.missing()
     if why:
         pytest.skip(why)
     state = tmp_path_factory.mktemp("k8s")
-    kube = k8s_harness.start(state)
+    kube = k8s.start(state)
     try:
         kube.apply_file(RBAC)
         kube.namespace("ml")
         yield kube
     finally:
-        k8s_harness.stop(state)
+        k8s.stop(state)
 
 
 def _backend(api: KubeAPI, tmp: Path, token: str, **kw: Any) -> KubernetesBackend:

@@ -7,7 +7,6 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 import urllib.parse
 import urllib.request
 import uuid
@@ -18,6 +17,7 @@ from typing import Any
 import pytest
 
 from faultwatch.kafka import broker as kafka_broker
+from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
@@ -62,15 +62,15 @@ class Prometheus:
 
     def wait_value(self, promql: str, want: float, timeout_s: float = 90,
                    at_least: bool = False) -> float:
-        deadline = time.monotonic() + timeout_s
-        got = None
-        while time.monotonic() < deadline:
-            got = self.value(promql)
-            if got is not None and (got >= want if at_least else got == want):
-                return got
+        def value() -> float | None:
             assert self.proc.poll() is None, "prometheus exited"
-            time.sleep(0.5)
-        raise AssertionError(f"{promql} = {got}, want {want}")
+            return self.value(promql)
+
+        got = wait_until(value, timeout_s, f"{promql} {'>=' if at_least else '=='} {want}",
+                         interval_s=0.5, until=lambda got: got is not None and (
+                             got >= want if at_least else got == want))
+        assert got is not None
+        return got
 
     def stop(self) -> None:
         self.proc.terminate()

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from faultwatch.kafka import broker as kafka_local
-from tests.conftest import wait_until
-from tests.integration.test_agent_ship import agent_cmd
+from tests.support.agents import agent_cmd
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.kafka
 

@@ -9,7 +9,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 import uuid
 from pathlib import Path
 
@@ -17,9 +16,9 @@ import pytest
 
 from faultwatch.agents.config import EXIT_BLACKLISTED
 from faultwatch.nodes.gate import CHECK_FAILED_RULE, CHECK_ODD_RULE
-from tests.e2e.cluster import decisions, processor, wait_decisions, wait_event
-from tests.e2e.conftest import faultwatch_exe, job_env
-from tests.integration.test_node_registry import _nodes
+from tests.support.cluster import decisions, node_records, processor, wait_decisions, wait_event
+from tests.support.processes import faultwatch_exe, job_env
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.kafka
 
@@ -94,11 +93,9 @@ def test_a_check_failing_after_a_failure_blacklists_and_quarantines_the_node(
         assert "bootcheck (start): ok" in shown[0] and f"disk:{scratch} ok" in shown[0]
         assert "bootcheck (restart): FAILED" in shown[1] and "NotADirectoryError" in shown[1]
         # and the node is quarantined fleet-wide
-        deadline = time.monotonic() + 30
-        while (reg := _nodes(kafka_bootstrap, topic_prefix)).get(node, {}).get("state") \
-                != "quarantined":
-            assert time.monotonic() < deadline, reg
-            time.sleep(0.5)
+        reg = wait_until(lambda: node_records(kafka_bootstrap, topic_prefix), 30,
+                         f"node {node} quarantined in the registry", interval_s=0.5,
+                         until=lambda r: r.get(node, {}).get("state") == "quarantined")
         assert reg[node]["reasons"][-1]["rule"] == CHECK_FAILED_RULE
         assert proc.poll() is None, log.read_text()[-3000:]
 

@@ -5,38 +5,32 @@ up in `faultwatch nodes --json` as a quarantine with a strike and its reason."""
 
 from __future__ import annotations
 
-import json
 import subprocess
 import time
 import uuid
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from faultwatch.agents.config import EXIT_BLACKLISTED
 from faultwatch.nodes.gate import QUARANTINED_RULE
-from tests.e2e.cluster import decisions, processor, wait_decisions, wait_event, wait_processed
-from tests.e2e.conftest import faultwatch_exe, job_env
+from tests.support.cluster import (
+    decisions,
+    fw_ok,
+    node_records,
+    processor,
+    wait_decisions,
+    wait_event,
+    wait_processed,
+)
+from tests.support.processes import faultwatch_exe, job_env
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.kafka
 
 STEPS = "import time\nfor i in range({n}):\n    print('step', i, flush=True)\n    time.sleep(0.5)\n"
 XID = ("import time\nprint('NVRM: Xid (PCI:0000:3b:00): 79, pid=1, GPU has fallen off the bus.',"
        " flush=True)\ntime.sleep(60)\n")
-
-
-def _fw(bootstrap: str, prefix: str, *args: str) -> subprocess.CompletedProcess[str]:
-    res = subprocess.run([faultwatch_exe(), *args[:1], *(
-        ["--bootstrap", bootstrap, "--topic-prefix", prefix] if args[0] == "nodes" else []),
-        *args[1:]], capture_output=True, text=True, timeout=60, env=job_env())
-    assert res.returncode == 0, res.stderr
-    return res
-
-
-def _nodes(bootstrap: str, prefix: str) -> dict[str, dict[str, Any]]:
-    out = _fw(bootstrap, prefix, "nodes", "--json").stdout
-    return {d["node"]: d for d in map(json.loads, out.splitlines()) if d}
 
 
 def _agent(bootstrap: str, prefix: str, tmp: Path, job: str, node: str,
@@ -61,7 +55,7 @@ def test_quarantined_node_is_turned_away_and_hardware_blacklists_quarantine(
         wait_event(log, "partitions_assigned", 90, lambda e: e.get("partitions") != "-",
                    proc=proc)
         wait_event(log, "registry_loaded", 60, proc=proc)
-        _fw(kafka_bootstrap, topic_prefix, "nodes", "quarantine", bad, "--for", "1h",
+        fw_ok(kafka_bootstrap, topic_prefix, "nodes", "quarantine", bad, "--for", "1h",
             "--reason", "ECC errors seen by hand")
         # the worker follows the registry live: it has the quarantine before any job starts
         wait_event(log, "registry_node", 30, lambda e: e.get("node") == bad
@@ -92,11 +86,9 @@ def test_quarantined_node_is_turned_away_and_hardware_blacklists_quarantine(
         line = bad_decs[0]["evidence"]["first_error"]["line"]
         assert f"node {bad} is quarantined until" in line and "ECC errors seen by hand" in line
         # the job stage's own hardware blacklist is in the registry: quarantined, one strike
-        deadline = time.monotonic() + 30
-        while (reg := _nodes(kafka_bootstrap, topic_prefix)).get(xid, {}).get("state") \
-                != "quarantined":
-            assert time.monotonic() < deadline, reg
-            time.sleep(0.5)
+        reg = wait_until(lambda: node_records(kafka_bootstrap, topic_prefix), 30,
+                         f"node {xid} quarantined in the registry", interval_s=0.5,
+                         until=lambda r: r.get(xid, {}).get("state") == "quarantined")
         xid_dec = decisions(kafka_bootstrap, topic_prefix, on_xid)[0]
         assert xid_dec["action"] == "blacklist" and xid_dec["targets"]["nodes"] == [xid]
         n = reg[xid]

@@ -3,62 +3,27 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import signal
 import subprocess
 import sys
-import threading
-import time
 import uuid
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
 
-from faultwatch.kafka import broker as kafka_broker
 from faultwatch.notify.grouping import GroupingPolicy
 from faultwatch.notify.sender import Receiver, RetryPolicy
 from faultwatch.notify.service import Notifier, NotifierConfig
 from faultwatch.wire import signing
 from faultwatch.wire.signing import DecisionGate, Key, Keyring
+from tests.support.notify import Hook, dec, publish
+from tests.support.waiting import wait_until_async
 
 pytestmark = pytest.mark.kafka
-
-
-class Hook:
-    """A webhook receiver on a free port: records every POST; fails the first `fail` ones."""
-
-    def __init__(self, fail: int = 0, status: int = 500):
-        self.posts: list[tuple[float, int, dict[str, Any]]] = []
-        self.fail, self.status = fail, status
-        self.lock = threading.Lock()
-        hook = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 - http.server's name
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                with hook.lock:
-                    code = hook.status if len(hook.posts) < hook.fail else 200
-                    hook.posts.append((time.monotonic(), code, body))
-                self.send_response(code)
-                self.send_header("Content-Type", "application/json")
-                self.end_headers()
-                self.wfile.write(b'{"ok": true}')
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer((kafka_broker.HOST, kafka_broker.free_port()), Handler)
-        self.url = f"http://{kafka_broker.HOST}:{self.server.server_port}/hook"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def accepted(self) -> list[tuple[float, dict[str, Any]]]:
-        with self.lock:
-            return [(t, b) for t, c, b in self.posts if c == 200]
 
 
 @pytest.fixture
@@ -66,34 +31,6 @@ def hook() -> Iterator[Hook]:
     h = Hook()
     yield h
     h.server.shutdown()
-
-
-def dec(job: str, i: int, kind: str = "error", action: str = "restart") -> dict[str, Any]:
-    return {"v": 1, "id": f"{job}/{i}/{action}/{kind}", "job": job, "attempt": i,
-            "action": action, "targets": {"nodes": ["n1"], "ranks": []},
-            "reason": {"kind": kind, "rule": "nccl.timeout", "category": "retryable",
-                       "message": "NCCL watchdog timeout"},
-            "evidence": {}, "budgets": {}, "rules_version": "", "ts": time.time()}
-
-
-async def publish(bootstrap: str, topic: str, decisions: list[dict[str, Any]]) -> None:
-    from aiokafka import AIOKafkaProducer
-
-    p = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all")
-    await p.start()
-    try:
-        for d in decisions:
-            await p.send(topic, orjson.dumps(d), key=str(d["job"]).encode())
-        await p.flush()
-    finally:
-        await p.stop()
-
-
-async def until(pred: Any, timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not pred():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.05)
 
 
 def config(bootstrap: str, topic: str, url: str, **policy: float) -> NotifierConfig:
@@ -119,7 +56,7 @@ def test_a_restart_storm_sends_one_grouped_message_then_follow_ups(
             await publish(kafka_bootstrap, topic, [dec("storm", i)
                                                    for i in range(part * 20, part * 20 + 20)])
         await publish(kafka_bootstrap, topic, [dec("calm", 0, kind="hang")])
-        await until(lambda: len(hook.accepted()) >= 2, 60, "the first two messages")
+        await wait_until_async(lambda: len(hook.accepted()) >= 2, 60, "the first two messages")
         first = {b["group_key"]: (t, b) for t, b in hook.accepted()}
         t_storm, storm = first["job=storm,kind=error"]
         assert storm["reason"] == "initial" and storm["firing"] == 60
@@ -127,7 +64,7 @@ def test_a_restart_storm_sends_one_grouped_message_then_follow_ups(
         assert first["job=calm,kind=hang"][1]["firing"] == 1
         await publish(kafka_bootstrap, topic, [dec("storm", i) for i in range(60, 70)]
                       + [dec("storm", 5)])  # one duplicate id among them
-        await until(lambda: len(hook.accepted()) >= 3, 60, "the follow-up")
+        await wait_until_async(lambda: len(hook.accepted()) >= 3, 60, "the follow-up")
         t_next, follow = hook.accepted()[2]
         assert follow["group_key"] == "job=storm,kind=error" and follow["reason"] == "update"
         assert len(follow["new_ids"]) == 10 and follow["total"] == 70
@@ -153,7 +90,7 @@ def test_a_500_is_retried_with_backoff_until_accepted(
                 Notifier(config(kafka_bootstrap, topic, hook.url, group_wait_s=0.0),
                          DecisionGate(None, lambda e, **f: None),
                          lambda e, **f: events.append((e, f))).run(stop))
-            await until(lambda: len(hook.accepted()) >= 1, 60, "the accepted retry")
+            await wait_until_async(lambda: len(hook.accepted()) >= 1, 60, "the accepted retry")
             stop.set()
             await asyncio.wait_for(task, 30)
 
@@ -185,7 +122,8 @@ def test_with_a_key_only_signed_decisions_are_notified(
             Notifier(config(kafka_bootstrap, topic, hook.url, group_wait_s=0.5),
                      DecisionGate(ring, lambda e, **f: events.append((e, f))),
                      lambda e, **f: None).run(stop))
-        await until(lambda: len(hook.accepted()) >= 1, 60, "the signed decision's message")
+        await wait_until_async(lambda: len(hook.accepted()) >= 1, 60,
+                               "the signed decision's message")
         stop.set()
         await asyncio.wait_for(task, 30)
 
@@ -206,7 +144,7 @@ def test_the_notify_command_runs_until_sigterm(kafka_bootstrap: str, topic_prefi
                           "--from-beginning", "--group-id", f"g{uuid.uuid4().hex[:8]}"],
                          env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
-        asyncio.run(until(lambda: len(hook.accepted()) >= 1, 60, "the slack message"))
+        asyncio.run(wait_until_async(lambda: len(hook.accepted()) >= 1, 60, "the slack message"))
     finally:
         p.send_signal(signal.SIGTERM)
         _, err = p.communicate(timeout=60)

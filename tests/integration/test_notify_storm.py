@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import wait_until
-from tests.integration.test_notify import Hook, dec, publish
+from tests.support.notify import Hook, dec, publish
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.kafka
 

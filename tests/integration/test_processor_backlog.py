@@ -17,7 +17,8 @@ from faultwatch import wire
 from faultwatch.core.events import Exit, Line, RunStart
 from faultwatch.kafka.admin import ensure_topics
 from faultwatch.wire.topics import Topics
-from tests.e2e.cluster import processor, wait_decisions
+from tests.support.cluster import processor, wait_decisions
+from tests.support.waiting import wait_until_async
 
 pytestmark = pytest.mark.kafka
 
@@ -62,17 +63,24 @@ async def count_lines(bootstrap: str, topic: str, job: str, want: int,
                          group_id=None, max_partition_fetch_bytes=4 << 20)
     await c.start()
     lines = records = biggest = 0
+
+    async def more() -> int:
+        nonlocal lines, records, biggest
+        batch = await c.getmany(timeout_ms=500)
+        for msgs in batch.values():
+            for m in msgs:
+                records += 1
+                biggest = max(biggest, len(m.value))
+                d = orjson.loads(m.value)
+                if d.get("t") == "bundle" and d.get("job") == job:
+                    lines += sum(s["count"] for s in d["sigs"] if s["t"] == "out")
+        return lines
+
     try:
-        deadline = time.monotonic() + timeout_s
-        while lines < want and time.monotonic() < deadline:
-            batch = await c.getmany(timeout_ms=500)
-            for msgs in batch.values():
-                for m in msgs:
-                    records += 1
-                    biggest = max(biggest, len(m.value))
-                    d = orjson.loads(m.value)
-                    if d.get("t") == "bundle" and d.get("job") == job:
-                        lines += sum(s["count"] for s in d["sigs"] if s["t"] == "out")
+        if want > 0:
+            await wait_until_async(more, timeout_s, f"{want} lines of {job} on {topic}",
+                                   interval_s=0, until=lambda n: n >= want,
+                                   raise_on_timeout=False)
     finally:
         await c.stop()
     return lines, records, biggest

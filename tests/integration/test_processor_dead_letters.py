@@ -10,11 +10,11 @@ from pathlib import Path
 
 import orjson
 import pytest
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
 from faultwatch import wire
 from faultwatch.core.events import Exit, Line, RunStart
-from tests.e2e.cluster import processor, wait_decisions
+from tests.support.cluster import processor, wait_decisions
+from tests.support.kafka import produce_records, read_all
 
 pytestmark = pytest.mark.kafka
 
@@ -30,38 +30,13 @@ BAD: list[bytes] = [
 ]
 
 
-async def produce(bootstrap: str, topic: str, records: list[tuple[bytes, bytes]]) -> None:
-    p = AIOKafkaProducer(bootstrap_servers=bootstrap)
-    await p.start()
-    try:
-        for key, value in records:
-            await p.send_and_wait(topic, value, key=key)
-    finally:
-        await p.stop()
-
-
-async def read_all(bootstrap: str, topic: str, want: int, timeout_s: float) -> list[dict]:
-    c = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest",
-                         group_id=None)
-    await c.start()
-    out: list[dict] = []
-    try:
-        deadline = time.time() + timeout_s
-        while len(out) < want and time.time() < deadline:
-            batch = await c.getmany(timeout_ms=500)
-            out += [orjson.loads(m.value) for msgs in batch.values() for m in msgs]
-    finally:
-        await c.stop()
-    return out
-
-
 def test_bad_records_are_dead_lettered_and_the_processor_goes_on(kafka_bootstrap: str,
                                                                  tmp_path: Path) -> None:
     prefix = f"dl{uuid.uuid4().hex[:8]}."
     with processor(kafka_bootstrap, prefix, tmp_path / "processor.log", "--settle-s", "0.5"
                    ) as proc:
         time.sleep(2.0)
-        asyncio.run(produce(kafka_bootstrap, f"{prefix}logs",
+        asyncio.run(produce_records(kafka_bootstrap, f"{prefix}logs",
                             [(wire.log_key("bad", "n"), v) for v in BAD]))
         job, t = f"good-{uuid.uuid4().hex[:6]}", time.time()
         key = wire.log_key(job, "n0")
@@ -72,7 +47,7 @@ def test_bad_records_are_dead_lettered_and_the_processor_goes_on(kafka_bootstrap
                 Line("stderr", 1, t, "[rank1]: ModuleNotFoundError: No module named 'foo'")]),
             wire.encode_exit(Exit(job, 0, "n0", t + 0.1, exit_code=1)),
         ]
-        asyncio.run(produce(kafka_bootstrap, f"{prefix}logs", [(key, v) for v in good]))
+        asyncio.run(produce_records(kafka_bootstrap, f"{prefix}logs", [(key, v) for v in good]))
         decs = wait_decisions(kafka_bootstrap, prefix, job, timeout_s=60)
         assert [d["action"] for d in decs] == ["fail"], decs
         assert proc.poll() is None, (tmp_path / "processor.log").read_text()[-3000:]

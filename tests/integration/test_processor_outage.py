@@ -17,14 +17,14 @@ import pytest
 from faultwatch import wire
 from faultwatch.core.events import Exit, Line, RunStart
 from faultwatch.kafka import broker as kafka_local
-from tests.e2e.cluster import (
+from tests.support.cluster import (
     events,
     processor,
     wait_decisions,
     wait_event,
     wait_processor_ready,
 )
-from tests.integration.test_processor_dead_letters import produce
+from tests.support.kafka import produce_records
 
 pytestmark = [pytest.mark.slow, pytest.mark.kafka, pytest.mark.timeout(900)]
 
@@ -60,7 +60,8 @@ def test_processor_is_calm_while_the_broker_is_down_and_recovers(
     with processor(bootstrap, topic_prefix, log, "--settle-s", "0.5") as proc:
         wait_processor_ready(bootstrap, topic_prefix, proc, log)
         before = f"before-{uuid.uuid4().hex[:6]}"
-        asyncio.run(produce(bootstrap, f"{topic_prefix}logs", _failing(before, time.time())))
+        asyncio.run(produce_records(bootstrap, f"{topic_prefix}logs",
+                                    _failing(before, time.time())))
         assert wait_decisions(bootstrap, topic_prefix, before, 1, timeout_s=60)
         kafka_local.down(data, port)
         n0 = _lines(log)  # lines: the whole outage; CPU: past its first seconds (the
@@ -72,7 +73,7 @@ def test_processor_is_calm_while_the_broker_is_down_and_recovers(
         kafka_local.up(port=port, data_dir=data)
         assert proc.poll() is None, log.read_text(errors="replace")[-3000:]
         after = f"after-{uuid.uuid4().hex[:6]}"
-        asyncio.run(produce(bootstrap, f"{topic_prefix}logs", _failing(after, time.time())))
+        asyncio.run(produce_records(bootstrap, f"{topic_prefix}logs", _failing(after, time.time())))
         got = wait_decisions(bootstrap, topic_prefix, after, 1, timeout_s=180)
     text = log.read_text(errors="replace")
     print(f"\nprocessor while the broker was down for {OUTAGE_S:.0f}s: CPU "
@@ -97,7 +98,7 @@ def test_processor_survives_the_broker_going_away_during_startup(
         assert proc.poll() is None, log.read_text(errors="replace")[-3000:]
         kafka_local.up(port=port, data_dir=data)
         job = f"startup-{uuid.uuid4().hex[:6]}"
-        asyncio.run(produce(bootstrap, f"{topic_prefix}logs", _failing(job, time.time())))
+        asyncio.run(produce_records(bootstrap, f"{topic_prefix}logs", _failing(job, time.time())))
         got = wait_decisions(bootstrap, topic_prefix, job, 1, timeout_s=240)
         alive = proc.poll() is None
     text = log.read_text(errors="replace")

@@ -14,8 +14,8 @@ import pytest
 
 from faultwatch import wire
 from faultwatch.core.events import Heartbeat, Line, RunStart
-from tests.e2e.cluster import processor, wait_decisions, wait_event
-from tests.integration.test_processor_dead_letters import produce, read_all
+from tests.support.cluster import processor, wait_decisions, wait_event
+from tests.support.kafka import produce_records, read_all
 
 pytestmark = pytest.mark.kafka
 
@@ -38,7 +38,7 @@ def test_a_bad_rank_is_dead_lettered_once_and_the_partition_goes_on(
             Line("stdout", 0, t, "hello")]))
         bad["rank"] = "x"
         records.insert(2, (wire.log_key(bad_job, "n0"), orjson.dumps(bad)))
-        asyncio.run(produce(kafka_bootstrap, f"{topic_prefix}logs", records))
+        asyncio.run(produce_records(kafka_bootstrap, f"{topic_prefix}logs", records))
         # both nodes then go quiet: each job's node is lost once the grace has passed
         good = wait_decisions(kafka_bootstrap, topic_prefix, good_job, timeout_s=90)
         bad_decs = wait_decisions(kafka_bootstrap, topic_prefix, bad_job, timeout_s=30)

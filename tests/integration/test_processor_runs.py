@@ -13,8 +13,8 @@ import pytest
 
 from faultwatch import wire
 from faultwatch.core.events import Exit, Heartbeat, Line, RunStart
-from tests.e2e.cluster import decisions, processor, wait_decisions, wait_event, wait_processed
-from tests.integration.test_processor_dead_letters import produce
+from tests.support.cluster import decisions, processor, wait_decisions, wait_event, wait_processed
+from tests.support.kafka import produce_records
 
 pytestmark = pytest.mark.kafka
 
@@ -54,10 +54,11 @@ def test_reused_name_absurd_attempt_and_stray_record(kafka_bootstrap: str, topic
         t = time.time()
         # case 2: run g-1 fails retryably (restart), its attempt 1 finishes; then a new run of
         # the same name (g-2, attempt 0) fails fatally: that failure must be decided
-        asyncio.run(produce(kafka_bootstrap, logs, _attempt(reused, "g-1", 0, t, RETRYABLE, 1)))
+        asyncio.run(produce_records(kafka_bootstrap, logs,
+                                    _attempt(reused, "g-1", 0, t, RETRYABLE, 1)))
         first = wait_decisions(kafka_bootstrap, topic_prefix, reused, 1, timeout_s=60)
         assert [(d["action"], d["run_id"]) for d in first] == [("restart", "g-1")], first
-        asyncio.run(produce(kafka_bootstrap, logs,
+        asyncio.run(produce_records(kafka_bootstrap, logs,
                             _attempt(reused, "g-1", 1, t + 2, None, 0)
                             + _attempt(reused, "g-2", 0, t + 5, FATAL, 1)))
         # case 7: a heartbeat claiming attempt 999999 arrives before the real failure
@@ -65,10 +66,10 @@ def test_reused_name_absurd_attempt_and_stray_record(kafka_bootstrap: str, topic
         junk = (key, wire.encode_heartbeat(Heartbeat(absurd, 999999, "n0", t + 0.25, True,
                                                      t, t, run_id="g-a")))
         recs = _attempt(absurd, "g-a", 0, t, FATAL, 1)
-        asyncio.run(produce(kafka_bootstrap, logs, recs[:2] + [junk] + recs[2:]))
+        asyncio.run(produce_records(kafka_bootstrap, logs, recs[:2] + [junk] + recs[2:]))
         # case 14: a stray lines record of a job nobody started; a started job whose node
         # then goes quiet is the positive control (it is lost; the phantom must not be)
-        asyncio.run(produce(kafka_bootstrap, logs, [
+        asyncio.run(produce_records(kafka_bootstrap, logs, [
             (wire.log_key(phantom, "n0"), wire.encode_lines(phantom, 0, "n0", "g-p", [
                 Line("stdout", 0, t, "hello")])),
             (wire.log_key(control, "n0"), wire.encode_run_start(RunStart(

@@ -20,7 +20,8 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from faultwatch import wire
 from faultwatch.core.events import Exit, Line, RunStart
 from faultwatch.kafka import broker as kafka_broker
-from tests.e2e.cluster import processor, wait_event
+from tests.support.cluster import processor, wait_event
+from tests.support.waiting import wait_until_async
 
 pytestmark = pytest.mark.kafka
 
@@ -74,17 +75,22 @@ async def decisions_by_job(bootstrap: str, topic: str, jobs: set[str], timeout_s
                          group_id=None)
     await c.start()
     ids: dict[str, set[str]] = defaultdict(set)
+
+    async def more() -> dict[str, set[str]]:
+        batch = await c.getmany(timeout_ms=500)
+        for msgs in batch.values():
+            for m in msgs:
+                d = orjson.loads(m.value)
+                ids[d["job"]].add(f"{d['id']}:{d['action']}:{d['reason']['kind']}")
+        return ids
+
     try:
-        deadline = time.monotonic() + timeout_s
-        done_at: float | None = None
-        while time.monotonic() < (deadline if done_at is None else done_at + linger_s):
-            batch = await c.getmany(timeout_ms=500)
-            for msgs in batch.values():
-                for m in msgs:
-                    d = orjson.loads(m.value)
-                    ids[d["job"]].add(f"{d['id']}:{d['action']}:{d['reason']['kind']}")
-            if done_at is None and jobs <= set(ids):
-                done_at = time.monotonic()
+        await wait_until_async(more, timeout_s, f"a decision of each of {len(jobs)} jobs",
+                               interval_s=0, until=lambda got: jobs <= set(got),
+                               raise_on_timeout=False)
+        if jobs <= set(ids):  # then read on for late duplicates
+            await wait_until_async(more, linger_s, "late duplicates", interval_s=0,
+                                   until=lambda _: False, raise_on_timeout=False)
     finally:
         await c.stop()
     return ids

@@ -16,18 +16,10 @@ import pytest
 
 from faultwatch.errors import EXIT_RULES
 from faultwatch.kafka import broker as kafka_local
-from tests.conftest import wait_until
-from tests.e2e.cluster import processor
-from tests.integration.test_rules_push import (
-    RETRYABLE,
-    feed_failure,
-    one_decision,
-    rules_version_of,
-    wait_log,
-)
-from tests.integration.test_rules_push import (
-    fw as _fw,
-)
+from tests.support.cluster import processor, wait_log
+from tests.support.processes import fw as _fw
+from tests.support.pushed_rules import RETRYABLE, feed_failure, one_decision, rules_version_of
+from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 

@@ -4,42 +4,26 @@ from __future__ import annotations
 
 import asyncio
 import re
-import subprocess
 import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import orjson
 import pytest
 
-from faultwatch import wire
-from faultwatch.core.events import STDERR, Exit, Line, RunStart
 from faultwatch.errors import EXIT_RULES
 from faultwatch.kafka.admin import ensure_topics
 from faultwatch.streams.rules_push import publish_record
 from faultwatch.streams.rules_record import RULESET_KEY
-from faultwatch.streams.rules_watch import assign_topic
 from faultwatch.wire.topics import Topics
-from tests.e2e.cluster import decisions, processor, wait_decisions
-from tests.e2e.conftest import faultwatch_exe, job_env
+from tests.support.cluster import decisions, processor, wait_log
+from tests.support.kafka import read_topic
+from tests.support.processes import fw
+from tests.support.pushed_rules import RETRYABLE, feed_failure, one_decision, rules_version_of
 
 pytestmark = pytest.mark.kafka
 
-FAILURE = "FluxError: the flux capacitor overheated at step 7"  # no built-in rule knows it
-
-RETRYABLE = f"""\
-version: 1
-rules:
-  - id: site.flux-overheat
-    category: retryable
-    contains: "flux capacitor overheated"
-    description: our flux capacitors cool down after a restart
-    tests:
-      match: ["{FAILURE}"]
-      no_match: ["flux capacitor nominal"]
-"""
 
 BROKEN = """\
 version: 1
@@ -49,72 +33,6 @@ rules:
     regex: "(unclosed"
     descripton: a typo
 """
-
-
-def fw(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([faultwatch_exe(), *args], capture_output=True, text=True,
-                          timeout=timeout, env=job_env())
-
-
-def read_topic(bootstrap: str, topic: str, timeout: float = 5.0) -> list[Any]:
-    """Every record on the topic now ([] when the topic does not exist)."""
-    from aiokafka import AIOKafkaConsumer
-
-    async def main() -> list[Any]:
-        c = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=None,
-                             enable_auto_commit=False, auto_offset_reset="earliest")
-        await c.start()
-        try:
-            tps = await assign_topic(c, topic)
-            if not tps:
-                return []
-            end = await c.end_offsets(tps)
-            out: list[Any] = []
-            deadline = time.monotonic() + timeout
-            while time.monotonic() < deadline:
-                if all([await c.position(tp) >= end[tp] for tp in tps]):
-                    break
-                for msgs in (await c.getmany(timeout_ms=300)).values():
-                    out.extend(msgs)
-            return out
-        finally:
-            await c.stop()
-
-    return asyncio.run(main())
-
-
-def feed_failure(bootstrap: str, prefix: str, job: str, text: str = FAILURE) -> None:
-    """What an agent would send for a process that prints `text` and exits with 1."""
-    from aiokafka import AIOKafkaProducer
-
-    node, run_id, now = "n0", uuid.uuid4().hex, time.time()
-    key = wire.log_key(job, node)
-    recs = [
-        wire.encode_run_start(RunStart(job=job, attempt=0, node=node, ts=now, run_id=run_id,
-                                       nnodes=1, host="h0", pid=42, cmd=("train",))),
-        wire.encode_lines(job, 0, node, run_id, [
-            Line(STDERR, 0, now + 0.1, "step 1 loss 2.3"),
-            Line(STDERR, 1, now + 0.2, text)]),
-        wire.encode_exit(Exit(job=job, attempt=0, node=node, ts=now + 0.3, exit_code=1),
-                         run_id),
-    ]
-
-    async def main() -> None:
-        p = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all")
-        await p.start()
-        try:
-            for r in recs:
-                await p.send_and_wait(Topics(prefix).logs, value=r, key=key)
-        finally:
-            await p.stop()
-
-    asyncio.run(main())
-
-
-def rules_version_of(stdout: str) -> str:
-    m = re.search(r"rules version ([0-9a-f]+)", stdout)
-    assert m, stdout
-    return m.group(1)
 
 
 def test_push_invalid_file_exits_with_the_rules_code_and_publishes_nothing(kafka_bootstrap: str,
@@ -156,22 +74,6 @@ def running_processor(kafka_bootstrap: str, topic_prefix: str,
         assert proc.poll() is None, log.read_text()
         yield log
         assert proc.poll() is None, f"processor died:\n{log.read_text()[-4000:]}"
-
-
-def wait_log(log: Path, needle: str, timeout: float = 30.0) -> str:
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        text = log.read_text(errors="replace")
-        if needle in text:
-            return text
-        time.sleep(0.3)
-    raise AssertionError(f"{needle!r} not in processor log:\n{log.read_text()[-4000:]}")
-
-
-def one_decision(bootstrap: str, prefix: str, job: str) -> dict[str, Any]:
-    decs = wait_decisions(bootstrap, prefix, job, timeout_s=60)
-    assert len(decs) == 1, decs
-    return decs[0]
 
 
 def test_processor_hot_reloads_pushed_rules(kafka_bootstrap: str, topic_prefix: str,

@@ -2,87 +2,18 @@
 
 from __future__ import annotations
 
-import asyncio
-import os
-import queue
-import subprocess
-import sys
-import threading
-import time
 from pathlib import Path
 
-import orjson
 import pytest
 
-from faultwatch import wire
 from faultwatch.agents.config import EXIT_FAILED_BY_DECISION
-from faultwatch.core.events import Decision
 from faultwatch.wire import signing
 from faultwatch.wire.signing import Key, Keyring
+from tests.support.signed_decisions import KEY, fail_dict, lines_of, publish, start_agent, wait_line
 
 pytestmark = pytest.mark.kafka
 
-KEY = Key("k2026", b"agent-test-secret-0123456789")
 FOREVER = "import time\nprint('running', flush=True)\nwhile True: time.sleep(0.05)\n"
-
-
-def fail_dict(job: str, did: str) -> dict[str, object]:
-    return wire.decision_to_dict(Decision(id=did, job=job, attempt=0, action="fail",
-                                          run_id="R1",
-                                          kind="error", ts=time.time(), nodes=()))
-
-
-def publish(bootstrap: str, topic: str, job: str, *values: dict[str, object]) -> None:
-    from aiokafka import AIOKafkaProducer
-
-    async def main() -> None:
-        p = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all")
-        await p.start()
-        try:
-            for v in values:
-                await p.send_and_wait(topic, orjson.dumps(v), key=wire.job_key(job))
-        finally:
-            await p.stop()
-
-    asyncio.run(main())
-
-
-def lines_of(stream: object) -> queue.Queue[bytes]:
-    q: queue.Queue[bytes] = queue.Queue()
-
-    def pump() -> None:
-        for line in iter(stream.readline, b""):  # type: ignore[attr-defined]
-            q.put(line)
-
-    threading.Thread(target=pump, daemon=True).start()
-    return q
-
-
-def wait_line(q: queue.Queue[bytes], needle: bytes, timeout_s: float, seen: list[bytes]) -> bytes:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            line = q.get(timeout=0.2)
-        except queue.Empty:
-            continue
-        seen.append(line)
-        if needle in line:
-            return line
-    raise AssertionError(f"no {needle!r} within {timeout_s} s; stderr:\n"
-                         + b"".join(seen[-40:]).decode(errors="replace"))
-
-
-def start_agent(bootstrap: str, prefix: str, tmp: Path, job: str,
-                env_extra: dict[str, str]) -> subprocess.Popen[bytes]:
-    # the decisions topic exists before the agent starts (the processor creates it)
-    publish(bootstrap, f"{prefix}decisions", "other-job", fail_dict("other-job", "x"))
-    argv = [sys.executable, "-m", "faultwatch", "agent", "--bootstrap", bootstrap,
-            "--job", job, "--node", "n1", "--topic-prefix", prefix, "--spool-dir", str(tmp),
-            "--heartbeat-s", "0.5", "--follow-decisions", "--run-id", "R1", "--",
-            sys.executable, "-c", FOREVER]
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FAULTWATCH_DECISION_KEY")}
-    return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            env={**env, **env_extra})
 
 
 def test_forged_and_unsigned_fail_decisions_do_not_stop_an_agent_with_a_key(

@@ -8,12 +8,13 @@ import shlex
 import shutil
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
@@ -65,24 +66,19 @@ def test_status_shows_a_live_job_in_a_terminal_and_as_json(
                     f"FAULTWATCH_BOOTSTRAP={kafka_bootstrap} COLUMNS=200 {cmd}"],
                    check=True, timeout=10)
     try:
-        deadline = time.monotonic() + 120
-        screen = ""
-        while time.monotonic() < deadline:
-            screen = _capture(session)
-            row = next((line for line in screen.splitlines() if job in line), "")
-            if "running" in row and "1/1" in row:
-                break
-            time.sleep(0.5)
-        else:
-            raise AssertionError(f"no live row for {job}:\n{screen}\n"
-                                 + (tmp_path / "process.log").read_text()[-2000:])
+        def live_row(screen: str) -> str:
+            return next((line for line in screen.splitlines() if job in line), "")
+
+        screen = wait_until(lambda: _capture(session), 120, f"a live row for {job}",
+                            interval_s=0.5,
+                            until=lambda s: "running" in live_row(s) and "1/1" in live_row(s),
+                            detail=lambda: (tmp_path / "process.log").read_text()[-2000:])
+        row = live_row(screen)
         assert "faultwatch status" in screen and "run-42" in row
         subprocess.run(["tmux", "send-keys", "-t", session, "C-c"], check=True, timeout=10)
-        deadline = time.monotonic() + 30
-        while subprocess.run(["tmux", "has-session", "-t", session],
-                             capture_output=True).returncode == 0:  # ends with its command
-            assert time.monotonic() < deadline, "Ctrl-C did not stop `status --watch`"
-            time.sleep(0.3)
+        wait_until(lambda: subprocess.run(["tmux", "has-session", "-t", session],
+                                          capture_output=True).returncode != 0,  # ends with it
+                   30, "Ctrl-C to stop `status --watch`", interval_s=0.3)
     finally:
         subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)
     out = subprocess.run([*fw, "status", "--json", "--job", job, "--topic-prefix",

@@ -14,6 +14,7 @@ from faultwatch.agents.batcher import MAX_RECORD_BYTES, LineBatcher, _Hint, spli
 from faultwatch.agents.reader import LineBlock, LineSplitter, Piece, expand
 from faultwatch.agents.spool import KEEP
 from faultwatch.core.events import Line
+from tests.support.waiting import wait_until_async
 
 
 def _encode(pieces: list[Piece]) -> bytes:
@@ -104,10 +105,8 @@ def test_linger_flushes_a_partial_record() -> None:
         b = LineBatcher(_encode, lambda v, f, n: out.append(n), linger_s=0.05)
         b.add([LineBlock("stdout", 0, 1.0, "a\nb", 0, 0, 2)])
         assert out == []
-        for _ in range(200):
-            if out:
-                break
-            await asyncio.sleep(0.01)
+        await wait_until_async(lambda: out, 2, "the linger flush", interval_s=0.01,
+                               raise_on_timeout=False)
 
     asyncio.run(main())
     assert out == [2]

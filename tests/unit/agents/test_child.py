@@ -14,6 +14,7 @@ import pytest
 
 from faultwatch.agents.child import PIPE_BYTES, Child, ExitStatus
 from faultwatch.errors import ChildError
+from tests.support.waiting import wait_until, wait_until_async
 
 
 def _run(coro):  # type: ignore[no-untyped-def]
@@ -113,10 +114,8 @@ def test_stop_kills_leftover_group_members() -> None:
         assert await ch.stdout.readline() == b"1\n"
         st = await ch.stop(grace_s=0.5)
         assert st.signal == signal.SIGTERM
-        for _ in range(100):
-            if not ch.group_alive():
-                break
-            await asyncio.sleep(0.05)
+        await wait_until_async(lambda: not ch.group_alive(), 5, "the group gone",
+                               raise_on_timeout=False)
         assert not ch.group_alive()
         return gpid
 
@@ -142,10 +141,8 @@ def test_group_alive_ignores_zombies_of_a_slow_init() -> None:
         await ch.wait()
         before = ch.group_alive()  # control: the member really runs
         os.kill(gpid, signal.SIGKILL)
-        for _ in range(100):
-            if _dead(gpid):
-                break
-            await asyncio.sleep(0.02)
+        await wait_until_async(lambda: _dead(gpid), 2, f"member {gpid} dead", interval_s=0.02,
+                               raise_on_timeout=False)
         return before, ch.group_alive()
 
     before, after = _run(main())
@@ -203,22 +200,19 @@ def test_escalation_kills_descendants_in_sessions_of_their_own(tmp_path: Path) -
 
     async def main() -> int:
         child = await Child.spawn([sys.executable, "-c", code])
-        for _ in range(200):
-            if pidfile.exists() and pidfile.read_text():
-                break
-            await asyncio.sleep(0.05)
+        await wait_until_async(lambda: pidfile.exists() and pidfile.read_text(), 10,
+                               "the grandchild's pid file", raise_on_timeout=False)
         grandchild = int(pidfile.read_text())
         assert os.getpgid(grandchild) != child.pgid  # really outside the child's group
         await child.stop(grace_s=0.5)
         return grandchild
 
     grandchild = asyncio.run(main())
-    for _ in range(100):  # reaped by init: gone, or a zombie for a moment
-        state = subprocess.run(["ps", "-o", "stat=", "-p", str(grandchild)],
-                               capture_output=True, text=True).stdout.strip()
-        if not state or state.startswith("Z"):
-            break
-        time.sleep(0.05)
+    state = wait_until(  # reaped by init: gone, or a zombie for a moment
+        lambda: subprocess.run(["ps", "-o", "stat=", "-p", str(grandchild)],
+                               capture_output=True, text=True).stdout.strip(), 5,
+        f"grandchild {grandchild} gone", interval_s=0.05,
+        until=lambda state: not state or state.startswith("Z"), raise_on_timeout=False)
     assert not state or state.startswith("Z"), f"grandchild {grandchild} survived: {state}"
 
 

@@ -4,14 +4,16 @@ words, a checkpoint write deferring the decision (bounded), repeated culprits as
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
+import faultwatch
 from faultwatch.core.events import Notice, Output, RunStart
 from faultwatch.core.job import JobState, apply
 from faultwatch.core.policy import Policy
 from faultwatch.core.state import new_attempt
-from tests.unit.core.test_detectors import out, prog
-from tests.unit.diagnose.test_flight_recorder import dump, entry
+from tests.support.flight_recorder import dump, entry
+from tests.support.job_events import out, prog
 
 P = Policy(hang_window_s=20, settle_s=0, max_restarts=10, checkpoint_extend_s=200)
 COLL = {"state": "collective", "op": "all_reduce", "at": "train.py:40 in step",
@@ -156,7 +158,7 @@ def test_diagnosis_decisions_validate_against_the_published_schema() -> None:
     import orjson
 
     from faultwatch.wire import decision_to_dict
-    from tests.unit.core.test_signals_and_schema import SCHEMA
+    SCHEMA = Path(faultwatch.__file__).parent / "schemas" / "decision.schema.json"
 
     st, last = silent_job()
     st, t, decs = run_until(st, last, last, last + 30, {"diagnose"})

@@ -6,7 +6,7 @@ from __future__ import annotations
 from faultwatch.core.job import JobState
 from faultwatch.core.policy import Policy
 from faultwatch.core.windows import MIN_SAMPLES, STEPS_HIST, GapHist, describe_basis
-from tests.unit.core.test_detectors import hb, out, prog, start
+from tests.support.job_events import hb, out, prog, start
 
 P = Policy(hang_floor_s=30, hang_ceiling_s=600, settle_s=0)
 

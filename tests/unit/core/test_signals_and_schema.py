@@ -34,8 +34,8 @@ from faultwatch.wire import (
     encode_signal,
     signal_of,
 )
-from tests.builtin_rules import builtin_ruleset
-from tests.unit.core import test_detectors as td
+from tests.support import job_events as td
+from tests.support.rules import builtin_ruleset
 
 SCHEMA = Path(faultwatch.__file__).parent / "schemas" / "decision.schema.json"
 

@@ -4,7 +4,7 @@ stalled (seen with real torchrun: 'rank 1 stuck before all_reduce' right after s
 from __future__ import annotations
 
 from faultwatch.core.policy import Policy
-from tests.unit.core.test_detectors import hb, out, prog, start
+from tests.support.job_events import hb, out, prog, start
 
 P = Policy(hang_window_s=5, settle_s=0, max_restarts=3)
 
@@ -32,7 +32,7 @@ def test_silence_right_after_a_root_error_waits_for_the_exit() -> None:
     from faultwatch.core.events import Exit
     from faultwatch.core.job import apply
     from faultwatch.core.silence import ERROR_EXIT_GRACE_S
-    from tests.unit.core.test_detectors import hit
+    from tests.support.job_events import hit
 
     st = start(policy=P)
     t = 100.0

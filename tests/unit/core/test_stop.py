@@ -6,7 +6,7 @@ from faultwatch import wire
 from faultwatch.core.events import Exit, Hit
 from faultwatch.core.matching import signals_of_exit
 from faultwatch.rules.engine import Matcher
-from tests.builtin_rules import builtin_ruleset
+from tests.support.rules import builtin_ruleset
 
 
 def test_a_stopped_exit_round_trips_and_matches_no_exit_rule() -> None:

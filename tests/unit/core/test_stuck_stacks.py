@@ -11,7 +11,7 @@ from faultwatch.core.events import Heartbeat, Notice, RunStart
 from faultwatch.core.job import JobState, apply
 from faultwatch.core.policy import Policy
 from faultwatch.core.silence import probe_offsets
-from tests.unit.core.test_detectors import out
+from tests.support.job_events import out
 
 P = Policy(settle_s=0, max_restarts=10)  # adaptive, floor 30 s, ceiling 600 s, diagnose at 0.5
 COLL = {"state": "collective", "op": "broadcast", "at": "train.py:53 in <module>",

@@ -18,7 +18,7 @@ from faultwatch.nodes.gate import (
 )
 from faultwatch.nodes.writer import RegistryWriter
 from faultwatch.wire import encode_node, node_key
-from tests.builtin_rules import builtin_ruleset
+from tests.support.rules import builtin_ruleset
 
 POL = Policy(settle_s=1.0)
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from faultwatch.rules import check_files, classify, load_ruleset
-from tests.builtin_rules import builtin_ruleset
+from tests.support.rules import builtin_ruleset
 
 RS = builtin_ruleset()
 

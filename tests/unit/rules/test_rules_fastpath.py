@@ -16,7 +16,7 @@ from faultwatch.rules.normalise import (
 )
 from faultwatch.rules.patterns import anchor_after_prefix
 from faultwatch.rules.prefix import strip_fast, strip_joined
-from tests.builtin_rules import builtin_ruleset
+from tests.support.rules import builtin_ruleset
 
 RS = builtin_ruleset()
 PREFIXES = ["", "", "", "", "", "[rank0]:", "[rank1]: ", "[default2]:", "[default0]:[rank3]:",

@@ -13,7 +13,7 @@ from faultwatch.rules import (
     pick_root,
     split_prefixed,
 )
-from tests.builtin_rules import builtin_ruleset
+from tests.support.rules import builtin_ruleset
 
 RS = builtin_ruleset()
 M = Matcher(RS)

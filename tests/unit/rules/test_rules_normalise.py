@@ -7,7 +7,7 @@ import pytest
 from faultwatch.core.events import STDERR, Line
 from faultwatch.rules import Matcher, classify
 from faultwatch.rules.normalise import has_other_prefix, normalise_line
-from tests.builtin_rules import builtin_ruleset
+from tests.support.rules import builtin_ruleset
 
 RS = builtin_ruleset()
 MATCHER = Matcher(RS)

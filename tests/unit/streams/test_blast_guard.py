@@ -11,7 +11,7 @@ from faultwatch.core.events import Decision, Heartbeat, RunStart
 from faultwatch.core.policy import Policy
 from faultwatch.errors import ConfigError
 from faultwatch.streams.local import LocalPipeline
-from tests.builtin_rules import builtin_ruleset
+from tests.support.rules import builtin_ruleset
 
 T0 = 1_700_000_000.0
 

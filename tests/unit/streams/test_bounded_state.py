@@ -12,7 +12,7 @@ from faultwatch.core.events import Exit, Line, RunStart
 from faultwatch.core.policy import Policy
 from faultwatch.streams.job_stage import JOB_IDLE_S
 from faultwatch.streams.local import LocalPipeline
-from tests.builtin_rules import builtin_ruleset
+from tests.support.rules import builtin_ruleset
 
 T0 = 1_700_000_000.0
 RETRYABLE = "RuntimeError: Socket Timeout"

@@ -15,7 +15,7 @@ from faultwatch.streams.job_stage import DictStore, JobStage
 from faultwatch.streams.local import LocalPipeline
 from faultwatch.streams.matcher_stage import MatcherStage
 from faultwatch.streams.records import InRecord, LiveRules
-from tests.builtin_rules import builtin_ruleset
+from tests.support.rules import builtin_ruleset
 
 T0 = 1_700_000_000.0
 POLICY = Policy(settle_s=0.5, node_lost_s=5.0)

@@ -25,7 +25,7 @@ from faultwatch.streams.matcher_stage import (
 )
 from faultwatch.streams.records import InRecord, LiveRules
 from faultwatch.wire import MAX_RECORD_BYTES, encode_bundles
-from tests.builtin_rules import builtin_ruleset
+from tests.support.rules import builtin_ruleset
 
 T0 = 1_700_000_000.0
 POLICY = Policy(settle_s=0.5, node_lost_s=5.0)

@@ -13,7 +13,7 @@ from faultwatch.core.policy import policy_for
 from faultwatch.streams.faust_app import ProcessorConfig, build_processor
 from faultwatch.streams.worker import ProcessorWorker
 from faultwatch.wire.topics import Topics
-from tests.builtin_rules import builtin_ruleset
+from tests.support.rules import builtin_ruleset
 
 
 def test_the_worker_keeps_the_root_logger_at_its_level(tmp_path: Path,

@@ -45,7 +45,7 @@ from faultwatch.trust.records import (
 from faultwatch.trust.refusals import REFUSALS
 from faultwatch.trust.replay import ReplayGuard
 from faultwatch.wire.signing import DecisionGate, Key, Keyring, sign
-from tests.builtin_rules import builtin_ruleset
+from tests.support.rules import builtin_ruleset
 from tests.unit.trust.helpers import make_key, trust_of
 
 TP = namedtuple("TP", "topic partition")

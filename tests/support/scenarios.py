@@ -6,7 +6,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -15,10 +14,11 @@ from typing import Any
 
 import yaml
 
-from tests.e2e.cluster import agent_cmd, decisions
-from tests.e2e.conftest import job_env
+from tests.support.cluster import agent_cmd, decisions
+from tests.support.processes import job_env
+from tests.support.waiting import wait_until
 
-JOBS = Path(__file__).parent / "jobs"
+JOBS = Path(__file__).resolve().parents[1] / "e2e" / "jobs"
 SCENARIOS = JOBS / "scenarios.py"
 
 
@@ -79,15 +79,10 @@ def agents(bootstrap: str, prefix: str, tmp: Path) -> Iterator[Agents]:
 
 def wait_for(bootstrap: str, prefix: str, job: str, pred: Any,
              timeout_s: float = 60.0) -> list[dict[str, Any]]:
-    """Poll the job's decisions (deduped by id) until pred(decisions) holds."""
-    deadline = time.time() + timeout_s
-    got: list[dict[str, Any]] = []
-    while time.time() < deadline:
-        got = decisions(bootstrap, prefix, job)
-        if pred(got):
-            return got
-        time.sleep(0.7)
-    return got
+    """Poll the job's decisions (deduped by id) until pred(decisions) holds; after
+    `timeout_s` the last ones read (the caller asserts on them)."""
+    return wait_until(lambda: decisions(bootstrap, prefix, job), timeout_s,
+                      f"decisions of {job}", interval_s=0.7, until=pred, raise_on_timeout=False)
 
 
 def kinds(decs: list[dict[str, Any]]) -> list[tuple[str, str]]:

@@ -14,10 +14,11 @@ import signal
 import socket
 import subprocess
 import tempfile
-import time
 import uuid
 from collections.abc import Callable, Mapping
 from pathlib import Path
+
+from tests.support.waiting import wait_until
 
 NODES = ("n1", "n2")
 BINARIES = ("munged", "mungekey", "slurmctld", "slurmd", "sinfo", "sbatch", "scontrol",
@@ -156,13 +157,15 @@ class SlurmCluster:
         out.close()
 
     def _wait(self, cond: Callable[[], bool], timeout_s: float, what: str) -> None:
-        deadline = time.monotonic() + timeout_s
-        while not cond():
+        def probe() -> bool:
             dead = {n: p.returncode for n, p in self.procs.items() if p.poll() is not None}
-            if dead or time.monotonic() > deadline:
+            if dead:
                 raise RuntimeError(f"Slurm harness: waiting for {what} failed "
                                    f"(exited: {dead}); logs:\n{self.logs_tail()}")
-            time.sleep(0.2)
+            return cond()
+
+        wait_until(probe, timeout_s, f"Slurm: {what}", interval_s=0.2,
+                   detail=lambda: f"logs:\n{self.logs_tail()}")
 
     def wait_for(self, cond: Callable[[], bool], timeout_s: float, what: str) -> None:
         """Poll a condition over the cluster's state (sinfo/squeue/scontrol) until true."""

@@ -1,4 +1,4 @@
-"""Cluster-mode harness for end-to-end tests: a real processor worker and agents on Kafka."""
+"""Cluster-mode harness: a real `faultwatch process` worker, agents, decisions and logs on Kafka."""
 
 from __future__ import annotations
 
@@ -7,13 +7,13 @@ import os
 import re
 import signal
 import subprocess
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from tests.e2e.conftest import faultwatch_exe, job_env
+from tests.support.processes import faultwatch_exe, job_env
+from tests.support.waiting import wait_until
 
 
 @contextmanager
@@ -53,16 +53,19 @@ def events(log: Path, name: str) -> list[dict[str, str]]:
 def wait_event(log: Path, name: str, timeout_s: float = 60.0,
                where: Callable[[dict[str, str]], bool] = lambda e: True,
                proc: subprocess.Popen[bytes] | None = None) -> dict[str, str]:
-    """The first `name` event of the log matching `where`, waiting up to `timeout_s`."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        for e in events(log, name):
-            if where(e):
-                return e
-        if proc is not None and proc.poll() is not None:
-            break
-        time.sleep(0.1)
-    raise AssertionError(f"no {name} event in {log}:\n" + log.read_text(errors="replace")[-3000:])
+    """The first `name` event of the log matching `where`, waiting up to `timeout_s` (and
+    failing at once if `proc` exited without it)."""
+    def tail() -> str:
+        return log.read_text(errors="replace")[-3000:] if log.exists() else "(no log)"
+
+    def found() -> dict[str, str] | None:
+        hit = next((e for e in events(log, name) if where(e)), None)
+        if hit is None and proc is not None and proc.poll() is not None:
+            raise AssertionError(f"no {name} event in {log} (exited {proc.returncode}):\n"
+                                 + tail())
+        return hit
+
+    return wait_until(found, timeout_s, f"a {name} event in {log}", detail=tail)
 
 
 def agent_cmd(bootstrap: str, prefix: str, job: str, node: str, cmd: list[str],
@@ -87,14 +90,11 @@ def decisions(bootstrap: str, prefix: str, job: str) -> list[dict[str, Any]]:
 
 def wait_decisions(bootstrap: str, prefix: str, job: str, count: int = 1,
                    timeout_s: float = 60.0) -> list[dict[str, Any]]:
-    deadline = time.time() + timeout_s
-    got: list[dict[str, Any]] = []
-    while time.time() < deadline:
-        got = decisions(bootstrap, prefix, job)
-        if len(got) >= count:
-            return got
-        time.sleep(1.0)
-    return got
+    """The job's decisions once there are `count`, or those there are after `timeout_s`
+    (the caller asserts on them; a short count is also how "no second decision" is read)."""
+    return wait_until(lambda: decisions(bootstrap, prefix, job), timeout_s,
+                      f"{count} decision(s) of {job}", interval_s=1.0,
+                      until=lambda got: len(got) >= count, raise_on_timeout=False)
 
 
 async def _offsets(bootstrap: str, group: str,
@@ -131,7 +131,6 @@ def wait_processed(bootstrap: str, prefix: str, timeout_s: float = 90.0) -> None
     is measured against the end offsets seen when the wait starts, not the moving end.)"""
     import asyncio
 
-    from tests.conftest import wait_until
 
     group = f"{prefix}processor"
     for topic in (f"{prefix}logs", f"{prefix}signals"):
@@ -154,7 +153,6 @@ def wait_processor_ready(bootstrap: str, prefix: str, proc: subprocess.Popen[byt
 
     from aiokafka.admin import AIOKafkaAdminClient
 
-    from tests.conftest import wait_until
 
     async def state() -> str:
         from aiokafka.errors import KafkaError
@@ -175,3 +173,24 @@ def wait_processor_ready(bootstrap: str, prefix: str, proc: subprocess.Popen[byt
 
     wait_until(ready, timeout_s, f"processor group {prefix}processor to be Stable",
                interval_s=0.3)
+
+
+def wait_log(log: Path, needle: str, timeout: float = 30.0) -> str:
+    """The log's text once it contains `needle`."""
+    return wait_until(lambda: log.read_text(errors="replace"), timeout,
+                      f"{needle!r} in {log}", interval_s=0.3, until=lambda text: needle in text)
+
+
+def fw_ok(bootstrap: str, prefix: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """`faultwatch ARGS` (the Kafka flags added to `nodes` commands), asserted to succeed."""
+    res = subprocess.run([faultwatch_exe(), *args[:1], *(
+        ["--bootstrap", bootstrap, "--topic-prefix", prefix] if args[0] == "nodes" else []),
+        *args[1:]], capture_output=True, text=True, timeout=60, env=job_env())
+    assert res.returncode == 0, res.stderr
+    return res
+
+
+def node_records(bootstrap: str, prefix: str) -> dict[str, dict[str, Any]]:
+    """The node registry as `faultwatch nodes --json` prints it, by node."""
+    out = fw_ok(bootstrap, prefix, "nodes", "--json").stdout
+    return {d["node"]: d for d in map(json.loads, out.splitlines()) if d}

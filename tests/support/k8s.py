@@ -13,15 +13,16 @@ import os
 import shutil
 import ssl
 import subprocess
-import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import yaml
+
+from tests.support.waiting import wait_until
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "scripts" / "k8s-api.sh"
@@ -177,14 +178,6 @@ class KubeAPI:
 
 def load_docs(path: Path) -> list[dict[str, Any]]:
     return [d for d in yaml.safe_load_all(path.read_text()) if d]
-
-
-def wait_until(cond: Callable[[], object], timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not cond():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out after {timeout_s}s waiting for {what}")
-        time.sleep(0.2)
 
 
 def start(state: Path) -> KubeAPI:
