@@ -38,7 +38,8 @@ def run(tmp_path: Path, flags: list[str], timeout: float = 120, calm: bool = Fal
 def test_retryable_error_on_rank1_restarts_once_then_succeeds(tmp_path: Path) -> None:
     # the window: torchrun's silent exit under load (test_silent_rank_is_a_hang_within_window)
     rc, decs, output, _ = run(tmp_path, ["--max-restarts", "2", "--hang-window-s", "30"],
-                              calm=True, FW_FAULT="retryable", FW_FAULT_ATTEMPTS="0")
+                              timeout=300, calm=True, FW_FAULT="retryable",
+                              FW_FAULT_ATTEMPTS="0")
     assert [d["action"] for d in decs] == ["restart"], output
     d = decs[0]
     assert d["reason"]["kind"] == "error"
