@@ -33,7 +33,7 @@ _INFO_EVENTS = (
     "signal", "spool_replay", "node_signing", "decision_signing", "nodes_up",
     "waiting_for_nodes", "bootcheck", "broker_up", "decisions_following",
     "decisions_waiting_for_topic", "waiting_for_topic", "tail_start", "tail_rotated",
-    "torchrun_ranks",
+    "torchrun_ranks", "metrics_listening",
     # processor
     "processor_starting", "processor_stopping", "processor_stopped", "processor_metrics",
     "partitions_assigned", "partitions_revoked", "registry_following", "registry_loaded",
@@ -56,7 +56,8 @@ _WARNING_EVENTS = (
     "processor_stop_gave_up", "allocation_unchecked", "actuate_failed", "actuate_gave_up",
     "actuate_refused", "actuate_node_rejected", "actuate_decision_rejected", "actuate_hold",
     "actuate_journal_bad_line", "notification_failed", "notification_retry",
-    "notify_commit_failed", "notify_rate_limited")
+    "notify_commit_failed", "notify_rate_limited", "metrics_unavailable",
+    "metrics_address_file_failed")
 _ERROR_EVENTS = ("delivery_crashed", "spool_write_failed", "processor_start_failed")
 LEVELS: dict[str, int] = {
     **dict.fromkeys(_DEBUG_EVENTS, DEBUG), **dict.fromkeys(_INFO_EVENTS, INFO),

@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import collections
+import contextlib
+import os
+import platform
 import socket
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
+from faultwatch import __version__
 from faultwatch.errors import ConfigError
 
 try:  # prometheus_client is a light optional dependency of the node side
@@ -18,6 +23,7 @@ try:  # prometheus_client is a light optional dependency of the node side
         Counter,
         Gauge,
         Histogram,
+        ProcessCollector,
         generate_latest,
     )
     from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -94,12 +100,13 @@ def serve(port: int, registry: Any, addr: str = DEFAULT_ADDRESS,
           read_timeout_s: float = READ_TIMEOUT_S,
           max_connections: int = MAX_CONNECTIONS) -> BoundedHTTPServer:
     """Serve `registry` on http://addr:port/metrics from a daemon thread: reads time out
-    after `read_timeout_s`, at most `max_connections` are served at once."""
+    after `read_timeout_s`, at most `max_connections` are served at once. Port 0 takes a
+    free port; `bound_port(server)` says which."""
     if CollectorRegistry is None:
         raise ConfigError("metrics_port", "prometheus_client is not installed "
                                           "(pip install prometheus_client)")
-    if not 0 < port < 65536:
-        raise ConfigError("metrics_port", f"{port} is not a TCP port")
+    if not 0 <= port < 65536:
+        raise ConfigError("metrics_port", f"{port} is not a TCP port (0: a free one)")
     handler = type("MetricsHandler", (_MetricsHandler,),
                    {"registry": registry, "timeout": read_timeout_s})
     try:
@@ -111,10 +118,121 @@ def serve(port: int, registry: Any, addr: str = DEFAULT_ADDRESS,
             server = BoundedHTTPServer((addr, port), handler, max_connections)
     except (OSError, OverflowError) as e:
         why = getattr(e, "strerror", None) or str(e)
-        raise ConfigError("metrics_address", f"cannot listen on {addr}:{port}: {why}") from e
+        hint = " (--metrics-port 0 takes a free port)" if port else ""
+        raise ConfigError("metrics_address", f"cannot listen on {addr}:{port}: {why}{hint}"
+                          ) from e
     threading.Thread(target=server.serve_forever, name="faultwatch-metrics",
                      daemon=True).start()
     return server
+
+
+def bound_port(server: BoundedHTTPServer) -> int:
+    """The TCP port `server` listens on (the free one it took for port 0)."""
+    return int(server.server_address[1])
+
+
+def scrape_target(addr: str, port: int) -> str:
+    """`host:port` a scraper on another machine uses: a wildcard address (0.0.0.0, ::)
+    becomes this host's name (no DNS lookup: the launch never waits on a resolver), an IPv6
+    address gets brackets."""
+    host = addr
+    if addr in ("", "0.0.0.0", "::"):
+        host = socket.gethostname()
+    elif ":" in addr:
+        host = f"[{addr}]"
+    return f"{host}:{port}"
+
+
+ADDRESS_FILE_FIELDS = ("job", "node", "pid")
+
+
+def address_file_path(template: str, **fields: str) -> Path:
+    """The address file's path: `{job}`, `{node}` and `{pid}` in `template` are filled in
+    (several agents of one host write one file each)."""
+    rest = template
+    for key in ADDRESS_FILE_FIELDS:
+        rest = rest.replace("{" + key + "}", "")
+    if "{" in rest or "}" in rest:
+        raise ConfigError("metrics_address_file",
+                          f"{template!r}: placeholders are {{job}}, {{node}} and {{pid}}")
+    values = {"pid": str(os.getpid()), **fields}
+    out = template
+    for key in ADDRESS_FILE_FIELDS:
+        out = out.replace("{" + key + "}", values.get(key, ""))
+    return Path(out)
+
+
+def check_address_file(template: str | None, port: int | None) -> None:
+    """At start, before anything runs: an unknown placeholder, or a file without a port."""
+    if template is None:
+        return
+    if port is None:
+        raise ConfigError("metrics_address_file", "needs --metrics-port (0: a free port)")
+    address_file_path(template)
+
+
+def write_address_file(path: Path, target: str) -> None:
+    """Say where /metrics listens, as a Prometheus file_sd target list:
+    `[{"targets": ["host:port"], "labels": {}}]`, written whole (a reader never sees a half
+    file). No target labels: the metrics carry their own (job_name, node), and a target
+    label of the same name would rename them to exported_*. Raises OSError."""
+    import json
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps([{"targets": [target], "labels": {}}]) + "\n")
+    os.replace(tmp, path)
+
+
+def remove_address_file(path: Path) -> None:
+    """Remove the address file at exit (a file_sd scraper then drops the target)."""
+    with contextlib.suppress(OSError):
+        path.unlink()
+
+
+_TO_REMOVE: list[Path] = []  # address files this process removes when it leaves
+
+
+def remove_at_exit(path: Path) -> None:
+    """Remove `path` when the process exits, normally (atexit) or through
+    `remove_address_files()` (a processor leaves with os._exit, which skips atexit)."""
+    import atexit
+
+    if not _TO_REMOVE:
+        atexit.register(remove_address_files)
+    _TO_REMOVE.append(path)
+
+
+def remove_address_files() -> None:
+    while _TO_REMOVE:
+        remove_address_file(_TO_REMOVE.pop())
+
+
+class BuildInfoCollector:
+    """`faultwatch_build_info{component,version,python,...}` = 1: which release runs where
+    (an agent's also carries job_name and node, to join its process metrics on `instance`)."""
+
+    def __init__(self, component: str, labels: Mapping[str, str] | None = None):
+        self._labels = {**(labels or {}), "component": component, "version": __version__,
+                        "python": platform.python_version()}
+
+    def collect(self) -> Iterator[Any]:
+        fam = GaugeMetricFamily("faultwatch_build_info", "The faultwatch release running "
+                                "(always 1)", labels=sorted(self._labels))
+        fam.add_metric([self._labels[k] for k in sorted(self._labels)], 1.0)
+        yield fam
+
+    def describe(self) -> Iterator[Any]:
+        return iter(())
+
+
+def add_process_metrics(registry: Any, component: str,
+                        labels: Mapping[str, str] | None = None) -> None:
+    """The process's own CPU, memory, file descriptors and start time (prometheus_client's
+    process collector: `process_cpu_seconds_total`, `process_resident_memory_bytes`, ...;
+    Linux only, empty elsewhere) and `faultwatch_build_info`."""
+    ProcessCollector(registry=registry)
+    registry.register(BuildInfoCollector(component, labels))
 
 
 class ProcessorMetrics:
@@ -137,6 +255,7 @@ class ProcessorMetrics:
         self.latency = Histogram("faultwatch_latency_seconds",
                                  "Latencies: decision (decided to published)",
                                  ["what"], buckets=LATENCY_BUCKETS_S, registry=r)
+        add_process_metrics(r, "processor")
 
     def consumed(self, stage: str, topic: str, records: int, nbytes: int) -> None:
         self.records.labels(stage, topic).inc(records)
@@ -291,4 +410,5 @@ def agent_registry(stats: Callable[[], Mapping[str, Any]], child_alive: Callable
     collector: Collector = AgentCollector(stats, child_alive, labels)
     registry.register(collector)
     registry.register(RefusalCollector())
+    add_process_metrics(registry, "agent", labels)
     return registry

@@ -44,11 +44,14 @@ for tool in java mvn; do
   command -v "$tool" >/dev/null || { echo "bootstrap: $tool is required (Java 17 + Maven run the local Kafka broker)" >&2; exit 1; }
 done
 # Debian packages the tests run for real: Slurm (slurmctld + two slurmd) with munge, Prometheus
-# (scrapes /metrics), tmux (the status view in a real terminal). Installed when missing.
+# (scrapes /metrics; its promtool checks and unit-tests deploy/prometheus/), systemd-analyze
+# (verifies deploy/'s unit file), tmux (the status view in a real terminal). Installed when
+# missing.
 debs=()
 command -v slurmctld >/dev/null && command -v slurmd >/dev/null || debs+=(slurm-wlm)
 command -v munged >/dev/null || debs+=(munge)
-command -v prometheus >/dev/null || debs+=(prometheus)
+command -v prometheus >/dev/null && command -v promtool >/dev/null || debs+=(prometheus)
+command -v systemd-analyze >/dev/null || debs+=(systemd)
 command -v tmux >/dev/null || debs+=(tmux)
 command -v openssl >/dev/null || debs+=(openssl)
 if [ ${#debs[@]} -gt 0 ]; then

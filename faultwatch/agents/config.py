@@ -136,6 +136,8 @@ class AgentConfig:
     metrics_port: int | None = None  # serve Prometheus /metrics on this port
     node_key_file: Path | None = None  # the node's Ed25519 key (else $FAULTWATCH_NODE_KEY_FILE)
     metrics_address: str = "127.0.0.1"  # ... on this address (0.0.0.0: every interface)
+    # write where /metrics listens here (file_sd JSON; {job}, {node}, {pid} filled in)
+    metrics_address_file: str | None = None
     # The exit contract (agents/exitcodes.py): where the verdict and the decisions go, and
     # whether a restart decision relaunches the child here or exits EXIT_RESTART for the
     # scheduler, a shell loop or torchrun to relaunch the agent.

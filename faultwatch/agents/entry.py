@@ -9,6 +9,7 @@ import os
 import signal
 import sys
 from collections.abc import Callable
+from pathlib import Path
 
 from faultwatch import wire
 from faultwatch.agents.agent import Agent
@@ -81,12 +82,7 @@ async def _run(agent: Agent) -> Verdict:
         loop.add_signal_handler(s, agent.pass_signal, s)
     sigs = (*STOP_SIGNALS, *passed)
     agent.transport.start()
-    if cfg.metrics_port:
-        from faultwatch import metrics
-
-        metrics.serve(cfg.metrics_port, metrics.agent_registry(
-            agent.stats, lambda: agent.child is not None and agent.child.returncode is None,
-            {"job_name": cfg.job, "node": cfg.node}), addr=cfg.metrics_address)
+    address_file = _serve_metrics(agent)
     await agent.transport.ready(cfg.decisions_ready_timeout_s)
     sdk = await _start_sdk(agent) if cfg.sdk else None
     control = agent.transport.control
@@ -104,6 +100,43 @@ async def _run(agent: Agent) -> Verdict:
         if sdk is not None:
             await sdk.close()
         await agent.finish()
+        if address_file is not None:
+            from faultwatch.metrics import remove_address_file
+
+            remove_address_file(address_file)
+
+
+def _serve_metrics(agent: Agent) -> Path | None:
+    """/metrics on --metrics-port (0: a free port), and where it listens in
+    --metrics-address-file (returned, to remove at exit). A port that is taken or a file that
+    cannot be written is logged and the training runs on without them: metrics never stop a
+    launch."""
+    cfg = agent.cfg
+    if cfg.metrics_port is None:
+        return None
+    from faultwatch import metrics
+
+    labels = {"job_name": cfg.job, "node": cfg.node}
+    try:
+        server = metrics.serve(cfg.metrics_port, metrics.agent_registry(
+            agent.stats, lambda: agent.child is not None and agent.child.returncode is None,
+            labels), addr=cfg.metrics_address)
+    except ConfigError as e:
+        agent.log("metrics_unavailable", port=cfg.metrics_port, address=cfg.metrics_address,
+                  error=str(e))
+        return None
+    port = metrics.bound_port(server)
+    target = metrics.scrape_target(cfg.metrics_address, port)
+    path = None
+    if cfg.metrics_address_file:
+        path = metrics.address_file_path(cfg.metrics_address_file, job=cfg.job, node=cfg.node)
+        try:
+            metrics.write_address_file(path, target)
+        except OSError as e:
+            agent.log("metrics_address_file_failed", path=path, error=str(e)[:300])
+            path = None
+    agent.log("metrics_listening", address=target, address_file=path)
+    return path
 
 
 async def _start_sdk(agent: Agent) -> SdkServer | None:

@@ -61,6 +61,10 @@ def config_from_args(args: argparse.Namespace) -> AgentConfig:
         raise ConfigError("cmd", "no command given: faultwatch agent --job J -- CMD [ARGS...]")
     if not args.job:
         raise ConfigError("job", "--job is required (or $FAULTWATCH_JOB)")
+    from faultwatch.metrics import check_address_file
+
+    check_address_file(getattr(args, "metrics_address_file", None),
+                       getattr(args, "metrics_port", None))
     return AgentConfig.from_env_defaults(
         bootstrap=args.bootstrap, job=args.job, node=args.node, cmd=tuple(cmd),
         topic_prefix=args.topic_prefix, attempt=_attempt(args), heartbeat_s=args.heartbeat_s,
@@ -79,6 +83,7 @@ def config_from_args(args: argparse.Namespace) -> AgentConfig:
         on_restart=getattr(args, "on_restart", None) or "relaunch",
         node_key_file=getattr(args, "node_key_file", None),
         metrics_address=getattr(args, "metrics_address", None) or "127.0.0.1",
+        metrics_address_file=getattr(args, "metrics_address_file", None),
         **bootcheck_kw(args))
 
 

@@ -225,7 +225,11 @@ def add_verdict(p: argparse.ArgumentParser) -> None:
 def add_metrics(p: argparse.ArgumentParser) -> None:
     """--metrics-port and --metrics-address: where Prometheus reads /metrics."""
     p.add_argument("--metrics-port", type=int, default=None,
-                   help="serve Prometheus metrics on http://ADDRESS:PORT/metrics")
+                   help="serve Prometheus metrics on http://ADDRESS:PORT/metrics (0: a free "
+                        "port, see --metrics-address-file)")
+    p.add_argument("--metrics-address-file", metavar="PATH", default=None,
+                   help="write where /metrics listens to PATH as a Prometheus file_sd list "
+                        "({job}, {node}, {pid} are filled in; removed at exit)")
     p.add_argument("--metrics-address", default="127.0.0.1",
                    help="address /metrics listens on (default 127.0.0.1; 0.0.0.0 or :: for "
                         "every interface); reads time out after 5 s, at most 16 "

@@ -25,6 +25,9 @@ def cmd_process(args: argparse.Namespace) -> int:
     from faultwatch.streams.worker import run_worker
 
     set_component("process")
+    from faultwatch.metrics import check_address_file
+
+    check_address_file(args.metrics_address_file, args.metrics_port)
     overrides = options.policy_overrides(args)
     rules = layers.load(args.rules or (), flags=overrides)
     cfg = ProcessorConfig(bootstrap=options.need_bootstrap(args), ruleset=rules.ruleset,
@@ -33,6 +36,7 @@ def cmd_process(args: argparse.Namespace) -> int:
                           app_id=args.app_id or "", policy_overrides=overrides,
                           metrics_port=args.metrics_port,
                           metrics_address=args.metrics_address,
+                          metrics_address_file=args.metrics_address_file,
                           probes_on_decisions=args.probes_on_decisions)
     run_worker(cfg, stop_timeout_s=args.stop_timeout_s, loglevel=args.loglevel)
     return 0

@@ -19,7 +19,7 @@ from faultwatch.core.events import Decision
 from faultwatch.core.policy import Policy
 from faultwatch.core.registry import RegistryPolicy
 from faultwatch.core.status import STATUS_S
-from faultwatch.errors import DecodeError
+from faultwatch.errors import ConfigError, DecodeError
 from faultwatch.eventlog import log_event
 from faultwatch.kafka import clients
 from faultwatch.metrics import ProcessorMetrics
@@ -85,10 +85,32 @@ class ProcessorConfig:
     max_jobs: int = field(
         default_factory=lambda: int(os.environ.get("FAULTWATCH_MAX_JOBS", str(MAX_JOBS))))
     metrics_address: str = "127.0.0.1"  # ... on this address (0.0.0.0: every interface)
+    metrics_address_file: str | None = None  # where /metrics listens (file_sd JSON)
 
     @property
     def group(self) -> str:
         return self.app_id or f"{self.topics.prefix}processor"
+
+
+def _serve_metrics(cfg: ProcessorConfig, prom: ProcessorMetrics) -> None:
+    """/metrics on --metrics-port (0: a free one; a taken port is a usage error, exit 2),
+    and where it listens in --metrics-address-file, removed at exit."""
+    import socket
+
+    from faultwatch import metrics
+
+    server = serve_metrics(cfg.metrics_port or 0, prom.registry, addr=cfg.metrics_address)
+    target = metrics.scrape_target(cfg.metrics_address, metrics.bound_port(server))
+    path = None
+    if cfg.metrics_address_file:
+        path = metrics.address_file_path(cfg.metrics_address_file, job=cfg.group,
+                                          node=socket.gethostname())
+        try:
+            metrics.write_address_file(path, target)
+        except OSError as e:
+            raise ConfigError("metrics_address_file", f"cannot write {path}: {e}") from e
+        metrics.remove_at_exit(path)
+    log_event("metrics_listening", address=target, address_file=path)
 
 
 @dataclass
@@ -221,8 +243,8 @@ def build_processor(cfg: ProcessorConfig, live: LiveRules | None = None,
     metrics = Metrics()
     prom = ProcessorMetrics()
     prom.watch(metrics)
-    if cfg.metrics_port:
-        serve_metrics(cfg.metrics_port, prom.registry, addr=cfg.metrics_address)
+    if cfg.metrics_port is not None:
+        _serve_metrics(cfg, prom)
     # decisions and registry records are signed with the processor's Ed25519 key
     # ($FAULTWATCH_SIGNING_KEY_FILE; legacy: the HMAC decision key); rule sets, registry
     # records and (with node keys) logs records are checked against $FAULTWATCH_TRUST_FILE

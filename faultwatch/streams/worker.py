@@ -26,7 +26,11 @@ EXIT_MARGIN_S = 0.5  # the flush ends this long before the bound: time to log an
 
 def exit_now(code: int) -> None:
     """Leave the process at once (no Faust teardown: it could commit offsets of events that
-    were fetched but never processed, or wait for a broker that is gone)."""
+    were fetched but never processed, or wait for a broker that is gone); the metrics
+    address file goes (os._exit skips atexit)."""
+    from faultwatch.metrics import remove_address_files
+
+    remove_address_files()
     for f in (sys.stdout, sys.stderr):
         try:
             f.flush()

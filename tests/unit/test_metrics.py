@@ -2,12 +2,29 @@
 
 from __future__ import annotations
 
+import json
+import os
+import urllib.request
+from pathlib import Path
 from types import SimpleNamespace
 
+import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from faultwatch.metrics import ProcessorMetrics, agent_registry
+from faultwatch import __version__
+from faultwatch.errors import ConfigError
+from faultwatch.metrics import (
+    ProcessorMetrics,
+    address_file_path,
+    agent_registry,
+    bound_port,
+    check_address_file,
+    remove_address_file,
+    scrape_target,
+    serve,
+    write_address_file,
+)
 
 
 def samples(registry: object) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -52,3 +69,56 @@ def test_agent_metrics_read_the_stats_at_scrape_time() -> None:
     assert s[("faultwatch_agent_child_alive", lab)] == 0
     assert s[("faultwatch_agent_broker_up", lab)] == 1
     assert s[("faultwatch_agent_ack_lag_seconds", lab)] == 0.5
+
+
+def test_both_registries_carry_build_info_and_the_process_collector() -> None:
+    agent = samples(agent_registry(lambda: {}, lambda: True, {"job_name": "j", "node": "n1"}))
+    proc = samples(ProcessorMetrics().registry)
+    for s, component, extra in ((agent, "agent", {"job_name": "j", "node": "n1"}),
+                                (proc, "processor", {})):
+        (info,) = [k for k in s if k[0] == "faultwatch_build_info"]
+        labels = dict(info[1])
+        assert labels["component"] == component and labels["version"] == __version__
+        assert extra.items() <= labels.items()
+        assert s[("process_resident_memory_bytes", ())] > 0
+        assert ("process_cpu_seconds_total", ()) in s
+
+
+def test_port_zero_takes_a_free_port_and_a_taken_port_is_a_clear_error() -> None:
+    reg = agent_registry(lambda: {}, lambda: True, {"job_name": "j", "node": "n1"})
+    a, b = serve(0, reg), serve(0, reg)
+    try:
+        pa, pb = bound_port(a), bound_port(b)
+        assert pa and pb and pa != pb
+        with urllib.request.urlopen(f"http://127.0.0.1:{pa}/metrics", timeout=5) as r:
+            assert b"faultwatch_agent_child_alive" in r.read()
+        with pytest.raises(ConfigError, match=f"cannot listen on 127.0.0.1:{pa}"):
+            serve(pa, reg)
+        with pytest.raises(ConfigError, match="not a TCP port"):
+            serve(-1, reg)
+    finally:
+        a.shutdown()
+        b.shutdown()
+
+
+def test_the_address_file_is_a_file_sd_list_with_its_placeholders_filled(
+        tmp_path: Path) -> None:
+    path = address_file_path(str(tmp_path / "sd" / "{job}-{node}-{pid}.json"),
+                             job="llama", node="gpu1")
+    assert path == tmp_path / "sd" / f"llama-gpu1-{os.getpid()}.json"
+    write_address_file(path, scrape_target("127.0.0.1", 41234))
+    assert json.loads(path.read_text()) == [{"targets": ["127.0.0.1:41234"], "labels": {}}]
+    assert [p.name for p in path.parent.iterdir()] == [path.name]  # no temporary left over
+    remove_address_file(path)
+    remove_address_file(path)  # twice: no error
+    assert not path.exists()
+    with pytest.raises(ConfigError, match="placeholders"):
+        address_file_path("/x/{rank}.json")
+    with pytest.raises(ConfigError, match="placeholders"):
+        check_address_file("/x/{rank}.json", 0)
+    with pytest.raises(ConfigError, match="needs --metrics-port"):
+        check_address_file("/x/{pid}.json", None)
+    check_address_file("/x/{job}-{node}-{pid}.json", 0)
+    check_address_file(None, None)
+    assert scrape_target("::1", 9) == "[::1]:9"
+    assert not scrape_target("0.0.0.0", 9).startswith("0.0.0.0")
