@@ -59,12 +59,24 @@ def last_json(stderr: bytes) -> dict[str, Any]:
     raise RuntimeError(stderr.decode()[-2000:])
 
 
-def run_measured(argv: list[str]) -> tuple[subprocess.CompletedProcess[bytes], float]:
-    """Run argv to its end; (result, wall seconds)."""
+def run_measured(argv: list[str], spy: str = ""
+                 ) -> tuple[subprocess.CompletedProcess[bytes], float]:
+    """Run argv to its end; (result, wall seconds). With `spy`, py-spy records it."""
     t0 = time.perf_counter()
     p = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    spy_p = None
+    if spy:
+        spy_p = subprocess.Popen(
+            [str(Path(sys.executable).parent / "py-spy"), "record", "-p", str(p.pid), "-o",
+             spy, "--format", "raw", "-r", "100"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     _, err = p.communicate()
     wall = time.perf_counter() - t0
+    if spy_p is not None:
+        try:
+            spy_p.wait(30)  # py-spy ends with the process it records
+        except subprocess.TimeoutExpired:
+            spy_p.kill()
     return subprocess.CompletedProcess(argv, p.returncode or 0, b"", err), wall
 
 
@@ -104,13 +116,14 @@ def kcat_throughput(kcat: str, bootstrap: str, data: Path, n: int, codec: str
 
 
 def writer(bootstrap: str | None, n: int, size: int, rate: float, tmp: Path, tag: str,
-           *extra: str) -> dict[str, Any]:
-    """Run the writer (under the agent unless bootstrap is None); its stall figures + CPU."""
+           *extra: str, spy: str = "") -> dict[str, Any]:
+    """Run the writer (under the agent unless bootstrap is None); its stall figures + CPU.
+    With `spy`, py-spy records the agent (the process started here) into that file."""
     child = [sys.executable, "-c", WRITER, str(n), str(size), str(rate)]
     argv = child if bootstrap is None else agent_argv(
         bootstrap, f"bench{uuid.uuid4().hex[:6]}.", tmp / f"sp-{tag}", child, 3, *extra)
     cpu0 = children_cpu()
-    res, wall = run_measured(argv)
+    res, wall = run_measured(argv, spy)
     cpu = children_cpu() - cpu0
     out = last_json(res.stderr)
     out["wall_s"] = round(wall, 3)
@@ -120,6 +133,36 @@ def writer(bootstrap: str | None, n: int, size: int, rate: float, tmp: Path, tag
         out["agent_cpu_pct_of_child_run"] = round(100 * agent_cpu / out["child_s"], 1)
         out["spool_cap_hit"] = b"event=spool_cap" in res.stderr
     return out
+
+
+def profile_summary(path: str, top: int = 12) -> dict[str, Any]:
+    """Sample shares of the agent's own work by function (self and inclusive), leaving out
+    its start (imports) and its idle waits, from a py-spy raw file."""
+    from collections import Counter
+
+    idle = ("EpollSelector.select", "Condition.wait", "_do_waitpid", "_worker (concurrent")
+    self_c: Counter[str] = Counter()
+    incl: Counter[str] = Counter()
+    total = 0
+    try:
+        text = Path(path).read_text()
+    except OSError:
+        return {"error": f"no profile at {path}"}
+    for ln in text.splitlines():
+        stack, _, cnt = ln.rpartition(" ")
+        if not stack or not cnt.isdigit() or "_find_and_load" in stack \
+                or any(m in stack.rsplit(";", 1)[-1] for m in idle):
+            continue
+        frames = stack.split(";")
+        total += int(cnt)
+        self_c[frames[-1]] += int(cnt)
+        for f in set(frames):
+            incl[f] += int(cnt)
+
+    def fmt(c: Counter[str]) -> list[list[Any]]:
+        return [[round(100 * v / max(1, total), 1), k[:140]] for k, v in c.most_common(top)]
+
+    return {"busy_samples": total, "self_pct": fmt(self_c), "inclusive_pct": fmt(incl)}
 
 
 def med(xs: list[float]) -> int:
@@ -159,6 +202,8 @@ def main() -> int:
     ap.add_argument("--size", type=int, default=100, help="bytes per line")
     ap.add_argument("--reps", type=int, default=3, help="throughput repetitions (median)")
     ap.add_argument("--stall-lines", type=int, default=300_000)
+    ap.add_argument("--py-spy", default="", help="profile the agent during one more burst "
+                                                 "(py-spy raw file here) and summarize it")
     ap.add_argument("--cpu-seconds", type=float, default=5.0, help="duration of CPU runs")
     a = ap.parse_args()
     from aiokafka.codec import has_zstd
@@ -227,6 +272,10 @@ def main() -> int:
         keep = ("child_s", "p50_us", "p99_us", "p999_us", "max_us", "spool_cap_hit")
         result["child_write_stall"] = {k: {x: v[x] for x in keep if x in v}
                                        for k, v in stalls.items()}
+        if a.py_spy:  # one more burst under the agent, profiled: where the agent's time goes
+            spied = writer(a.bootstrap, n, a.size, 0, tmp, "spy", spy=a.py_spy)
+            result["burst_profile"] = {"child_s": spied["child_s"],
+                                       **profile_summary(a.py_spy)}
     print(json.dumps(result, indent=2))
     return 0
 

@@ -49,6 +49,7 @@ from fleet_common import (  # noqa: E402
 from processor_throughput import summarize_spy  # noqa: E402
 
 from faultwatch.agents.agent import heartbeat_due  # noqa: E402
+from faultwatch.core.blast import NOTICE_JOB, NOTICE_KIND  # noqa: E402
 from faultwatch.core.events import Exit, Heartbeat, Line, RunStart  # noqa: E402
 from faultwatch.kafka.admin import ensure_topics
 from faultwatch.wire import (  # noqa: E402
@@ -578,7 +579,8 @@ async def in_process(a: argparse.Namespace) -> dict[str, Any]:
             if ok:
                 correct[str(job.fault)] += 1
             elif not (d.kind == "node-lost" and decided[d.id][0] >= t_end + a.node_lost_s
-                      - 1.05 * max(a.hb_s, a.hb_flowing_s) - 1.0):
+                      - 1.05 * max(a.hb_s, a.hb_flowing_s) - 1.0) \
+                    and not fleet_stopped_notice(d.job, d.kind, decided[d.id][0], t_end):
                 false.append([d.job, d.kind, d.action, d.rule])
     # missed: no decision of the expected kind and action (a node-lost after the fleet
     # stopped is not counted false, nor does it stand for the fault's decision)
@@ -610,6 +612,13 @@ async def in_process(a: argparse.Namespace) -> dict[str, Any]:
                           "correct": dict(correct), "false_decisions": len(false),
                           "false_examples": false[:10], "missed": len(missed),
                           "missed_examples": missed[:10]}}
+
+
+def fleet_stopped_notice(job: str, kind: str, decided_ts: float, stopped_ts: float) -> bool:
+    """The blast-radius guard's notice (job "(fleet)") once the bench stopped every job at
+    its end: every node falls silent at once, the storm the notice is for (expected, not a
+    false decision). A notice while the fleet still runs counts as false."""
+    return job == NOTICE_JOB and kind == NOTICE_KIND and decided_ts >= stopped_ts
 
 
 STEADY_FROM_S = 10.0  # --in-process: jobs start within --start-spread-s (5 s) of the start
@@ -764,7 +773,8 @@ async def main_async(a: argparse.Namespace) -> dict[str, Any]:
     err_lat, err_lat_recv, hang_lat, hang_lat_ideal, hang_lat_recv = [], [], [], [], []
     by_kind = Counter()
     matched = Counter()
-    after_stop = 0  # node-lost once the simulated fleet stopped heart-beating (expected)
+    # node-lost (and the fleet-storm notice) once the simulated fleet stopped heart-beating
+    after_stop = 0  # (expected)
     for job_name, recs in per_job.items():
         recs.sort(key=lambda r: r[0])
         job = faulted.get(job_name)
@@ -775,6 +785,9 @@ async def main_async(a: argparse.Namespace) -> dict[str, Any]:
             if kind in REQUESTS:
                 continue  # a request for stacks before a hang decision: no decision itself
             k += 1
+            if fleet_stopped_notice(job_name, kind, tts, t_gen_end):
+                after_stop += 1  # the storm notice of the bench's own stop of every job
+                continue
             if kind == "node-lost" and \
                     tts >= t_gen_end + a.node_lost_s - 1.05 * max(a.hb_s, a.hb_flowing_s) - 1.0:
                 # the generator stops every heartbeat at the end of the run; a node's last

@@ -357,6 +357,27 @@ def summarize_spy(path: str, top: int = 25) -> dict[str, Any]:
             "self_pct": fmt(self_c), "inclusive_pct": fmt(incl)}
 
 
+def cost_split(out: dict[str, Any], peer_lpc: float) -> dict[str, Any]:
+    """CPU µs per logs record: the peer's, the processor's, its two stages' in process
+    (the core), and the rest (the shell: Faust, aiokafka, asyncio, sends, timers)."""
+    records = out["records"]
+    plc = out["processor"].get("lines_per_cpu_s")
+    core = out.get("core_in_process")
+    if not plc:
+        return {}
+    per_rec = 1e6 * out["lines"] / records
+    res = {"peer_cpu_us_per_record": round(per_rec / peer_lpc, 1),
+           "processor_cpu_us_per_record": round(per_rec / plc, 1)}
+    if core:
+        core_us = 1e6 * (core["match_stage_cpu_s"] + core["job_stage_cpu_s"]) / records
+        res["core_cpu_us_per_record"] = round(core_us, 1)
+        res["shell_cpu_us_per_record"] = round(per_rec / plc - core_us, 1)
+        # what the ratio would be with the shell as it is and a free core (the shell's bound)
+        res["processor_over_peer_per_cpu_s_without_core"] = round(
+            (per_rec / peer_lpc) / max(1e-9, per_rec / plc - core_us), 3)
+    return res
+
+
 async def main_async(a: argparse.Namespace) -> dict[str, Any]:
     prefix = a.topic_prefix or f"bench.tp.{int(time.time())}."
     topics = Topics(prefix)
@@ -396,6 +417,11 @@ async def main_async(a: argparse.Namespace) -> dict[str, Any]:
         "processor_lines_per_cpu_s": plc,
         "processor_over_peer_per_cpu_s": round(plc / peer_lpc, 4) if plc else None,
     }
+    out["summary"].update(cost_split(out, peer_lpc))
+    prof = out.get("processor_profile", {})
+    if "breakdown_pct" in prof:  # where the processor's time goes, by part and function
+        out["summary"]["profile_parts_pct"] = prof["breakdown_pct"]
+        out["summary"]["profile_top_self_pct"] = prof["self_pct"][:10]
     return out
 
 

@@ -15,7 +15,7 @@ EXIT_RULES = 3  # a rule set is invalid
 EXIT_DECODE = 4  # a record could not be decoded
 EXIT_BROKER = 5  # Kafka (or the local broker) could not be reached, started or stopped
 EXIT_MISSING_EXTRA = 6  # the command needs an optional extra that is not installed
-EXIT_NOT_FOUND = 7  # a topic the command reads does not exist
+EXIT_NOT_FOUND = 7  # a topic the command reads, or a job it names, does not exist
 EXIT_CHILD_NOT_STARTED = 127  # the supervised command could not be started (as in a shell)
 EXIT_INTERRUPTED = 130  # SIGINT (Ctrl-C)
 
@@ -102,7 +102,7 @@ class MissingExtraError(FaultwatchError):
 
 class NotFoundError(FaultwatchError):
     """What a command reads does not exist: a topic (a wrong --topic-prefix, or nothing has
-    written to it yet)."""
+    written to it yet), or a job the command names (`status JOB`, `logs JOB`)."""
 
     exit_code = EXIT_NOT_FOUND
 

@@ -134,7 +134,8 @@ class Agent:
 
     def _new_run(self) -> None:
         c = self.cfg
-        self.batcher = LineBatcher(self._encode_lines, self.transport.submit)
+        self.batcher = LineBatcher(self._encode_lines, self.transport.submit,
+                                   linger_s=c.linger_ms / 1000)
         splitter = RankLineSplitter if self.rank_prefixed else LineSplitter
         self.split = {s: splitter(s, c.max_line_bytes, c.progress_interval_s)
                       for s in (STDOUT, STDERR)}

@@ -7,6 +7,7 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from faultwatch.agents.config import FIRST_LINGER_MS, LINGER_MS
 from faultwatch.agents.reader import LineBlock, Piece
 from faultwatch.agents.spool import KEEP
 from faultwatch.core.events import Line
@@ -86,17 +87,30 @@ def split_block(b: LineBlock, max_lines: int, max_chars: int
             LineBlock(b.stream, b.seq + k, b.ts, b.text[nl + 1:], 0, 0, b.nlines - k))
 
 
+BUSY_LINES = 16  # a record this full when its linger ran out: the child is flowing (>= 800
+# lines/s at the first linger; 160 lines/s keep the longest one)
+
+
 class LineBatcher:
     """Collects Lines and LineBlocks of both streams into `lines` records: N lines, B
     bytes (characters of text, plus 32 a piece) or linger. A block is cut at line ends
-    to fill a record; each record's pieces are encoded together, in order."""
+    to fill a record; each record's pieces are encoded together, in order.
+
+    The linger adapts to the rate: after a quiet spell a record waits `first_linger_s`
+    for more lines (a lone line ships promptly); each record whose linger ran out with
+    at least BUSY_LINES lines doubles the next linger, up to `linger_s`, so a flowing or
+    bursting child's lines go out in fewer, larger records; a record that ran out with
+    fewer lines brings it back to `first_linger_s`."""
 
     def __init__(self, encode: Callable[[list[Piece]], bytes],
                  submit: Callable[[bytes, int, int], object], max_lines: int = 20_000,
-                 max_bytes: int = 256 * 1024, linger_s: float = 0.02):
+                 max_bytes: int = 256 * 1024, linger_s: float = LINGER_MS / 1000,
+                 first_linger_s: float = FIRST_LINGER_MS / 1000):
         self._encode = encode
         self._submit = submit
         self.max_lines, self.max_bytes, self.linger_s = max_lines, max_bytes, linger_s
+        self.first_linger_s = min(first_linger_s, linger_s)
+        self.current_linger_s = self.first_linger_s
         self._items: list[Piece] = []
         self._lines = 0
         self._bytes = 0
@@ -109,7 +123,17 @@ class LineBatcher:
             else:
                 self._put(p, 1)
         if self._items and self._timer is None:
-            self._timer = asyncio.get_running_loop().call_later(self.linger_s, self.flush)
+            self._timer = asyncio.get_running_loop().call_later(self.current_linger_s,
+                                                                self._linger_over)
+
+    def _linger_over(self) -> None:
+        """The record's linger ran out: adapt the next one to how full it got, ship it."""
+        self._timer = None
+        if self._lines >= BUSY_LINES:
+            self.current_linger_s = min(self.linger_s, 2 * self.current_linger_s)
+        else:
+            self.current_linger_s = self.first_linger_s
+        self.flush()
 
     def _add_block(self, b: LineBlock) -> None:
         """Add b, cut at line ends to fill records: each head is sliced from b's text once

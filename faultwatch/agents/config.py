@@ -23,6 +23,10 @@ from faultwatch.agents.identity import resolve_identity
 from faultwatch.errors import ConfigError
 
 DEFAULT_PREFIX = "faultwatch."
+# how long a line may wait in the agent to share a record with later lines (agents/batcher.py)
+LINGER_MS = 100  # the bound, while lines flow (--linger-ms)
+FIRST_LINGER_MS = 20  # after a quiet spell (a bound below it is used instead)
+MAX_LINGER_MS = 10_000
 
 # Exit codes of the agent itself: agents/exitcodes.py (the contract; the child's own code is
 # never passed through). The older names stay for callers.
@@ -109,6 +113,10 @@ class AgentConfig:
     exit_flush_timeout_s: float = 10.0
     term_grace_s: float = 10.0
     max_line_bytes: int = 65536
+    # the longest a line waits in the agent to share a record with later lines; the wait
+    # starts at FIRST_LINGER_MS after a quiet spell and grows to this while lines flow
+    # (agents/batcher.py): bursts go out in fewer, larger records
+    linger_ms: int = LINGER_MS
     progress_interval_s: float = 1.0
     spool_cap_bytes: int = 256 << 20
     compression: str | None = None  # None: zstd if available, else gzip
@@ -149,6 +157,10 @@ class AgentConfig:
         if self.on_restart not in ON_RESTART:
             raise ConfigError("on_restart", f"must be one of {', '.join(ON_RESTART)}")
         check_name("job", self.job)
+        if not isinstance(self.linger_ms, int) or isinstance(self.linger_ms, bool) \
+                or not 1 <= self.linger_ms <= MAX_LINGER_MS:
+            raise ConfigError("linger_ms", f"must be an integer from 1 to {MAX_LINGER_MS} "
+                                           f"(milliseconds), got {self.linger_ms!r}")
         check_name("node", self.node)
         if not self.run_id:  # built directly (not from the env): a generated identity
             ident = resolve_identity(None, self.labels, {}, (), lambda: uuid.uuid4().hex)

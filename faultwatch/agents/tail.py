@@ -163,7 +163,8 @@ async def run_tail(cfg: AgentConfig, paths: list[str], state_file: Path, poll_s:
     shipper = Shipper(cfg.bootstrap, cfg.topic, wire.log_key(cfg.job, cfg.node),
                       Spool(cfg.spool_path, cap_bytes=cfg.spool_cap_bytes), log)
     batcher = LineBatcher(lambda ps: wire.encode_line_chunks(cfg.job, cfg.attempt, cfg.node,
-                                                             run_id, ps), shipper.submit)
+                                                             run_id, ps), shipper.submit,
+                           linger_s=cfg.linger_ms / 1000)
     tailer = Tailer(paths, state, cfg, batcher.add, log, from_end)
     started = time.time()
     shipper.submit_lifecycle(wire.encode_run_start(RunStart(

@@ -15,6 +15,9 @@ from faultwatch.agents.config import (
     EXIT_NODES_TIMEOUT,
     EXIT_RESTART,
     EXIT_UNDECIDED,
+    FIRST_LINGER_MS,
+    LINGER_MS,
+    MAX_LINGER_MS,
     AgentConfig,
 )
 from faultwatch.cli import options
@@ -72,7 +75,8 @@ def config_from_args(args: argparse.Namespace) -> AgentConfig:
         spool_dir=args.spool_dir, rank=args.rank, nnodes=args.nnodes,
         term_grace_s=args.term_grace_s, exit_flush_timeout_s=args.exit_flush_timeout_s,
         max_line_bytes=args.max_line_bytes, spool_cap_bytes=args.spool_cap_mb << 20,
-        follow_decisions=_follow_decisions(args), decision_wait_s=args.decision_wait_s,
+        linger_ms=args.linger_ms, follow_decisions=_follow_decisions(args),
+        decision_wait_s=args.decision_wait_s,
         sdk=args.sdk, wait_for_nodes=args.wait_for_nodes,
         wait_for_nodes_timeout_s=args.wait_for_nodes_timeout_s, bootcheck=args.bootcheck,
         bootcheck_abort=args.bootcheck_abort, run_id=getattr(args, "run_id", None),
@@ -108,7 +112,8 @@ def cmd_agent_tail(args: argparse.Namespace) -> int:
         bootstrap=args.bootstrap, job=args.job, node=args.node, cmd=("tail",),
         topic_prefix=args.topic_prefix, attempt=args.attempt or 0, heartbeat_s=args.heartbeat_s,
         spool_dir=args.spool_dir, exit_flush_timeout_s=args.exit_flush_timeout_s,
-        spool_cap_bytes=args.spool_cap_mb << 20, max_line_bytes=args.max_line_bytes)
+        spool_cap_bytes=args.spool_cap_mb << 20, max_line_bytes=args.max_line_bytes,
+        linger_ms=args.linger_ms)
     return tail_main(cfg, args.paths, Path(args.state_file) if args.state_file else None,
                      args.poll_s, args.from_end)
 
@@ -182,6 +187,13 @@ def _add_agent_common(p: argparse.ArgumentParser, job_required: bool) -> None:
     p.add_argument("--spool-cap-mb", type=int, default=256, help="spool size cap")
 
 
+def _add_linger(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--linger-ms", type=int, default=LINGER_MS, metavar="MS",
+                   help=f"the longest a line waits to share a record with later lines "
+                        f"(default {LINGER_MS}); after a quiet spell it waits "
+                        f"{FIRST_LINGER_MS} ms, more while lines flow (1..{MAX_LINGER_MS})")
+
+
 def _add_bootcheck_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--bootcheck-path", action="append", default=[], metavar="PATH",
                    help="a mount point whose write/read speed to check (repeatable)")
@@ -214,6 +226,7 @@ def register(sub: Any) -> None:
     p.add_argument("--term-grace-s", type=float, default=10.0,
                    help="SIGTERM to SIGKILL escalation when stopping the child")
     p.add_argument("--max-line-bytes", type=int, default=65536)
+    _add_linger(p)
     p.add_argument("--node-key-file", type=Path, default=None,
                    help="this node's Ed25519 key (`faultwatch keys generate --node NODE`): "
                         "signs what the agent sends, so no other node can speak for this one "
@@ -262,6 +275,7 @@ def register(sub: Any) -> None:
     t.add_argument("--from-end", action="store_true",
                    help="files without saved offsets start at their end (default: start)")
     t.add_argument("--max-line-bytes", type=int, default=65536)
+    _add_linger(t)
     t.add_argument("paths", nargs="+", metavar="PATH")
     options.add_logging(t)
     t.set_defaults(func=cmd_agent_tail)

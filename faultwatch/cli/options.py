@@ -108,6 +108,15 @@ def add_json(p: argparse.ArgumentParser, what: str = "one JSON object per line")
     p.add_argument("--json", action="store_true", help=what)
 
 
+def add_time_range(p: argparse.ArgumentParser) -> None:
+    """--since and --until of the readers (`logs`, `decisions`), parsed by
+    readers.select.parse_when once the command knows the time."""
+    for flag, edge in (("--since", "at or after"), ("--until", "at or before")):
+        p.add_argument(flag, metavar="WHEN",
+                       help=f"only what happened {edge} WHEN: 10m, 2h, 1d (ago), an ISO 8601 "
+                            "time (local unless it has Z or an offset), or Unix seconds")
+
+
 # ---- faultwatch's own event lines (run, agent, process, notify, actuate) ------------------
 
 def add_logging(p: argparse.ArgumentParser, default_level: str = "info") -> None:

@@ -147,6 +147,7 @@ class Progress:
     step_time_s: float | None = None
     source: str = "log"  # "log" (progress rule) or "sdk"
     run_id: str = ""
+    loss: float | None = None  # the SDK's `loss` metric of the step (NaN/inf kept)
 
 
 class RankStep(NamedTuple):
@@ -167,6 +168,27 @@ class ProgressBatch:
     attempt: int
     node: str
     marks: tuple[RankStep, ...]
+    run_id: str = ""
+
+
+class RankLoss(NamedTuple):
+    """A training-loss value a rank printed (an entry of a LossBatch); NaN/inf included."""
+
+    rank: int | None
+    ts: float
+    value: float
+    key: str = "loss"
+
+
+@dataclass(frozen=True, slots=True)
+class LossBatch:
+    """The training-loss values in one batch of a node's lines, in line order (divergence
+    evidence: core/divergence.py)."""
+
+    job: str
+    attempt: int
+    node: str
+    marks: tuple[RankLoss, ...]
     run_id: str = ""
 
 
@@ -199,7 +221,8 @@ class Notice:
     run_id: str = ""
 
 
-Signal = RunStart | Output | Hit | Heartbeat | Exit | Progress | ProgressBatch | Stage | Notice
+Signal = (RunStart | Output | Hit | Heartbeat | Exit | Progress | ProgressBatch | Stage | Notice
+          | LossBatch)
 
 
 @dataclass(frozen=True, slots=True)

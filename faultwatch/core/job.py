@@ -3,7 +3,8 @@
 state.py holds the data and its folds; the detectors are functions over it: windows.py
 (fixed, stage and adaptive silence windows), progress.py (step advances, slow ranks),
 decide.py (budget, storm guard, blacklists), silence.py (hang, exit hang, progress stall,
-node lost), failure.py (errors and exits), notices.py (SDK/agent notes, start skew). This
+node lost), failure.py (errors and exits), notices.py (SDK/agent notes, start skew),
+divergence.py (NaN/inf losses and loss spikes). This
 module only dispatches; nothing below imports it.
 """
 
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from faultwatch.core import failure, notices, silence
+from faultwatch.core import divergence, failure, notices, silence
 from faultwatch.core.decide import decision_id
 from faultwatch.core.diagnosis import DIAGNOSIS_NOTE, fold_answer
 from faultwatch.core.events import (
@@ -19,10 +20,12 @@ from faultwatch.core.events import (
     Exit,
     Heartbeat,
     Hit,
+    LossBatch,
     Notice,
     Output,
     Progress,
     ProgressBatch,
+    RankLoss,
     RunStart,
     Signal,
     Stage,
@@ -80,7 +83,14 @@ def apply(st: JobState, sig: Signal, now: float, policy: Policy,
     if isinstance(sig, ProgressBatch):  # log steps: no step times, nothing to decide
         return fold_progress_batch(st, sig), []
     if isinstance(sig, Progress):
-        return notices.on_progress(fold_progress(st, sig), sig, policy, rv)
+        st, decs = notices.on_progress(fold_progress(st, sig), sig, policy, rv)
+        if sig.loss is not None:
+            st, more = divergence.on_losses(
+                st, sig.node, (RankLoss(sig.rank, sig.ts, sig.loss, "sdk:loss"),), policy, rv)
+            decs = decs + more
+        return st, decs
+    if isinstance(sig, LossBatch):
+        return divergence.on_losses(st, sig.node, sig.marks, policy, rv)
     if isinstance(sig, Hit):
         return fold_hit(st, sig, now), []
     if isinstance(sig, RunStart):

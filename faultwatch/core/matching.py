@@ -9,9 +9,11 @@ from faultwatch.core.events import (
     Exit,
     Hit,
     Line,
+    LossBatch,
     Match,
     Output,
     ProgressBatch,
+    RankLoss,
     RankStep,
     Signal,
     Stage,
@@ -37,6 +39,13 @@ class StageLike(Protocol):
     hang_window_s: float | None
 
 
+class LossLike(Protocol):
+    rank: int | None
+    ts: float
+    value: float
+    key: str
+
+
 class BatchResult(Protocol):
     matches: tuple[Match, ...]
     rank_last_ts: dict[int | None, float]
@@ -58,9 +67,9 @@ class LineMatcher(Protocol):
 def signals_of_lines(job: str, attempt: int, node: str, lines: Sequence[Line],
                      matcher: LineMatcher, *, rank: int | None = None,
                      run_id: str = "") -> list[Signal]:
-    """An Output (liveness and tail), one Hit per rule match, the stages, and one
-    ProgressBatch with every rank's last step (when a progress rule matched) for a batch of
-    lines."""
+    """An Output (liveness and tail), one Hit per rule match, the stages, one
+    ProgressBatch with every rank's last step (when a progress rule matched) and one
+    LossBatch with the training-loss values printed (if any) for a batch of lines."""
     if not lines:
         return []
     batch: BatchResult = matcher.match_lines(lines, default_rank=rank)
@@ -80,6 +89,11 @@ def signals_of_lines(job: str, attempt: int, node: str, lines: Sequence[Line],
         out.append(ProgressBatch(job, attempt, node,
                                  tuple(RankStep(p.rank, p.ts, p.step, p.total) for p in marks),
                                  run_id))
+    losses: tuple[LossLike, ...] = getattr(batch, "losses", ())
+    if losses:
+        out.append(LossBatch(job, attempt, node,
+                             tuple(RankLoss(x.rank, x.ts, x.value, x.key) for x in losses),
+                             run_id))
     return out
 
 

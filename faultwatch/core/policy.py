@@ -37,6 +37,8 @@ POLICY_RANGES: dict[str, tuple[float, float]] = {
     "settle_s": (0.0, 600.0),
     "slow_factor": (1.0, 100.0),  # and > 1
     "diagnose_at": (0.0, 1.0),  # and strictly inside
+    "loss_spike_factor": (1.0, 1e6),  # and > 1
+    "loss_window": (2, 10_000),
 }
 
 
@@ -49,6 +51,9 @@ def range_error(key: str, value: float) -> str | None:
     unit = " seconds" if key.endswith("_s") else ""
     return f"must be in [{lo:g}, {hi:g}]{unit}, got {value:g}"
 FAULT_TOLERANT_POLICIES = ("on_failure", "exit_code_and_error_msg", "never")
+# what a diverged loss (NaN/inf) or a loss spike does: a notice, a restart from the last
+# checkpoint (the job's own resume), or failing the job
+DIVERGENCE_ACTIONS = ("notify", "restart", "fail")
 
 
 @dataclass(frozen=True)
@@ -96,6 +101,12 @@ class Policy:
     fleet_storm_hold_max_s: float = 600.0  # the longest a hold lasts; then the fallback:
     fleet_storm_release_per_min: float = 6.0  # jobs still silent decided at most this fast
     retryable_errors: tuple[str, ...] = ()
+    # divergence (core/divergence.py): loss values read from the ranks' log lines
+    divergence_detection: bool = True
+    divergence_action: str = "notify"  # a NaN/inf loss: notify | restart | fail
+    loss_spike_action: str = "notify"  # a finite loss above loss_spike_factor x the median
+    loss_spike_factor: float = 3.0  # of the running median of the recent losses
+    loss_window: int = 50  # recent finite losses the median is taken over
 
     def __post_init__(self) -> None:
         for f in fields(self):  # a NaN window never fires, an infinite one never ends
@@ -150,6 +161,11 @@ class Policy:
                               "must be in [fleet_storm_window_s, 86400] seconds")
         if not 0 < self.fleet_storm_release_per_min <= 6000:
             raise ConfigError("fleet_storm_release_per_min", "must be in (0, 6000] a minute")
+        for name in ("divergence_action", "loss_spike_action"):
+            if getattr(self, name) not in DIVERGENCE_ACTIONS:
+                raise ConfigError(name, f"must be one of {', '.join(DIVERGENCE_ACTIONS)}")
+        if self.loss_spike_factor <= 1:
+            raise ConfigError("loss_spike_factor", "must be > 1")
         if self.max_failure_rate != -1 and not 0 < self.max_failure_rate <= 1:
             raise ConfigError("max_failure_rate", "must be in (0, 1], or -1 for off")
 

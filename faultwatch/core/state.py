@@ -122,6 +122,7 @@ class JobState:
     # the requests of this attempt (id, event time, deadline it was for), the last 16: the
     # hang decision's evidence names them (the probes themselves go on the control topic)
     diag_sent: tuple[tuple[str, float, float], ...] = ()
+    losses: tuple[float, ...] = ()  # recent finite training losses (core/divergence.py)
     # across attempts
     hang_culprits: PMap[str, int] = field(default_factory=PMap)  # node -> hangs it caused
     hists: PMap[str, GapHist] = field(default_factory=PMap)
@@ -568,6 +569,7 @@ _CODECS: dict[str, tuple[Enc, Dec]] = {
     "retired": (list, _d(lambda x: tuple(str(r) for r in x))),
     "dropped": _str_map(int),
     "failed": (_same, _d(bool)),
+    "losses": (list, _d(lambda x: tuple(float(v) for v in x))),
 }
 
 # attempt-scoped fields: reset to their defaults by new_attempt (see JobState's doc)
@@ -575,7 +577,7 @@ _ATTEMPT_SCOPED = ("nodes", "hits", "rank_last_ts", "tail", "failure_seen_at", "
                    "expected_world", "expected_nodes", "last_output_ts", "outputs", "stages",
                    "progress", "step_ts", "steps", "outputs_since_step", "pending_gaps",
                    "slow_check_ts", "stage_ts", "flags", "notified", "failed", "diagnoses",
-                   "diag_for", "diag_asked", "diag_sent")
+                   "diag_for", "diag_asked", "diag_sent", "losses")
 
 
 def _defaults() -> dict[str, Any]:

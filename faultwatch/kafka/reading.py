@@ -117,3 +117,74 @@ def run_reader(gen: AsyncIterator[Any], emit: Callable[[Any], None]) -> int:
         except OSError:
             pass
     return 0
+
+
+Part = tuple[str, int]  # (topic, partition)
+
+
+async def read_parts(bootstrap: str, topics: list[str], *, follow: bool = False,
+                     since_s: float | None = None, poll_ms: int = 500,
+                     hold: Callable[[], set[Any]] = set,
+                     ) -> AsyncIterator[tuple[list[Any], dict[Part, bool]]]:
+    """Raw records of several topics from the beginning (or from the first record sent at or
+    after `since_s`: a record is sent after the lines it holds were read), as (records in
+    fetch order, whether each partition is read to its end now), until every partition is at
+    its end unless following. The first topic must exist (NotFoundError; when following it
+    is waited for, with a `waiting_for_topic` event); the others are read if they exist.
+    Partitions in `hold()` (asked after each fetch) are paused until they leave it."""
+    consumer = clients.consumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
+                                group_id=None,
+                                client_id=f"faultwatch-reader-{uuid.uuid4().hex[:6]}")
+    try:
+        await consumer.start()
+    except Exception as e:
+        with contextlib.suppress(Exception):
+            await consumer.stop()
+        raise await diagnose(e, bootstrap, f"reading {topics[0]}") from e
+    try:
+        first = await partitions(consumer, topics[0])
+        if not first:
+            if not follow:
+                raise NotFoundError(f"topic {topics[0]!r} does not exist at {bootstrap} (a "
+                                    "wrong --topic-prefix? or nothing has been written to it "
+                                    "yet)")
+            log_event("waiting_for_topic", topic=topics[0], bootstrap=bootstrap)
+            while not first:
+                await asyncio.sleep(poll_ms / 1000)
+                first = await partitions(consumer, topics[0])
+        tps = [TopicPartition(topics[0], p) for p in sorted(first)]
+        for t in topics[1:]:
+            tps += [TopicPartition(t, p) for p in sorted(await partitions(consumer, t))]
+        consumer.assign(tps)
+        await consumer.seek_to_beginning(*tps)
+        if since_s is not None:
+            found = await consumer.offsets_for_times({tp: int(since_s * 1000) for tp in tps})
+            for tp, at in found.items():
+                if at is None:
+                    await consumer.seek_to_end(tp)
+                else:
+                    consumer.seek(tp, at.offset)
+        end = await consumer.end_offsets(tps)
+
+        async def ends() -> dict[Part, bool]:
+            out = {}
+            for tp in tps:
+                top = end[tp] if not follow else max(end[tp], consumer.highwater(tp) or 0)
+                out[(tp.topic, tp.partition)] = await consumer.position(tp) >= top
+            return out
+
+        at_end = await ends()
+        yield [], at_end
+        paused: set[Any] = set()
+        while follow or not all(at_end.values()):
+            batch = await consumer.getmany(timeout_ms=poll_ms)
+            records = [m for msgs in batch.values() for m in msgs]
+            at_end = await ends()
+            yield records, at_end
+            want = {tp for tp in tps if (tp.topic, tp.partition) in hold()}
+            if want != paused:
+                consumer.resume(*(paused - want))
+                consumer.pause(*(want - paused))
+                paused = want
+    finally:
+        await consumer.stop()

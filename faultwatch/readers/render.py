@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import functools
+import math
 import time
+import zlib
 from typing import Any
 
 from faultwatch.core.events import Decision
@@ -75,3 +78,107 @@ def render_line(node: str, rank: int | None, stream: str, text: str) -> str:
     who = clean(node) if rank is None else f"{clean(node)}/rank{rank}"
     marker = "" if stream == "stdout" else " !"
     return f"[{who}{marker}] {clean(text, keep_tab=True)}"
+
+
+# ---- `faultwatch logs`: rows as rich Text (colour on a terminal) and as JSON objects ---------
+
+_PALETTE = ("cyan", "green", "magenta", "blue", "yellow", "bright_cyan", "bright_green",
+            "bright_magenta", "bright_blue", "bright_yellow")
+_ACTION_STYLE = {"restart": "bold yellow", "blacklist": "bold magenta", "fail": "bold red",
+                 "notify": "bold blue"}
+
+
+@functools.lru_cache(maxsize=4096)
+def who(node: str | None, rank: int | None) -> tuple[str, str]:
+    """A line's prefix (`n1/rank0`, escaped) and its colour: stable per node and rank, the
+    same on every run and machine."""
+    text = clean(node) if rank is None else f"{clean(node)}/rank{rank}"
+    return text, _PALETTE[zlib.crc32(f"{node}/{rank}".encode()) % len(_PALETTE)]
+
+
+@functools.lru_cache(maxsize=256)
+def _second(s: int) -> str:
+    return time.strftime("%H:%M:%S", time.localtime(s))
+
+
+def _clock(ts: float) -> str:
+    """HH:MM:SS.mmm in the local time zone."""
+    s = math.floor(ts)
+    return f"{_second(s)}.{min(999, int((ts - s) * 1000)):03d}"
+
+
+Segments = list[tuple[str, str]]
+
+
+def row_segments(row: Any) -> Segments:
+    """One `faultwatch logs` row (readers.timeline.Row) as (text, rich style) pieces: the
+    time, a coloured node/rank prefix (`!` after it, and the text in red, for stderr),
+    separators in bold. Every piece of job text is escaped (eventlog.clean): a line cannot
+    move the cursor or forge another line."""
+    from faultwatch.readers.timeline import ATTEMPT, DECISION, EXIT, LINE
+
+    segs: Segments = [(_clock(row.ts) + " ", "dim")]
+    if row.kind == LINE or row.kind == "bootcheck":
+        name, style = who(row.node, row.rank)
+        err = row.stream not in (None, "stdout")  # stderr, a boot check
+        segs.append((f"[{name}", style))
+        if err:
+            segs.append((" !", "bold red"))
+        segs.append(("] ", style))
+        segs.append((clean(row.text, keep_tab=True), "red" if row.stream == "stderr" else ""))
+        return segs
+    if row.kind == ATTEMPT:
+        head = f"── attempt {row.attempt} of {clean(row.job)}"
+        head += f" (run {clean(row.run_id)})" if row.run_id else ""
+        head += f" starts ({clean(row.node)} first)" if row.node else " starts"
+        d = row.decision
+        if d is not None:
+            head += (f", after {d['action']} decision {clean(d['id'])} ({clean(d['kind'])}"
+                     + (f", rule {clean(d['rule'])}" if d.get("rule") else "") + ")")
+            if d.get("message"):
+                head += f": {clean(d['message'])}"
+        segs.append((head + " ──", "bold cyan"))
+        return segs
+    if row.kind == DECISION:
+        d = row.decision or {}
+        targets = ",".join(str(n) for n in d.get("nodes") or []) or "-"
+        text = (f"── decision {str(d.get('action', '?')).upper()} attempt {row.attempt} "
+                f"kind={d.get('kind')}" + (f" rule={d['rule']}" if d.get("rule") else "")
+                + f" nodes={targets} id={d.get('id')}"
+                + (f": {row.text}" if row.text else ""))
+        segs.append((clean(text), _ACTION_STYLE.get(str(d.get("action")), "bold")))
+        return segs
+    if row.kind == EXIT:
+        ok = (row.data or {}).get("exit_code") == 0
+        segs.append((f"── {clean(row.node)} attempt {row.attempt}: {clean(row.text)}",
+                     "bold green" if ok else "bold red"))
+        return segs
+    segs.append((clean(row.text), ""))
+    return segs
+
+
+def render_plain(row: Any) -> str:
+    """The row as plain text (a pipe, a file)."""
+    return "".join(t for t, _ in row_segments(row))
+
+
+def render_row(row: Any) -> Any:
+    """The row as a rich Text (a terminal: with colour)."""
+    from rich.text import Text
+
+    return Text.assemble(*row_segments(row))
+
+
+ROW_FIELDS = ("type", "ts", "job", "run_id", "attempt", "node", "rank", "stream", "seq",
+              "text", "flags", "decision", "data")
+
+
+def row_json(row: Any) -> dict[str, Any]:
+    """One `faultwatch logs --json` object: always the fields ROW_FIELDS, null where they do
+    not apply (`decision` on decision rows and on the attempt row a restart caused; `data`:
+    the checks of a bootcheck row). `text` is the line as shipped, not escaped."""
+    return {"type": row.kind, "ts": row.ts, "job": row.job, "run_id": row.run_id,
+            "attempt": row.attempt, "node": row.node, "rank": row.rank, "stream": row.stream,
+            "seq": row.seq, "text": row.text, "flags": row.flags,
+            "decision": dict(row.decision) if row.decision is not None else None,
+            "data": dict(row.data) if row.data is not None else None}

@@ -9,36 +9,111 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from faultwatch.core.status import STALE_S
+from faultwatch.errors import NotFoundError
+
+FINISHED_FOR_S = 3600.0  # `status` shows a finished job this long after its last snapshot
+ACTIVE_PHASES = ("running", "settling")
 
 
 def _fmt_age(x: Any) -> str:
     return "-" if x is None else f"{float(x):.0f}s"
 
 
-def table(snapshots: Iterable[Mapping[str, Any]], now: float) -> Any:
-    """A rich Table: one row per job."""
+def visible(snapshots: Iterable[Mapping[str, Any]], now: float, finished_for_s: float
+            ) -> tuple[list[Mapping[str, Any]], int]:
+    """(the snapshots `status` lists, how many finished jobs it hides): a job that is not
+    running or settling (decided, done) is listed for `finished_for_s` after its last
+    snapshot (the processor publishes one when a job leaves the active phases), then aged
+    out. Ordered by job."""
+    shown, hidden = [], 0
+    for s in sorted(snapshots, key=lambda s: str(s.get("job"))):
+        if (str(s.get("phase")) not in ACTIVE_PHASES
+                and now - float(s.get("ts", now)) > finished_for_s):
+            hidden += 1
+        else:
+            shown.append(s)
+    return shown, hidden
+
+
+def _quiet(s: Mapping[str, Any], n: int) -> str:
+    return " ".join(f"{'r' + str(r) if int(r) >= 0 else 'node'}:{_fmt_age(a)}"
+                    for r, a in s.get("rank_last_output_age_s", [])[:n]) or "-"
+
+
+def _window(s: Mapping[str, Any]) -> str:
+    window = s.get("window_s")
+    return "off" if window is None else f"{float(window):.0f}s ({s.get('window_basis')})"
+
+
+def _nodes(s: Mapping[str, Any]) -> str:
+    return f"{s.get('nodes_alive')}/{s.get('expected_nodes') or s.get('nodes_total')}"
+
+
+PHASE_STYLE = {"decided": "bold red", "settling": "yellow", "done": "dim"}
+
+
+def compact_cells(s: Mapping[str, Any], now: float) -> list[str]:
+    """One job's cells under COMPACT (the 80-column table)."""
+    decisions = s.get("decisions") or []
+    return [str(s.get("job")), str(s.get("phase")), str(s.get("attempt")), _nodes(s),
+            str(s.get("restarts_used")), _quiet(s, 2), _fmt_age(now - float(s.get("ts", now))),
+            str(s.get("run_id")), str(s.get("ranks_total")), _window(s),
+            str(decisions[-1])[:12] if decisions else "-"]
+
+
+def _compact_columns() -> list[Any]:
+    from faultwatch.readers.columns import Column
+
+    return [Column("job", 0, 20, middle=True), Column("phase"), Column("att"),
+            Column("nodes"), Column("rst", 3), Column("quietest", 4, 15), Column("age", 2),
+            Column("run", 5, 12, middle=True), Column("ranks", 6), Column("window", 7, 12),
+            Column("last decision", 8, 8)]
+
+
+def table(snapshots: Iterable[Mapping[str, Any]], now: float, width: int = 80,
+          wide: bool = False, hidden: int = 0) -> Any:
+    """A rich Table, one row per job: fitted into `width` columns (job and run names
+    abbreviated in the middle, the least useful columns dropped: readers/columns.py), or
+    with `wide` every column in full (the old table). `hidden` finished jobs are counted in
+    the title."""
     from rich.table import Table
 
-    t = Table(title=f"faultwatch status  {time.strftime('%H:%M:%S', time.gmtime(now))}Z",
-              title_justify="left")
-    for col in ("job", "run", "attempt", "phase", "nodes alive", "ranks", "quietest ranks",
-                "stage", "window", "restarts", "last decisions", "age"):
-        t.add_column(col, overflow="fold")
-    for s in sorted(snapshots, key=lambda s: str(s.get("job"))):
-        quiet = ", ".join(f"{'r' + str(r) if int(r) >= 0 else 'node'}:{_fmt_age(a)}"
-                          for r, a in s.get("rank_last_output_age_s", [])[:3])
-        window = s.get("window_s")
-        phase = str(s.get("phase"))
-        style = {"decided": "bold red", "settling": "yellow", "done": "dim"}.get(phase, "")
-        t.add_row(str(s.get("job")), str(s.get("run_id"))[:24], str(s.get("attempt")), phase,
-                  f"{s.get('nodes_alive')}/{s.get('expected_nodes') or s.get('nodes_total')}",
-                  str(s.get("ranks_total")), quiet or "-",
-                  ",".join(s.get("stages") or []) or "-",
-                  "off" if window is None else f"{float(window):.0f}s ({s.get('window_basis')})",
-                  str(s.get("restarts_used")),
-                  " ".join(str(d)[:8] for d in s.get("decisions") or []) or "-",
-                  _fmt_age(now - float(s.get("ts", now))), style=style)
+    snaps = list(snapshots)
+    title = f"faultwatch status  {time.strftime('%H:%M:%S', time.gmtime(now))}Z"
+    if hidden:
+        title += f"  ({hidden} finished job{'s' if hidden > 1 else ''} hidden)"
+    if wide:
+        t = Table(title=title, title_justify="left")
+        for col in ("job", "run", "attempt", "phase", "nodes alive", "ranks", "quietest ranks",
+                    "stage", "window", "restarts", "last decisions", "age"):
+            t.add_column(col, overflow="fold")
+        for s in snaps:
+            t.add_row(str(s.get("job")), str(s.get("run_id")), str(s.get("attempt")),
+                      str(s.get("phase")), _nodes(s), str(s.get("ranks_total")), _quiet(s, 3),
+                      ",".join(s.get("stages") or []) or "-", _window(s),
+                      str(s.get("restarts_used")),
+                      " ".join(str(d)[:8] for d in s.get("decisions") or []) or "-",
+                      _fmt_age(now - float(s.get("ts", now))),
+                      style=PHASE_STYLE.get(str(s.get("phase")), ""))
+        return t
+    from faultwatch.eventlog import clean
+    from faultwatch.readers.columns import fit
+
+    cols, rows = fit(_compact_columns(), [[clean(c) for c in compact_cells(s, now)]
+                                          for s in snaps], width)
+    t = Table(title=abbreviate_title(title, width), title_justify="left", box=None,
+              pad_edge=False, padding=(0, 1), header_style="bold")
+    for c in cols:
+        t.add_column(c.name, no_wrap=True, overflow="ellipsis")
+    for s, row in zip(snaps, rows, strict=True):
+        t.add_row(*row, style=PHASE_STYLE.get(str(s.get("phase")), ""))
     return t
+
+
+def abbreviate_title(title: str, width: int) -> str:
+    from faultwatch.readers.columns import abbreviate
+
+    return abbreviate(title, width)
 
 
 async def read_status(bootstrap: str, topic: str, job: str | None = None,
@@ -93,37 +168,51 @@ def workers_table(workers: Iterable[Mapping[str, Any]], now: float) -> Any:
 
 
 def show(bootstrap: str, topic: str, *, job: str | None, as_json: bool, watch: bool,
-         interval_s: float = 2.0, stop: Callable[[], bool] = lambda: False) -> int:
+         interval_s: float = 2.0, wide: bool = False,
+         finished_for_s: float = FINISHED_FOR_S, stop: Callable[[], bool] = lambda: False
+         ) -> int:
     """Print the snapshots once (table or JSON lines), or keep a live table until Ctrl-C
-    (which waits for a status topic that does not exist yet)."""
+    (which waits for a status topic that does not exist yet). Finished jobs age out
+    (`visible`) unless `job` names one; a `job` no processor reports is a NotFoundError
+    (exit 7) when not watching."""
     import orjson
+    from rich.console import Console
 
+    console = Console(highlight=False)
     if as_json or not watch:
         snaps, workers = asyncio.run(read_status(bootstrap, topic, job))
         if job is not None:
+            if job not in snaps:
+                raise NotFoundError(f"no processor reports job {job!r} on {topic} (a job "
+                                    "is known once its agents' records are processed; "
+                                    "`faultwatch status` lists the jobs)")
             workers = {}  # one job's status: its snapshot only
+        now = time.time()
+        shown, hidden = (list(snaps.values()), 0) if job is not None else \
+            visible(snaps.values(), now, finished_for_s)
         if as_json:
-            for s in sorted(snaps.values(), key=lambda s: str(s.get("job"))):
+            for s in shown:
                 print(orjson.dumps(s).decode(), flush=True)
             for w in sorted(workers.values(), key=lambda w: str(w.get("worker"))):
                 print(orjson.dumps(w).decode(), flush=True)
         else:
-            from rich.console import Console
-
-            Console().print(table(snaps.values(), time.time()))
+            console.print(table(shown, now, console.width, wide, hidden))
             if workers:
-                Console().print(workers_table(workers.values(), time.time()))
+                console.print(workers_table(workers.values(), now))
         return 0
     from rich.console import Group
     from rich.live import Live
 
-    with Live(table([], time.time()), auto_refresh=False) as live:
+    with Live(table([], time.time(), console.width, wide), auto_refresh=False,
+              console=console) as live:
         while not stop():
             snaps, workers = asyncio.run(read_status(bootstrap, topic, job, must_exist=False))
             now = time.time()
-            shown = [table(snaps.values(), now)]
+            shown, hidden = (list(snaps.values()), 0) if job is not None else \
+                visible(snaps.values(), now, finished_for_s)
+            parts = [table(shown, now, console.width, wide, hidden)]
             if workers and job is None:
-                shown.append(workers_table(workers.values(), now))
-            live.update(Group(*shown), refresh=True)
+                parts.append(workers_table(workers.values(), now))
+            live.update(Group(*parts), refresh=True)
             time.sleep(interval_s)
     return 0

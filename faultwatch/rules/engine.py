@@ -14,6 +14,7 @@ from typing import Any, cast
 import regex
 
 from faultwatch.core.events import EXIT_STREAM, Line, Match
+from faultwatch.rules.loss import LossScanner
 from faultwatch.rules.model import MatchBatch, ProgressMark, Rule, RuleSet, StageMark
 from faultwatch.rules.normalise import (
     NOT_A_RUN,
@@ -163,6 +164,12 @@ class Matcher:
         # the markers reported once per batch (hyperscan; re2 would report every line)
         self._fast = self._bytes
         self._token_rank: dict[bytes, int] = {}  # b" 3: " -> 3 (run_rank_of)
+        self._batch_text: tuple[list[str], str] = ([], "")  # the last batch's texts, joined
+        self._batch_bytes: bytes | None = None
+        # training-loss values (divergence), its own scan per batch (rules/loss.py); off with
+        # the policy's divergence_detection: false
+        self._losses = LossScanner(self.engine) \
+            if ruleset.policy.get("divergence_detection", True) is not False else None
 
     def _timed_out(self, pid: int) -> None:
         """A regex-module search hit its timeout: never silent. Counted per rule id in
@@ -225,6 +232,12 @@ class Matcher:
         batch = self._match_lines(lines, default_rank)
         if self._batch_timeouts:
             batch = replace(batch, timeouts=tuple(self._batch_timeouts))
+        if self._losses is not None:
+            texts, joined = self._batch_text
+            losses = self._losses.scan(lines, batch.ranks, default_rank, texts=texts,
+                                       joined=joined, data=self._batch_bytes)
+            if losses:
+                batch = replace(batch, losses=losses)
         return batch
 
     def _match_lines(self, lines: Sequence[Line], default_rank: int | None) -> MatchBatch:
@@ -232,6 +245,8 @@ class Matcher:
         if texts is None:
             texts = [ln.text for ln in lines]
         joined = "\n".join(texts)
+        self._batch_text = (texts, joined)  # the loss scan reads the same batch (rules/loss.py)
+        self._batch_bytes = None  # its UTF-8, when the fast path makes it
         if self._fast:
             fast = self._fast_batch(lines, texts, joined, default_rank)
             if fast is not None:
@@ -246,6 +261,7 @@ class Matcher:
         prefixes may name a rank, and per progress hit."""
         n = len(texts)
         data = joined.encode("utf-8", "replace")
+        self._batch_bytes = data  # the loss scan reuses it (rules/loss.py)
         pid_line, pid_mid = self._e_line, self._e_mid
         carried: list[int] = []  # where a rank-carrying prefix may end
         mid: list[int] = []  # where a rank prefix after another character ends

@@ -23,7 +23,7 @@ BUILTIN_DIR = Path(__file__).parent / "builtin"
 TOP_KEYS = ("version", "rules", "policy", "exceptions")
 RULE_KEYS = ("id", "kind", "category", "contains", "regex", "exit_codes", "signals", "stream",
              "action", "cascade", "description", "tests", "disabled", "ignore_case", "priority",
-             "stage", "opens", "hang_window_s", "override")
+             "stage", "opens", "hang_window_s", "override", "source")
 OVERRIDES = ("merge", "replace")  # how a rule overrides an earlier rule with its id
 PATTERN_KEYS = ("contains", "regex", "exit_codes", "signals")  # merged as unions
 TEST_KEYS = ("match", "no_match")
@@ -356,6 +356,16 @@ class _FileParser:
         prio = get("priority", int, "an integer")
         fields["priority"] = DEFAULT_PRIORITY if prio is None else prio
         fields["description"] = get("description", str, "a string") or ""
+        if "source" in m:  # where the rule's texts and verdict come from (documentation only)
+            src = m["source"][1]
+            val = src.value if isinstance(src, yaml.ScalarNode) else None
+            if isinstance(src, yaml.SequenceNode) and src.value and all(
+                    isinstance(x, yaml.ScalarNode) and x.value.strip() for x in src.value):
+                fields["source"] = tuple(x.value for x in src.value)
+            elif isinstance(val, str) and val.strip():
+                fields["source"] = (val,)
+            else:
+                self.problem(src, "source must be a non-empty string or list of strings", rid)
         has_lines = bool(fields.get("contains") or fields.get("regex"))
         if kind == "error" and not merging:
             if not (has_lines or fields.get("exit_codes") or fields.get("signals")):

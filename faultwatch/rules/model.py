@@ -53,10 +53,17 @@ POLICY_KEYS: Mapping[str, type] = MappingProxyType({
     "fleet_storm_window_s": float,
     "fleet_storm_hold_max_s": float,
     "fleet_storm_release_per_min": float,
+    "divergence_detection": bool,
+    "divergence_action": str,
+    "loss_spike_action": str,
+    "loss_spike_factor": float,
+    "loss_window": int,
 })
 POLICY_CHOICES: Mapping[str, tuple[str, ...]] = MappingProxyType({
     "execution_mode": ("sync", "async"),
     "fault_tolerant_policy": ("on_failure", "exit_code_and_error_msg", "never"),
+    "divergence_action": ("notify", "restart", "fail"),
+    "loss_spike_action": ("notify", "restart", "fail"),
 })
 
 
@@ -86,6 +93,9 @@ class Rule:
     action: str | None = None
     cascade: bool = False
     description: str = ""
+    # where the rule's texts and verdict come from (vendor docs, source files): documentation,
+    # not part of what the rule does (not in the fingerprint)
+    source: tuple[str, ...] = ()
     path: str = ""
     line: int = 0
     ignore_case: bool = False
@@ -164,6 +174,16 @@ class StageMark:
 
 
 @dataclass(frozen=True, slots=True)
+class LossMark:
+    """A training-loss value a rank printed (rules/loss.py); NaN and +/-inf included."""
+
+    rank: int | None
+    ts: float
+    value: float
+    key: str = "loss"
+
+
+@dataclass(frozen=True, slots=True)
 class MatchBatch:
     """What the matcher found in one batch of lines."""
 
@@ -173,6 +193,7 @@ class MatchBatch:
     rank_last_ts: dict[int | None, float] = field(default_factory=dict)
     ranks: tuple[int | None, ...] = ()
     timeouts: tuple[str, ...] = ()  # ids of rules whose regex timed out on this batch
+    losses: tuple[LossMark, ...] = ()  # training-loss values printed (rules/loss.py)
 
 
 @dataclass(frozen=True, slots=True)

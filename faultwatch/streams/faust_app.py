@@ -31,6 +31,7 @@ from faultwatch.streams import broker_calm, faust_compat
 from faultwatch.streams.faust_compat import (
     QuietMonitor,
     TableStore,
+    direct_delivery,
     keep_queues_when_flowing,
     reread_uncommitted_partitions,
 )
@@ -240,6 +241,7 @@ def build_processor(cfg: ProcessorConfig, live: LiveRules | None = None,
                       value_type=bytes)
     reread_uncommitted_partitions(app, {topics.logs, topics.signals})
     keep_queues_when_flowing(app)  # recovery's second resume dropped fetched records
+    direct_delivery(app)  # no four tasks per fetched message
     metrics = Metrics()
     prom = ProcessorMetrics()
     prom.watch(metrics)

@@ -3,6 +3,7 @@ and the signals topic, and the Progress/Stage signals an SDK note stands for."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import asdict
 from typing import Any
@@ -109,13 +110,29 @@ def notice_of(d: Mapping[str, Any]) -> Notice:
                   data=_json_obj(d.get("data") or {}, "note.data"), run_id=h.run_id)
 
 
+_NONFINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
+
+
+def loss_of(x: Any) -> float | None:
+    """A loss value as the SDK or a signal carries it: a number, or "nan" / "inf" / "-inf"
+    (the SDK's str() of a non-finite float; JSON has no NaN). Anything else: None."""
+    if type(x) is str:
+        return _NONFINITE.get(x.strip().lower())
+    if type(x) in (int, float):
+        return float(x)
+    return None
+
+
 def _progress(h: _Head, d: Mapping[str, Any], where: str, source: str) -> Progress:
+    metrics = d.get("metrics")
+    loss = loss_of(d["loss"]) if "loss" in d else \
+        loss_of(metrics.get("loss")) if isinstance(metrics, dict) else None
     return Progress(h.job, h.attempt, h.node, h.ts, _opt_int(d.get("rank"), f"{where}.rank", 0,
                                                              MAX_RANK),
                     _int(_get(d, "step", where), f"{where}.step", -MAX_STEP, MAX_STEP),
                     total=_opt_int(d.get("total"), f"{where}.total", 0, MAX_STEP),
                     step_time_s=_opt_num(d.get("step_time_s"), f"{where}.step_time_s"),
-                    source=source, run_id=h.run_id)
+                    source=source, run_id=h.run_id, loss=loss)
 
 
 def _stage(h: _Head, d: Mapping[str, Any], where: str, source: str, opens: Any) -> Stage:

@@ -3,6 +3,7 @@ signals bounded in size, clock ticks, and the validated decode of every signal t
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -14,11 +15,13 @@ from faultwatch.core.events import (
     Exit,
     Heartbeat,
     Hit,
+    LossBatch,
     Match,
     Notice,
     Output,
     Progress,
     ProgressBatch,
+    RankLoss,
     RankStep,
     RunStart,
     Signal,
@@ -99,10 +102,16 @@ def signal_dict(sig: Signal) -> dict[str, Any]:
             d["total"] = sig.total
         if sig.step_time_s is not None:
             d["step_time_s"] = sig.step_time_s
+        if sig.loss is not None:
+            d["loss"] = _loss_value(sig.loss)
         return _with_run(d, sig.run_id)
     if isinstance(sig, ProgressBatch):
         return _with_run({"t": "progs", **head, "marks": [tuple(m) for m in sig.marks]},
                          sig.run_id)
+    if isinstance(sig, LossBatch):
+        return _with_run({"t": "loss", **head,
+                          "marks": [(m.rank, m.ts, _loss_value(m.value), m.key)
+                                    for m in sig.marks]}, sig.run_id)
     if isinstance(sig, Stage):
         return _with_run({"t": "stage", **head, "ts": sig.ts, "rank": sig.rank,
                           "stage": sig.stage, "opens": sig.opens,
@@ -255,6 +264,41 @@ def _progress_batch_of(d: Mapping[str, Any]) -> ProgressBatch:
     return ProgressBatch(h.job, h.attempt, h.node, tuple(marks), h.run_id)
 
 
+_NONFINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
+
+
+def _loss_value(v: float) -> float | str:
+    """A loss on the wire: a JSON number, or "nan" / "inf" / "-inf" (JSON has none)."""
+    if math.isfinite(v):
+        return v
+    return "nan" if math.isnan(v) else ("inf" if v > 0 else "-inf")
+
+
+def _loss_batch_of(d: Mapping[str, Any]) -> LossBatch:
+    """A `loss` signal: the training-loss values of a batch of lines, `marks` [[rank, ts,
+    value, key], ...] in line order; value a number or "nan" / "inf" / "-inf"."""
+    h = _head(d, "loss", ts=False)
+    rows = _list(_get(d, "marks", "loss"), "loss.marks", MAX_LINES)
+    if not rows:
+        raise _bad("loss.marks", "must not be empty", rows)
+    marks = []
+    for i, x in enumerate(rows):
+        where = f"loss.marks[{i}]"
+        if (type(x) is not list and type(x) is not tuple) or len(x) != 4:
+            raise _bad(where, "must be [rank, ts, value, key]", x)
+        rank, ts, value, key = x
+        if type(value) is str and value in _NONFINITE:
+            v = _NONFINITE[value]
+        elif type(value) in (int, float) and math.isfinite(value):
+            v = float(value)
+        else:
+            raise _bad(f"{where}.value", 'must be a finite number or "nan", "inf", "-inf"',
+                       value)
+        marks.append(RankLoss(_opt_int(rank, f"{where}.rank", 0, MAX_RANK),
+                              _num(ts, f"{where}.ts"), v, safe_name(key, f"{where}.key")))
+    return LossBatch(h.job, h.attempt, h.node, tuple(marks), h.run_id)
+
+
 def _src(d: Mapping[str, Any], where: str) -> str:
     return safe_name(d.get("src", "log"), f"{where}.src")
 
@@ -264,6 +308,7 @@ _SIGNAL_DECODERS: dict[str, Callable[[Mapping[str, Any]], Signal]] = {
     "hit": _hit_of, "out": _output_of,
     "prog": lambda d: _progress(_head(d, "prog"), d, "prog", _src(d, "prog")),
     "progs": _progress_batch_of,
+    "loss": _loss_batch_of,
     "stage": lambda d: _stage(_head(d, "stage"), d, "stage", _src(d, "stage"),
                               _get(d, "opens", "stage")),
 }

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -49,11 +50,17 @@ def test_restart_decision_relaunches_with_next_attempt_once(
     assert [(s.run_id, s.run_source) for s in starts] == [("777", "slurm")] * 2
     assert starts[0].scheduler == {"kind": "slurm", "job_id": "777", "node": "nx",
                                    "job_name": "train", "labels": {"team": "ml"}}
-    # `faultwatch logs` shows both attempts' lines (each attempt's seq starts at 0 again).
+    # `faultwatch logs` shows both attempts' lines (each attempt's seq starts at 0 again),
+    # each after its attempt's separator, the second naming the restart decision.
     res = subprocess.run([sys.executable, "-m", "faultwatch", "logs", job, "--topic-prefix",
-                          topic_prefix, "--bootstrap", kafka_bootstrap],
+                          topic_prefix, "--bootstrap", kafka_bootstrap, "--json"],
                          capture_output=True, timeout=60)
-    assert res.stdout.decode().splitlines() == ["[n1] attempt 0", "[n1] attempt 1"], res
+    rows = [json.loads(x) for x in res.stdout.decode().splitlines()]
+    assert [(r["type"], r["attempt"], r["text"]) for r in rows if r["type"] != "exit"] == [
+        ("attempt", 0, ""), ("line", 0, "attempt 0"), ("decision", 0, ""),
+        ("decision", 5, ""), ("attempt", 1, ""), ("line", 1, "attempt 1")], res
+    [second] = [r for r in rows if r["type"] == "attempt" and r["attempt"] == 1]
+    assert second["decision"]["id"] == restart.id
     exits = [wire.exit_of(r) for r in recs if r["t"] == "exit"]
     assert [(e.attempt, e.exit_code) for e in exits] == [(0, 3), (1, 0)]
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from faultwatch.errors import EXIT_NOT_FOUND
 from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
@@ -88,3 +89,8 @@ def test_status_shows_a_live_job_in_a_terminal_and_as_json(
     assert (snap["job"], snap["run_id"], snap["phase"], snap["nodes_alive"]) == (
         job, "run-42", "running", 1)
     assert snap["last_output_age_s"] is not None and snap["last_output_age_s"] < 30
+    # a job no processor reports is exit 7 (issue 23); the job above is the positive control
+    out = subprocess.run([*fw, "status", f"never-{job}", "--topic-prefix", topic_prefix],
+                         env=env, capture_output=True, timeout=60)
+    assert out.returncode == EXIT_NOT_FOUND, out.stderr.decode()[-2000:]
+    assert f"no processor reports job 'never-{job}'" in out.stderr.decode()

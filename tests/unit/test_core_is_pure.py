@@ -22,9 +22,12 @@ import faultwatch
 ROOT = Path(faultwatch.__file__).parent
 PURE_PACKAGES = ("faultwatch.core", "faultwatch.rules", "faultwatch.diagnose")
 # pure modules of the operating services: the job stage's node gate and the boot-check judge
-# it uses, notification grouping, the actuator's plan and the scheduler-name patterns
+# it uses, notification grouping, the actuator's plan and the scheduler-name patterns; of the
+# readers: the merge across partitions, the filters, the timeline and the column fitting
 PURE_MODULES = ("faultwatch.nodes.gate", "faultwatch.nodes.checks", "faultwatch.nodes.names",
-                "faultwatch.notify.grouping", "faultwatch.actuate.plan")
+                "faultwatch.notify.grouping", "faultwatch.actuate.plan",
+                "faultwatch.readers.merge", "faultwatch.readers.select",
+                "faultwatch.readers.timeline", "faultwatch.readers.columns")
 # what a pure module may import from faultwatch besides pure modules (diagnose: the pure
 # comparison of the ranks' stacks and Flight Recorder dumps, plain dicts in and out)
 PURE_MAY_IMPORT = ("faultwatch.errors",)

@@ -38,3 +38,19 @@ def test_flags_win_over_env_and_bootstrap_required() -> None:
     plain = AgentConfig.from_env_defaults(env={"FAULTWATCH_BOOTSTRAP": "k:1"}, job="j",
                                           node="n", cmd=("a",), spool_dir="/s")
     assert plain.rank is None and plain.spool_path == Path("/s/j/n/agent")
+
+
+def test_linger_ms_has_a_documented_default_and_is_validated() -> None:
+    from faultwatch.agents.config import LINGER_MS
+    from faultwatch.cli.tree import parse_args
+
+    base = {"env": {"FAULTWATCH_BOOTSTRAP": "k:1"}, "job": "j", "node": "n", "cmd": ("a",)}
+    assert AgentConfig.from_env_defaults(**base).linger_ms == LINGER_MS == 100
+    assert AgentConfig.from_env_defaults(**base, linger_ms=500).linger_ms == 500
+    for bad in (0, -5, 10_001, 2.5, True):
+        with pytest.raises(ConfigError, match="linger_ms"):
+            AgentConfig.from_env_defaults(**base, linger_ms=bad)
+    args = parse_args(["agent", "--job", "j", "--linger-ms", "250", "--", "x"])
+    assert args.linger_ms == 250
+    doc = (Path(__file__).resolve().parents[3] / "docs" / "agent.md").read_text()
+    assert f"`--linger-ms` (default {LINGER_MS}" in doc

@@ -110,3 +110,46 @@ def test_linger_flushes_a_partial_record() -> None:
 
     asyncio.run(main())
     assert out == [2]
+
+
+def test_the_linger_grows_while_lines_flow_and_falls_back_when_quiet() -> None:
+    # a record whose linger ran out full (>= BUSY_LINES) doubles the next linger up to the
+    # bound; one that ran out with few lines brings it back to the first linger
+    out: list[int] = []
+    busy = "\n".join("x" * 8 for _ in range(batcher_mod.BUSY_LINES))
+
+    async def main() -> None:
+        b = LineBatcher(_encode, lambda v, f, n: out.append(n), linger_s=0.08,
+                        first_linger_s=0.01)
+        seen: list[float] = []
+
+        async def record(text: str, nlines: int) -> None:
+            seen.append(b.current_linger_s)
+            before = len(out)
+            b.add([LineBlock("stdout", 0, 1.0, text, 0, 0, nlines)])
+            await wait_until_async(lambda: len(out) > before, 2.5, "the linger running out",
+                                   interval_s=0.005)
+
+        for _ in range(4):  # a flowing child: each record full when its linger runs out
+            await record(busy, batcher_mod.BUSY_LINES)
+        await record("quiet", 1)  # a quiet spell: a lone line
+        seen.append(b.current_linger_s)
+        assert seen == [0.01, 0.02, 0.04, 0.08, 0.08, 0.01]
+
+    asyncio.run(main())
+    assert out == [batcher_mod.BUSY_LINES] * 4 + [1]
+
+
+def test_a_lone_line_ships_after_the_first_linger_not_the_bound() -> None:
+    out: list[float] = []
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        b = LineBatcher(_encode, lambda v, f, n: out.append(loop.time()), linger_s=5.0,
+                        first_linger_s=0.02)
+        t0 = loop.time()
+        b.add([Line("stdout", 0, 1.0, "one line")])
+        await wait_until_async(lambda: out, 4, "the lone line shipped", interval_s=0.01)
+        assert out[0] - t0 < 2.5, "a quiet job's line waited for the bound"
+
+    asyncio.run(main())

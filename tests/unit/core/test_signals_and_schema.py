@@ -87,7 +87,10 @@ def test_a_batch_of_many_ranks_becomes_one_progress_signal(matcher: Matcher) -> 
 def test_sdk_notes_become_signals(matcher: Matcher) -> None:
     [p] = signals_of(note("progress", {"rank": 1, "step": 7, "metrics": {"loss": 1.0},
                                        "step_time_s": 0.5}), matcher)
-    assert p == Progress("j", 2, "n1", 50.0, 1, 7, step_time_s=0.5, source="sdk")
+    assert p == Progress("j", 2, "n1", 50.0, 1, 7, step_time_s=0.5, source="sdk", loss=1.0)
+    [q] = signals_of(note("progress", {"rank": 1, "step": 8, "metrics": {"loss": "nan"}}),
+                     matcher)  # the SDK sends a non-finite loss as its str() (no NaN in JSON)
+    assert isinstance(q, Progress) and q.loss is not None and q.loss != q.loss
     [s] = signals_of(note("stage", {"rank": 0, "stage": "eval", "opens": True,
                                     "hang_window_s": None}), matcher)
     assert s == Stage("j", 2, "n1", 50.0, 0, "eval", True, None, "sdk")

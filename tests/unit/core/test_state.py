@@ -39,7 +39,7 @@ def busy_state() -> JobState:
         failure_seen_at=16.0, stage_ts=13.0, phase=Phase.DECIDED, restarts_used=1,
         decided=("d1",), restart_times=(5.0,), steps=4, retired=("r0",),
         dropped=PMap({"unknown-run": 1}), failed=True, diag_for=20.0, diag_asked=19.0,
-        diag_sent=(("d1", 19.0, 20.0),),
+        diag_sent=(("d1", 19.0, 20.0),), losses=(2.5, 2.25),
         diagnoses=freeze({"a": {"ts": 18.0, "ranks": {"0": {"stack": {"state": "collective"},
                                                               "fr": None}}}}),
         hang_culprits=PMap({"b": 1}), pending_gaps=(("", 1.5, 2.0),), outputs_since_step=2)

@@ -139,3 +139,38 @@ rules:
 """)
     probs = run_rule_tests([p])
     assert [x.line for x in probs] == [8, 10, 16]
+
+
+def test_source_cites_where_a_rule_comes_from(tmp_path: Path) -> None:
+    """`source:` (a string or a list of strings) is kept on the rule; anything else is a
+    problem at its line. Every built-in rule added with the vendor vocabulary cites one."""
+    p = write(tmp_path, "src.yaml", """version: 1
+rules:
+  - id: one
+    category: hardware
+    contains: "x1"
+    source: "Vendor guide, section 3"
+  - id: two
+    category: hardware
+    contains: "x2"
+    source: ["a.h: MSG_A", "b.c: msg_b"]
+  - id: three
+    category: hardware
+    contains: "x3"
+    source: {bad: 1}
+""")
+    probs = check_files([p], builtin=False)
+    assert [(x.line, x.message) for x in probs] == [
+        (14, "source must be a non-empty string or list of strings")]
+    p.write_text(p.read_text().rsplit("  - id: three", 1)[0])
+    rs = load_ruleset([p], builtin=False)
+    one, two = rs.get("one"), rs.get("two")
+    assert one is not None and one.source == ("Vendor guide, section 3",)
+    assert two is not None and two.source == ("a.h: MSG_A", "b.c: msg_b")
+    builtin = load_ruleset()
+    for rid in ("nvidia-xid-restart-app", "nvidia-xid-reset-gpu", "nvidia-xid-reboot-node",
+                "nvidia-xid-hardware", "nvidia-xid-ignore", "dcgm-health-failure",
+                "cuda-init-failure", "k8s-node-lost", "cloud-maintenance-event",
+                "cloud-instance-retirement", "cloud-spot-preemption", "slurm-node-failure"):
+        r = builtin.get(rid)
+        assert r is not None and r.source, rid

@@ -133,3 +133,89 @@ def test_a_resume_while_flowing_keeps_the_queued_records_a_resume_after_suspend_
     queue.put_nowait("x")
     type(fc).resume(fc)
     assert queue.qsize() == 0
+
+
+def test_faust_delivers_each_fetched_message_through_wait_first() -> None:
+    # what direct_delivery replaces: if Faust's fetch loop stops racing every delivery
+    # against suspend_flow (or renames what our copy of the loop uses), revisit it
+    src = inspect.getsource(faust.transport.consumer.Consumer._drain_messages)
+    assert "callback(message), self.suspend_flow.wait()" in src
+    for name in ("self._read_offset", "self._commit_every", "self._add_gap",
+                 "self._n_acked", "acks_enabled_for", "CONSUMER_FETCHING"):
+        assert name in src, name
+    assert "await consumer._drain_messages(self)" in inspect.getsource(
+        faust.transport.consumer.Fetcher)
+    from faust.transport.producer import ProducerBuffer
+    assert "self.size > self.max_messages" in inspect.getsource(ProducerBuffer.wait_until_ebb)
+    assert "_tp_to_callback_lock" in inspect.getsource(
+        faust.transport.conductor.Conductor._compile_message_handler)
+
+
+def _drain(app: faust.App, batches: list[list[tuple[str, int, int]]],
+           suspended: bool = False) -> tuple[list[tuple[int, int]], int]:
+    """Run the patched fetch loop over `batches` of (topic, partition, offset): the offsets
+    delivered and the number of wait_first calls."""
+    import asyncio
+
+    from faust.types import TP
+    from mode.utils.locks import Event
+
+    class Msg:
+        def __init__(self, topic: str, partition: int, offset: int) -> None:
+            self.topic, self.partition, self.offset = topic, partition, offset
+            self.tp = TP(topic, partition)
+
+    class Fetcher:
+        _stopped = Event()
+
+    consumer = app.consumer
+    faust_compat.direct_delivery(app)
+    got: list[tuple[int, int]] = []
+    waits = [0]
+    todo = list(batches)
+
+    async def callback(message: Msg) -> None:
+        got.append((message.partition, message.offset))
+
+    async def getmany(timeout: float) -> object:
+        if not todo:
+            Fetcher._stopped.set()
+            return
+        for t, p, o in todo.pop(0):
+            yield TP(t, p), Msg(t, p, o)
+
+    async def wait_first(*coros: object, timeout: object = None) -> object:
+        waits[0] += 1  # Faust's path (it races the delivery against the flow's suspension)
+        return await coros[0]  # type: ignore[misc]
+
+    async def main() -> None:
+        consumer.callback = callback  # type: ignore[assignment]
+        consumer.getmany = getmany  # type: ignore[assignment,method-assign]
+        consumer.wait_first = wait_first  # type: ignore[method-assign]
+        app.flow_control.resume()
+        if suspended:
+            consumer.suspend_flow.set()  # a rebalance began
+        await asyncio.wait_for(consumer._drain_messages(Fetcher()), 10)  # noqa: SLF001
+
+    asyncio.run(main())
+    return got, waits[0]
+
+
+def test_direct_delivery_awaits_each_message_in_order_without_tasks() -> None:
+    app = faust.App(f"dd-{id(object())}", broker="kafka://127.0.0.1:1")
+    batches = [[("logs", 0, 0), ("logs", 1, 5), ("logs", 0, 1)],
+               [("logs", 0, 1), ("logs", 0, 2), ("logs", 1, 4), ("logs", 1, 6)]]
+    got, waits = _drain(app, batches)
+    # offsets below what was read are dropped (a refetch), the rest in fetch order
+    assert got == [(0, 0), (1, 5), (0, 1), (0, 1), (0, 2), (1, 6)]
+    assert waits == 0, "a delivery that cannot wait took Faust's four-task path"
+    assert app.consumer._read_offset[faust.types.TP("logs", 1)] == 6  # noqa: SLF001
+
+
+def test_a_suspended_flow_takes_fausts_own_path() -> None:
+    # positive control of the test above: with the flow suspended (a rebalance), every
+    # delivery races suspend_flow as in Faust
+    app = faust.App(f"dd-{id(object())}", broker="kafka://127.0.0.1:1")
+    got, waits = _drain(app, [[("logs", 0, 0), ("logs", 0, 1)]], suspended=True)
+    assert waits == 2
+    assert got == [(0, 0), (0, 1)]
