@@ -1,9 +1,12 @@
-"""faultwatch's own event lines: one named event per line, key=value fields, the escaping
-that keeps text from jobs (names, log lines) from forging a line or moving the cursor, and
-`Quiet`, which counts repeated events instead of writing a line for each."""
+"""faultwatch's own event lines: one named event per line, key=value fields (`--log-format
+text`) or one JSON object (`--log-format json`), each event with a level so that a person's
+terminal shows only what needs them (`-q`, `-v`); the escaping that keeps text from jobs
+(names, log lines) from forging a line or moving the cursor; and `Quiet`, which counts
+repeated events instead of writing a line for each."""
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 import unicodedata
@@ -12,6 +15,93 @@ from collections.abc import Callable, Iterable
 from typing import Any, TextIO
 
 _COMPONENT = "faultwatch"
+
+DEBUG, INFO, WARNING, ERROR = 10, 20, 30, 40
+LEVEL_NAMES = {"debug": DEBUG, "info": INFO, "warning": WARNING, "error": ERROR}
+FORMATS = ("text", "json")
+FORMAT_ENV = "FAULTWATCH_LOG_FORMAT"
+LEVEL_ENV = "FAULTWATCH_LOG_LEVEL"
+
+# Every event's level. What a person running `faultwatch run`/`agent` must see (something is
+# wrong or lost) is a warning; the story of a normal run (started, decided, restarted) is
+# info, told by the decision blocks and the closing summary instead; chatter is debug. An
+# event missing here is a warning (shown rather than hidden); tests/unit/test_eventlog.py
+# checks that every event the code names is listed.
+_DEBUG_EVENTS = ("probe", "probe_seen_again", "diagnosis_sent", "restart_backoff",
+                 "waiting_for_decision", "spool_writable", "registry_node")
+_INFO_EVENTS = (
+    # agent and run
+    "rules_loaded", "rules_reloaded", "child_started", "child_exit", "decision", "restart",
+    "restart_by_exit", "stopping_child", "failed_by_decision", "blacklisted", "verdict",
+    "signal", "spool_replay", "node_signing", "decision_signing", "nodes_up",
+    "waiting_for_nodes", "bootcheck", "broker_up", "decisions_following",
+    "decisions_waiting_for_topic", "waiting_for_topic", "tail_start", "tail_rotated",
+    "torchrun_ranks", "metrics_listening",
+    # processor
+    "processor_starting", "processor_stopping", "processor_stopped", "processor_metrics",
+    "partitions_assigned", "partitions_revoked", "registry_following", "registry_loaded",
+    "broker_reachable", "job_cap_cleared", "fleet_storm_ended",
+    # operating services
+    "notify_started", "notification_sent", "actuate_started", "actuate_following",
+    "actuated", "actuate_hold_released", "actuate_holding", "actuate_replay",
+    "actuate_retry")
+_WARNING_EVENTS = (
+    "broker_down", "broker_refused", "broker_unreachable", "broker_unreachable_summary",
+    "decision_refused", "decisions_not_ready", "decisions_out_failed", "decisions_unverified",
+    "decisions_unavailable", "escalate", "flush_timeout", "no_decision", "nodes_timeout",
+    "pipes_held_open", "produce_failed", "registry_follow_failed", "replay_state_unwritable",
+    "rules_rejected", "rules_reload_rejected", "rules_watch_error", "sdk_malformed",
+    "sdk_message_too_long", "sdk_unavailable", "send_error", "spawn_failed", "spool_cap",
+    "spool_write_drops", "tail_open_failed", "tail_truncated", "undecodable_decision",
+    "undecodable_record", "verdict_out_failed", "waiting_for_nodes_unavailable",
+    "bootcheck_failed", "bootcheck_abort", "dead_letter", "job_tick_failed", "job_cap_reached",
+    "fleet_storm_tripped", "processor_start_retry", "processor_stop_forced",
+    "processor_stop_gave_up", "allocation_unchecked", "actuate_failed", "actuate_gave_up",
+    "actuate_refused", "actuate_node_rejected", "actuate_decision_rejected", "actuate_hold",
+    "actuate_journal_bad_line", "notification_failed", "notification_retry",
+    "notify_commit_failed", "notify_rate_limited", "metrics_unavailable",
+    "metrics_address_file_failed")
+_ERROR_EVENTS = ("delivery_crashed", "spool_write_failed", "processor_start_failed")
+LEVELS: dict[str, int] = {
+    **dict.fromkeys(_DEBUG_EVENTS, DEBUG), **dict.fromkeys(_INFO_EVENTS, INFO),
+    **dict.fromkeys(_WARNING_EVENTS, WARNING), **dict.fromkeys(_ERROR_EVENTS, ERROR)}
+
+def level_of(event: str) -> int:
+    """The level of an event name (LEVELS; a `<event>_summary` has its event's level)."""
+    lv = LEVELS.get(event)
+    if lv is not None:
+        return lv
+    if event.endswith("_summary"):  # quiet.py's count of a repeated event
+        return level_of(event[:-len("_summary")])
+    return WARNING  # names made at run time (`<what>_refused`, `<what>_unverified`) too
+
+
+class _Config:
+    """The process's event-line settings (configure())."""
+
+    fmt = os.environ.get(FORMAT_ENV, "text") if os.environ.get(FORMAT_ENV) in FORMATS \
+        else "text"
+    threshold = LEVEL_NAMES.get(os.environ.get(LEVEL_ENV, "").strip().lower(), INFO)
+
+
+def configure(fmt: str | None = None, level: str | int | None = None) -> None:
+    """Set the format (`text` or `json`) and the lowest level written (a name or number)."""
+    if fmt is not None:
+        if fmt not in FORMATS:
+            raise ValueError(f"log format must be one of {', '.join(FORMATS)}: {fmt!r}")
+        _Config.fmt = fmt
+    if level is not None:
+        _Config.threshold = LEVEL_NAMES[level] if isinstance(level, str) else int(level)
+
+
+def settings() -> tuple[str, int]:
+    """(format, threshold) in force."""
+    return _Config.fmt, _Config.threshold
+
+
+def enabled(event: str) -> bool:
+    """Whether an event of this name is written at the current threshold."""
+    return level_of(event) >= _Config.threshold
 
 
 def clean(value: object, keep_tab: bool = False) -> str:
@@ -63,10 +153,46 @@ def format_event(event: str, fields: dict[str, Any], ts: float | None = None,
     return " ".join(parts)
 
 
+def format_json(event: str, fields: dict[str, Any], ts: float | None = None,
+                component: str | None = None) -> str:
+    """The same event as one JSON object: ts, level, component, event, then the fields (None
+    fields left out, as in text); values JSON cannot hold are written as strings."""
+    import orjson
+
+    t = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ts if ts is not None else time.time()))
+    obj: dict[str, Any] = {"ts": t + "Z", "level": _level_name(level_of(event)),
+                           "component": component or _COMPONENT, "event": event}
+    for k, v in fields.items():
+        if v is not None and k not in obj:
+            obj[k] = v
+    return orjson.dumps(obj, default=str, option=orjson.OPT_NON_STR_KEYS).decode()
+
+
+def _level_name(level: int) -> str:
+    for name, lv in LEVEL_NAMES.items():
+        if lv >= level:
+            return name
+    return "error"
+
+
+def render_event(event: str, fields: dict[str, Any], component: str | None = None
+                 ) -> str | None:
+    """The event's line in the configured format, or None when its level is below the
+    threshold."""
+    if level_of(event) < _Config.threshold:
+        return None
+    if _Config.fmt == "json":
+        return format_json(event, fields, component=component)
+    return format_event(event, fields, component=component)
+
+
 def log_event(event: str, stream: TextIO | None = None, **fields: Any) -> None:
     """Write one event line to stderr (never raises: our logs must not hurt the job)."""
+    line = render_event(event, fields)
+    if line is None:
+        return
     try:
-        print(format_event(event, fields), file=stream or sys.stderr, flush=True)
+        print(line, file=stream or sys.stderr, flush=True)
     except (OSError, ValueError):
         pass
 

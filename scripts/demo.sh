@@ -15,12 +15,19 @@ JOB=(.venv-demo/bin/torchrun --standalone --nproc-per-node 2 examples/train_gloo
 
 banner() { printf '\n\033[1m== %s ==\033[0m\n' "$*"; }
 
+# The hang window: a healthy torchrun is silent between its ranks' last line and its exit
+# (interpreter and gloo teardown): 1-2 s on an idle machine, 5-15 s measured under a load of
+# 15-28 on 2 cores (11.5 s at 20, 19.3 s at 28), where a 5 s window decided false hangs: 30 s.
+# Its start (torchrun and two ranks importing torch) took over 120 s at a load of 22, the
+# default init window: 300 s.
+WINDOW_S=${FAULTWATCH_DEMO_WINDOW_S:-30}
+INIT_S=${FAULTWATCH_DEMO_INIT_WINDOW_S:-300}
 if [ "$MODE" = "embedded" ]; then
   banner "1/2 rank 1 raises a retryable network error in attempt 0: expect RESTART, then success"
-  rc=0; FW_FAULT=retryable FW_FAULT_ATTEMPTS=0 $FW run --settle-s 1 --hang-window-s 10 -- "${JOB[@]}" || rc=$?
+  rc=0; FW_FAULT=retryable FW_FAULT_ATTEMPTS=0 $FW run --settle-s 1 --hang-window-s "$WINDOW_S" --init-window-s "$INIT_S" -- "${JOB[@]}" || rc=$?
   echo "exit code: $rc"
-  banner "2/2 rank 1 stops before an all-reduce in attempt 0: expect a HANG restart in ~5 s"
-  rc=0; FW_FAULT=hang FW_FAULT_ATTEMPTS=0 $FW run --settle-s 1 --hang-window-s 5 -- "${JOB[@]}" || rc=$?
+  banner "2/2 rank 1 stops before an all-reduce in attempt 0: expect a HANG restart ~${WINDOW_S} s later"
+  rc=0; FW_FAULT=hang FW_FAULT_ATTEMPTS=0 $FW run --settle-s 1 --hang-window-s "$WINDOW_S" --init-window-s "$INIT_S" -- "${JOB[@]}" || rc=$?
   echo "exit code: $rc"
   exit 0
 fi
@@ -31,7 +38,7 @@ PREFIX="demo$(date +%s)."
 banner "starting a local Kafka broker (KRaft, jars from Maven Central)"
 BOOT=$($FW kafka up --port "$PORT" --data-dir "$DATA")
 echo "bootstrap: $BOOT"
-$FW process --bootstrap "$BOOT" --topic-prefix "$PREFIX" --settle-s 1 --hang-window-s 5 \
+$FW process --bootstrap "$BOOT" --topic-prefix "$PREFIX" --settle-s 1 --hang-window-s "$WINDOW_S" --init-window-s "$INIT_S" \
   > .faultwatch/demo-processor.log 2>&1 &
 PROC=$!
 trap 'kill $PROC 2>/dev/null; wait $PROC 2>/dev/null; $FW kafka down --port "$PORT" --data-dir "$DATA" >/dev/null' EXIT

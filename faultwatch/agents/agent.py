@@ -4,14 +4,19 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import signal
 import socket
+import tempfile
 import time
 import uuid
+from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 import faultwatch
 from faultwatch import wire
+from faultwatch.agents import torchrun_env
 from faultwatch.agents.agent_log import AgentLog  # noqa: F401 - re-exported
 from faultwatch.agents.batcher import LineBatcher
 from faultwatch.agents.child import Child, ExitStatus
@@ -22,10 +27,18 @@ from faultwatch.agents.config import (  # noqa: F401 - re-exported for callers a
     rank_from_env,
 )
 from faultwatch.agents.dumps import Diagnoser
-from faultwatch.agents.reader import LineBlock, LineSplitter, Piece, TeeWriter, pump
+from faultwatch.agents.exitcodes import Story
+from faultwatch.agents.reader import (
+    LineBlock,
+    LineSplitter,
+    Piece,
+    RankLineSplitter,
+    TeeWriter,
+    pump,
+)
 from faultwatch.agents.sdk_server import SdkServer
 from faultwatch.agents.transport import KafkaTransport, Transport
-from faultwatch.core.events import STDERR, STDOUT, Exit, Heartbeat, RunStart
+from faultwatch.core.events import STDERR, STDOUT, Decision, Exit, Heartbeat, RunStart
 from faultwatch.errors import ChildError
 
 PIPE_DRAIN_AFTER_EXIT_S = 5.0  # grandchildren may hold the pipes open after the leader exits
@@ -49,6 +62,14 @@ def heartbeat_due(printed: bool, since_sent_s: float, flowing_s: float,
     if since_lines_lost_s < LINES_LOST_HOLD_S:
         return True
     return not printed or since_sent_s >= flowing_s
+
+
+def _is_terminal(fd: int) -> bool:
+    """Whether fd is a terminal a person reads (colour allowed: not with $NO_COLOR)."""
+    try:
+        return os.isatty(fd) and not os.environ.get("NO_COLOR")
+    except OSError:
+        return False
 
 
 # What the child never inherits: where the node and signing keys are, legacy HMAC secrets.
@@ -81,9 +102,17 @@ class Agent:
             self.diagnoser = Diagnoser(self.note, self.log, os.environ if cfg.env is None
                                        else cfg.env)
             self.extra_env.update(self.diagnoser.env)
+        self.torchrun_dir: Path | None = None  # torchrun's tee files (agents/torchrun_env.py)
+        self.rank_prefixed = False  # lines come as `[rankN]:...`: rejoin each rank's lines
+        if cfg.rank is None:  # one agent per node: torchrun's workers' lines get their rank
+            self._torchrun_ranks(os.environ if cfg.env is None else cfg.env)
         self.sdk: SdkServer | None = None
         self.probes_seen: set[str] = set()  # diagnosis requests answered (agents/control.py)
         self.born_ts = time.time()
+        self.story = Story(self.born_ts)  # for the closing summary (exitcodes.Story)
+        # a decision as a block for a person (the CLI passes readers.render.render_decision)
+        self.render: Callable[[Decision, bool], str] | None = None
+        self.tee_err_is_terminal = _is_terminal(2)
         self.lines_lost_mono = -float("inf")  # when the last gap (dropped lines) was reported
         # The job run's identity: stable across this agent's attempts (restarts do not make
         # a new run). Generated per agent process until a flag or scheduler names the run.
@@ -91,11 +120,24 @@ class Agent:
         self.run_source = cfg.run_source or "generated"
         self._new_run()
 
+    def _torchrun_ranks(self, env: Mapping[str, str]) -> None:
+        tmp = Path(tempfile.mkdtemp(prefix="faultwatch-torchrun-"))
+        added, why = torchrun_env.rank_env(self.cfg.cmd, env, tmp)
+        if "PET_LOG_DIR" in added:
+            self.torchrun_dir = tmp
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
+        self.extra_env.update(added)
+        template = added.get(torchrun_env.TEMPLATE_ENV) or env.get(torchrun_env.TEMPLATE_ENV)
+        self.rank_prefixed = template == torchrun_env.TEMPLATE
+        self.log("torchrun_ranks", set=",".join(sorted(added)) or None, why=why)
+
     def _new_run(self) -> None:
         c = self.cfg
         self.batcher = LineBatcher(self._encode_lines, self.transport.submit,
                                    linger_s=c.linger_ms / 1000)
-        self.split = {s: LineSplitter(s, c.max_line_bytes, c.progress_interval_s)
+        splitter = RankLineSplitter if self.rank_prefixed else LineSplitter
+        self.split = {s: splitter(s, c.max_line_bytes, c.progress_interval_s)
                       for s in (STDOUT, STDERR)}
         self.child: Child | None = None
         self.started_ts: float | None = None
@@ -109,6 +151,7 @@ class Agent:
     def restart(self) -> None:
         """Begin the next attempt (after a restart decision)."""
         self.attempt += 1
+        self.story.restarts += 1
         self._new_run()
 
     # ---- records -------------------------------------------------------------------------
@@ -291,6 +334,8 @@ class Agent:
     async def finish(self) -> None:
         if self.diagnoser is not None:
             self.diagnoser.close()
+        if self.torchrun_dir is not None:
+            shutil.rmtree(self.torchrun_dir, ignore_errors=True)
         await self.transport.finish(self.cfg.exit_flush_timeout_s)
         await self.tee_out.aclose(2.0)
         await self.tee_err.aclose(2.0)

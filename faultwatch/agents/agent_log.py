@@ -7,7 +7,7 @@ import os
 from typing import Any
 
 from faultwatch.agents.reader import TeeWriter
-from faultwatch.eventlog import format_event
+from faultwatch.eventlog import render_event
 
 
 class AgentLog:
@@ -20,8 +20,10 @@ class AgentLog:
         self.component = component
 
     def __call__(self, event: str, **kv: Any) -> None:
-        line = (format_event(event, {"node": self.node, **kv}, component=self.component)
-                + "\n").encode()
+        text = render_event(event, {"node": self.node, **kv}, component=self.component)
+        if text is None:  # below the --quiet/-v threshold
+            return
+        line = (text + "\n").encode()
         if self.tee is not None:
             self.tee.write(line)
         else:

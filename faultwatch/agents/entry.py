@@ -8,6 +8,7 @@ import logging
 import os
 import signal
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from faultwatch import wire
@@ -15,15 +16,24 @@ from faultwatch.agents.agent import Agent
 from faultwatch.agents.agent_log import AgentLog
 from faultwatch.agents.config import AgentConfig
 from faultwatch.agents.control import answer_probes
-from faultwatch.agents.exitcodes import STOP_SIGNALS, Verdict, signal_name, write_verdict
+from faultwatch.agents.exitcodes import (
+    STOP_SIGNALS,
+    Story,
+    Verdict,
+    signal_name,
+    write_verdict,
+)
 from faultwatch.agents.sdk_server import SdkServer
 from faultwatch.agents.supervisor import supervise_job
 from faultwatch.agents.transport import Transport
+from faultwatch.core.events import Decision
 from faultwatch.errors import ConfigError, FaultwatchError
+
+Render = Callable[[Decision, bool], str]  # a decision -> a block of text (colour: bool)
 
 
 async def run_agent(cfg: AgentConfig, transport: Transport | None = None,
-                    component: str = "agent") -> int:
+                    component: str = "agent", render: Render | None = None) -> int:
     """Run cfg.cmd under the agent; returns the agent's exit code (agents/exitcodes.py: a
     verdict, never the child's own code), after writing the verdict file and its line.
 
@@ -32,26 +42,27 @@ async def run_agent(cfg: AgentConfig, transport: Transport | None = None,
     if not cfg.cmd:
         raise ConfigError("cmd", "no command to run")
     agent = Agent(cfg, transport, component)
+    agent.render = render
     try:
         v = await _run(agent)
     except FaultwatchError as e:  # faultwatch's own error: its code, and a verdict saying so
         v = Verdict("error", e.exit_code, why=str(e)[:500], job=cfg.job, node=cfg.node,
                     run_id=agent.run_id, attempt=agent.attempt)
-        _report(cfg, v, component)
+        _report(cfg, v, component, agent.story)
         raise
-    _report(cfg, v, component)
+    _report(cfg, v, component, agent.story)
     return v.exit_code
 
 
-def _report(cfg: AgentConfig, v: Verdict, component: str) -> None:
-    """The verdict as an event and one readable line on stderr (written directly: the tee of
-    the child's stderr is closed by now), and in --verdict-out."""
+def _report(cfg: AgentConfig, v: Verdict, component: str, story: Story | None = None) -> None:
+    """The verdict as an event and the run's one closing summary line on stderr (written
+    directly: the tee of the child's stderr is closed by now), and in --verdict-out."""
     log = AgentLog(cfg.node, None, component)
     log("verdict", verdict=v.verdict, exit_code=v.exit_code,
         child_exit_code=v.child_exit_code, child_signal=signal_name(v.child_signal),
         decision=(v.decision or {}).get("id"), attempt=v.attempt)
     with contextlib.suppress(OSError):
-        os.write(2, (v.sentence(component) + "\n").encode("utf-8", "replace"))
+        os.write(2, (v.sentence(component, story) + "\n").encode("utf-8", "replace"))
     if cfg.verdict_out is not None:
         try:
             write_verdict(cfg.verdict_out, v)
@@ -163,8 +174,10 @@ async def flush_spool(cfg: AgentConfig) -> int:
 
 
 def main_sync(cfg: AgentConfig, flush_only: bool = False,
-              transport: Transport | None = None, component: str = "agent") -> int:
-    """asyncio.run wrapper used by the CLI (`faultwatch agent`, and `faultwatch run`)."""
+              transport: Transport | None = None, component: str = "agent",
+              render: Render | None = None) -> int:
+    """asyncio.run wrapper used by the CLI (`faultwatch agent`, and `faultwatch run`);
+    `render` prints each decision the agent reads as a block on its stderr."""
     # aiokafka logs every retry on stderr (hundreds of lines a minute while the broker is
     # down): that is the child's stderr we tee. Our own events report each state change
     # (broker_down/up, decisions_unavailable/following), so silence it unless configured.
@@ -175,7 +188,7 @@ def main_sync(cfg: AgentConfig, flush_only: bool = False,
     sys.setswitchinterval(float(os.environ.get("FAULTWATCH_SWITCH_INTERVAL_S", "0.0005")))
     try:
         return asyncio.run(flush_spool(cfg) if flush_only
-                           else run_agent(cfg, transport, component))
+                           else run_agent(cfg, transport, component, render))
     except KeyboardInterrupt:
         return 130
     finally:

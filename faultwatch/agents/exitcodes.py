@@ -102,9 +102,14 @@ class Verdict:
         out.update(self.extra)
         return out
 
-    def sentence(self, component: str = "agent") -> str:
-        """One line for stderr: the verdict, its code, the child's own exit and the why."""
-        parts = [f"faultwatch {component}: verdict {self.verdict} (exit {self.exit_code})"]
+    def sentence(self, component: str = "agent", story: Story | None = None) -> str:
+        """One line for stderr, the run's closing summary: what happened (with `story`: the
+        attempts, restarts and decisions), the verdict, its code, the child's own exit and
+        the why."""
+        head = f"faultwatch {component}: "
+        if story is not None:
+            head += f"{story.headline(self)}; "
+        parts = [head + f"verdict {self.verdict} (exit {self.exit_code})"]
         parts.append(f"command {describe_child(self.child_exit_code, self.child_signal)}")
         if self.decision is not None:
             d = self.decision
@@ -114,6 +119,46 @@ class Verdict:
             parts.append(self.why)
         parts.append(f"job {self.job} attempt {self.attempt} run {self.run_id}")
         return "; ".join(parts)
+
+
+_OUTCOME = {"success": "succeeded", "failed": "failed", "restart": "restart requested",
+            "elsewhere": "this node is bad, run elsewhere", "undecided": "failed, undecided",
+            "nodes-timeout": "the other nodes did not come up", "interrupted": "interrupted",
+            "error": "faultwatch error"}
+
+
+@dataclass
+class Story:
+    """What a run's agent lived through, for the closing summary: each decision it read (its
+    kind, targets and time since the agent started) and which ones it acted on."""
+
+    started_ts: float
+    decisions: list[tuple[Any, str]] = field(default_factory=list)  # (Decision, verdict)
+    restarts: int = 0
+
+    def add(self, dec: Any, verdict: str) -> None:
+        self.decisions.append((dec, verdict))
+
+    def cause(self, dec: Any) -> str:
+        """`hang of rank 1 at 12.3 s` / `error on node n2 at 4.0 s`."""
+        ranks = ",".join(str(r) for r in dec.ranks)
+        nodes = ",".join(str(n) for n in dec.nodes)
+        who = (f" of rank{'s' if len(dec.ranks) > 1 else ''} {ranks}" if ranks
+               else f" on {nodes}" if nodes else "")
+        at = max(0.0, float(dec.ts) - self.started_ts)
+        return f"{dec.kind}{who} at {at:.1f} s"
+
+    def headline(self, v: Verdict) -> str:
+        """`succeeded in attempt 1 after 1 restart (error of rank 1 at 33.1 s); 1 decision`."""
+        acted = [d for d, verdict in self.decisions if verdict not in ("ignored", "notify")]
+        out = f"{_OUTCOME.get(v.verdict, v.verdict)} in attempt {v.attempt}"
+        if self.restarts:
+            out += f" after {self.restarts} restart{'s' if self.restarts > 1 else ''}"
+        if acted:
+            out += " (" + ", ".join(self.cause(d) for d in acted[:3]) \
+                + (f", {len(acted) - 3} more" if len(acted) > 3 else "") + ")"
+        n = len(self.decisions)
+        return out + f"; {n or 'no'} decision{'' if n == 1 else 's'}"
 
 
 def decision_summary(dec: Any) -> dict[str, Any]:

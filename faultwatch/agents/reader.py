@@ -305,6 +305,96 @@ class LineSplitter:
         self.next_seq += 1
 
 
+# torchrun's tee prefix as the agent asks for it (agents/torchrun_env.py): `[rank12]:`
+_RANK_PREFIX = re.compile(r"\[rank(\d{1,7})\]:")
+# one in the middle of a line (not at its start, not stacked right after another prefix)
+_MIDLINE = re.compile(r"(?<=[^\n])(?<!\]:)\[rank\d{1,7}\]:")
+
+
+class RankLineSplitter(LineSplitter):
+    """A LineSplitter for torchrun's tee'd output, each line `[rankN]:text`: it rebuilds
+    every rank's own lines, so two ranks' partial lines never merge.
+
+    torchrun's tee reads each worker's file line by line and prints `prefix + line`; a line
+    the worker has not finished yet is printed without its newline, and the next line on the
+    console, of another rank, follows it: `[rank0]:step 3 lo[rank1]:step 3 loss 0.25`, and
+    later `[rank0]:ss 0.25`. Each segment before a mid-line prefix is a rank's unfinished
+    line: it is held (per rank) and joined with that rank's next segment:
+    `[rank0]:step 3 loss 0.25` and `[rank1]:step 3 loss 0.25`. Blocks without a mid-line
+    prefix (nearly all) pass as they are, renumbered; held segments are emitted at flush."""
+
+    def __init__(self, stream: str, max_line_bytes: int = 65536,
+                 progress_interval_s: float = 1.0):
+        super().__init__(stream, max_line_bytes, progress_interval_s)
+        self._out_seq = 0
+        self._held: dict[int | None, tuple[str, str]] = {}  # rank -> (prefix, text so far)
+
+    def feed_blocks(self, data: bytes, ts: float) -> list[Piece]:
+        return self._rejoin(super().feed_blocks(data, ts))
+
+    def tick(self, ts: float) -> list[Line]:
+        return expand(self._rejoin(list(super().tick(ts))))
+
+    def flush(self, ts: float) -> list[Line]:
+        out = self._rejoin(list(super().flush(ts)))
+        for prefix, text in self._held.values():  # unfinished at the end: as they are
+            out.append(self._line(prefix + text, 0, 0, ts))
+        self._held.clear()
+        return expand(out)
+
+    def _line(self, text: str, flags: int, orig_len: int, ts: float) -> Line:
+        line = Line(self.stream, self._out_seq, ts, text, flags, orig_len)
+        self._out_seq += 1
+        return line
+
+    def _rejoin(self, pieces: list[Piece]) -> list[Piece]:
+        out: list[Piece] = []
+        for p in pieces:
+            if type(p) is LineBlock:
+                if not self._held and _MIDLINE.search(p.text) is None:
+                    out.append(p._replace(seq=self._out_seq))
+                    self._out_seq += p.nlines
+                    continue
+                for text in p.text.split("\n"):
+                    self._one(text, 0, 0, p.ts, out)
+            else:
+                line: Line = p  # type: ignore[assignment]
+                if line.flags & CR_PROGRESS or (not self._held
+                                                and _MIDLINE.search(line.text) is None):
+                    out.append(line._replace(seq=self._out_seq))
+                    self._out_seq += 1
+                else:
+                    self._one(line.text, line.flags, line.orig_len, line.ts, out)
+        return out
+
+    def _one(self, text: str, flags: int, orig_len: int, ts: float, out: list[Piece]) -> None:
+        """One physical line: its unfinished segments held, its last segment emitted with
+        what its rank held before."""
+        segs = _segments(text)
+        for prefix, rank, body in segs[:-1]:
+            held = self._held.get(rank)
+            self._held[rank] = (held[0] if held else prefix, (held[1] if held else "") + body)
+        prefix, rank, body = segs[-1]
+        held = self._held.pop(rank, None)
+        if held is not None:
+            prefix, body = held[0], held[1] + body
+        out.append(self._line(prefix + body, flags, orig_len, ts))
+
+
+def _segments(text: str) -> list[tuple[str, int | None, str]]:
+    """(prefix, rank, text) of each rank's part of one physical line; stacked prefixes
+    (`[rank1]:[rank1]: Traceback`: torch's own inside the tee's) stay with their text."""
+    out: list[tuple[str, int | None, str]] = []
+    m = _RANK_PREFIX.match(text)
+    start, prefix, rank = (m.end(), m.group(), int(m.group(1))) if m else (0, "", None)
+    for mid in _MIDLINE.finditer(text, start):
+        out.append((prefix, rank, text[start:mid.start()]))
+        start, prefix = mid.end(), mid.group()
+        rank = int(prefix[5:-2])
+    out.append((prefix, rank, text[start:]))
+    return out
+
+
 class TeeWriter:
     """Copies raw chunks to an fd from a thread, never blocking the caller.
 

@@ -46,6 +46,9 @@ def _consider(agent: Agent, dec: Decision) -> Action | None:
     v = verdict(dec, agent.cfg.node, agent.attempt)
     agent.log("decision", id=dec.id, action=dec.action, attempt=dec.attempt,
               kind=dec.kind, verdict=v or "ignored")
+    agent.story.add(dec, v or "ignored")
+    if v is not None and agent.render is not None:  # one readable block per decision this
+        agent.log_plain(agent.render(dec, agent.tee_err_is_terminal))  # node acts on or reads
     _record(agent, dec)
     if v is None or v == NOTIFY:
         return None

@@ -146,5 +146,6 @@ def register(sub: Any) -> argparse.ArgumentParser:
     g.add_argument("--exec-confirm", metavar="JSON",
                    help="asked before a node is drained for a job: exit 0 if the scheduler "
                         "runs {job} ({job_id}/{pod}) on {node}, 1 if not")
+    options.add_logging(p)
     p.set_defaults(func=cmd_actuate)
     return p

@@ -99,8 +99,10 @@ def _path(v: str | None) -> Path | None:
 
 def cmd_agent(args: argparse.Namespace) -> int:
     from faultwatch.agents.entry import main_sync
+    from faultwatch.readers.render import render_decision
 
-    return main_sync(config_from_args(args), flush_only=bool(args.flush))
+    return main_sync(config_from_args(args), flush_only=bool(args.flush),
+                     render=render_decision)
 
 
 def cmd_agent_tail(args: argparse.Namespace) -> int:
@@ -259,6 +261,7 @@ def register(sub: Any) -> None:
     options.add_metrics(p)
     p.add_argument("--flush", action="store_true",
                    help="no command: deliver what an earlier agent left in the spool, exit")
+    options.add_logging(p, "warning")
     p.set_defaults(func=cmd_agent)
     asub = options.subcommands(p, "agent_command", metavar="{tail,bootcheck}")
 
@@ -274,6 +277,7 @@ def register(sub: Any) -> None:
     t.add_argument("--max-line-bytes", type=int, default=65536)
     _add_linger(t)
     t.add_argument("paths", nargs="+", metavar="PATH")
+    options.add_logging(t)
     t.set_defaults(func=cmd_agent_tail)
 
     b = asub.add_parser("bootcheck", help="run the boot checks now, ship the result",

@@ -154,4 +154,5 @@ def register(sub: Any) -> None:
                        "post grouped notifications; see docs/operating.md.")
     options.add_kafka(p)
     add_arguments(p)
+    options.add_logging(p)
     p.set_defaults(func=cmd_notify)

@@ -1,7 +1,8 @@
 """The options every `faultwatch` command shares, defined once: the parser class (no
 abbreviations, usage errors exit 2 with a hint), the Kafka options (bootstrap, topic prefix,
-the --kafka-* security flags) of every command that talks to Kafka, the output format, and the
-rule-file and policy flags of `run` and `process`. docs/cli.md lists them."""
+the --kafka-* security flags) of every command that talks to Kafka, the output format, the
+event-line options of the long-running commands (--log-format, -q, -v), and the rule-file and
+policy flags of `run` and `process`. docs/cli.md lists them."""
 
 from __future__ import annotations
 
@@ -114,6 +115,58 @@ def add_time_range(p: argparse.ArgumentParser) -> None:
         p.add_argument(flag, metavar="WHEN",
                        help=f"only what happened {edge} WHEN: 10m, 2h, 1d (ago), an ISO 8601 "
                             "time (local unless it has Z or an offset), or Unix seconds")
+
+
+# ---- faultwatch's own event lines (run, agent, process, notify, actuate) ------------------
+
+def add_logging(p: argparse.ArgumentParser, default_level: str = "info") -> None:
+    """--log-format, -q/--quiet and -v/--verbose: how faultwatch's own event lines are written
+    and which are. `default_level` is the command's: `warning` for the commands a person
+    watches (run, agent: the decision blocks and the closing summary tell a normal run),
+    `info` for services; $FAULTWATCH_LOG_LEVEL overrides it, a flag overrides both."""
+    from faultwatch import eventlog
+
+    g = p.add_argument_group("faultwatch's own event lines")
+    g.add_argument("--log-format", choices=eventlog.FORMATS,
+                   default=os.environ.get(eventlog.FORMAT_ENV) or "text",
+                   help="text: `ts=... event=... k=v` lines; json: one JSON object per line, "
+                        f"same fields plus level (default ${eventlog.FORMAT_ENV} or text)")
+    g.add_argument("-q", "--quiet", action="store_true",
+                   help="only errors (decisions and the closing summary are still printed)")
+    g.add_argument("-v", "--verbose", action="count", default=0,
+                   help="-v: every event line (info), -vv: debug too (default: "
+                        f"${eventlog.LEVEL_ENV}, else {default_level})")
+    p.set_defaults(log_level_default=default_level)
+
+
+def log_level(args: argparse.Namespace) -> str:
+    """The lowest level of event line written: -q / -v over $FAULTWATCH_LOG_LEVEL over the
+    command's default."""
+    from faultwatch import eventlog
+
+    if getattr(args, "quiet", False):
+        return "error"
+    verbose = getattr(args, "verbose", 0) or 0
+    if verbose:
+        return "debug" if verbose > 1 else "info"
+    env = os.environ.get(eventlog.LEVEL_ENV, "").strip().lower()
+    if env:
+        if env not in eventlog.LEVEL_NAMES:
+            raise ConfigError(eventlog.LEVEL_ENV, f"must be one of "
+                              f"{', '.join(eventlog.LEVEL_NAMES)}: {env!r}")
+        return env
+    return str(getattr(args, "log_level_default", "info"))
+
+
+def configure_logging(args: argparse.Namespace) -> None:
+    """Make the command's event-line settings the process's (add_logging)."""
+    from faultwatch import eventlog
+
+    if hasattr(args, "log_format"):
+        if args.log_format not in eventlog.FORMATS:  # a bad $FAULTWATCH_LOG_FORMAT default
+            raise ConfigError(eventlog.FORMAT_ENV, f"must be one of "
+                              f"{', '.join(eventlog.FORMATS)}: {args.log_format!r}")
+        eventlog.configure(args.log_format, log_level(args))
 
 
 # ---- rule files and policy (run, process) -------------------------------------------------

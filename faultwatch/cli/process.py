@@ -57,5 +57,6 @@ def register(sub: Any) -> None:
     p.add_argument("--probes-on-decisions", action="store_true",
                    help="upgrade aid: also publish the diagnosis probes on <prefix>decisions, "
                         "for agents older than <prefix>control (docs/decisions.md)")
+    options.add_logging(p)
     options.add_policy(p)
     p.set_defaults(func=cmd_process)

@@ -4,7 +4,6 @@ runs the processor's stages (streams.local) instead of Kafka; its flags and its 
 from __future__ import annotations
 
 import argparse
-import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
@@ -96,11 +95,13 @@ class _Rules:
                   files=",".join(self.paths))
 
 
-def publisher(out: TextIO, decisions_out: Path | None) -> Callable[[Decision], None]:
-    """Embedded mode's decisions "topic": printed for a person, appended as JSON lines. The
-    `diagnose` probes never come here: the LocalTransport routes them to its control channel,
-    as the processor puts them on <prefix>control (they are machinery, not news); a hang's
-    decision says which probes were sent and what they found."""
+def publisher(out: TextIO | None, decisions_out: Path | None) -> Callable[[Decision], None]:
+    """Embedded mode's decisions "topic": appended as JSON lines (and printed on `out` when
+    given; `faultwatch run` passes none: its agent prints one block per decision it reads,
+    in order with the command's own stderr). The `diagnose` probes never come here: the
+    LocalTransport routes them to its control channel, as the processor puts them on
+    <prefix>control (they are machinery, not news); a hang's decision says which probes were
+    sent and what they found."""
     import orjson
 
     from faultwatch.core.diagnosis import is_probe
@@ -108,7 +109,7 @@ def publisher(out: TextIO, decisions_out: Path | None) -> Callable[[Decision], N
     from faultwatch.wire import decision_to_dict
 
     def publish(d: Decision) -> None:
-        if not is_probe(d):  # only when a caller publishes a probe itself
+        if out is not None and not is_probe(d):  # only when a caller publishes a probe itself
             print(render_decision(d), file=out, flush=True)
         if decisions_out is not None:
             with open(decisions_out, "ab") as f:
@@ -116,7 +117,7 @@ def publisher(out: TextIO, decisions_out: Path | None) -> Callable[[Decision], N
     return publish
 
 
-def transport_for(cfg: EmbeddedConfig, out: TextIO = sys.stderr) -> LocalTransport:
+def transport_for(cfg: EmbeddedConfig, out: TextIO | None = None) -> LocalTransport:
     """The processor's stages in-process (streams.local.LocalPipeline) behind a
     LocalTransport; changed rule files swap the pipeline's rules as a rules push does."""
     from faultwatch.agents.transport import LocalTransport
@@ -165,8 +166,10 @@ def agent_config(cfg: EmbeddedConfig) -> AgentConfig:
 def run_embedded(cfg: EmbeddedConfig) -> int:
     """Entry point of `faultwatch run`: the agent, with the processor in-process."""
     from faultwatch.agents.entry import main_sync
+    from faultwatch.readers.render import render_decision
 
-    return main_sync(agent_config(cfg), transport=transport_for(cfg), component="run")
+    return main_sync(agent_config(cfg), transport=transport_for(cfg), component="run",
+                     render=render_decision)
 
 
 # ---- the command ---------------------------------------------------------------------------
@@ -221,5 +224,6 @@ def register(sub: Any) -> None:
                    help="after the command failed, how long to wait for the decision "
                         f"(none: exit {EXIT_UNDECIDED})")
     options.add_verdict(p)
+    options.add_logging(p, "warning")
     options.add_policy(p)
     p.set_defaults(func=cmd_run)

@@ -79,6 +79,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as e:  # --help, --version, usage errors (already printed)
         return EXIT_OK if e.code is None else e.code if isinstance(e.code, int) else EXIT_USAGE
     try:
+        options.configure_logging(args)  # --log-format, -q, -v of the long-running commands
         if options.talks_to_kafka(args):  # every Kafka command: SSL/SASL settings, checked
             options.configure_kafka(args)
         return int(args.func(args))

@@ -18,8 +18,35 @@ def _when(ts: float | None) -> str:
     return time.strftime("%H:%M:%S", time.localtime(ts)) + f".{int((ts % 1) * 1000):03d}"
 
 
-def render_decision(d: Decision) -> str:
-    """What was decided, why, and the evidence line, for a person to read."""
+_ACTION_STYLE = {"restart": "bold yellow", "fail": "bold red", "blacklist": "bold red",
+                 "notify": "bold cyan"}
+
+
+def render_decision(d: Decision, color: bool = False) -> str:
+    """What was decided, why, and the evidence line, for a person to read; with `color` (a
+    terminal) the first line is styled by the action (rich), the text is the same."""
+    text = _decision_text(d)
+    if not color:
+        return text
+    head, sep, rest = text.partition("\n")
+    return _styled(head, _ACTION_STYLE.get(d.action, "bold")) + sep + rest
+
+
+def _styled(text: str, style: str) -> str:
+    """text with rich's ANSI codes for style (no markup read from text: it is job text)."""
+    import io
+
+    from rich.console import Console
+    from rich.text import Text
+
+    console = Console(file=io.StringIO(), force_terminal=True, color_system="standard",
+                      width=max(80, len(text) + 1), highlight=False, soft_wrap=True)
+    with console.capture() as cap:
+        console.print(Text(text, style=style), end="")
+    return cap.get()
+
+
+def _decision_text(d: Decision) -> str:
     targets = ",".join(str(n) for n in d.nodes) or "-"
     ranks = ",".join(str(r) for r in d.ranks)
     head = (f"[faultwatch] decision {d.action.upper()} job={d.job} attempt={d.attempt} "

@@ -24,6 +24,12 @@ PATTERNS = ("Unable connect to node", "Unable to update metadata", "Failed fetch
             "KafkaConnectionError", "Connect call failed", "Heartbeat failed",
             "OffsetCommit failed", "Timer commit is overlapping", "RequestTimedOutError",
             "Coordinator dead", "Error sending")
+# what aiokafka logs at ERROR while a broker answers but has no group coordinator yet: normal
+# on a fresh broker (it is creating __consumer_offsets) and while a coordinator moves. Shown
+# at INFO for COORDINATOR_GRACE_S after the first one, at its own level after that.
+COORDINATOR_PATTERNS = ("CoordinatorNotAvailable", "NotCoordinatorForGroup",
+                        "NotCoordinatorError", "CoordinatorLoadInProgress")
+COORDINATOR_GRACE_S = 60.0
 
 
 class BrokerLogGate(logging.Filter):
@@ -38,6 +44,7 @@ class BrokerLogGate(logging.Filter):
         self.total = 0
         self.last_summary = 0.0
         self.sample = ""
+        self.coordinator_since: float | None = None
 
     def filter(self, record: logging.LogRecord) -> bool:
         if record.levelno < logging.WARNING:
@@ -46,9 +53,17 @@ class BrokerLogGate(logging.Filter):
             msg = record.getMessage()
         except Exception:  # noqa: BLE001 - a broken record is not ours to judge
             return True
-        if "event=" in msg or not any(p in msg for p in PATTERNS):
-            return True  # our own event lines (stdout is redirected to a logger) pass
+        if "event=" in msg:
+            return True  # our own event lines pass
         now = time.time()
+        if any(p in msg for p in COORDINATOR_PATTERNS):
+            if self.coordinator_since is None:
+                self.coordinator_since = now
+            if now - self.coordinator_since < COORDINATOR_GRACE_S:
+                record.levelno, record.levelname = logging.INFO, "INFO"
+            return True
+        if not any(p in msg for p in PATTERNS):
+            return True
         with self._lock:
             self.count += 1
             self.total += 1

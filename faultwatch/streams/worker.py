@@ -199,8 +199,10 @@ def run_worker(cfg: ProcessorConfig, *, stop_timeout_s: float = DEFAULT_STOP_TIM
               rules_version=live.rules_version, rules=len(watcher.ruleset.rules),
               rules_source=watcher.rules.source,
               hang_window_s=live.policy.hang_window_s, settle_s=live.policy.settle_s)
+    # redirect_stdouts=False: faultwatch's own event lines keep their format (Faust would log
+    # every line written to stdout/stderr as a WARNING record: "[...] [WARNING] ts=...")
     worker = ProcessorWorker(proc, stop_timeout_s=stop_timeout_s, loglevel=loglevel,
-                             quiet=True)
+                             quiet=True, redirect_stdouts=False)
     try:
         worker.execute_from_commandline()  # exits the process when the worker stops
     except SystemExit as e:

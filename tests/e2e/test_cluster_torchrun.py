@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -21,7 +22,7 @@ from tests.support.cluster import (
     wait_processed,
     wait_processor_ready,
 )
-from tests.support.processes import job_env, torchrun_cmd
+from tests.support.processes import faultwatch_exe, job_env, torchrun_cmd
 
 pytestmark = [pytest.mark.slow, pytest.mark.kafka]
 
@@ -91,6 +92,15 @@ def test_silent_rank_hang_decided_within_window(cluster: tuple[str, str],
         agent.wait(30)
     assert [(d["action"], d["reason"]["kind"]) for d in decs] == [("restart", "hang")], decs
     ev = decs[0]["evidence"]
+    # the ranks are known (the agent's torchrun environment): the last lines are per rank,
+    # none of `rank ?`, and `faultwatch logs` names the rank of every step line
+    assert set(ev["last_lines"]) == {"0", "1"}, ev["last_lines"]
+    logs = subprocess.run([faultwatch_exe(), "logs", job, "--bootstrap", bootstrap,
+                           "--topic-prefix", prefix, "--json"], capture_output=True, text=True,
+                          timeout=60, env=job_env())
+    rows = [json.loads(x) for x in logs.stdout.splitlines()]
+    steps = [r for r in rows if " loss " in r["text"]]
+    assert steps and {r["rank"] for r in steps} == {0, 1}, logs.stdout[-3000:]
     detected_after = ev["silent_for_s"]
     assert HANG_WINDOW_S <= detected_after <= HANG_WINDOW_S + 3.0, ev
     # published within a few seconds of the heartbeat that proved the silence

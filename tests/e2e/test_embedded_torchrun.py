@@ -15,14 +15,19 @@ from tests.support.processes import faultwatch_exe, job_env, torchrun_cmd
 pytestmark = pytest.mark.slow
 
 
-def run(tmp_path: Path, flags: list[str], timeout: float = 120,
+def run(tmp_path: Path, flags: list[str], timeout: float = 120, calm: bool = False,
         **fault: str) -> tuple[int, list[dict[str, Any]], str, float]:
+    """`faultwatch run` over torchrun; `calm`: with the default event lines a person gets
+    (the test session's FAULTWATCH_LOG_LEVEL=info removed)."""
     out = tmp_path / "decisions.jsonl"
     cmd = [faultwatch_exe(), "run", "--decisions-out", str(out), "--settle-s", "1",
            "--term-grace-s", "3", *flags, "--", *torchrun_cmd()]
+    env = job_env(**fault)
+    if calm:
+        env.pop("FAULTWATCH_LOG_LEVEL", None)
+        env.pop("PYTHONUNBUFFERED", None)  # as a user's shell: the agent sets what tee needs
     t0 = time.time()
-    proc = subprocess.run(cmd, env=job_env(**fault), capture_output=True, text=True,
-                          timeout=timeout)
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
     decisions = [json.loads(x) for x in out.read_text().splitlines()] if out.exists() else []
     # the `diagnose` requests a silence raises before a hang decision are not decisions
     # about the job (core/diagnosis.py); the hang tests check them where they matter
@@ -31,7 +36,9 @@ def run(tmp_path: Path, flags: list[str], timeout: float = 120,
 
 
 def test_retryable_error_on_rank1_restarts_once_then_succeeds(tmp_path: Path) -> None:
-    rc, decs, output, _ = run(tmp_path, ["--max-restarts", "2"], FW_FAULT="retryable",
+    # the window: torchrun's silent exit under load (test_silent_rank_is_a_hang_within_window)
+    rc, decs, output, _ = run(tmp_path, ["--max-restarts", "2", "--hang-window-s", "30"],
+                              timeout=300, calm=True, FW_FAULT="retryable",
                               FW_FAULT_ATTEMPTS="0")
     assert [d["action"] for d in decs] == ["restart"], output
     d = decs[0]
@@ -44,6 +51,18 @@ def test_retryable_error_on_rank1_restarts_once_then_succeeds(tmp_path: Path) ->
     assert rc == 0, output  # attempt 1 ran clean
     assert "decision RESTART" in output
     assert "rank 1 done" in output or "rank 0 done" in output
+    # a calm terminal: each decision once, no event lines (nothing went wrong), one summary
+    assert output.count("[faultwatch] decision ") == len(decs) == 1, output
+    assert "event=" not in output, output
+    summary = [ln for ln in output.splitlines() if ln.startswith("faultwatch run: ")]
+    assert len(summary) == 1, output
+    assert summary[0].startswith("faultwatch run: succeeded in attempt 1 after 1 restart "
+                                 "(error of rank 1 at "), summary
+    assert "1 decision; verdict success (exit 0)" in summary[0]
+    # every rank's line carries its rank (torchrun told by the agent's environment)
+    steps = [ln for ln in output.splitlines() if " loss " in ln]
+    assert steps and all(ln.startswith(("[rank0]:", "[rank1]:")) for ln in steps), steps
+    assert "rank ?" not in output and "is deprecated" not in output, output
 
 
 def test_fatal_error_fails_without_restart(tmp_path: Path) -> None:
