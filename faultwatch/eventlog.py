@@ -71,7 +71,7 @@ def level_of(event: str) -> int:
     lv = LEVELS.get(event)
     if lv is not None:
         return lv
-    if event.endswith("_summary"):  # quiet.py's count of a repeated event
+    if event.endswith("_summary"):  # Quiet's count of a repeated event
         return level_of(event[:-len("_summary")])
     return WARNING  # names made at run time (`<what>_refused`, `<what>_unverified`) too
 
