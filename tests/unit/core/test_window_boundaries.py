@@ -17,7 +17,9 @@ from faultwatch.core.blast import BlastGuard, Census
 from faultwatch.core.decide import guard_restart
 from faultwatch.core.events import Exit, Heartbeat, RunStart
 from faultwatch.core.job import SETTLING, JobState, apply, tick
+from faultwatch.core.pmap import PMap
 from faultwatch.core.policy import Policy
+from faultwatch.core.progress import SLOW_MIN_DELTA_S, SLOW_STRIKES, RankProg, scan_slow
 from faultwatch.core.registry import (
     HEALTHY,
     QUARANTINED,
@@ -27,7 +29,7 @@ from faultwatch.core.registry import (
     expire,
 )
 from faultwatch.core.silence import ERROR_EXIT_GRACE_S
-from faultwatch.core.windows import MIN_SAMPLES, GapHist
+from faultwatch.core.windows import MIN_SAMPLES, GapHist, OpenStage, choose_window
 from tests.support.job_events import hb, hit, out, start, training
 
 Q = 0.25  # "just": a quarter second either side of the edge
@@ -332,3 +334,51 @@ def test_progress_stall_window(d: float) -> None:
         st = out(st, t, text="NCCL WARN retrying", policy=p)
     st, decs = hb(st, now, now - 1, policy=p)
     assert kinds(decs) == ([] if d < 0 else ["progress-stall"])
+
+
+# ---- slow ranks and a stage's declared window ---------------------------------------------
+
+def _ranks(*times: float) -> PMap[int, RankProg]:
+    return PMap({r: RankProg(10, 100.0, t) for r, t in enumerate(times)})
+
+
+@EDGE
+def test_slow_rank_factor(d: float) -> None:
+    """A rank is an outlier only above slow_factor x the job's low median (2 x 1 s here);
+    exactly at the factor it is not."""
+    progress = _ranks(1.0, 1.0, 2.0 + d)
+    _, _, med = scan_slow(progress, 2.0)
+    assert med == 1.0
+    strikes = scan_slow(progress, 2.0)[0][2].strikes
+    assert strikes == (1 if d > 0 else 0)
+
+
+@pytest.mark.parametrize("delta, slow", [(SLOW_MIN_DELTA_S / 2, False), (SLOW_MIN_DELTA_S, True)])
+def test_slow_rank_minimum_delta(delta: float, slow: bool) -> None:
+    """An outlier by less than SLOW_MIN_DELTA_S is timer noise; by exactly that it counts."""
+    progress = _ranks(0.0, 0.0, delta)  # above the factor either way (the median is 0)
+    assert (scan_slow(progress, 2.0)[0][2].strikes == 1) is slow
+
+
+def test_slow_rank_is_reported_at_exactly_slow_strikes_scans() -> None:
+    progress = _ranks(1.0, 1.0, 5.0)
+    reached_at = []
+    for scan in range(1, SLOW_STRIKES + 2):
+        progress, reached, _ = scan_slow(progress, 2.0)
+        if reached:
+            reached_at.append(scan)
+    assert reached_at == [SLOW_STRIKES]  # once, at the SLOW_STRIKES-th scan, not again
+
+
+@pytest.mark.parametrize("gap, lengthened", [(1.0, False), (100.0, True)])
+def test_a_stage_window_is_lengthened_by_what_was_learned_never_shortened(
+        gap: float, lengthened: bool) -> None:
+    p = Policy(hang_floor_s=1, hang_ceiling_s=600)
+    hist = GapHist().add(gap, MIN_SAMPLES)
+    learned = hist.learned(p)
+    assert learned is not None
+    window, basis = choose_window(p, [OpenStage("eval", 60.0, 100.0)], PMap({"eval": hist}),
+                                  True)
+    assert basis["basis"] == "stage" and basis["declared_s"] == 60.0
+    assert window == (learned if lengthened else 60.0)
+    assert ("learned" in basis) is lengthened
