@@ -65,7 +65,9 @@ def _decision_text(d: Decision) -> str:
     if isinstance(last, dict):
         for rank, texts in sorted(last.items(), key=lambda kv: str(kv[0])):
             if isinstance(texts, list) and texts:
-                lines.append(f"  last line of rank {rank}: {texts[-1]}")
+                text, own = str(texts[-1]), f"[rank{rank}]:"  # torchrun's prefix says it
+                lines.append(f"  last line of rank {rank}: "
+                             f"{text[len(own):] if text.startswith(own) else text}")
     budgets = d.budgets
     if isinstance(budgets, dict) and budgets:
         lines.append(f"  restarts used: {budgets.get('restarts_used')}/"
