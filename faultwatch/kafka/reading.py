@@ -21,6 +21,25 @@ from faultwatch.wire import decode
 Decoder = Callable[[bytes | None], Any]  # wire.decode, decode_logs, decode_decision, ...
 
 
+async def _started_reader(bootstrap: str, topic: str) -> Any:
+    """A started consumer of no group (a reader's), or the broker's error in words."""
+    consumer = clients.consumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
+                                group_id=None,
+                                client_id=f"faultwatch-reader-{uuid.uuid4().hex[:6]}")
+    try:
+        await consumer.start()
+    except Exception as e:
+        with contextlib.suppress(Exception):
+            await consumer.stop()
+        raise await diagnose(e, bootstrap, f"reading {topic}") from e
+    return consumer
+
+
+def _missing(topic: str, bootstrap: str) -> NotFoundError:
+    return NotFoundError(f"topic {topic!r} does not exist at {bootstrap} (a wrong "
+                         "--topic-prefix? or nothing has been written to it yet)")
+
+
 async def read_topic(bootstrap: str, topic: str, *, follow: bool = False,
                      key: bytes | None = None, decoder: Decoder = decode,
                      poll_ms: int = 500, must_exist: bool = False
@@ -32,21 +51,12 @@ async def read_topic(bootstrap: str, topic: str, *, follow: bool = False,
 
     Undecodable records are reported (topic, partition, offset) and skipped, never fatal.
     """
-    consumer = clients.consumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
-                                group_id=None,
-                                client_id=f"faultwatch-reader-{uuid.uuid4().hex[:6]}")
-    try:
-        await consumer.start()
-    except Exception as e:
-        with contextlib.suppress(Exception):
-            await consumer.stop()
-        raise await diagnose(e, bootstrap, f"reading {topic}") from e
+    consumer = await _started_reader(bootstrap, topic)
     try:
         parts = await partitions(consumer, topic)
         if not parts:
             if must_exist and not follow:
-                raise NotFoundError(f"topic {topic!r} does not exist at {bootstrap} (a wrong "
-                                    "--topic-prefix? or nothing has been written to it yet)")
+                raise _missing(topic, bootstrap)
             if not follow:
                 return
             if must_exist:
@@ -132,22 +142,12 @@ async def read_parts(bootstrap: str, topics: list[str], *, follow: bool = False,
     its end unless following. The first topic must exist (NotFoundError; when following it
     is waited for, with a `waiting_for_topic` event); the others are read if they exist.
     Partitions in `hold()` (asked after each fetch) are paused until they leave it."""
-    consumer = clients.consumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
-                                group_id=None,
-                                client_id=f"faultwatch-reader-{uuid.uuid4().hex[:6]}")
-    try:
-        await consumer.start()
-    except Exception as e:
-        with contextlib.suppress(Exception):
-            await consumer.stop()
-        raise await diagnose(e, bootstrap, f"reading {topics[0]}") from e
+    consumer = await _started_reader(bootstrap, topics[0])
     try:
         first = await partitions(consumer, topics[0])
         if not first:
             if not follow:
-                raise NotFoundError(f"topic {topics[0]!r} does not exist at {bootstrap} (a "
-                                    "wrong --topic-prefix? or nothing has been written to it "
-                                    "yet)")
+                raise _missing(topics[0], bootstrap)
             log_event("waiting_for_topic", topic=topics[0], bootstrap=bootstrap)
             while not first:
                 await asyncio.sleep(poll_ms / 1000)
