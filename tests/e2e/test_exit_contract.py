@@ -139,7 +139,10 @@ def run_all(mode: Mode, children: dict[str, list[str]], *flags: str, timeout: fl
 
 
 def verdict_line(stderr: str) -> str:
-    lines = [ln for ln in stderr.splitlines() if ": verdict " in ln and "event=" not in ln]
+    """The closing summary: `faultwatch run: <what happened>; verdict ...` (or `: verdict`)."""
+    lines = [ln for ln in stderr.splitlines()
+             if ln.startswith("faultwatch ") and ("; verdict " in ln or ": verdict " in ln)
+             and "event=" not in ln]
     assert len(lines) == 1, stderr[-3000:]
     return lines[0]
 
