@@ -24,7 +24,7 @@ import yaml
 
 from tests.support.waiting import wait_until
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "scripts" / "k8s-api.sh"
 
 
