@@ -17,11 +17,11 @@ import pytest
 
 from tests.support.waiting import wait_until
 
-# The tests read faultwatch's info events (child_started, decision, restart ...) from the
+# The tests read faultwatch's events (child_started, decision, probe ...) from the
 # stderr of `run` and `agent`, whose default for a person is warnings only: every process a
 # test starts writes them all (tests/unit/test_eventlog.py and test_calm_terminal.py check
 # the defaults with this variable removed).
-os.environ.setdefault("FAULTWATCH_LOG_LEVEL", "info")
+os.environ.setdefault("FAULTWATCH_LOG_LEVEL", "debug")
 
 KAFKA_IMAGE = "apache/kafka:3.9.1"
 
