@@ -400,7 +400,7 @@ def test_docs_name_only_exported_metrics(stack: Stack) -> None:
 
 
 def test_prometheus_finds_two_agents_of_one_host_through_their_address_files(
-        stack: Stack) -> None:
+        stack: Stack, kafka_bootstrap: str) -> None:
     """Two agents on one host, `--metrics-port 0`: each takes its own free port and says so
     in its address file; the deploy config's file_sd finds both; an agent that exits removes
     its file and Prometheus drops it, the other stays (positive control). A fixed port that is
@@ -424,7 +424,8 @@ def test_prometheus_finds_two_agents_of_one_host_through_their_address_files(
         [*FW, "agent", "--job", "dm-taken", "--node", "gpu1", "--spool-dir",
          str(stack.tmp / "spool-taken"), "--no-follow-decisions", "--metrics-port",
          ta.rsplit(":", 1)[1], "--", sys.executable, "-c", "print('trained')"],
-        env={**os.environ, "FAULTWATCH_TOPIC_PREFIX": f"dm{uuid.uuid4().hex[:8]}."},
+        env={**os.environ, "FAULTWATCH_BOOTSTRAP": kafka_bootstrap,
+             "FAULTWATCH_TOPIC_PREFIX": f"dm{uuid.uuid4().hex[:8]}."},
         capture_output=True, timeout=120)
     assert taken.returncode == 0, taken.stderr.decode()[-2000:]
     assert b"trained" in taken.stdout
