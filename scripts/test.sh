@@ -12,4 +12,10 @@ if command -v go >/dev/null; then scripts/k8s-api.sh build >/dev/null; fi
 .venv/bin/faultwatch rules test
 # One rerun for a failed test: the end-to-end tests time real torchrun jobs, brokers and
 # Slurm on 2 cores; a rerun shows as R in the summary, a real failure fails twice.
-.venv/bin/python -m pytest tests -q --reruns 1 --reruns-delay 2 --durations=40 "$@"
+# Three pytest-xdist workers, one test file each at a time (--dist loadfile keeps a file's
+# module fixtures on one worker): the long tests mostly wait on timers, brokers and torch
+# start-up, so three overlap well on 2 cores. They share one Kafka broker (tests/conftest.py).
+# FAULTWATCH_TEST_WORKERS=0 runs serially (tests/README.md).
+workers=${FAULTWATCH_TEST_WORKERS:-3}
+xdist=(); [ "$workers" != 0 ] && xdist=(-n "$workers" --dist loadfile)
+.venv/bin/python -m pytest tests -q "${xdist[@]}" --reruns 1 --reruns-delay 2 --durations=40 "$@"

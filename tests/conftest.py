@@ -119,17 +119,51 @@ def _container_broker() -> Generator[str, None, None] | None:
     return run()
 
 
+# Under pytest-xdist (scripts/test.sh runs `-n 3 --dist loadfile`) every worker is its own
+# session: one broker per worker would cost a JVM each. The workers share one local broker
+# instead, in a directory beside their base temps (the run's base temp, which xdist makes the
+# parent of each worker's). broker.up() serialises on a lock in that directory and finds a
+# broker already running there, so the first worker that needs Kafka starts it and the others
+# join it; the controller stops it when the run ends (pytest_sessionfinish below).
+SHARED_BROKER_DIR = "kafka-shared"
+
+
+def _xdist_worker() -> bool:
+    return bool(os.environ.get("PYTEST_XDIST_WORKER"))
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """The xdist controller stops the broker its workers shared (no-op elsewhere)."""
+    config = session.config
+    if hasattr(config, "workerinput") or not hasattr(config, "_tmp_path_factory"):
+        return
+    if not config.pluginmanager.hasplugin("dsession"):  # xdist is not distributing this run
+        return
+    data = config._tmp_path_factory.getbasetemp() / SHARED_BROKER_DIR
+    if data.is_dir():
+        from faultwatch.kafka import broker as kafka_broker
+
+        kafka_broker.down(data)
+
+
 @pytest.fixture(scope="session")
 def kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """Bootstrap address of a real Kafka broker shared by the session.
 
-    In order: $FAULTWATCH_BOOTSTRAP; a testcontainers broker (apache/kafka:3.9.1) when a
-    Docker engine answers; else a local broker from Maven Central jars on a free port.
+    In order: $FAULTWATCH_BOOTSTRAP; under pytest-xdist, one local broker shared by all
+    workers; a testcontainers broker (apache/kafka:3.9.1) when a Docker engine answers; else a
+    local broker from Maven Central jars on a free port.
     """
     external = os.environ.get("FAULTWATCH_BOOTSTRAP", "").strip()
     if external:
         yield external
         return
+    from faultwatch.kafka import broker as kafka_broker
+
+    if _xdist_worker():
+        shared = tmp_path_factory.getbasetemp().parent / SHARED_BROKER_DIR
+        yield kafka_broker.up(port=kafka_broker.free_port(), data_dir=shared)
+        return  # the controller stops it once every worker is done
     container = _container_broker() if _docker_answers() else None
     if container is not None:
         try:
@@ -142,8 +176,6 @@ def kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             finally:
                 container.close()
             return
-    from faultwatch.kafka import broker as kafka_broker
-
     data_dir = tmp_path_factory.mktemp("kafka")
     bootstrap = kafka_broker.up(port=kafka_broker.free_port(), data_dir=data_dir)
     try:
