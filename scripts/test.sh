@@ -14,8 +14,10 @@ if command -v go >/dev/null; then scripts/k8s-api.sh build >/dev/null; fi
 # Slurm on 2 cores; a rerun shows as R in the summary, a real failure fails twice.
 # Three pytest-xdist workers, one test file each at a time (--dist loadfile keeps a file's
 # module fixtures on one worker): the long tests mostly wait on timers, brokers and torch
-# start-up, so three overlap well on 2 cores. They share one Kafka broker (tests/conftest.py).
+# start-up, so three overlap well on 2 cores. They share one Kafka broker, and take the files
+# with the most slow tests first (tests/conftest.py; --no-loadscope-reorder keeps that order
+# instead of xdist's most-tests-first, which left the long end-to-end files for last).
 # FAULTWATCH_TEST_WORKERS=0 runs serially (tests/README.md).
 workers=${FAULTWATCH_TEST_WORKERS:-3}
-xdist=(); [ "$workers" != 0 ] && xdist=(-n "$workers" --dist loadfile)
+xdist=(); [ "$workers" != 0 ] && xdist=(-n "$workers" --dist loadfile --no-loadscope-reorder)
 .venv/bin/python -m pytest tests -q "${xdist[@]}" --reruns 1 --reruns-delay 2 --durations=40 "$@"

@@ -146,6 +146,25 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         kafka_broker.down(data)
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under xdist, files with the most `slow` tests first (ties in collection order).
+
+    Workers take one file at a time (--dist loadfile --no-loadscope-reorder) as they free up:
+    starting the long files first keeps one of them from running alone at the end while the
+    other workers idle. A serial run keeps the collection order."""
+    if not _xdist_worker():
+        return
+    def file_of(item: pytest.Item) -> str:
+        return item.nodeid.split("::", 1)[0]
+
+    slow: dict[str, int] = {}
+    for item in items:
+        slow[file_of(item)] = slow.get(file_of(item), 0) + (item.get_closest_marker("slow")
+                                                            is not None)
+    rank = {f: i for i, f in enumerate(sorted(slow, key=lambda f: -slow[f]))}
+    items.sort(key=lambda item: rank[file_of(item)])
+
+
 @pytest.fixture(scope="session")
 def kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """Bootstrap address of a real Kafka broker shared by the session.
