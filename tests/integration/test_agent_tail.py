@@ -6,8 +6,8 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -29,36 +29,49 @@ def append(p: Path, *lines: str) -> None:
         f.write("".join(x + "\n" for x in lines))
 
 
-def stop(p: subprocess.Popen[bytes]) -> bytes:
+def start(argv: list[str], err: Path) -> subprocess.Popen[bytes]:
+    """The agent, its stderr (debug events included) to a file: an unread pipe could fill."""
+    with err.open("ab") as out:
+        return subprocess.Popen(argv, stderr=out)
+
+
+def stop(p: subprocess.Popen[bytes], err: Path) -> bytes:
     p.send_signal(signal.SIGTERM)
-    _, err = p.communicate(timeout=30)
-    assert p.returncode == 0, err.decode()[-2000:]
-    return err
+    p.wait(timeout=30)
+    text = err.read_bytes()
+    assert p.returncode == 0, text.decode(errors="replace")[-2000:]
+    return text
 
 
 def test_tail_rotation_truncation_and_restart(kafka_bootstrap: str, topic_prefix: str,
                                               tmp_path: Path) -> None:
+    def shipped(n: int) -> None:  # the agent has read and delivered the first n lines
+        def count(rs: list[dict[str, Any]]) -> int:
+            return sum(len(wire.lines_of(r)) for r in rs if r["t"] == "lines")
+        got = count(consume(kafka_bootstrap, f"{topic_prefix}logs", lambda rs: count(rs) >= n,
+                            timeout=60))
+        assert got >= n, f"{got} of {n} lines shipped"
+
     log = tmp_path / "train.log"
     append(log, "old 1", "old 2")
     argv = tail_argv(kafka_bootstrap, topic_prefix, tmp_path, log)
-    p = subprocess.Popen(argv, stderr=subprocess.PIPE)
-    time.sleep(1.0)
+    p = start(argv, tmp_path / "agent1.err")
+    shipped(2)  # the file is open before it is rotated
     append(log, "old 3")
-    time.sleep(0.5)
     os.rename(log, tmp_path / "train.log.1")  # logrotate: rename, then a new file
     append(tmp_path / "train.log.1", "old 4 (written after the rename)")
     append(log, "new 1")
-    time.sleep(1.0)
+    shipped(5)  # read before the truncation (a copytruncate loses what was not read yet)
     log.write_text("after truncate 1\n")  # copytruncate-style rewrite
-    time.sleep(1.0)
-    err = stop(p)
+    shipped(6)
+    err = stop(p, tmp_path / "agent1.err")
     assert b"event=tail_rotated" in err and b"event=tail_truncated" in err
     append(log, "while down")  # the agent is not running
-    p = subprocess.Popen(argv, stderr=subprocess.PIPE)
-    time.sleep(1.0)
+    p = start(argv, tmp_path / "agent2.err")
+    shipped(7)
     append(log, "after restart")
-    time.sleep(1.0)
-    stop(p)
+    shipped(8)
+    stop(p, tmp_path / "agent2.err")
 
     want = ["old 1", "old 2", "old 3", "old 4 (written after the rename)", "new 1",
             "after truncate 1", "while down", "after restart"]

@@ -13,7 +13,7 @@ import pytest
 
 from faultwatch import wire
 from faultwatch.core.events import Exit, Line, RunStart
-from tests.support.cluster import processor, wait_decisions
+from tests.support.cluster import processor, wait_decisions, wait_event
 from tests.support.kafka import produce_records, read_all
 
 pytestmark = pytest.mark.kafka
@@ -33,9 +33,9 @@ BAD: list[bytes] = [
 def test_bad_records_are_dead_lettered_and_the_processor_goes_on(kafka_bootstrap: str,
                                                                  tmp_path: Path) -> None:
     prefix = f"dl{uuid.uuid4().hex[:8]}."
-    with processor(kafka_bootstrap, prefix, tmp_path / "processor.log", "--settle-s", "0.5"
-                   ) as proc:
-        time.sleep(2.0)
+    log = tmp_path / "processor.log"
+    with processor(kafka_bootstrap, prefix, log, "--settle-s", "0.5") as proc:
+        wait_event(log, "partitions_assigned", 180, proc=proc)  # consuming before we produce
         asyncio.run(produce_records(kafka_bootstrap, f"{prefix}logs",
                             [(wire.log_key("bad", "n"), v) for v in BAD]))
         job, t = f"good-{uuid.uuid4().hex[:6]}", time.time()
@@ -50,7 +50,7 @@ def test_bad_records_are_dead_lettered_and_the_processor_goes_on(kafka_bootstrap
         asyncio.run(produce_records(kafka_bootstrap, f"{prefix}logs", [(key, v) for v in good]))
         decs = wait_decisions(kafka_bootstrap, prefix, job, timeout_s=60)
         assert [d["action"] for d in decs] == ["fail"], decs
-        assert proc.poll() is None, (tmp_path / "processor.log").read_text()[-3000:]
+        assert proc.poll() is None, log.read_text()[-3000:]
     dead = asyncio.run(read_all(kafka_bootstrap, f"{prefix}deadletter", len(BAD), 30))
     assert len(dead) == len(BAD), dead
     assert {d["topic"] for d in dead} == {f"{prefix}logs"}
