@@ -237,7 +237,8 @@ def test_leftover_holding_the_pipes_does_not_delay_the_exit(mode: Mode) -> None:
     leftover = int(proc.stdout.split()[1])
     os.kill(leftover, signal.SIGKILL)
     assert proc.returncode == EXIT_FAILED, proc.stderr[-3000:]  # a fail decision (exit 1)
-    assert took < 30, took  # not the leftover's 60 s
+    # not the leftover's 60 s; `took` includes the run's start-up, 32-34 s on 2 loaded cores
+    assert took < 50, took
     decs = mode.decisions(job)
     assert [(d["action"], d["reason"]["kind"]) for d in decs] == [("fail", "exit")], decs
     assert "event=pipes_held_open" in proc.stderr
