@@ -5,6 +5,8 @@
  * (that code stays the authority and the fallback; tests/unit/rules compare the two):
  *  - at each line start, the run of one kind's rank prefixes (CARRIER_KINDS' `run`: up to
  *    8 tokens, the innermost token's rank), for the first kind of `kinds` that starts a line;
+ *    also after an RFC 3339 time at the line start (kubectl --timestamps), which the Python
+ *    split does not take (its batches go carrier by carrier there);
  *  - past each line's run, every token of the `search` kinds (CARRIER_KINDS' `token`), as
  *    (line index, where the token ends in the line, is it a `[word3]:` token), for Python to
  *    read with the full prefix grammar.
@@ -119,10 +121,47 @@ static Py_ssize_t token(const Text *t, int kind, Py_ssize_t i, Py_ssize_t end, l
     return -1;
 }
 
-/* The end of the run of `kind` tokens at a line start i (up to MAX_RUN), or -1 when none;
- * the innermost token's rank in *rank. */
-static Py_ssize_t run_at(const Text *t, int kind, Py_ssize_t i, Py_ssize_t end, long *rank) {
+/* An RFC 3339 time and its space at i (normalise.PREFIX_KINDS' `rfc3339`: kubectl logs
+ * --timestamps, docker logs -t): its end, or i when there is none.
+ * \d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d{1,9})?(?:Z|[+-]\d\d:?\d\d)?:? */
+static Py_ssize_t time_at(const Text *t, Py_ssize_t i, Py_ssize_t end) {
+    static const char form[] = "dddd-dd-ddTdd:dd:dd";
     Py_ssize_t j = i;
+    for (const char *f = form; *f; f++, j++) {
+        if (j >= end)
+            return i;
+        Py_UCS4 c = at(t, j);
+        if (*f == 'd' ? !is_digit(c) : *f == 'T' ? (c != 'T' && c != ' ') : c != (Py_UCS4)*f)
+            return i;
+    }
+    if (j < end && (at(t, j) == '.' || at(t, j) == ',')) {
+        j = digits(t, j + 1, end, 1, 9, NULL);
+        if (j < 0)
+            return i;
+    }
+    if (j < end && at(t, j) == 'Z') {
+        j++;
+    } else if (j < end && (at(t, j) == '+' || at(t, j) == '-')) {
+        Py_ssize_t z = j + 1;
+        if (z + 1 < end && is_digit(at(t, z)) && is_digit(at(t, z + 1))) {
+            z += 2;
+            if (z < end && at(t, z) == ':')
+                z++;
+            if (z + 1 < end && is_digit(at(t, z)) && is_digit(at(t, z + 1)))
+                j = z + 2;
+        }
+        if (j < end && (at(t, j) == '+' || at(t, j) == '-'))
+            return i; /* a zone that is no zone: `:? ` cannot follow */
+    }
+    if (j < end && at(t, j) == ':')
+        j++;
+    return (j < end && at(t, j) == ' ') ? j + 1 : i;
+}
+
+/* The end of the run of `kind` tokens at a line start i (up to MAX_RUN), after an RFC 3339
+ * time if the line starts with one, or -1 when none; the innermost token's rank in *rank. */
+static Py_ssize_t run_at(const Text *t, int kind, Py_ssize_t i, Py_ssize_t end, long *rank) {
+    Py_ssize_t j = time_at(t, i, end);
     int k;
     for (k = 0; k < MAX_RUN; k++) {
         long r;

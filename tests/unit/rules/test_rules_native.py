@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import platform
 import random
+import re
 import shutil
 
 import pytest
@@ -14,6 +15,7 @@ from faultwatch.core.events import Line
 from faultwatch.core.policy import Policy
 from faultwatch.rules import Matcher
 from faultwatch.rules.native import NO_NATIVE_ENV, batchscan
+from faultwatch.rules.normalise import normalise_line
 from faultwatch.rules.patterns import CARRIER_KINDS
 from faultwatch.streams.matcher_stage import MatcherStage
 from faultwatch.streams.records import InRecord, LiveRules
@@ -33,6 +35,8 @@ PREFIXES = ["", "", "[rank3]:", "[rank1]: ", "[default0]:", "[rank12345678]:", "
             "[1,4]<stderr>: ", "[1234567,4]<stdout>:", "[1,4]<stdin>:", "[1,12345678]<stdout>:",
             "3: ", " 12: ", "      7: ", "       7: ", "1234567: ", "123456: ", "3:", "3 : ",
             "2025-04-09T17:15:22.123456789Z ", "[2025-04-09 17:15:22] ", "[stderr]",
+            "2025-04-09 17:15:22+05:30 ", "2025-04-09T17:15:22.1234567890Z ",
+            "2025-04-09T17:15:22: ", "2025-04-09T17:15:22+05:3 ", "2025-04-09T17:15:22-0530 ",
             "[worker-1] ", "(pid=12) ", "x ", "[W x] ", "py:464: ", "[\u0663]: ", "\u0663: ",
             "[rank\u0663]:", "\u00e9[rank2]:", "\U0001f600 [Rank 1] "]
 BODIES = ["iteration      5/  100 | lm loss: 2.0 |", "hello", "", "step 12: ok",
@@ -55,14 +59,19 @@ def _texts(rnd: random.Random) -> list[str]:
     return out
 
 
+_TIME = re.compile(r"\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d", re.ASCII)
+
+
 @needs_native
 def test_native_run_ranks_equals_the_python_split() -> None:
     """For any kinds and token search, the C pass gives the Python split's ranks and tokens
-    past the runs (line, end, is `[word3]:`), and _run_ranks the same answer either way."""
+    past the runs (line, end, is `[word3]:`), and _run_ranks the same answer either way; on
+    batches with RFC 3339 times at line starts (runs behind them: read natively only, the
+    Python split declines them) the ranks it gives are normalise_line's."""
     native, python = Matcher(RS), Matcher(RS, native=False)
     assert native._native is not None and python._native is None  # noqa: SLF001
     rnd = random.Random(21)
-    read = tokens = 0
+    read = tokens = timed = 0
     for _ in range(6000):
         texts = _texts(rnd)
         joined = "\n".join(texts)
@@ -71,6 +80,13 @@ def test_native_run_ranks_equals_the_python_split() -> None:
         d = rnd.choice([None, 0, 3])
         args = (kinds, search, texts, joined, d)
         want = python._split_ranks(*args)  # noqa: SLF001
+        if any(map(_TIME.match, texts)):  # (every kind searched: the scan's markers would)
+            got_ranks = native._run_ranks(  # noqa: SLF001
+                kinds, list(CARRIER_KINDS), texts, joined, d)
+            assert got_ranks is None or got_ranks == [
+                normalise_line(t, d).rank for t in texts], (texts, kinds, search)
+            timed += got_ranks is not None
+            continue
         if "\n" not in "".join(texts):
             got = NATIVE.run_ranks(  # type: ignore[union-attr]
                 joined, tuple(CARRIER_KINDS.index(k) for k in kinds),
@@ -79,7 +95,7 @@ def test_native_run_ranks_equals_the_python_split() -> None:
         assert native._run_ranks(*args) == python._run_ranks(*args), texts  # noqa: SLF001
         read += want is not None
         tokens += bool(want and want[1])
-    assert read > 2000 and tokens > 1000, (read, tokens)  # both ways exercised (seeded)
+    assert read > 800 and tokens > 800 and timed > 3, (read, tokens, timed)  # (seeded)
 
 
 LAUNCHERS = [lambda i: f"{i % 12:>2}: ", lambda i: f"[default{i % 8}]:",
