@@ -131,6 +131,32 @@ def test_pick_root() -> None:
     assert pick_root([m(2, True), m(1, True)]) == m(1, True)
 
 
+def test_pick_root_puts_hardware_first_and_notices_last() -> None:
+    ret = Match("gloo", "retryable", False, 1.0, "a", seq=1)
+    hw = Match("ecc", "hardware", False, 5.0, "b", seq=9)
+    hw_cascade = Match("ib-peer", "hardware", True, 0.5, "c", seq=0)
+    notice = Match("nan", "fatal", False, 0.1, "d", seq=0, action="notify")
+    assert pick_root([ret, hw]) is hw  # a later hardware match beats an earlier retryable
+    assert pick_root([ret, hw_cascade]) is ret  # a hardware *cascade* does not
+    assert pick_root([notice, ret]) is ret  # an earlier notice never hides an error
+    assert pick_root([notice, hw_cascade]) is notice  # the only root candidate left
+    assert pick_root([notice]) is notice
+
+
+def test_nccls_last_error_detail_names_the_bad_gpu() -> None:
+    """torch's NCCL errors end with "Last error:" and NCCL's own detail (ncclGetLastError);
+    the summary line before it says only "unhandled cuda error"."""
+    text = "\n".join([
+        "torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/"
+        "ProcessGroupNCCL.cpp:1970, unhandled cuda error (run with NCCL_DEBUG=INFO for "
+        "details), NCCL version 2.19.3",
+        "ncclUnhandledCudaError: Call to CUDA function failed.",
+        "Last error:",
+        "Cuda failure 'uncorrectable ECC error encountered'"])
+    out = classify(RS, text)
+    assert (out["category"], out["action"]) == ("hardware", "blacklist"), out
+
+
 def test_classify_shape() -> None:
     out = classify(RS, "hello\n[rank2]:RuntimeError: CUDA error: an illegal memory access "
                        "was encountered\nWatchdog caught collective operation timeout")

@@ -250,3 +250,22 @@ def test_local_pipeline_without_node_lost_never_declares_one() -> None:
                     T0)
         lost = [d for i in range(1, 40) for d in pipe.tick(T0 + i)]
         assert [(d.job, d.kind) for d in lost] == want
+
+
+def test_a_logged_nan_loss_then_an_ecc_error_blacklists_the_node() -> None:
+    """The NaN is a divergence notice; the failure after it is decided by its own error."""
+    p = LocalPipeline(ruleset(), POLICY)
+    decs = p.submit(b"j", wire.encode_run_start(RunStart("j", 0, "n0", T0)), T0)
+    decs += p.submit(b"j", wire.encode_lines("j", 0, "n0", "r", [
+        Line("stdout", 0, T0 + 1, "{'loss': nan, 'grad_norm': nan, 'epoch': 0.1}")]), T0 + 1)
+    decs += p.submit(b"j", wire.encode_lines("j", 0, "n0", "r", [
+        Line("stderr", 1, T0 + 5, "ncclUnhandledCudaError: Call to CUDA function failed."),
+        Line("stderr", 2, T0 + 5, "Last error:"),
+        Line("stderr", 3, T0 + 5, "Cuda failure 'uncorrectable ECC error encountered'")]),
+        T0 + 5)
+    decs += p.submit(b"j", wire.encode_exit(Exit("j", 0, "n0", T0 + 6, exit_code=1)), T0 + 6)
+    for t in range(7, 12):
+        decs += p.tick(T0 + t)
+    assert [(d.action, d.kind) for d in decs] == [("notify", "divergence"),
+                                                  ("blacklist", "error")], decs
+    assert decs[1].rule == "cuda-ecc-uncorrectable" and decs[1].nodes == ("n0",)
