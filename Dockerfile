@@ -9,7 +9,9 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 
 ARG EXTRAS=processor
 WORKDIR /src
-COPY pyproject.toml README.md ./
+# setup.py builds the matcher's optional C part (rules/_batchscan.c) where a compiler is found;
+# python:3.11-slim has none, so this image runs the pure-Python reading (same results)
+COPY pyproject.toml setup.py README.md ./
 COPY faultwatch ./faultwatch
 RUN pip install ".${EXTRAS:+[$EXTRAS]}" && rm -rf /src
 

@@ -2,6 +2,10 @@
 silences and real hangs side by side; prints one JSON object per scenario, then a table.
 
     PYTHONPATH=. .venv/bin/python bench/hang_matrix.py [--silence-alone] [--only NAME ...]
+        [--framework plain|trainer|lightning ...]
+
+Frameworks: plain (a DDP loop), trainer (Hugging Face Trainer), lightning (Lightning Trainer);
+NAME is a scenario name (every framework's) or framework:name.
 
 --silence-alone runs the healthy silences with `hang_needs_evidence: false` (the rule before
 issue 22: the learned window decides on silence alone), each in a job of its own (a false hang
@@ -18,7 +22,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.support.hang_matrix import SCENARIOS, run_matrix, table  # noqa: E402
+from tests.support.hang_matrix import FRAMEWORKS, SCENARIOS, run_matrix, table  # noqa: E402
 
 
 def main() -> int:
@@ -26,11 +30,16 @@ def main() -> int:
     ap.add_argument("--silence-alone", action="store_true",
                     help="learned windows decide on silence alone (hang_needs_evidence: false)")
     ap.add_argument("--both", action="store_true", help="the matrix with and without evidence")
-    ap.add_argument("--only", nargs="*", default=None, help="scenario names")
+    ap.add_argument("--only", nargs="*", default=None,
+                    help="scenario names (save) or framework:name (trainer:save)")
+    ap.add_argument("--framework", nargs="*", default=None, choices=sorted(FRAMEWORKS),
+                    help="only these frameworks")
     ap.add_argument("--keep", type=Path, default=None,
                     help="keep each job's output and decisions under this directory")
     args = ap.parse_args()
-    chosen = tuple(s for s in SCENARIOS if args.only is None or s.name in args.only)
+    chosen = tuple(s for s in SCENARIOS
+                   if (args.only is None or s.name in args.only or s.key in args.only)
+                   and (args.framework is None or s.framework in args.framework))
     modes = [True, False] if args.both else [not args.silence_alone]
     ok = True
     for needs in modes:

@@ -16,7 +16,9 @@ MODE=${1:-test}
 PY=$(command -v "${PYTHON:-python3}")
 "$PY" -c 'import sys; assert sys.version_info >= (3, 11), "Python >= 3.11 required"'
 export UV_LINK_MODE=hardlink UV_PYTHON_DOWNLOADS=never UV_NO_PROGRESS=1
-want=$(sha256sum pyproject.toml | cut -c1-16)
+# (the stamp also covers the native part's build: setup.py compiles rules/_batchscan.c in
+# place at the editable install, optional: without a C compiler the install goes on without it)
+want=$(cat pyproject.toml setup.py faultwatch/rules/_batchscan.c | sha256sum | cut -c1-16)
 
 if [ "$MODE" = demo-embedded ] || [ "$MODE" = demo-cluster ]; then
   extras=""; [ "$MODE" = demo-cluster ] && extras="[processor]"
@@ -82,7 +84,8 @@ if stale .venv/.faultwatch-install; then
   echo "bootstrap: installing faultwatch[processor,torch,test] into .venv (torch is large; first run takes minutes)" >&2
   start=$SECONDS
   [ -x .venv/bin/uv ] || .venv/bin/python -m pip install -q --disable-pip-version-check uv
-  .venv/bin/uv pip install -q --python .venv/bin/python -e ".[processor,torch,test]"
+  .venv/bin/uv pip install -q --python .venv/bin/python --reinstall-package faultwatch \
+    -e ".[processor,torch,test]"
   compile_bytecode .venv
   echo "$want" > .venv/.faultwatch-install
   echo "bootstrap: .venv ready in $((SECONDS - start)) s" >&2

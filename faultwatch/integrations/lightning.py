@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import time
 from typing import Any
 
@@ -18,9 +17,10 @@ EVAL, CHECKPOINT = "eval", "checkpoint"
 
 
 class FaultwatchCallback(Callback):  # type: ignore[misc,unused-ignore]
-    """Progress after every training batch (global step and step time), an `eval` stage
-    around validation, a `checkpoint` stage from a save until training continues, and a
-    notify on a non-finite loss. Windows in seconds; None: no hang detection in the stage."""
+    """Progress after every training batch (global step, step time and the loss: a NaN/inf
+    loss is a divergence), an `eval` stage around validation, a `checkpoint` stage from a
+    save until training continues. Windows in seconds; None: no hang detection in the
+    stage."""
 
     def __init__(self, *, eval_window_s: float | None = None,
                  checkpoint_window_s: float | None = 1800.0) -> None:
@@ -38,14 +38,17 @@ class FaultwatchCallback(Callback):  # type: ignore[misc,unused-ignore]
         now = time.monotonic()
         dt = None if self._last is None else now - self._last
         self._last = now
-        sdk.progress(int(trainer.global_step), step_time_s=dt)
+        # the loss rides on the progress note: a NaN/inf one is a divergence (a notice by
+        # default, or the `divergence_action`), a finite one feeds the spike detector.
+        # Lightning's default bar (rich) prints nothing off a terminal, so this is the only
+        # way the loss reaches faultwatch there.
+        metrics: dict[str, float] = {}
         loss: Any = outputs.get("loss") if isinstance(outputs, dict) else outputs
         try:
-            value = float(loss.item() if hasattr(loss, "item") else loss)
+            metrics["loss"] = float(loss.item() if hasattr(loss, "item") else loss)
         except (TypeError, ValueError):
-            return
-        if not math.isfinite(value):
-            sdk.notify(f"loss is {value} at step {trainer.global_step}", "error")
+            pass
+        sdk.progress(int(trainer.global_step), step_time_s=dt, **metrics)
 
     def on_validation_start(self, trainer: Any, pl_module: Any) -> None:
         self._stages.leave(CHECKPOINT)

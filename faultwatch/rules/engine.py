@@ -17,6 +17,7 @@ import regex
 from faultwatch.core.events import EXIT_STREAM, Line, Match
 from faultwatch.rules.loss import LossScanner
 from faultwatch.rules.model import MatchBatch, ProgressMark, Rule, RuleSet, StageMark
+from faultwatch.rules.native import batchscan
 from faultwatch.rules.normalise import (
     NOT_A_RUN,
     line_ranks,
@@ -91,8 +92,11 @@ def exception_line_pattern(names: Sequence[str]) -> str:
 class Matcher:
     """Matches lines and exit statuses against a rule set (stateless between batches)."""
 
-    def __init__(self, ruleset: RuleSet, *, engine: str = "auto"):
+    def __init__(self, ruleset: RuleSet, *, engine: str = "auto", native: bool = True):
         self.ruleset = ruleset
+        # rules/_batchscan.c reads the lines' rank prefixes (_run_ranks) when built; `native`
+        # False, or FAULTWATCH_NO_NATIVE=1, keeps the pure-Python reading (same results)
+        self._native: Any = batchscan() if native else None
         exc_rules = _exception_rules(ruleset)
         self.rules: list[Rule] = [*exc_rules, *ruleset.rules, *_policy_rules(ruleset)]
         self._defaults = set(range(len(exc_rules)))  # rule indices of the exception table
@@ -146,6 +150,7 @@ class Matcher:
                                                        self._pid_mid))
         self._e_kind = {e_pos[self._pid_carrier[k.name]]: k for k in CARRIER_KINDS}
         self._run_split = {k.name: re.compile(k.run, re.ASCII) for k in CARRIER_KINDS}
+        self._kind_no = {k.name: i for i, k in enumerate(CARRIER_KINDS)}  # _batchscan's kinds
         self._token_search: dict[tuple[str, ...], re.Pattern[str]] = {}
         self._carrier_scan: Any = None  # a report per carrier: built when a batch needs it
         prefilter = {self._e_ids[i] for i in pre_e}
@@ -296,8 +301,10 @@ class Matcher:
         # (a `[word3]:` token after other text is looked for too: merged output, or a run)
         search = kinds if self._e_mid not in fired or kinds[0].name == "rank" else \
             [CARRIER_KINDS[0], *kinds]
+        # (the native reading takes every kind; the Python split declines srun labels, for
+        # speed: their token search has no literal to skip to)
         ranks = self._run_ranks(kinds, search, texts, joined, default_rank) \
-            if all(k.split for k in kinds) else None
+            if self._native is not None or all(k.split for k in kinds) else None
         if ranks is None:
             return self._carried_batch(lines, texts, data, joined, default_rank)
         return self._ranked_batch(lines, texts, ranks)
@@ -311,7 +318,34 @@ class Matcher:
         behind other prefixes, mixed launchers, a lookalike in the text) is read alone with
         the full prefix grammar; lines with neither keep `default_rank`. None when a line
         holds a newline, no kind starts a line, or a `[word3]:` token sits past a line's run
-        of prefixes (merged output: the exact path splits that line)."""
+        of prefixes (merged output: the exact path splits that line). With the native module
+        (rules/_batchscan.c) the split and the search are one C pass over the batch."""
+        n = len(texts)
+        found: list[tuple[int, int, bool]]
+        if self._native is not None:
+            if joined.count("\n") != n - 1:
+                return None  # a line holding a newline
+            read = self._native.run_ranks(
+                joined, tuple(self._kind_no[kd.name] for kd in kinds),
+                sum({1 << self._kind_no[kd.name] for kd in search}), default_rank)
+            if read is None:
+                return None  # carriers only behind other prefixes: read one by one
+            ranks, found = read
+        else:
+            split = self._split_ranks(kinds, search, texts, joined, default_rank)
+            if split is None:
+                return None
+            ranks, found = split
+        if found and not self._reread(texts, found, ranks, default_rank):
+            return None
+        return ranks
+
+    def _split_ranks(self, kinds: list[CarrierKind], search: list[CarrierKind],
+                     texts: list[str], joined: str, default_rank: int | None
+                     ) -> tuple[list[int | None], list[tuple[int, int, bool]]] | None:
+        """_run_ranks' reading in pure Python: (each line's rank from its run, the tokens
+        past the runs as (line, where the token ends in the line's text, is it a `[word3]:`
+        token)), or None (no kind starts a line, or a line holds a newline)."""
         n = len(texts)
         for kind in kinds:
             parts = self._run_split[kind.name].split("\n" + joined)
@@ -338,30 +372,32 @@ class Matcher:
                 "|".join(kd.token for kd in search), re.ASCII)
         rest = "\n".join(pieces)  # the batch past the runs read, after a leading newline
         spans = [m.span() for m in rx.finditer(rest)]  # (ascending)
-        if spans and not self._reread(texts, rest, spans, ranks, default_rank):
-            return None
-        return ranks
+        if not spans:
+            return ranks, []
+        starts = list(map(add, map(rest.rfind, repeat("\n"), repeat(0),
+                                   [a for a, _ in spans]), repeat(1)))
+        line = list(accumulate(map(rest.count, repeat("\n"), [0, *starts[:-1]], starts)))
+        found: list[tuple[int, int, bool]] = []
+        for (a, b), r0, ln in zip(spans, starts, line, strict=True):
+            i = ln - 1
+            r1 = rest.find("\n", a)
+            cut = len(texts[i]) - ((len(rest) if r1 < 0 else r1) - r0) + (b - r0)
+            found.append((i, cut, _RANK_TOKEN.match(rest, a) is not None))
+        return ranks, found
 
-    def _reread(self, texts: list[str], rest: str, spans: list[tuple[int, int]],
+    def _reread(self, texts: list[str], found: list[tuple[int, int, bool]],
                 ranks: list[int | None], default_rank: int | None) -> bool:
         """Ranks of the lines holding a carrier's token past their run read by the split
-        (`spans` in `rest`, the batch past those runs after a leading newline), as
+        (`found`: line, where the token ends in its text, is it a `[word3]:` token), as
         _carried_ranks reads carriers: the line's start up to each token's end, once per
         distinct text (cached), is a run of prefixes naming a rank (the innermost: a later
         token's overrides), a run naming none (the line read alone), or no run (a lookalike
         in the text; a `[word3]:` one means merged output: False, the exact path splits the
         line)."""
         known = self._token_rank
-        starts = list(map(add, map(rest.rfind, repeat("\n"), repeat(0),
-                                   [a for a, _ in spans]), repeat(1)))
-        line = list(accumulate(map(rest.count, repeat("\n"), [0, *starts[:-1]], starts)))
         alone: set[int] = set()
-        for (a, b), r0, nl in zip(spans, starts, line, strict=True):
-            i = nl - 1
-            t = texts[i]
-            r1 = rest.find("\n", a)
-            cut = len(t) - ((len(rest) if r1 < 0 else r1) - r0) + (b - r0)
-            tok = t[:cut].encode("utf-8", "replace")
+        for i, cut, rank_token in found:
+            tok = texts[i][:cut].encode("utf-8", "replace")
             r = known.get(tok)
             if r is None:
                 r = run_rank_of(tok)
@@ -372,7 +408,7 @@ class Matcher:
             if r >= 0:
                 ranks[i] = r
             elif r == NOT_A_RUN:
-                if _RANK_TOKEN.match(rest, a) is not None:
+                if rank_token:
                     return False  # a `[word3]:` token past the line's run: merged output
             else:
                 alone.add(i)

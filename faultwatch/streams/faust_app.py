@@ -29,6 +29,7 @@ from faultwatch.nodes.gate import NodeGate
 from faultwatch.rules import Matcher, RuleSet
 from faultwatch.streams import broker_calm, faust_compat
 from faultwatch.streams.faust_compat import (
+    BatchFeed,
     QuietMonitor,
     TableStore,
     direct_delivery,
@@ -54,8 +55,9 @@ from faultwatch.wire import (
 from faultwatch.wire.topics import DEFAULT_PARTITIONS, Topics
 
 REPORT_S = 10.0  # processor metrics interval
-BATCH = 1000  # records per take_events() batch, both stages
+BATCH = 1000  # records per batch, both stages
 BATCH_WITHIN_S = 0.05  # ... or whatever arrived within this long
+FEED_MAX = 4 * BATCH  # fetched records queued per topic before its fetching pauses
 RETRY_FIRST_S, RETRY_MAX_S = 0.5, 30.0  # backoff of a batch whose outputs were not delivered
 
 Send = Callable[[], Awaitable[Any]]  # starts one send; its result is awaited for delivery
@@ -145,13 +147,15 @@ def _data_root() -> Path:
     return root
 
 
-def _record(event: Any) -> InRecord:
+def _records(messages: list[Any]) -> list[InRecord]:
+    """The stages' view of fetched messages: raw key and value bytes as consumed (the
+    stages decode each value once), and the headers."""
     from faultwatch.trust.nodesig import header_pairs
 
-    msg = event.message
-    value = event.value if isinstance(event.value, bytes | None) else None
-    return InRecord(msg.topic, msg.partition, msg.offset, event.key, value,
-                    header_pairs(getattr(msg, "headers", None)))
+    return [InRecord(m.topic, m.partition, m.offset, m.key,
+                     m.value if isinstance(m.value, bytes | None) else None,
+                     header_pairs(m.headers) if m.headers else ())
+            for m in messages]
 
 
 async def deliver(sends: list[Send], what: str) -> None:
@@ -296,17 +300,24 @@ def build_processor(cfg: ProcessorConfig, live: LiveRules | None = None,
         dead.clear()
         return out
 
+    # both topics reach the stages as batches of raw messages (faust_compat.BatchFeed): no
+    # Faust Event, codec or stream per record; a batch is acknowledged (its offsets may be
+    # committed) only after its outputs are delivered, inside the stop gate
+    logs_feed = BatchFeed(app, logs_t, FEED_MAX)
+    signals_feed = BatchFeed(app, signals_t, FEED_MAX)
+
     @app.agent(logs_t)
     async def match(stream: faust.StreamT) -> None:
-        async for events in stream.take_events(  # type: ignore[attr-defined]
-                BATCH, within=BATCH_WITHIN_S):
+        logs_feed.subscribe()
+        async for msgs in logs_feed.batches(BATCH, BATCH_WITHIN_S):
             async with gate.batch():
-                recs = [_record(e) for e in events]
+                recs = _records(msgs)
                 prom.consumed("matcher", topics.logs, len(recs),
                               sum(len(r.value or b"") for r in recs))
                 out = matcher.process_batch(recs, time.time())
                 sends = [_sender(signals_t, k, v) for k, v in out]
                 await deliver(sends + take_dead(), "signals")
+                logs_feed.ack(msgs)
 
     def publish(decs: list[Decision]) -> list[Send]:
         sends: list[Send] = []
@@ -326,16 +337,17 @@ def build_processor(cfg: ProcessorConfig, live: LiveRules | None = None,
 
     @app.agent(signals_t)
     async def decide(stream: faust.StreamT) -> None:
-        async for events in stream.take_events(  # type: ignore[attr-defined]
-                BATCH, within=BATCH_WITHIN_S):
+        signals_feed.subscribe()
+        async for msgs in signals_feed.batches(BATCH, BATCH_WITHIN_S):
             async with gate.batch():
-                recs = [_record(e) for e in events]
+                recs = _records(msgs)
                 prom.consumed("job", topics.signals, len(recs),
                               sum(len(r.value or b"") for r in recs))
                 decs = jobs.process_batch(recs, time.time())
                 # decisions delivered before the batch is acknowledged (at least once)
                 await deliver(publish(decs) + take_dead(), "decisions")
                 await registry.publish(decs, time.time())
+                signals_feed.ack(msgs)
 
     def _tps(args: tuple[Any, ...], topic: str | None = None) -> list[Any]:
         tps = args[0] if args else ()

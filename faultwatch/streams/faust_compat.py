@@ -5,12 +5,14 @@ from __future__ import annotations
 import asyncio
 import types
 import weakref
+from collections.abc import AsyncIterator
 from typing import Any
 
 import faust
 import faust.streams
 from faust.sensors.monitor import Monitor
 from faust.transport.consumer import CONSUMER_FETCHING
+from faust.types import TP
 
 
 def set_current_event(event: Any) -> None:
@@ -184,6 +186,89 @@ def direct_delivery(app: faust.App) -> None:
     if not hasattr(consumer, "_drain_messages") or not hasattr(consumer, "_read_offset"):
         raise RuntimeError("faust Consumer changed: no _drain_messages/_read_offset")
     consumer._drain_messages = types.MethodType(_drain_messages, consumer)
+    consumer._fw_feeds = {}  # topic name -> BatchFeed (batch_feed)
+
+
+class BatchFeed:
+    """The messages of one topic, from Faust's fetcher straight to one batch consumer.
+
+    Faust's own path costs per message: a conductor callback under a lock, an Event with
+    its decoded key and value, a stream queue, the stream's per-event loop (processors,
+    context variable, sensors) and, with take_events(), a processor call to buffer it and
+    an ack per event through the event's refcount. Here the fetcher loop (`_drain_messages`)
+    puts the raw ConsumerMessage into a queue of Faust's own kind (managed by the app's flow
+    control: cleared when a rebalance suspends and resumes the flow, exactly as the stream
+    queues are), and `batches()` hands whole lists of them to the consumer, which acks each
+    message itself (`ack`) once the batch's outputs are delivered. What Faust keeps doing:
+    the subscription (the topic is registered with the conductor as iterating a stream of
+    it would), read offsets, gaps, acks -> commits, rebalances and the skip of messages
+    fetched for an older generation or while the flow is suspended."""
+
+    def __init__(self, app: faust.App, topic: Any, maxsize: int) -> None:
+        consumer: Any = app.consumer
+        feeds = getattr(consumer, "_fw_feeds", None)
+        if feeds is None:
+            raise RuntimeError("direct_delivery(app) must be installed before a BatchFeed")
+        self.app = app
+        self.topic = topic
+        self.queue: Any = app.FlowControlQueue(maxsize=maxsize, clear_on_resume=True)
+        self._pressure: dict[Any, tuple[Any, Any]] = {}  # tp -> (full, drop) callbacks
+        self.skipped = 0  # messages dropped: fetched for an older generation / while paused
+        for name in topic.topics:
+            feeds[name] = self
+
+    def put(self, tp: Any, message: Any) -> None:
+        """Queue a fetched message without waiting. Past the queue's high mark its partition
+        leaves the fetcher's active set (what Faust's stream queues do: what was fetched is
+        still taken) until the queue drops below its low mark."""
+        pressure = self._pressure.get(tp)
+        if pressure is None:
+            consumer: Any = self.app.consumer
+            tp = TP(tp.topic, tp.partition)  # Faust's own (the fetcher's is aiokafka's)
+
+            def high() -> None:
+                consumer.on_buffer_full(tp)
+
+            def drop() -> None:
+                consumer.on_buffer_drop(tp)
+
+            pressure = self._pressure[tp] = (high, drop)
+        self.queue.put_nowait_enhanced(message, on_pressure_high=pressure[0],
+                                       on_pressure_drop=pressure[1])
+
+    def subscribe(self) -> None:
+        """Register the topic with Faust's conductor (what iterating a stream of it does):
+        the consumer subscribes to it, tracks acks for it and assigns its partitions."""
+        self.app.topics.add(self.topic.clone(is_iterator=True))
+
+    async def batches(self, max_: int, within_s: float) -> AsyncIterator[list[Any]]:
+        """Lists of at most `max_` messages: what is queued when the first one arrives, plus
+        what arrives within `within_s` when that is fewer than `max_`. Messages fetched for
+        an older consumer generation or while the flow is suspended are skipped, not acked
+        (the seek to the committed offsets after the rebalance reads them again)."""
+        q = self.queue
+        app: Any = self.app
+        while True:
+            batch = [await q.get()]
+            if q.qsize() + 1 < max_ and within_s > 0:
+                await asyncio.sleep(within_s)
+            take = min(max_ - 1, q.qsize())
+            get = q.get_nowait
+            batch.extend(get() for _ in range(take))
+            gen = app.consumer_generation_id
+            if not app.flow_control.is_active():
+                self.skipped += len(batch)
+                continue
+            keep = [m for m in batch if m.generation_id == gen]
+            self.skipped += len(batch) - len(keep)
+            if keep:
+                yield keep
+
+    def ack(self, messages: list[Any]) -> None:
+        """Acknowledge processed messages: their offsets may be committed."""
+        ack = self.app.consumer.ack
+        for m in messages:
+            ack(m)
 
 
 def _can_deliver_now(app: Any, consumer: Any, tp: Any) -> bool:
@@ -207,6 +292,9 @@ async def _drain_messages(self: Any, fetcher: Any) -> None:
     read_offset = self._read_offset
     acks_enabled_for = app.topics.acks_enabled_for
     commit_every = self._commit_every
+    feeds = self._fw_feeds
+    flow_suspended = app.flow_control._suspend.is_set  # noqa: SLF001
+    fetch_suspended = self.suspend_flow.is_set
     flag = CONSUMER_FETCHING
     since_yield = 0
     try:
@@ -229,7 +317,14 @@ async def _drain_messages(self: Any, fetcher: Any) -> None:
                     if commit_every is not None and self._n_acked >= commit_every:
                         self._n_acked = 0
                         await self.commit()
-                    if _can_deliver_now(app, self, tp):
+                    feed = feeds.get(tp.topic)
+                    if feed is not None:  # a batch consumer's topic: queued as it is
+                        if flow_suspended() or fetch_suspended():
+                            await self.wait_first(feed.queue.put(message),
+                                                  self.suspend_flow.wait())
+                        else:
+                            feed.put(tp, message)
+                    elif _can_deliver_now(app, self, tp):
                         await callback(message)
                     else:
                         await self.wait_first(callback(message), self.suspend_flow.wait())

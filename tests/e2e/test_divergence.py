@@ -2,7 +2,9 @@
 built from a config, CPU, plain python under `faultwatch run`) whose weights turn NaN gets a
 divergence notice from its own log lines; with `divergence_action: fail` the job is stopped
 and failed; a healthy twin in the same run gets nothing (the negative with its positive
-control). The three jobs run side by side: one Trainer import's wait, not three."""
+control). A real Lightning job (tests/e2e/jobs/lightning_diverge.py) whose weights turn NaN
+gets the notice from its progress bar (`train_loss=nan.0`). The four jobs run side by side:
+one import's wait, not four."""
 
 from __future__ import annotations
 
@@ -19,12 +21,13 @@ from tests.support.processes import faultwatch_exe
 ROOT = Path(__file__).resolve().parents[2]
 TRAIN_PY = ROOT / ".venv-train" / "bin" / "python"
 JOB = Path(__file__).parent / "jobs" / "hf_diverge.py"
+LIGHTNING_JOB = Path(__file__).parent / "jobs" / "lightning_diverge.py"
 EXIT_FAILED = 78  # `faultwatch run`'s exit for a fail decision (docs/cli.md)
 # one Trainer job is ~25 s of CPU; on a loaded 2-core machine the three take minutes of wall
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
 
 
-def _start(tmp: Path, name: str, policy: str = "", **env: str
+def _start(tmp: Path, name: str, policy: str = "", job: Path = JOB, **env: str
            ) -> tuple[subprocess.Popen[bytes], Path]:
     if os.environ.get("FAULTWATCH_NO_TRAIN_ENV"):
         pytest.skip("FAULTWATCH_NO_TRAIN_ENV is set: no training-image env (.venv-train)")
@@ -37,7 +40,7 @@ def _start(tmp: Path, name: str, policy: str = "", **env: str
         (d / "rules.yaml").write_text(f"version: 1\npolicy:\n{policy}")
         flags = ["--rules", str(d / "rules.yaml")]
     cmd = [faultwatch_exe(), "run", "--decisions-out", str(decisions), "--settle-s", "1",
-           "--term-grace-s", "5", *flags, "--", str(TRAIN_PY), str(JOB), str(d / "out")]
+           "--term-grace-s", "5", *flags, "--", str(TRAIN_PY), str(job), str(d / "out")]
     full_env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore",
                     HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", PYTHONPATH=str(ROOT), **env)
     with open(d / "output.log", "wb") as log:  # a file: three jobs' pipes never fill up
@@ -63,10 +66,11 @@ def test_nan_loss_is_noticed_or_failed_as_configured_and_a_healthy_twin_is_left_
     runs = [_start(tmp_path, "healthy", FW_NAN_AT="0"),
             _start(tmp_path, "notice", FW_NAN_AT="4"),
             _start(tmp_path, "fail", "  divergence_action: fail\n", FW_NAN_AT="4",
-                   STEPS="400", FW_STEP_SLEEP_S="0.2")]
+                   STEPS="400", FW_STEP_SLEEP_S="0.2"),
+            _start(tmp_path, "lightning", job=LIGHTNING_JOB, FW_NAN_AT="10")]
     try:
-        (rc_h, decs_h, out_h), (rc_n, decs_n, out_n), (rc_f, decs_f, out_f) = \
-            [_finish(*r) for r in runs]
+        (rc_h, decs_h, out_h), (rc_n, decs_n, out_n), (rc_f, decs_f, out_f), \
+            (rc_l, decs_l, out_l) = [_finish(*r) for r in runs]
     finally:
         for p, _ in runs:
             if p.poll() is None:
@@ -88,3 +92,11 @@ def test_nan_loss_is_noticed_or_failed_as_configured_and_a_healthy_twin_is_left_
     assert rc_f == EXIT_FAILED and "trained" not in out_f, out_f[-3000:]
     assert [d["action"] for d in decs_f] == ["fail"], decs_f
     assert "failing the job" in decs_f[0]["reason"]["message"]
+
+    # Lightning: the NaN read from its progress bar (`train_loss=nan.0`), one notice, the
+    # job runs to its end
+    assert rc_l == 0 and "trained" in out_l and "train_loss=nan.0" in out_l, out_l[-3000:]
+    assert [(d["action"], d["reason"]["category"]) for d in decs_l] == [
+        ("notify", "divergence")], decs_l
+    assert decs_l[0]["evidence"]["loss"] == "nan", decs_l[0]["evidence"]
+    assert decs_l[0]["evidence"]["key"] == "train_loss", decs_l[0]["evidence"]

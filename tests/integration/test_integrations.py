@@ -131,6 +131,9 @@ def test_lightning_reports_steps_validation_and_checkpoint(recordings: Recording
     msgs, _ = recordings.take("lightning")
     steps = _steps(msgs)
     assert steps and steps == sorted(steps) and steps[-1] == 12
+    # the loss rides on every progress note (its bar, rich, prints nothing off a terminal)
+    losses = [m["d"]["metrics"].get("loss") for m in msgs if m["k"] == "progress"]
+    assert losses and all(isinstance(x, float) for x in losses), losses
     st = _stages(msgs)
     assert ("eval", True) in st and ("eval", False) in st
     assert ("checkpoint", True) in st

@@ -15,8 +15,6 @@ WAITING = TESTS / "support" / "waiting.py"
 
 # Loops that sleep but do not wait for an event of a test: (file, function) -> why.
 NOT_A_WAIT = {
-    ("tests/e2e/test_framework_hangs.py", "_start_lightning_at_the_trainer_save"):
-        "a scheduling thread: starts the second run at the first run's save or after 300 s",
     ("tests/integration/test_kafka_acls.py", "_watch_argv"):
         "a sampler thread: collects every command line until told to stop",
     ("tests/integration/test_processor_stop.py", "produce_jobs"):

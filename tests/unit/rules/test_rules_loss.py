@@ -4,6 +4,7 @@ the signals and the wire."""
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
 
@@ -99,3 +100,32 @@ def test_a_long_batch_gives_its_first_nan_and_each_ranks_last_loss() -> None:
     healthy = [Line("stdout", i, float(i), f"step {i} | lm loss: 2.0{i % 10} | loss scale: 1.0")
                for i in range(500)]
     assert [(m.ts, m.value) for m in sc.scan(healthy, ())] == [(499.0, 2.09)]
+
+
+def test_the_quick_reject_never_changes_a_parse(monkeypatch: pytest.MonkeyPatch) -> None:
+    """parse_loss' quick reject (a literal search on the lowercased ASCII line) only skips
+    lines the full parse would refuse: same answers with and without it, on lines built
+    from loss keys in any case, separators, values and lookalikes (non-ASCII too)."""
+    import random
+
+    from faultwatch.rules import loss
+
+    parts = ["loss", "LOSS", "Loss", "lm loss", "train/loss", "loss_step", "val_loss", "'",
+             '"', " ", "\t", "\x1c", ":", "=", ": ", "2.31", "nan", "inf.0", "0", "-1e-3",
+             "'grad_norm': nan", ", ", "lo\u017fs", "\u00e9", "step 3", "|", "x", "_"]
+    rnd = random.Random(31)
+    keys = ["loss", "LOSS", "Loss_Step", "lm loss", "train/loss", "val_loss", "lo\u017fs"]
+    seps = [":", "=", ": ", " = ", "':", "\t:", "\x1c=", " ", "::"]
+    vals = ["2.31", "nan", "inf.0", "'0'", "-1e-3", "x", ""]
+
+    def junk() -> str:
+        return "".join(rnd.choice(parts) for _ in range(rnd.randint(0, 4)))
+
+    lines = [junk() + (rnd.choice(keys) + rnd.choice(seps) + rnd.choice(vals)
+                       if rnd.random() < 0.7 else "") + junk() for _ in range(20000)]
+    got = [parse_loss(t) for t in lines]
+    monkeypatch.setattr(loss, "_CANDIDATE", re.compile(""))  # (always a candidate)
+    want = [parse_loss(t) for t in lines]
+    assert [repr(g) for g in got] == [repr(w) for w in want]  # (repr: nan == nan)
+    assert sum(g is not None for g in got) > 2000  # both answers are common (seeded)
+    assert sum(g is None for g in got) > 3000

@@ -219,3 +219,139 @@ def test_a_suspended_flow_takes_fausts_own_path() -> None:
     got, waits = _drain(app, [[("logs", 0, 0), ("logs", 0, 1)]], suspended=True)
     assert waits == 2
     assert got == [(0, 0), (0, 1)]
+
+
+class _Msg:
+    """A fetched message as the patched fetch loop and BatchFeed read it."""
+
+    def __init__(self, topic: str, partition: int, offset: int, generation_id: int = 0) -> None:
+        from faust.types import TP
+
+        self.topic, self.partition, self.offset = topic, partition, offset
+        self.tp = TP(topic, partition)
+        self.generation_id = generation_id
+        self.acked = False
+
+
+def _feed_app(maxsize: int = 100) -> tuple[faust.App, faust_compat.BatchFeed]:
+    app = faust.App(f"feed-{id(object())}", broker="kafka://127.0.0.1:1")
+    faust_compat.direct_delivery(app)
+    return app, faust_compat.BatchFeed(app, app.topic("logs"), maxsize)
+
+
+def test_a_feed_topic_is_queued_raw_and_other_topics_still_reach_the_conductor() -> None:
+    import asyncio
+
+    from faust.types import TP
+    from mode.utils.locks import Event
+
+    app, feed = _feed_app()
+    consumer = app.consumer
+    got: list[tuple[str, int]] = []
+    waits = [0]
+
+    class Fetcher:
+        _stopped = Event()
+
+    todo = [[("logs", 0, 0), ("other", 0, 0), ("logs", 1, 3), ("logs", 0, 1)]]
+
+    async def callback(message: _Msg) -> None:
+        got.append((message.topic, message.offset))
+
+    async def getmany(timeout: float) -> object:
+        if not todo:
+            Fetcher._stopped.set()
+            return
+        for t, p, o in todo.pop(0):
+            yield TP(t, p), _Msg(t, p, o)
+
+    async def wait_first(*coros: object, timeout: object = None) -> object:
+        waits[0] += 1
+        return await coros[0]  # type: ignore[misc]
+
+    async def main() -> list[list[tuple[int, int]]]:
+        consumer.callback = callback  # type: ignore[assignment]
+        consumer.getmany = getmany  # type: ignore[assignment,method-assign]
+        consumer.wait_first = wait_first  # type: ignore[method-assign]
+        app.flow_control.resume()
+        await asyncio.wait_for(consumer._drain_messages(Fetcher()), 10)  # noqa: SLF001
+        out = []
+        async for batch in feed.batches(10, within_s=0.0):
+            out.append([(m.partition, m.offset) for m in batch])
+            break
+        return out
+
+    batches = asyncio.run(main())
+    assert got == [("other", 0)], "only the non-feed topic goes through the conductor"
+    assert batches == [[(0, 0), (1, 3), (0, 1)]], "the feed hands over one batch in fetch order"
+    assert waits == [0], "a feed message took Faust's four-task path"
+    assert consumer._read_offset[TP("logs", 1)] == 3  # noqa: SLF001
+
+
+def test_feed_batches_are_bounded_and_skip_an_older_generation() -> None:
+    import asyncio
+
+    app, feed = _feed_app()
+
+    async def main() -> list[list[int]]:
+        app.flow_control.resume()
+        app.consumer_generation_id = 2
+        for o in range(5):
+            feed.queue.put_nowait(_Msg("logs", 0, o, generation_id=1 if o == 1 else 2))
+        out = []
+        async for batch in feed.batches(2, within_s=0.0):
+            out.append([m.offset for m in batch])
+            if feed.queue.empty():
+                break
+        return out
+
+    # at most 2 a batch; offset 1 was fetched before the rebalance: skipped (read again
+    # after the seek to the committed offsets), never handed over
+    assert asyncio.run(main()) == [[0], [2, 3], [4]]
+    assert feed.skipped == 1
+
+
+def test_feed_acks_make_offsets_committable_only_up_to_the_first_unacked() -> None:
+    import asyncio
+
+    from faust.types import TP
+
+    app, feed = _feed_app()
+    consumer = app.consumer
+    app.topics._acking_topics.add("logs")  # noqa: SLF001 - as the conductor does on subscribe
+    tp = TP("logs", 0)
+    consumer._committed_offset[tp] = 0  # noqa: SLF001
+    msgs = [_Msg("logs", 0, o) for o in range(4)]
+
+    async def main() -> tuple[int | None, int | None]:
+        feed.ack([msgs[0], msgs[1], msgs[3]])
+        partial = consumer._new_offset(tp)  # noqa: SLF001
+        feed.ack([msgs[2]])
+        return partial, consumer._new_offset(tp)  # noqa: SLF001
+
+    # a message left unacked holds the commit back (it is read again after a handover)
+    assert asyncio.run(main()) == (2, 4)
+
+
+def test_a_full_feed_takes_its_partition_out_of_fetching_until_it_drains() -> None:
+    import asyncio
+
+    from faust.types import TP
+
+    app, feed = _feed_app(maxsize=10)
+    consumer = app.consumer
+    tp = TP("logs", 0)
+    consumer._active_partitions = {tp}  # noqa: SLF001
+
+    async def main() -> tuple[bool, bool]:
+        app.flow_control.resume()
+        for o in range(10):
+            feed.put(tp, _Msg("logs", 0, o))
+        paused = tp not in consumer._get_active_partitions()  # noqa: SLF001
+        async for _ in feed.batches(100, within_s=0.0):
+            break
+        return paused, tp in consumer._get_active_partitions()  # noqa: SLF001
+
+    paused, resumed = asyncio.run(main())
+    assert paused and feed.queue.qsize() == 0
+    assert resumed
