@@ -59,13 +59,25 @@ class Agents:
         return p.wait(timeout)
 
     def stop_all(self) -> None:
-        for p in self.procs:
-            if p.poll() is None:
-                try:
-                    os.killpg(p.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
+        """SIGTERM first, so that each agent stops its child (the child runs in a session of
+        its own: a SIGKILL to the agent's group alone left it running after the test), then
+        SIGKILL to whatever group is left after 10 s."""
+        alive = [p for p in self.procs if p.poll() is None]
+        for p in alive:
+            _signal_group(p.pid, signal.SIGTERM)
+        for p in alive:
+            try:
                 p.wait(10)
+            except subprocess.TimeoutExpired:
+                _signal_group(p.pid, signal.SIGKILL)
+                p.wait(10)
+
+
+def _signal_group(pgid: int, sig: signal.Signals) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except ProcessLookupError:
+        pass
 
 
 @contextmanager
