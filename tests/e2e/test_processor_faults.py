@@ -117,7 +117,10 @@ def test_processor_sigkilled_ten_times_mid_stream(kafka_bootstrap: str, tmp_path
 
 def test_two_processors_share_the_partitions(kafka_bootstrap: str, tmp_path: Path) -> None:
     bootstrap, prefix = kafka_bootstrap, f"two{uuid.uuid4().hex[:8]}."
-    rules = policy_file(tmp_path / "policy.yaml", **POLICY)
+    # the three silent jobs go quiet together: when the rebalance gives them all to one
+    # worker, that is 3 of its 3 active jobs hung at once, a fleet storm by design (held, one
+    # notice: tests/integration/test_fleet_storm.py); here each job must be decided
+    rules = policy_file(tmp_path / "policy.yaml", **POLICY, fleet_storm_detection=False)
     jobs = [new_job(f"j{i}") for i in range(6)]
     with agents(bootstrap, prefix, tmp_path) as a, processors() as procs:
         for i in range(2):

@@ -20,41 +20,23 @@ Marks (`<event>:<scenario> <rank> <unix time>`) go to $FW_MARKS: `silence`/`resu
 healthy scenarios, `stall` when a hang begins.
 """
 
-import http.client
 import os
-import subprocess
 import sys
 import threading
 import time
 
 import torch
 import torch.distributed as dist
+from matrix_kit import SILENCE_S, burn, mark, schedule, upload
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-PLAYS = os.environ.get("FW_SCENARIO", "stuck_before_collective").split(",")
-FIRST_AT = int(os.environ.get("FW_AT", "50"))
-GAP = int(os.environ.get("FW_GAP", "25"))
-AT = {FIRST_AT + i * GAP: name for i, name in enumerate(PLAYS)}  # step -> scenario
-SILENCE_S = float(os.environ.get("FW_SILENCE_S", "20"))
+AT = schedule("stuck_before_collective", 50, 25)  # step -> scenario
 STEPS = max(AT) + 15
 BATCH = 8
 SLOW_BATCH = next((s for s, name in AT.items() if name in ("slow_data", "stuck_worker")), -1)
 
 dist.init_process_group("gloo")
 rank = dist.get_rank()
-
-
-def mark(event: str, scenario: str) -> None:
-    if os.environ.get("FW_MARKS"):
-        with open(os.environ["FW_MARKS"], "a") as f:
-            f.write(f"{event}:{scenario} {rank} {time.time()}\n")
-
-
-def burn(seconds: float) -> None:
-    """CPU work with no output (an evaluation, a compiler, a decoder)."""
-    end, x = time.monotonic() + seconds, torch.randn(64, 64)
-    while time.monotonic() < end:
-        x = torch.tanh(x @ x.T / 64)
 
 
 class Samples(torch.utils.data.Dataset):
@@ -101,36 +83,6 @@ class SlowFile:
 
     def __getattr__(self, name):  # noqa: ANN001, ANN201
         return getattr(self.f, name)
-
-
-SLOW_STORE = """
-import socket, sys, time
-s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen(1)
-print(s.getsockname()[1], flush=True)
-c, _ = s.accept()
-end, size, n = time.monotonic() + float(sys.argv[1]), int(sys.argv[2]), 0
-while n < size:
-    got = c.recv(4096 if time.monotonic() < end else 1 << 20)  # slow, then done
-    if not got:
-        break
-    n += len(got)
-    if time.monotonic() < end:
-        time.sleep(0.05)
-c.sendall(b"HTTP/1.1 200 OK\\r\\nContent-Length: 0\\r\\n\\r\\n")
-"""
-UPLOAD_BYTES = 32 << 20  # the checkpoint, padded to outlast the socket buffers
-
-
-def upload() -> None:
-    """PUT the checkpoint bytes to the slow store through http.client (as SDKs do)."""
-    store = subprocess.Popen([sys.executable, "-c", SLOW_STORE, str(SILENCE_S),
-                              str(UPLOAD_BYTES)], stdout=subprocess.PIPE, text=True)
-    assert store.stdout is not None
-    port = int(store.stdout.readline())
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=SILENCE_S + 60)
-    conn.request("PUT", "/bucket/ckpt.pt", body=bytes(UPLOAD_BYTES))
-    conn.getresponse().read()
-    store.wait(30)
 
 
 model = DDP(torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1)))

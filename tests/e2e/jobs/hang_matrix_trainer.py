@@ -19,38 +19,19 @@ steps apart from step FW_AT) are played from a TrainerCallback and the datasets:
 Marks (`<event>:<scenario> <rank> <unix time>`) go to $FW_MARKS, never to the output.
 """
 
-import http.client
 import os
-import subprocess
 import sys
 import time
 
 import torch
+from matrix_kit import RANK, SILENCE_S, burn, mark, schedule, upload
 from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainerCallback, TrainingArguments
 
-PLAYS = [p for p in os.environ.get("FW_SCENARIO", "").split(",") if p]
-FIRST_AT = int(os.environ.get("FW_AT", "30"))
-GAP = int(os.environ.get("FW_GAP", "12"))
-AT = {FIRST_AT + i * GAP: name for i, name in enumerate(PLAYS)}  # step -> scenario
-SILENCE_S = float(os.environ.get("FW_SILENCE_S", "20"))
-STEPS = (max(AT) if AT else FIRST_AT) + 12
+AT = schedule("", 30, 12)  # step -> scenario
+STEPS = (max(AT) if AT else 30) + 12
 BATCH = 8
 STEP_S = 0.2  # each step takes at least this (a real step does work)
-RANK = int(os.environ.get("RANK", "0"))
 SLOW_STEP = next((s for s, name in AT.items() if name == "slow_data"), -1)
-
-
-def mark(event: str, scenario: str) -> None:
-    if os.environ.get("FW_MARKS"):
-        with open(os.environ["FW_MARKS"], "a") as f:
-            f.write(f"{event}:{scenario} {RANK} {time.time()}\n")
-
-
-def burn(seconds: float) -> None:
-    """CPU work with no output (an evaluation, a compiler, a decoder)."""
-    end, x = time.monotonic() + seconds, torch.randn(64, 64)
-    while time.monotonic() < end:
-        x = torch.tanh(x @ x.T / 64)
 
 
 class Tokens(torch.utils.data.Dataset):
@@ -110,36 +91,6 @@ def slow_save(obj, f, *a, **kw):  # noqa: ANN001, ANN002, ANN003, ANN201
 
 
 torch.save = slow_save
-
-SLOW_STORE = """
-import socket, sys, time
-s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen(1)
-print(s.getsockname()[1], flush=True)
-c, _ = s.accept()
-end, size, n = time.monotonic() + float(sys.argv[1]), int(sys.argv[2]), 0
-while n < size:
-    got = c.recv(4096 if time.monotonic() < end else 1 << 20)  # slow, then done
-    if not got:
-        break
-    n += len(got)
-    if time.monotonic() < end:
-        time.sleep(0.05)
-c.sendall(b"HTTP/1.1 200 OK\\r\\nContent-Length: 0\\r\\n\\r\\n")
-"""
-UPLOAD_BYTES = 32 << 20  # the checkpoint, padded to outlast the socket buffers
-
-
-def upload() -> None:
-    """PUT the checkpoint bytes to the slow store through http.client (as SDKs do)."""
-    store = subprocess.Popen([sys.executable, "-c", SLOW_STORE, str(SILENCE_S),
-                              str(UPLOAD_BYTES)], stdout=subprocess.PIPE, text=True)
-    assert store.stdout is not None
-    port = int(store.stdout.readline())
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=SILENCE_S + 60)
-    conn.request("PUT", "/bucket/checkpoint", body=bytes(UPLOAD_BYTES))
-    conn.getresponse().read()
-    store.wait(30)
-
 
 class Scenarios(TrainerCallback):
     """Plays each scenario at its step's end, through the Trainer's own controls."""
