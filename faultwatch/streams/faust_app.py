@@ -381,10 +381,12 @@ def build_processor(cfg: ProcessorConfig, live: LiveRules | None = None,
         now = time.time()
         behind = False
         for tp in app.assignor.assigned_actives():
+            # behind: the latest record processed is old in event time and more wait (the
+            # stage's own offset: the consumer's position runs ahead, in its fetch buffers)
             if tp.topic == topics.logs and matcher.logs_lag_s.get(tp.partition, 0.0) >= CAUGHT_UP_S:
                 hw = app.consumer.highwater(tp)
-                pos = await app.consumer.position(tp)
-                behind = behind or hw is None or pos is None or hw > pos
+                done = matcher.logs_next_offset.get(tp.partition)
+                behind = behind or hw is None or done is None or hw > done
         jobs.logs_caught_up = not behind
         for tp in app.assignor.assigned_actives():
             if tp.topic == topics.signals:

@@ -313,10 +313,13 @@ class JobStage:
             else:
                 heapq.heappush(p.write_due, (when, key))
         # processor time is trusted for node-lost only when this partition is caught up (the
-        # tick came through the topic quickly) and every node had a full window to show
-        # itself since the partition was assigned or recovered. A lagging partition, or one
-        # that went without ticks (broker outage, a stalled loop), restarts the grace.
-        if lag >= CAUGHT_UP_S or (p.last_tick is not None and now - p.last_tick > TICK_GAP_S):
+        # tick came through the topic quickly), the shell's logs partitions are too (a node's
+        # heartbeats may wait in their backlog), and every node had a full window to show
+        # itself since then or since the partition was assigned or recovered. A lagging
+        # partition or logs backlog, or ticks that stopped (broker outage, a stalled loop),
+        # restarts the grace.
+        if lag >= CAUGHT_UP_S or not self.logs_caught_up \
+                or (p.last_tick is not None and now - p.last_tick > TICK_GAP_S):
             p.since = now
         p.last_tick = now
         live = self.live

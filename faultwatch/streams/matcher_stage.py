@@ -82,6 +82,10 @@ class MatcherStage:
         self.metrics = metrics or Metrics()
         self.max_record_bytes = max_record_bytes
         self.logs_lag_s: dict[int, float] = {}  # event-time lag of the latest record, by partition
+        # the offset after the latest record processed, by partition: with the partition's high
+        # watermark it says whether records wait (the consumer's own position is where its
+        # fetcher is, which runs ahead of what the stage has processed)
+        self.logs_next_offset: dict[int, int] = {}
         self._heartbeat: Heartbeat | None = None  # the record signal_dicts read, if one
 
     def process_batch(self, records: Iterable[InRecord], now: float) -> list[tuple[bytes, bytes]]:
@@ -95,8 +99,10 @@ class MatcherStage:
         out: dict[str, list[bytes | None]] = {}
         runs: dict[str, dict[tuple[str, int, str], tuple[int, Heartbeat]]] = {}  # job -> run
         m = self.metrics
+        done = self.logs_next_offset
         for rec in records:
             m.records += 1
+            done[rec.partition] = rec.offset + 1
             try:
                 dicts = self.signal_dicts(rec, now)
             except Exception as e:  # noqa: BLE001 - one bad record never stops the stage
@@ -157,7 +163,9 @@ class MatcherStage:
         """Lag is measured afresh on partitions this worker (re)gets."""
         for p in partitions:
             self.logs_lag_s.pop(p, None)
+            self.logs_next_offset.pop(p, None)
 
     def on_revoked(self, partitions: Iterable[int]) -> None:
         for p in partitions:
             self.logs_lag_s.pop(p, None)
+            self.logs_next_offset.pop(p, None)

@@ -186,6 +186,37 @@ def test_a_job_whose_tick_raises_is_set_aside_and_the_others_still_decide(
     assert stage.metrics.extra["jobs_broken"] == 1
 
 
+def test_node_lost_waits_while_the_logs_are_behind_and_gives_a_full_window_after() -> None:
+    """A node's heartbeats may wait in a logs backlog the shell has not read: processor
+    time declares no node lost while the shell says the logs are behind, and after it
+    catches up every node gets a full window again (the fleet bench's false node-losts)."""
+    def run(behind_until_s: float) -> list[tuple[str, float]]:
+        stage = JobStage(live(), DictStore(), DeadLetters())
+        stage.process_batch(signals_recs([(b"j", wire.encode_bundle("j", [
+            RunStart("j", 0, "n0", T0), Heartbeat("j", 0, "n0", T0, True, T0, T0)]))]), T0)
+        out = []
+        for i in range(1, 60):
+            now = T0 + i
+            stage.logs_caught_up = i >= behind_until_s
+            out += [(d.kind, now - T0) for d in stage.process_batch([tick_rec(0, now)], now)]
+        return out
+
+    grace = POLICY.node_lost_s + job_stage_mod.GRACE_S
+    # positive control: caught up all along, the silent node is lost after the grace
+    assert run(0) == [("node-lost", grace)]
+    # behind until 20 s: nothing then, and a full grace from the last tick that was behind
+    assert run(20) == [("node-lost", 19 + grace)]
+
+
+def test_the_matcher_stage_keeps_the_offset_after_what_it_processed() -> None:
+    stage = MatcherStage(live(), DeadLetters())
+    recs = [logs(i + 40, v) for i, v in enumerate(failing_job("a"))] + [logs(99, b"{")]
+    stage.process_batch(recs, T0)
+    assert stage.logs_next_offset == {3: 100}  # the bad record counts as processed
+    stage.on_revoked([3])
+    assert stage.logs_next_offset == {}
+
+
 def test_liveness_is_written_behind_and_flushed_on_revocation() -> None:
     store = DictStore()
     stage = JobStage(live(), store, DeadLetters())
