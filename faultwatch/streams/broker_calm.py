@@ -22,8 +22,11 @@ PATTERNS = ("Unable connect to node", "Unable to update metadata", "Failed fetch
             "Got error produce response", "Group Coordinator Request failed",
             "Unable to request metadata", "Marking the coordinator dead", "NodeNotReadyError",
             "KafkaConnectionError", "Connect call failed", "Heartbeat failed",
-            "OffsetCommit failed", "Timer commit is overlapping", "RequestTimedOutError",
-            "Coordinator dead", "Error sending")
+            "OffsetCommit failed", "RequestTimedOutError", "Coordinator dead", "Error sending")
+# what mode logs when a timer's run outlasts its interval: a hung commit while the broker is
+# away (then counted with the errors above), or a busy worker (a worker under load logs it
+# every second: then let through at most once per SUMMARY_S, and the broker is not "down")
+SLOW_PATTERNS = ("Timer commit is overlapping", "is overlapping (interval=")
 # what aiokafka logs at ERROR while a broker answers but has no group coordinator yet: normal
 # on a fresh broker (it is creating __consumer_offsets) and while a coordinator moves. Shown
 # at INFO for COORDINATOR_GRACE_S after the first one, at its own level after that.
@@ -45,6 +48,7 @@ class BrokerLogGate(logging.Filter):
         self.last_summary = 0.0
         self.sample = ""
         self.coordinator_since: float | None = None
+        self.slow_shown = float("-inf")  # when a SLOW_PATTERNS line was last let through
 
     def filter(self, record: logging.LogRecord) -> bool:
         if record.levelno < logging.WARNING:
@@ -61,6 +65,16 @@ class BrokerLogGate(logging.Filter):
                 self.coordinator_since = now
             if now - self.coordinator_since < COORDINATOR_GRACE_S:
                 record.levelno, record.levelname = logging.INFO, "INFO"
+            return True
+        if any(p in msg for p in SLOW_PATTERNS):
+            with self._lock:
+                if self.down_since is not None:
+                    self.count += 1
+                    self.total += 1
+                    return False
+                if now - self.slow_shown < SUMMARY_S:
+                    return False
+                self.slow_shown = now
             return True
         if not any(p in msg for p in PATTERNS):
             return True

@@ -30,3 +30,22 @@ def test_no_coordinator_yet_is_info_then_its_own_level(monkeypatch: pytest.Monke
     # positive control: a broker that does not answer is swallowed into broker_unreachable
     assert not gate.filter(_record("Unable connect to node with id 1: Connect call failed"))
     assert gate.down_since is not None
+
+
+def test_an_overlapping_timer_on_a_busy_worker_is_not_an_unreachable_broker(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    gate = BrokerLogGate()
+    now = [1000.0]
+    monkeypatch.setattr(broker_calm.time, "time", lambda: now[0])
+    slow = "Timer commit is overlapping (interval=1.0 runtime=1.34)"
+    assert gate.filter(_record(slow, logging.WARNING))  # shown once
+    assert gate.down_since is None
+    now[0] += 1
+    assert not gate.filter(_record(slow, logging.WARNING))  # then at most once per summary
+    now[0] += broker_calm.SUMMARY_S
+    assert gate.filter(_record(slow, logging.WARNING))
+    assert gate.down_since is None
+    # positive control: with the broker away it is one of the swallowed errors
+    assert not gate.filter(_record("Unable connect to node with id 1: Connect call failed"))
+    total = gate.total
+    assert not gate.filter(_record(slow, logging.WARNING)) and gate.total == total + 1
