@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Literal, NamedTuple
+from typing import Literal, NamedTuple, overload
 
 STDOUT = "stdout"
 STDERR = "stderr"
@@ -32,6 +33,36 @@ class Line(NamedTuple):
     text: str
     flags: int = 0
     orig_len: int = 0
+
+
+class _LineTimes(Sequence[float]):
+    """The times of a plain sequence of Lines, each read when asked for."""
+
+    __slots__ = ("_lines",)
+
+    def __init__(self, lines: Sequence[Line]) -> None:
+        self._lines = lines
+
+    def __len__(self) -> int:
+        return len(self._lines)
+
+    @overload
+    def __getitem__(self, i: int) -> float: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[float]: ...
+
+    def __getitem__(self, i: int | slice) -> float | list[float]:
+        if isinstance(i, slice):
+            return [ln.ts for ln in self._lines[i]]
+        return self._lines[i].ts
+
+
+def line_times(lines: Sequence[Line]) -> Sequence[float]:
+    """Each line's time: the sequence's own `times` column when it keeps one (a decoded
+    record's rows, wire.LineRows: no Line is built for it), else each Line's ts when read."""
+    times: Sequence[float] | None = getattr(lines, "times", None)
+    return times if times is not None else _LineTimes(lines)
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,6 +18,7 @@ from faultwatch.core.events import (
     Signal,
     Stage,
     TailLine,
+    line_times,
 )
 
 TAIL_LINES = 8  # last lines of a batch forwarded as silence evidence
@@ -75,11 +76,15 @@ def signals_of_lines(job: str, attempt: int, node: str, lines: Sequence[Line],
     batch: BatchResult = matcher.match_lines(lines, default_rank=rank)
     ranks = batch.ranks
     n = len(lines)
-    last = lines[max(0, n - TAIL_LINES):]  # one Line each (a record's rows build them lazily)
-    tail = tuple(TailLine(ranks[i] if i < len(ranks) else None, ln.ts, ln.text[:TAIL_CHARS])
-                 for i, ln in enumerate(last, n - len(last)))
-    out: list[Signal] = [Output(job=job, attempt=attempt, node=node, ts=last[-1].ts,
-                                count=len(lines), rank_last_ts=tuple(batch.rank_last_ts.items()),
+    lo = max(0, n - TAIL_LINES)
+    # (a decoded record's rows keep texts and times as columns: no Line built for the tail)
+    texts: Sequence[str] | None = getattr(lines, "texts", None)
+    last_texts = [ln.text for ln in lines[lo:]] if texts is None else texts[lo:]
+    times = line_times(lines)
+    tail = tuple(TailLine(ranks[i] if i < len(ranks) else None, times[i], text[:TAIL_CHARS])
+                 for i, text in enumerate(last_texts, lo))
+    out: list[Signal] = [Output(job=job, attempt=attempt, node=node, ts=times[n - 1],
+                                count=n, rank_last_ts=tuple(batch.rank_last_ts.items()),
                                 tail=tail, run_id=run_id)]
     out.extend(Hit(job, attempt, node, m, run_id) for m in batch.matches)
     out.extend(Stage(job, attempt, node, st.ts, st.rank, st.stage, st.opens, st.hang_window_s,

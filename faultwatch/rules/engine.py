@@ -14,7 +14,7 @@ from typing import Any, cast
 
 import regex
 
-from faultwatch.core.events import EXIT_STREAM, Line, Match
+from faultwatch.core.events import EXIT_STREAM, Line, Match, line_times
 from faultwatch.rules.loss import LossScanner
 from faultwatch.rules.model import MatchBatch, ProgressMark, Rule, RuleSet, StageMark
 from faultwatch.rules.native import batchscan
@@ -55,6 +55,10 @@ MARK_PREFIX = -2  # pattern owner for line prefixes (that there are some, not wh
 USER_PRIORITY = 100
 _RANK_TOKEN = re.compile(PREFIX_TOKEN, re.ASCII)  # a `[word3]:` token anywhere
 PROGRESS_TAIL = 8  # lines per rank scanned first for its last step
+# a regex-module search's (pos, endpos, concurrent, partial, timeout), positional: keywords
+# cost ~1.5 us a call (as much as the search of a step line), and concurrent=False keeps the
+# GIL (by default the module releases and retakes it for every str searched, ~0.7 us)
+_SEARCH_ARGS = (None, None, False, False, REGEX_TIMEOUT_S)
 
 
 def _policy_rules(ruleset: RuleSet) -> list[Rule]:
@@ -237,7 +241,7 @@ class Matcher:
         if rx is None or pid not in self._prefilter:
             return True
         try:
-            return rx.search(text, timeout=REGEX_TIMEOUT_S) is not None
+            return rx.search(text, *_SEARCH_ARGS) is not None
         except TimeoutError:
             self._timed_out(pid)
             return False
@@ -267,13 +271,15 @@ class Matcher:
         joined = "\n".join(texts)
         self._batch_text = (texts, joined)  # the loss scan reads the same batch (rules/loss.py)
         self._batch_bytes = None  # its UTF-8, when the fast path makes it
+        # (times: where only a line's time is read, no Line is built: wire.LineRows)
+        times = line_times(lines)
         if self._fast:
-            fast = self._fast_batch(lines, texts, joined, default_rank)
+            fast = self._fast_batch(times, texts, joined, default_rank)
             if fast is not None:
                 return fast
-        return self._exact_batch(lines, texts, joined, default_rank)
+        return self._exact_batch(lines, times, texts, joined, default_rank)
 
-    def _fast_batch(self, lines: Sequence[Line], texts: list[str], joined: str,
+    def _fast_batch(self, times: Sequence[float], texts: list[str], joined: str,
                     default_rank: int | None) -> MatchBatch | None:
         """The common case in one hyperscan pass over the batch as it came: no rule hit,
         only prefixes (and progress). None when the batch needs the exact path.
@@ -294,9 +300,9 @@ class Matcher:
         if not kinds:
             if self._e_mid in fired:
                 return None  # a rank prefix in the middle of a line (merged output)
-            progress = self._progress(lines, texts, _same, None, default_rank, strip=True) \
+            progress = self._progress(times, texts, _same, None, default_rank, strip=True) \
                 if self._scan_p else ()
-            return MatchBatch((), progress, (), {default_rank: lines[-1].ts},
+            return MatchBatch((), progress, (), {default_rank: times[-1]},
                               (default_rank,) * n)
         # (a `[word3]:` token after other text is looked for too: merged output, or a run)
         search = kinds if self._e_mid not in fired or kinds[0].name == "rank" else \
@@ -306,8 +312,8 @@ class Matcher:
         ranks = self._run_ranks(kinds, search, texts, joined, default_rank) \
             if self._native is not None or all(k.split for k in kinds) else None
         if ranks is None:
-            return self._carried_batch(lines, texts, data, joined, default_rank)
-        return self._ranked_batch(lines, texts, ranks)
+            return self._carried_batch(times, texts, data, joined, default_rank)
+        return self._ranked_batch(times, texts, ranks)
 
     def _run_ranks(self, kinds: list[CarrierKind], search: list[CarrierKind],
                    texts: list[str], joined: str, default_rank: int | None
@@ -419,12 +425,12 @@ class Matcher:
                 ranks[i] = rank
         return True
 
-    def _ranked_batch(self, lines: Sequence[Line], texts: list[str],
+    def _ranked_batch(self, times: Sequence[float], texts: list[str],
                       ranks: list[int | None]) -> MatchBatch:
         """The fast path's result once each line's rank is known."""
-        last_ts = {r: lines[i].ts for r, i in _last_index(ranks).items()}
+        last_ts = {r: times[i] for r, i in _last_index(ranks).items()}
         one = len(last_ts) == 1
-        progress = self._progress(lines, texts, _same, None if one else ranks, ranks[0],
+        progress = self._progress(times, texts, _same, None if one else ranks, ranks[0],
                                   strip=True) if self._scan_p else ()
         return MatchBatch((), progress, (), last_ts, tuple(ranks))
 
@@ -443,7 +449,7 @@ class Matcher:
         return list(compress(tos, map((0).__eq__, pids))), \
             list(compress(tos, map((1).__eq__, pids)))
 
-    def _carried_batch(self, lines: Sequence[Line], texts: list[str], data: bytes,
+    def _carried_batch(self, times: Sequence[float], texts: list[str], data: bytes,
                        joined: str, default_rank: int | None) -> MatchBatch | None:
         """_fast_batch() carrier by carrier: each line's rank from the runs of prefixes up to
         its carriers (Python per prefixed line). None when the exact path must split lines."""
@@ -457,7 +463,7 @@ class Matcher:
         ranks, in_runs = carried_ranks
         if mid and not in_runs.issuperset(mid):
             return None  # a rank prefix after a line's prefixes (merged output)
-        return self._ranked_batch(lines, texts, ranks)
+        return self._ranked_batch(times, texts, ranks)
 
     def _carried_ranks(self, texts: list[str], data: bytes, ascii_only: bool,
                        carried: list[int], default_rank: int | None
@@ -532,16 +538,16 @@ class Matcher:
             return None  # a run naming no rank, or a lookalike: the general reading
         return rks, set(carried)
 
-    def _exact_batch(self, lines: Sequence[Line], texts: list[str], joined: str,
-                     default_rank: int | None) -> MatchBatch:
+    def _exact_batch(self, lines: Sequence[Line], times: Sequence[float], texts: list[str],
+                     joined: str, default_rank: int | None) -> MatchBatch:
         """Prefixes stripped, merged lines split, every hit confirmed and attributed."""
         parts = self._segments(lines, texts, default_rank, joined)
         joined, seg_text, seg_rank, seg_line, ranks, by_rank = parts
-        last_ts = {r: lines[idx[-1] if seg_line is None else seg_line[idx[-1]]].ts
+        last_ts = {r: times[idx[-1] if seg_line is None else seg_line[idx[-1]]]
                    for r, idx in by_rank.items()}
         lidx: Any = _same if seg_line is None else seg_line.__getitem__
         one = len(by_rank) == 1  # (one rank: no per-text ranks needed)
-        progress = self._progress(lines, seg_text, lidx, None if one else seg_rank,
+        progress = self._progress(times, seg_text, lidx, None if one else seg_rank,
                                   next(iter(by_rank))) if self._scan_p else ()
         hits = [h for h in self._scan_exact(joined) if self._owner[h[1]] != MARK_PREFIX]
         if not hits:
@@ -561,7 +567,7 @@ class Matcher:
             else:
                 starts.append(seg)
         matches = self._errors(lines, seg_text, seg_rank, lidx, err, starts) if err else ()
-        stages = self._stages(lines, seg_text, seg_rank, lidx, stage_hits) if stage_hits else ()
+        stages = self._stages(times, seg_text, seg_rank, lidx, stage_hits) if stage_hits else ()
         return MatchBatch(matches, progress, stages, last_ts, ranks)
 
     @staticmethod
@@ -686,12 +692,12 @@ class Matcher:
         if rx is None:
             return None
         try:
-            return rx.search(text, timeout=REGEX_TIMEOUT_S)
+            return rx.search(text, *_SEARCH_ARGS)
         except TimeoutError:
             self._timed_out(pid)
             return None
 
-    def _progress(self, lines: Sequence[Line], texts: list[str], lidx: Any,
+    def _progress(self, times: Sequence[float], texts: list[str], lidx: Any,
                   ranks: Sequence[int | None] | None, default_rank: int | None, *,
                   strip: bool = False) -> tuple[ProgressMark, ...]:
         """Each rank's last step in the batch (`ranks`: each text's rank, None when all are
@@ -712,7 +718,7 @@ class Matcher:
             segs: Sequence[int] = range(lo, hi) if ranks is None or pending == present else \
                 list(compress(range(lo, hi), map(pending.__contains__, ranks[lo:hi])))
             if segs:
-                self._last_marks(lines, texts, lidx, ranks, default_rank, segs, found, out,
+                self._last_marks(times, texts, lidx, ranks, default_rank, segs, found, out,
                                  strip)
             if len(found) == len(present):
                 break
@@ -720,7 +726,7 @@ class Matcher:
         out.sort(key=itemgetter(0))
         return tuple(p for _, p in out)
 
-    def _last_marks(self, lines: Sequence[Line], texts: list[str], lidx: Any,
+    def _last_marks(self, times: Sequence[float], texts: list[str], lidx: Any,
                     ranks: Sequence[int | None] | None, default_rank: int | None,
                     segs: Sequence[int], found: set[int | None],
                     out: list[tuple[int, ProgressMark]], strip: bool) -> None:
@@ -741,7 +747,7 @@ class Matcher:
             if rank in found:
                 continue
             text = strip_prefixes(texts[seg]) if strip else texts[seg]
-            mark = self._mark(ids[own], text, rank, lines[lidx(seg)].ts)
+            mark = self._mark(ids[own], text, rank, times[lidx(seg)])
             if mark is not None:
                 out.append((seg, mark))
                 found.add(rank)
@@ -758,7 +764,7 @@ class Matcher:
             return None
         return ProgressMark(rank, ts, step, total, self.rules[self._owner[pid]].id)
 
-    def _stages(self, lines: Sequence[Line], texts: list[str], ranks: list[int | None],
+    def _stages(self, times: Sequence[float], texts: list[str], ranks: list[int | None],
                 lidx: Any, hits: list[tuple[int, int]]) -> tuple[StageMark, ...]:
         out: list[StageMark] = []
         seen: set[int] = set()
@@ -769,7 +775,7 @@ class Matcher:
             if pid in self._confirm and self._extract(pid, texts[seg]) is None:
                 continue
             seen.add(seg)
-            out.append(StageMark(ranks[seg], lines[lidx(seg)].ts, r.stage or r.id, r.opens,
+            out.append(StageMark(ranks[seg], times[lidx(seg)], r.stage or r.id, r.opens,
                                  r.hang_window_s, r.id))
         return tuple(out)
 

@@ -37,7 +37,7 @@ from itertools import accumulate, repeat
 from operator import add
 from typing import Any
 
-from faultwatch.core.events import Line
+from faultwatch.core.events import Line, line_times
 from faultwatch.rules.model import LossMark
 from faultwatch.rules.patterns import Pattern, build_scanner
 
@@ -93,6 +93,18 @@ def parse_loss(text: str) -> tuple[str, float] | None:
     return key, value
 
 
+def _first_candidate(texts: list[str], lo: int) -> int:
+    """The first of the lines texts[lo:] that may hold a loss: on ASCII lines, the one where
+    the leftmost _CANDIDATE of their lowercased join starts (every _PARSE match holds one, so
+    parse_loss refuses each line before it, see its quick reject), len(texts) when there is
+    none (a tail of step lines that print `loss 2.31`); `lo` when a line is not ASCII."""
+    tail = "\n".join(texts[lo:])
+    if not tail.isascii():
+        return lo
+    m = _CANDIDATE.search(tail.lower())
+    return len(texts) if m is None else lo + tail.count("\n", 0, m.start())
+
+
 class LossScanner:
     """Finds a batch's loss values: every rank's first non-finite one, and each rank's last
     one in the batch's tail; in line order."""
@@ -117,6 +129,7 @@ class LossScanner:
         if n == 0:
             return ()
         nr = len(ranks)
+        times = line_times(lines)  # (a decoded record's rows: no Line built for a time)
         found: dict[int, LossMark] = {}  # line index -> mark
         bad_ranks: set[int | None] = set()
         for i in self._nonfinite_lines(texts, joined, data):
@@ -126,10 +139,10 @@ class LossScanner:
             parsed = parse_loss(texts[i])
             if parsed is not None and not math.isfinite(parsed[1]):
                 bad_ranks.add(rank)
-                found[i] = LossMark(rank, lines[i].ts, parsed[1], parsed[0])
+                found[i] = LossMark(rank, times[i], parsed[1], parsed[0])
         want = set(ranks) if nr == n else set(ranks) | {default_rank}
         done: set[int | None] = set()
-        for i in range(n - 1, max(-1, n - 1 - TAIL_LINES), -1):
+        for i in range(n - 1, _first_candidate(texts, max(0, n - TAIL_LINES)) - 1, -1):
             t = texts[i]
             if "oss" not in t and "OSS" not in t:
                 continue
@@ -141,7 +154,7 @@ class LossScanner:
                 continue
             done.add(rank)
             if i not in found:
-                found[i] = LossMark(rank, lines[i].ts, parsed[1], parsed[0])
+                found[i] = LossMark(rank, times[i], parsed[1], parsed[0])
             if done >= want:
                 break
         return tuple(found[i] for i in sorted(found))

@@ -141,7 +141,7 @@ class MatcherStage:
         self._heartbeat = lr if isinstance(lr, Heartbeat) else None
         if isinstance(lr, LinesBatch) and lr.lines:
             self.metrics.lines += len(lr.lines)
-            self.metrics.logs_event_lag_s = now - lr.lines[-1].ts
+            self.metrics.logs_event_lag_s = now - lr.lines.times[-1]
             self.logs_lag_s[rec.partition] = self.metrics.logs_event_lag_s
         elif isinstance(lr, Heartbeat):
             self.logs_lag_s[rec.partition] = now - lr.ts

@@ -16,6 +16,7 @@ from faultwatch.errors import DecodeError
 from faultwatch.wire._check import (
     MAX_LINES,
     MAX_RANK,
+    MAX_TS,
     SCHEMA_VERSION,
     _bad,
     _get,
@@ -52,17 +53,36 @@ def _row_line(r: Any) -> Line:
 
 
 _TEXT_TYPES = frozenset({str})
+_TS_TYPES = frozenset({float, int})  # (not bool: _num refuses it)
+_FLOAT_TYPES = frozenset({float})
+
+
+def _times(ts: list[Any]) -> list[float]:
+    """A lines record's times, each held to what _row_line's _num holds one to (a number,
+    finite, in [0, MAX_TS]) with C loops over the column, as floats (a Line's ts is one)."""
+    types = set(map(type, ts))
+    if not _TS_TYPES.issuperset(types):
+        raise DecodeError("malformed lines record: a line time is not a number")
+    try:
+        finite = all(map(math.isfinite, ts))
+    except OverflowError:  # (an int too large for a float)
+        finite = False
+    if not finite:
+        raise DecodeError("malformed lines record: a line time is not finite")
+    if ts and not (0.0 <= min(ts) and max(ts) <= MAX_TS):
+        raise DecodeError(f"malformed lines record: a line time is out of range [0, {MAX_TS:g}]")
+    return ts if _FLOAT_TYPES.issuperset(types) else list(map(float, ts))
 
 
 class LineRows(Sequence[Line]):
-    """The lines of a decoded record as a lazy sequence. Every text's type and every time's
-    finiteness are checked at once (what the matcher reads; text sizes are bounded by the
-    record's); a Line object is built, and fully checked, only when indexed: the matcher
-    reads every text but only a few lines' other fields. An indexed Line is kept: the
-    matcher stage reads the same few lines (the tail, each rank's last line, progress
-    lines) several times."""
+    """The lines of a decoded record as a lazy sequence. Every text's type and every time
+    are checked at once, into two columns (`texts`, `times`: what the matcher reads; text
+    sizes are bounded by the record's); a Line object is built, and fully checked, only when
+    indexed: the matcher reads every text and a few lines' times, but other fields only of
+    the lines a rule hit (stream, seq). An indexed Line is kept: the matcher stage may read
+    the same line several times."""
 
-    __slots__ = ("_lines", "_rows", "texts")
+    __slots__ = ("_lines", "_rows", "texts", "times")
 
     _rows: Sequence[Any]
     _lines: dict[int, Line]  # by the index as it was given (-1 and n-1 are two entries)
@@ -70,13 +90,12 @@ class LineRows(Sequence[Line]):
     def __init__(self, rows: list[Any]) -> None:
         try:
             texts: list[str] = [r[3] for r in rows]
-            finite = all(map(math.isfinite, [r[2] for r in rows]))  # TypeError if not numbers
+            ts: list[Any] = [r[2] for r in rows]
         except (IndexError, TypeError, KeyError) as e:
             raise DecodeError(f"malformed lines record: {e!r}") from None
-        if not finite:
-            raise DecodeError("malformed lines record: a line time is not finite")
         if not _TEXT_TYPES.issuperset(map(type, texts)):
             raise DecodeError("malformed lines record: a line text is not a string")
+        self.times = _times(ts)
         self.texts = texts
         self._rows = rows
         self._lines = {}
@@ -103,7 +122,7 @@ class LineRows(Sequence[Line]):
         """The lines of a chunked record (see encode_line_chunks), each chunk checked."""
         self = cls.__new__(cls)
         rows = _ChunkRows(chunks)
-        self.texts, self._rows, self._lines = rows.texts, rows, {}
+        self.texts, self.times, self._rows, self._lines = rows.texts, rows.times, rows, {}
         return self
 
 
@@ -111,10 +130,11 @@ class _ChunkRows(Sequence[list[Any]]):
     """The rows of a chunked `lines` record, built on demand: chunk j holds the lines
     starts[j] .. starts[j+1]-1, its text split at "\n"."""
 
-    __slots__ = ("_chunks", "_starts", "texts")
+    __slots__ = ("_chunks", "_starts", "texts", "times")
 
     def __init__(self, chunks: list[Any]) -> None:
         texts: list[str] = []
+        times: list[float] = []  # each line's: its chunk's (checked once per chunk)
         starts: list[int] = []
         for c in chunks:
             if type(c) is not list or len(c) != 6:
@@ -123,7 +143,7 @@ class _ChunkRows(Sequence[list[Any]]):
             if type(code) is not str or len(code) > 16:
                 raise _bad("line chunk stream", "must be a short string", code)
             _int(seq, "line chunk seq0", -1, 2**63 - 1)
-            _num(ts, "line chunk ts")
+            t = _num(ts, "line chunk ts")
             _text(text, "line chunk text")
             _int(flags, "line chunk flags", 0, 2**16)
             _int(orig_len, "line chunk orig_len", 0, 2**62)
@@ -136,7 +156,8 @@ class _ChunkRows(Sequence[list[Any]]):
                 texts.append(text)
             if len(texts) > MAX_LINES:
                 raise _bad("lines.chunks", f"more than {MAX_LINES} lines", len(texts))
-        self._chunks, self._starts, self.texts = chunks, starts, texts
+            times += [t] * (len(texts) - starts[-1])
+        self._chunks, self._starts, self.texts, self.times = chunks, starts, texts, times
 
     def __len__(self) -> int:
         return len(self.texts)

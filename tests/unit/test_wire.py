@@ -16,7 +16,9 @@ from faultwatch.core.events import (
     RunStart,
     Stage,
 )
+from faultwatch.core.matching import signals_of_lines
 from faultwatch.errors import DecodeError
+from faultwatch.rules.classify import matcher_for
 from faultwatch.wire import (
     MAX_ID_CHARS,
     LinesBatch,
@@ -35,8 +37,10 @@ from faultwatch.wire import (
     encode_run_start,
     encode_tick,
     lines_of,
+    signal_dict,
     signal_of,
 )
+from tests.support.rules import builtin_ruleset
 
 
 def rec(**kw: object) -> bytes:
@@ -120,6 +124,62 @@ def test_indexed_lines_are_kept_and_bad_rows_fail_each_time() -> None:
     for _ in range(2):
         with pytest.raises(DecodeError, match="line row seq"):
             bad.lines[3]
+
+
+def test_a_records_times_are_a_checked_column_equal_to_its_lines_times() -> None:
+    """LineRows.times (the matcher reads a line's time without building its Line) holds what
+    each Line's ts holds, floats from integer times too, for rows and chunks; a time that a
+    Line would refuse makes the whole record a DecodeError, whichever line holds it."""
+    lines = [Line("stdout", 0, 5, "a"), Line("stdout", 1, 6.5, "b"), Line("stderr", 0, 0, "c")]
+    for raw in (encode_lines("j", 0, "n", "r", lines),
+                encode_line_chunks("j", 0, "n", "r", [Line("stdout", 0, 7, "a\nb"),
+                                                      Line("stderr", 3, 8.5, "c")])):
+        got = decode_logs(raw)
+        assert isinstance(got, LinesBatch)
+        assert got.lines.times == [ln.ts for ln in got.lines]
+        assert all(type(t) is float for t in got.lines.times)
+    d = orjson.loads(encode_lines("j", 0, "n", "r", lines))
+    for bad in (True, -1.0, 1e12, "5", None):
+        d["lines"][1][2] = bad  # (a middle line: no Line of it is built when decoding)
+        with pytest.raises(DecodeError, match="line time"):
+            decode_logs(orjson.dumps(d))
+    d["lines"][1][2] = 123456789
+    huge = orjson.dumps(d).replace(b"123456789", b"9" * 30)  # (orjson reads it as a float)
+    with pytest.raises(DecodeError, match="line time"):
+        decode_logs(huge)
+
+
+TB = ["Traceback (most recent call last):", '  File "train.py", line 3, in <module>',
+      "RuntimeError: CUDA error: an illegal memory access was encountered"]
+COLUMN_BATCHES = {
+    "ranked steps": [f"[rank{r}]: step {s}/900 | loss {2 + s / 100:.2f} | lr 3e-4"
+                     for s in range(20) for r in range(4)],
+    "plain steps and a loss": [f"step {s} loss={2 + s / 100:.3f}" for s in range(30)],
+    "a nan loss and a stage": ["[rank0]: step 3 loss=nan", "[rank1]: saving checkpoint at 9",
+                               "[rank1]: step 4/10 | loss: 2.5", "[rank0]: 45%| 450/1000 [01:2"],
+    "a traceback": ["[rank1]: step 7", *(f"[rank1]: {t}" for t in TB), "[rank0]: step 8"],
+    "merged output": ["[rank0]: step 1[rank1]: step 2", "[rank2]:  12%| 120/1000 [00:3"],
+    "srun labels": [f"{r}: step {s} | loss: 1.{s}" for s in range(5) for r in range(3)],
+}
+
+
+@pytest.mark.parametrize("name", COLUMN_BATCHES)
+def test_a_decoded_records_signals_are_those_of_its_lines(name: str) -> None:
+    """The matcher and the signals read a decoded record's times and texts as columns
+    (no Line built for them): the signals are those of the same lines as Line objects."""
+    m = matcher_for(builtin_ruleset())  # (cached: shared with the other tests)
+    texts = COLUMN_BATCHES[name]
+    lines = [Line("stderr" if i % 3 else "stdout", i, 1000 + i // 2 if i % 2 else 1000.5 + i,
+                  t) for i, t in enumerate(texts)]
+    for raw in (encode_lines("j", 0, "n", "r", lines), encode_line_chunks("j", 0, "n", "r", lines)):
+        got = decode_logs(raw)
+        assert isinstance(got, LinesBatch)
+        dicts = [orjson.dumps(signal_dict(s)) for s in
+                 signals_of_lines("j", 0, "n", got.lines, m, run_id="r")]
+        want = [orjson.dumps(signal_dict(s)) for s in
+                signals_of_lines("j", 0, "n", list(got.lines), m, run_id="r")]
+        assert dicts == want
+        assert len(dicts) > 1  # (an output and more: hits, steps, stages or losses)
 
 
 @pytest.mark.parametrize("chunk, why", [

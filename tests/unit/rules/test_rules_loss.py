@@ -129,3 +129,39 @@ def test_the_quick_reject_never_changes_a_parse(monkeypatch: pytest.MonkeyPatch)
     assert [repr(g) for g in got] == [repr(w) for w in want]  # (repr: nan == nan)
     assert sum(g is not None for g in got) > 2000  # both answers are common (seeded)
     assert sum(g is None for g in got) > 3000
+
+
+def test_the_tail_bound_never_changes_a_scan(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The tail loop starts at the first line that may hold a loss (one candidate search
+    over the lowercased tail instead of a parse per line): the same marks as a loop over the
+    whole tail, on batches of step lines, loss lines of any shape, lookalikes and non-ASCII
+    lines, with several ranks."""
+    import random
+
+    from faultwatch.rules import loss
+
+    rnd = random.Random(7)
+    shapes = ["step {s} | loss {v} | lr 3e-4", "step {s} loss={v}", "{{'loss': '{v}'}}",
+              "lm loss: {v} |", "Loss = {v}", "LOSS:{v}", "val_loss={v}", "lo\u017fs: {v}",
+              "train/loss {v}", "loss\n", "loss_step= {v}", "no loss here {v}", "étape {s}"]
+    quiet = [shapes[0], shapes[-2], "train/loss {v}"]  # (no candidate: a batch with no loss)
+    batches = []
+    for _ in range(400):
+        n = rnd.randint(1, 90)
+        pick = shapes if rnd.random() < 0.7 else quiet
+        texts = [rnd.choice(pick).format(s=i, v=rnd.choice(["2.31", "nan", "0", "x"]))
+                 .replace("\n", "") for i in range(n)]
+        ranks = [rnd.randrange(3) for _ in range(n)] if rnd.random() < 0.7 else []
+        batches.append(([Line("stdout", i, float(i), t) for i, t in enumerate(texts)], ranks))
+    for texts in (["loss_\u017ftep: 2.5", "step 1 | loss 2"], ["loss=1", "step 1", "LOSS=nan"],
+                  ["x"] * 70 + ["loss=3"], ["loss=3"] + ["x"] * 70):
+        batches.append(([Line("stdout", i, float(i), t) for i, t in enumerate(texts)], []))
+    sc = LossScanner()
+
+    def marks() -> list[str]:
+        return [repr(sc.scan(lines, ranks)) for lines, ranks in batches]
+
+    got = marks()
+    monkeypatch.setattr(loss, "_first_candidate", lambda texts, lo: lo)  # (every tail line)
+    assert got == marks()
+    assert sum(g != "()" for g in got) > 150 and sum(g == "()" for g in got) > 50
