@@ -18,6 +18,7 @@ node lost in processor time.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any
 
 from faultwatch.core.decide import Result, emit
@@ -113,6 +114,13 @@ def _hang(st: JobState, alive: list[NodeState], now_ev: float, policy: Policy,
         frac = min(frac, (n.last_hb_ts - since) / w)
         silences.append((since, n))
     silent_since = max(since for since, _ in silences)
+    if frac < policy.diagnose_at and \
+            now_ev - silent_since < policy.diagnose_at * min(window, policy.hang_floor_s):
+        # the common case, checked on every heartbeat: too early for any request (the
+        # window's own, a probe's, an extended deadline's: all come at diagnose_at of a
+        # window or of the floor, or later) and for any verdict (stacks confirm a hang only
+        # after hang_floor_s of silence, the rest only once frac reaches 1)
+        return None
     answers = answers_since(st, silent_since) if policy.diagnose else {}
     found = verdict(answers) if answers else None
     until = None  # a rank writes a checkpoint: the decision waits (bounded)
@@ -217,7 +225,7 @@ def _hang(st: JobState, alive: list[NodeState], now_ev: float, policy: Policy,
                 ranks=culprits, rule=None, category=None, message=msg, evidence=evidence)
 
 
-def probe_offsets(limit_s: float, policy: Policy) -> list[float]:
+def probe_offsets(limit_s: float, policy: Policy) -> tuple[float, ...]:
     """Silences (seconds) below `limit_s` (where the window's own request comes) at which the
     stacks are captured: diagnose_at x floor, then every hang_floor_s. A window the job's
     cadence taught is short and its own request is about all there is; a long one (the
@@ -225,11 +233,16 @@ def probe_offsets(limit_s: float, policy: Policy) -> list[float]:
     terminal; or a deadline a checkpoint write extended) gets probes whose unchanged stacks
     decide once the job is stuck (_stuck_stacks): a stall late in a long silence is seen
     within about two floors. Bounded: limit_s / hang_floor_s requests per silence."""
-    out, t = [], policy.diagnose_at * policy.hang_floor_s
+    return _probe_offsets(limit_s, policy.diagnose_at, policy.hang_floor_s)
+
+
+@functools.lru_cache(maxsize=1024)  # (a job's window changes rarely; checked every heartbeat)
+def _probe_offsets(limit_s: float, diagnose_at: float, floor_s: float) -> tuple[float, ...]:
+    out, t = [], diagnose_at * floor_s
     while t < limit_s:
         out.append(t)
-        t = (t // policy.hang_floor_s + 1) * policy.hang_floor_s
-    return out
+        t = (t // floor_s + 1) * floor_s
+    return tuple(out)
 
 
 def _stuck_stacks(answers: dict[str, dict[str, Any]], found: Verdict, silence_s: float,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import operator
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -74,6 +75,9 @@ class NodeState:
 
 _NODE_FIELDS = tuple(f.name for f in dataclasses.fields(NodeState))
 _NODE_FIELD_SET = frozenset(_NODE_FIELDS)
+_NODE_INDEX = {f: i for i, f in enumerate(_NODE_FIELDS)}
+_NODE_GET = operator.attrgetter(*_NODE_FIELDS)  # every field's value, in one call
+_NODE_SET = tuple(NodeState.__dict__[f].__set__ for f in _NODE_FIELDS)  # the slots' setters
 
 
 @dataclass(frozen=True)
@@ -260,9 +264,12 @@ def node_with(ns: NodeState, **changes: Any) -> NodeState:
     """`dataclasses.replace` for a NodeState (slots: copied field by field, no __init__)."""
     if not _NODE_FIELD_SET.issuperset(changes):
         raise TypeError(f"NodeState has no field(s) {sorted(set(changes) - _NODE_FIELD_SET)}")
+    vals = list(_NODE_GET(ns))
+    for f, v in changes.items():
+        vals[_NODE_INDEX[f]] = v
     new = object.__new__(NodeState)
-    for f in _NODE_FIELDS:
-        object.__setattr__(new, f, changes[f] if f in changes else getattr(ns, f))
+    for set_slot, v in zip(_NODE_SET, vals, strict=True):
+        set_slot(new, v)
     return new
 
 

@@ -54,9 +54,15 @@ def _has_control(s: str) -> bool:
     return _CONTROL.search(s) is not None  # one C scan (a per-char genexpr cost 10% of a stage)
 
 
+_SAFE_NAMES: set[str] = set()  # non-empty names safe_name accepted (jobs and nodes repeat)
+_SAFE_NAMES_MAX = 65_536  # then it starts afresh
+
+
 def safe_name(x: Any, field: str, *, empty_ok: bool = False) -> str:
     """A name that may become a key, a path part or terminal output: a string of at most
     MAX_ID_CHARS characters without control characters (and not empty unless allowed)."""
+    if type(x) is str and x in _SAFE_NAMES:
+        return x  # checked before (a fleet's records name the same jobs and nodes)
     if type(x) is not str:
         raise _bad(field, "must be a string", x)
     if not x and not empty_ok:
@@ -65,6 +71,10 @@ def safe_name(x: Any, field: str, *, empty_ok: bool = False) -> str:
         raise _bad(field, f"longer than {MAX_ID_CHARS} characters", x)
     if _has_control(x):
         raise _bad(field, "contains a control character", x)
+    if x:
+        if len(_SAFE_NAMES) >= _SAFE_NAMES_MAX:
+            _SAFE_NAMES.clear()
+        _SAFE_NAMES.add(x)
     return x
 
 

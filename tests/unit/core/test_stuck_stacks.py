@@ -21,9 +21,9 @@ SLEEP = {"state": "elsewhere", "op": None, "at": "train.py:45 in on_train_batch_
 
 
 def test_probes_from_half_the_floor_then_every_floor_up_to_the_windows_own_request() -> None:
-    assert probe_offsets(300.0, P) == [15.0, 30.0, 60.0, 90.0, 120.0, 150.0, 180.0, 210.0,
-                                       240.0, 270.0]
-    assert probe_offsets(20.0, P) == [15.0]  # a learned 40 s window: its own request at 20 s
+    assert probe_offsets(300.0, P) == (15.0, 30.0, 60.0, 90.0, 120.0, 150.0, 180.0, 210.0,
+                                       240.0, 270.0)
+    assert probe_offsets(20.0, P) == (15.0,)  # a learned 40 s window: its own request at 20 s
 
 
 def silent(st: JobState | None = None) -> tuple[JobState, float]:
