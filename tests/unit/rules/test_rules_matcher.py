@@ -84,6 +84,22 @@ def test_progress_last_per_rank_and_stages() -> None:
         ("checkpoint", True, 3600.0)]
 
 
+def test_progress_marks_read_step_total_and_rule_of_each_ranks_last_line() -> None:
+    """_mark reads the extractor's groups by number: the step, the total (None when the
+    line has none) and the rule, as on the fast path (prefixed lines) and the exact one."""
+    lines = ["[rank0]: step 5/100 | x", "[rank2]: step=300, skipped=0, lr=[0.1]",
+             "[rank3]: global_step: 42 loss: 1.5", "[rank1]:  45%|####5 | 450/1000 [01:23<01:40]",
+             "[rank0]: step 6/100 | x"]
+    want = {(0, 6, 100, "progress-step"), (2, 300, None, "progress-step"),
+            (3, 42, None, "progress-global-step"), (1, 450, 1000, "progress-tqdm")}
+    oom = "[rank4]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"
+    for texts in (lines, [*lines, oom]):  # (a rule hit: the exact path)
+        b = M.match_lines(mk(texts))
+        assert {(p.rank, p.step, p.total, p.rule) for p in b.progress} == want
+        assert [p.ts for p in b.progress if p.rank == 0] == [4.0]
+        assert [m.rule for m in b.matches] == ([] if texts is lines else ["cuda-oom"])
+
+
 def test_match_exit() -> None:
     m = M.match_exit(137, None, 5.0)
     assert m is not None and m.rule == "exit-sigkill" and m.stream == "exit"
