@@ -22,7 +22,10 @@ linear-time scan (hyperscan, else re2) of the joined lines for a NON-FINITE loss
 no hit on a healthy batch, so no Python per line), plus a sample of the finite series: each
 rank's last loss line among the batch's last TAIL_LINES lines (a C substring test per line
 of that tail, a parse per rank). A loss line per line (Megatron, bars with train_loss) thus
-costs one parse per rank and batch, not one per line. The spike detector sees one value per
+costs one parse per rank and batch, not one per line. With hyperscan the same scan reports
+once whether any line holds a loss candidate (what every parse needs, see parse_loss): a
+batch without one (step lines printing `loss 2.31`, no `:` or `=`) parses no line at all,
+where the tail loop would have tried each of its lines. The spike detector sees one value per
 rank and batch: a spike that lasts one logged step in the middle of a batch can be missed;
 a NaN/inf is never missed.
 """
@@ -66,6 +69,9 @@ _HF_NONFINITE_GRAD = re.compile(r"['\x22]grad_norm['\x22]:\s?['\x22]?[-+]?(?:nan
 # (a literal start: found by a skip, ~20x faster than _PARSE failing on a line that prints
 # `loss 2.31` with neither `:` nor `=`, as step lines often do, where the tail is all parses)
 _CANDIDATE = re.compile(r"loss(?:_step)?['\x22]?\s?[:=]")
+# ... as the scan sees it: any case (ASCII, as lower() on an ASCII line), `\s` spelled out as
+# the ASCII characters that str's `\s` takes; reported once per batch at most (hyperscan)
+CANDIDATE_SCAN = r"loss(?:_step)?['\x22]?[\t-\r\x1c-\x20]?[:=]"
 HF_FILTERED_KEY = "loss(hf-nan-filtered)"
 MAX_PARSE_CHARS = 4096  # of a hit line parsed (a loss is printed near the start anyway)
 
@@ -93,25 +99,21 @@ def parse_loss(text: str) -> tuple[str, float] | None:
     return key, value
 
 
-def _first_candidate(texts: list[str], lo: int) -> int:
-    """The first of the lines texts[lo:] that may hold a loss: on ASCII lines, the one where
-    the leftmost _CANDIDATE of their lowercased join starts (every _PARSE match holds one, so
-    parse_loss refuses each line before it, see its quick reject), len(texts) when there is
-    none (a tail of step lines that print `loss 2.31`); `lo` when a line is not ASCII."""
-    tail = "\n".join(texts[lo:])
-    if not tail.isascii():
-        return lo
-    m = _CANDIDATE.search(tail.lower())
-    return len(texts) if m is None else lo + tail.count("\n", 0, m.start())
-
-
 class LossScanner:
     """Finds a batch's loss values: every rank's first non-finite one, and each rank's last
     one in the batch's tail; in line order."""
 
     def __init__(self, engine: str = "auto") -> None:
+        pats = [Pattern(p, i, True) for i, p in enumerate(SCAN_PATTERNS)]
+        # with hyperscan the same scan says whether the batch holds a loss candidate at all
+        # (one report, for a batch with losses): without one, and on ASCII lines, no tail
+        # line parses (a batch of step lines that print `loss 2.31`), so none is parsed
+        self._cand_id: int | None = len(pats)
         scan, _pre, self.engine = build_scanner(
-            [Pattern(p, i, True) for i, p in enumerate(SCAN_PATTERNS)], engine)
+            [*pats, Pattern(CANDIDATE_SCAN, len(pats), True, single=True)], engine)
+        if self.engine != "hyperscan":  # (re2 would report every candidate line)
+            self._cand_id = None
+            scan, _pre, self.engine = build_scanner(pats, self.engine)
         self._scan: Any = scan  # str for re2, bytes for hyperscan
         self._bytes = self.engine == "hyperscan"
 
@@ -132,7 +134,8 @@ class LossScanner:
         times = line_times(lines)  # (a decoded record's rows: no Line built for a time)
         found: dict[int, LossMark] = {}  # line index -> mark
         bad_ranks: set[int | None] = set()
-        for i in self._nonfinite_lines(texts, joined, data):
+        nonfinite, candidates = self._scan_batch(texts, joined, data)
+        for i in nonfinite:
             rank = ranks[i] if i < nr else default_rank
             if rank in bad_ranks:
                 continue
@@ -140,9 +143,11 @@ class LossScanner:
             if parsed is not None and not math.isfinite(parsed[1]):
                 bad_ranks.add(rank)
                 found[i] = LossMark(rank, times[i], parsed[1], parsed[0])
+        if not candidates:
+            return tuple(found[i] for i in sorted(found))
         want = set(ranks) if nr == n else set(ranks) | {default_rank}
         done: set[int | None] = set()
-        for i in range(n - 1, _first_candidate(texts, max(0, n - TAIL_LINES)) - 1, -1):
+        for i in range(n - 1, max(-1, n - 1 - TAIL_LINES), -1):
             t = texts[i]
             if "oss" not in t and "OSS" not in t:
                 continue
@@ -159,19 +164,30 @@ class LossScanner:
                 break
         return tuple(found[i] for i in sorted(found))
 
-    def _nonfinite_lines(self, texts: list[str], joined: str | None,
-                         raw: bytes | None) -> list[int]:
-        """Indices of the lines a non-finite loss scan hit (none on a healthy batch)."""
+    def _scan_batch(self, texts: list[str], joined: str | None,
+                    raw: bytes | None) -> tuple[list[int], bool]:
+        """(indices of the lines a non-finite loss scan hit (none on a healthy batch), whether
+        a line may hold a loss: False only when the scan saw no candidate on ASCII lines)."""
         if joined is None:
             joined = "\n".join(texts)
         data: str | bytes = joined
         if self._bytes:
             data = raw if raw is not None else joined.encode("utf-8", "replace")
         hits = self._scan(data)
-        if not hits:
-            return []
+        cand = self._cand_id
+        if cand is not None:
+            n_hits = len(hits)
+            hits = [h for h in hits if h[1] != cand]  # (one at most)
+            if n_hits == len(hits) and joined.isascii():
+                return (self._lines_of(hits, texts, joined, data) if hits else []), False
+        return (self._lines_of(hits, texts, joined, data) if hits else []), True
+
+    @staticmethod
+    def _lines_of(hits: list[tuple[int, int]], texts: list[str], joined: str,
+                  data: str | bytes) -> list[int]:
+        """The indices of the lines where `hits` end, once each, ascending."""
         sizes: Iterable[int] = map(len, texts)
-        if self._bytes and len(data) != len(joined):
+        if isinstance(data, bytes) and len(data) != len(joined):
             sizes = (len(t.encode("utf-8", "replace")) for t in texts)
         ends = list(accumulate(map(add, sizes, repeat(1)), initial=-1))[1:]
         return sorted({bisect_left(ends, to) for to, _pid in hits} - {len(texts)})

@@ -131,11 +131,12 @@ def test_the_quick_reject_never_changes_a_parse(monkeypatch: pytest.MonkeyPatch)
     assert sum(g is None for g in got) > 3000
 
 
-def test_the_tail_bound_never_changes_a_scan(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The tail loop starts at the first line that may hold a loss (one candidate search
-    over the lowercased tail instead of a parse per line): the same marks as a loop over the
-    whole tail, on batches of step lines, loss lines of any shape, lookalikes and non-ASCII
-    lines, with several ranks."""
+def test_skipping_the_tail_without_a_candidate_never_changes_a_scan(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """With hyperscan the batch scan also says whether any line holds a loss candidate; a
+    batch without one (on ASCII lines) skips the tail loop: the same marks as a scanner
+    whose candidate pattern fires on every batch, on batches of step lines, loss lines of
+    any shape and case, separators str's `\\s` takes, lookalikes and non-ASCII lines."""
     import random
 
     from faultwatch.rules import loss
@@ -143,25 +144,25 @@ def test_the_tail_bound_never_changes_a_scan(monkeypatch: pytest.MonkeyPatch) ->
     rnd = random.Random(7)
     shapes = ["step {s} | loss {v} | lr 3e-4", "step {s} loss={v}", "{{'loss': '{v}'}}",
               "lm loss: {v} |", "Loss = {v}", "LOSS:{v}", "val_loss={v}", "lo\u017fs: {v}",
-              "train/loss {v}", "loss\n", "loss_step= {v}", "no loss here {v}", "étape {s}"]
-    quiet = [shapes[0], shapes[-2], "train/loss {v}"]  # (no candidate: a batch with no loss)
+              "train/loss {v}", "loss\x1c={v}", "loss_step= {v}", "no loss here {v}",
+              "Loss_Step\t:{v}", "loss\xa0: {v}", "loss_\u017ftep: {v}", "\u00e9tape {s}"]
+    quiet = [shapes[0], "no loss here {v}", "train/loss {v}"]  # (no candidate in a batch)
     batches = []
     for _ in range(400):
         n = rnd.randint(1, 90)
-        pick = shapes if rnd.random() < 0.7 else quiet
+        pick = shapes if rnd.random() < 0.6 else quiet
         texts = [rnd.choice(pick).format(s=i, v=rnd.choice(["2.31", "nan", "0", "x"]))
-                 .replace("\n", "") for i in range(n)]
+                 for i in range(n)]
         ranks = [rnd.randrange(3) for _ in range(n)] if rnd.random() < 0.7 else []
         batches.append(([Line("stdout", i, float(i), t) for i, t in enumerate(texts)], ranks))
-    for texts in (["loss_\u017ftep: 2.5", "step 1 | loss 2"], ["loss=1", "step 1", "LOSS=nan"],
-                  ["x"] * 70 + ["loss=3"], ["loss=3"] + ["x"] * 70):
+    for texts in (["loss_\u017ftep: 2.5", "step 1 | loss 2"], ["loss\xa0: 2.5"],
+                  ["x"] * 70 + ["loss=3"], ["loss=3"] + ["x"] * 70, ["Loss\x1f=4"]):
         batches.append(([Line("stdout", i, float(i), t) for i, t in enumerate(texts)], []))
-    sc = LossScanner()
 
-    def marks() -> list[str]:
+    def marks(sc: LossScanner) -> list[str]:
         return [repr(sc.scan(lines, ranks)) for lines, ranks in batches]
 
-    got = marks()
-    monkeypatch.setattr(loss, "_first_candidate", lambda texts, lo: lo)  # (every tail line)
-    assert got == marks()
+    got = marks(LossScanner())
+    monkeypatch.setattr(loss, "CANDIDATE_SCAN", r"[\s\S]")  # (a candidate in every batch)
+    assert got == marks(LossScanner())
     assert sum(g != "()" for g in got) > 150 and sum(g == "()" for g in got) > 50
