@@ -30,6 +30,7 @@ from faultwatch.rules import Matcher, RuleSet
 from faultwatch.streams import broker_calm, faust_compat
 from faultwatch.streams.faust_compat import (
     BatchFeed,
+    PartitionBatches,
     QuietMonitor,
     TableStore,
     direct_delivery,
@@ -304,6 +305,7 @@ def build_processor(cfg: ProcessorConfig, live: LiveRules | None = None,
     # Faust Event, codec or stream per record; a batch is acknowledged (its offsets may be
     # committed) only after its outputs are delivered, inside the stop gate
     logs_feed = BatchFeed(app, logs_t, FEED_MAX)
+    signals_out = PartitionBatches(app, topics.signals)  # one produce batch per partition
     signals_feed = BatchFeed(app, signals_t, FEED_MAX)
 
     @app.agent(logs_t)
@@ -315,8 +317,7 @@ def build_processor(cfg: ProcessorConfig, live: LiveRules | None = None,
                 prom.consumed("matcher", topics.logs, len(recs),
                               sum(len(r.value or b"") for r in recs))
                 out = matcher.process_batch(recs, time.time())
-                sends = [_sender(signals_t, k, v) for k, v in out]
-                await deliver(sends + take_dead(), "signals")
+                await deliver(await signals_out.sends(out) + take_dead(), "signals")
                 logs_feed.ack(msgs)
 
     def publish(decs: list[Decision]) -> list[Send]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import types
 import weakref
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import faust
@@ -345,3 +345,51 @@ async def _drain_messages(self: Any, fetcher: Any) -> None:
         raise
     finally:
         self.diag.unset_flag(flag)
+
+
+def raw_producer(app: faust.App) -> Any:
+    """The aiokafka producer under Faust's (started with the app)."""
+    return app.producer._ensure_producer()  # type: ignore[attr-defined]  # noqa: SLF001
+
+
+class PartitionBatches:
+    """Records to one topic as one produce batch per partition (aiokafka's create_batch /
+    send_batch), partitioned by key with the producer's own partitioner, as a keyed send
+    would be (Kafka's murmur2 by default). Faust's Topic.send per record (a Faust message, a
+    future and callbacks each) was ~12 % of a fleet worker's CPU."""
+
+    def __init__(self, app: faust.App, topic: str) -> None:
+        self.app = app
+        self.topic = topic
+
+    async def sends(self, records: list[tuple[bytes, bytes]]
+                    ) -> list[Callable[[], Awaitable[Any]]]:
+        """One send per partition the records go to; each, when called, starts the
+        partition's records in order (in several batches when one would be too big) and
+        returns one awaitable for their delivery. A send called again starts them afresh.
+        Record sizes are not checked here: the matcher stage bounds its records."""
+        if not records:
+            return []
+        producer = raw_producer(self.app)
+        parts = list(await producer.partitions_for(self.topic))
+        partitioner = producer._partitioner  # noqa: SLF001 - the one a keyed send uses
+        by_part: dict[int, list[tuple[bytes, bytes]]] = {}
+        for key, value in records:
+            by_part.setdefault(partitioner(key, parts, parts), []).append((key, value))
+        return [self._send(producer, p, recs) for p, recs in by_part.items()]
+
+    def _send(self, producer: Any, partition: int, recs: list[tuple[bytes, bytes]]
+              ) -> Callable[[], Awaitable[Any]]:
+        topic = self.topic
+
+        async def send() -> Any:
+            futs = []
+            batch = producer.create_batch()
+            for key, value in recs:  # (an empty batch takes any record: sizes are the
+                if batch.append(key=key, value=value, timestamp=None) is None:  # stage's)
+                    futs.append(await producer.send_batch(batch, topic, partition=partition))
+                    batch = producer.create_batch()
+                    batch.append(key=key, value=value, timestamp=None)
+            futs.append(await producer.send_batch(batch, topic, partition=partition))
+            return asyncio.gather(*futs)
+        return send

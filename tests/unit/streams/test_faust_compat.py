@@ -355,3 +355,14 @@ def test_a_full_feed_takes_its_partition_out_of_fetching_until_it_drains() -> No
     paused, resumed = asyncio.run(main())
     assert paused and feed.queue.qsize() == 0
     assert resumed
+
+
+def test_partition_batches_use_what_a_keyed_send_uses() -> None:
+    # PartitionBatches: Faust's producer holds the aiokafka one; aiokafka partitions a keyed
+    # send with its _partitioner over list(partitions of the topic); batches are public API
+    assert "self._producer" in inspect.getsource(faust_aiokafka.Producer._ensure_producer)
+    src = inspect.getsource(aiokafka.AIOKafkaProducer._partition)
+    assert "list(self._metadata.partitions_for_topic(topic))" in src
+    assert "self._partitioner(serialized_key, all_partitions, available)" in src
+    for name in ("create_batch", "send_batch", "partitions_for"):
+        assert callable(getattr(aiokafka.AIOKafkaProducer, name))
