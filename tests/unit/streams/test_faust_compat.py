@@ -366,3 +366,28 @@ def test_partition_batches_use_what_a_keyed_send_uses() -> None:
     assert "self._partitioner(serialized_key, all_partitions, available)" in src
     for name in ("create_batch", "send_batch", "partitions_for"):
         assert callable(getattr(aiokafka.AIOKafkaProducer, name))
+
+
+def test_a_failed_metadata_update_waits_the_retry_backoff() -> None:
+    import asyncio
+    import time
+
+    from aiokafka.client import AIOKafkaClient
+    from aiokafka.producer.sender import Sender
+
+    # what the backoff is for: the sender waits on a forced update when a leader is unknown
+    src = inspect.getsource(Sender._sender_routine)
+    assert "unknown_leaders_exist" in src and "force_metadata_update()" in src
+    assert "await self._metadata_update(" in inspect.getsource(AIOKafkaClient._md_synchronizer)
+
+    async def three_updates() -> float:
+        client = AIOKafkaClient(bootstrap_servers="127.0.0.1:1", retry_backoff_ms=150)
+        t0 = time.monotonic()
+        for _ in range(3):  # no broker known: each attempt fails at once
+            assert await client._metadata_update(client.cluster, set()) is False  # noqa: SLF001
+        return time.monotonic() - t0
+
+    if not getattr(AIOKafkaClient, "_fw_metadata_backoff", False):
+        assert asyncio.run(three_updates()) < 0.1  # positive control: aiokafka's own
+    faust_compat.metadata_backoff()
+    assert asyncio.run(three_updates()) >= 0.45
