@@ -7,8 +7,6 @@ import bisect
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from itertools import compress
-from operator import itemgetter
 from typing import Any, Protocol, overload
 
 import orjson
@@ -18,7 +16,6 @@ from faultwatch.errors import DecodeError
 from faultwatch.wire._check import (
     MAX_LINES,
     MAX_RANK,
-    MAX_TEXT_CHARS,
     MAX_TS,
     SCHEMA_VERSION,
     _bad,
@@ -56,7 +53,6 @@ def _row_line(r: Any) -> Line:
 
 
 _TEXT_TYPES = frozenset({str})
-_LIST_TYPES = frozenset({list})
 _TS_TYPES = frozenset({float, int})  # (not bool: _num refuses it)
 _FLOAT_TYPES = frozenset({float})
 
@@ -78,46 +74,13 @@ def _times(ts: list[Any]) -> list[float]:
     return ts if _FLOAT_TYPES.issuperset(types) else list(map(float, ts))
 
 
-_INT_TYPES = frozenset({int})  # (not bool: _int refuses it)
-_STR_TYPES = frozenset({str})
-_ROW_LENS = frozenset({4, 5, 6})
-
-
-def _int_column(xs: list[Any], lo: int, hi: int) -> bool:
-    return not xs or (_INT_TYPES.issuperset(map(type, xs)) and lo <= min(xs)
-                      and max(xs) <= hi)
-
-
-def _rows_ok(rows: list[Any], texts: list[str]) -> bool:
-    """Whether every row passes _row_line's checks (times apart: _times), read with C loops
-    over the record's columns rather than a call per row."""
-    if not _LIST_TYPES.issuperset(map(type, rows)):
-        return False
-    lens = set(map(len, rows))
-    if not _ROW_LENS.issuperset(lens):
-        return False
-    codes = list(map(itemgetter(0), rows))
-    if not _STR_TYPES.issuperset(map(type, codes)) or max(map(len, codes)) > 16:
-        return False
-    if max(map(len, texts)) > MAX_TEXT_CHARS:
-        return False
-    if not _int_column(list(map(itemgetter(1), rows)), -1, 2**63 - 1):
-        return False
-    short = min(lens) < 6  # (older senders' rows: flags and orig_len default to 0)
-    five = list(compress(rows, map((4).__lt__, map(len, rows)))) if short else rows
-    six = list(compress(rows, map((6).__eq__, map(len, rows)))) if short else rows
-    return _int_column(list(map(itemgetter(4), five)), 0, 2**16) and \
-        _int_column(list(map(itemgetter(5), six)), 0, 2**62)
-
-
 class LineRows(Sequence[Line]):
-    """The lines of a decoded record as a sequence, every row checked when the record is
-    decoded (with C loops over the record's columns: _rows_ok, _times; a bad row is a
-    DecodeError naming its field). Texts and times are kept as two columns (`texts`,
-    `times`: what the matcher reads); a Line object is built only when indexed: the matcher
-    reads every text and a few lines' times, but other fields only of the lines a rule hits
-    (stream, seq). An indexed Line is kept: the stage may read the same line several
-    times."""
+    """The lines of a decoded record as a lazy sequence. Every text's type and every time
+    are checked at once, into two columns (`texts`, `times`: what the matcher reads; text
+    sizes are bounded by the record's); a Line object is built, and fully checked, only when
+    indexed: the matcher reads every text and a few lines' times, but other fields only of
+    the lines a rule hit (stream, seq). An indexed Line is kept: the matcher stage may read
+    the same line several times."""
 
     __slots__ = ("_lines", "_rows", "texts", "times")
 
@@ -133,10 +96,6 @@ class LineRows(Sequence[Line]):
         if not _TEXT_TYPES.issuperset(map(type, texts)):
             raise DecodeError("malformed lines record: a line text is not a string")
         self.times = _times(ts)
-        if rows and not _rows_ok(rows, texts):
-            for r in rows:  # (the first bad row's own error, naming its field)
-                _row_line(r)
-            raise DecodeError("malformed lines record")  # (not reached: the checks agree)
         self.texts = texts
         self._rows = rows
         self._lines = {}
@@ -197,8 +156,6 @@ class _ChunkRows(Sequence[list[Any]]):
                 texts.append(text)
             if len(texts) > MAX_LINES:
                 raise _bad("lines.chunks", f"more than {MAX_LINES} lines", len(texts))
-            if seq + len(texts) - starts[-1] - 1 > 2**63 - 1:
-                raise _bad("line chunk seq0", "its last line's seq is out of range", seq)
             times += [t] * (len(texts) - starts[-1])
         self._chunks, self._starts, self.texts, self.times = chunks, starts, texts, times
 

@@ -100,10 +100,9 @@ def test_chunked_lines_records_decode_to_the_same_lines_as_row_records() -> None
     assert lines_of(d) == lines and "lines" not in d
 
 
-def test_indexed_lines_are_kept_and_a_bad_row_anywhere_is_refused_at_decode() -> None:
-    """LineRows keeps a Line it built (the stage may read a line several times), each index
-    its own line; every row is checked when the record is decoded (column by column), so a
-    malformed row is a DecodeError naming its field wherever it sits, never only when read."""
+def test_indexed_lines_are_kept_and_bad_rows_fail_each_time() -> None:
+    """LineRows keeps a Line it built (the stage reads the tail and each rank's last line
+    several times); each index its own line, a malformed row a DecodeError at every read."""
     lines = [Line("stdout", i, 1.0 + i, f"t{i}") for i in range(5)]
     for raw in (encode_lines("j", 0, "n", "r", lines),
                 encode_line_chunks("j", 0, "n", "r", [Line("stdout", 0, 1.0, "t0\nt1")])):
@@ -117,27 +116,14 @@ def test_indexed_lines_are_kept_and_a_bad_row_anywhere_is_refused_at_decode() ->
         assert rows[-1] is rows[-1] and rows[0] is rows[0]
         with pytest.raises(IndexError):
             rows[n]
-    for at, value, field in [(1, "seven", "seq"), (1, True, "seq"), (1, -2, "seq"),
-                             (0, 5, "stream"), (0, "x" * 17, "stream"), (4, 2**16 + 1, "flags"),
-                             (4, None, "flags"), (5, -1, "orig_len"), (5, 1.5, "orig_len")]:
-        d = orjson.loads(encode_lines("j", 0, "n", "r", lines))
-        d["lines"][3][at] = value  # (a middle line: the matcher builds no Line of it)
-        with pytest.raises(DecodeError, match=f"line row {field}"):
-            decode_logs(orjson.dumps(d))
     d = orjson.loads(encode_lines("j", 0, "n", "r", lines))
-    d["lines"][2] = d["lines"][2][:4]  # an older sender's short row, among full ones
-    d["lines"][3] = d["lines"][3][:5]
-    got = decode_logs(orjson.dumps(d))
-    assert isinstance(got, LinesBatch) and list(got.lines) == lines
-    d["lines"][3][4] = -1  # (a short row's flags are checked too)
-    with pytest.raises(DecodeError, match="line row flags"):
-        decode_logs(orjson.dumps(d))
-    d["lines"][3] = ["o", 3, 4.0]  # too short
-    with pytest.raises(DecodeError):
-        decode_logs(orjson.dumps(d))
-    big = [Line("stdout", 2**63 - 2, 1.0, "a\nb\nc")]
-    with pytest.raises(DecodeError, match="seq0"):  # (its last line's seq past the bound)
-        decode_logs(encode_line_chunks("j", 0, "n", "r", big))
+    d["lines"][3][1] = "seven"  # a bad seq: found when that line is read, every time
+    bad = decode_logs(orjson.dumps(d))
+    assert isinstance(bad, LinesBatch)
+    assert bad.lines[4] == lines[4]
+    for _ in range(2):
+        with pytest.raises(DecodeError, match="line row seq"):
+            bad.lines[3]
 
 
 def test_a_records_times_are_a_checked_column_equal_to_its_lines_times() -> None:
