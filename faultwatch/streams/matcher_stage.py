@@ -141,7 +141,9 @@ class MatcherStage:
         self._heartbeat = lr if isinstance(lr, Heartbeat) else None
         if isinstance(lr, LinesBatch) and lr.lines:
             self.metrics.lines += len(lr.lines)
-            self.metrics.logs_event_lag_s = now - lr.lines.times[-1]
+            # (lines[-1] builds the last row's Line, every field checked: a record whose last
+            # row is malformed is dead-lettered; the matcher reads only texts and times)
+            self.metrics.logs_event_lag_s = now - lr.lines[-1].ts
             self.logs_lag_s[rec.partition] = self.metrics.logs_event_lag_s
         elif isinstance(lr, Heartbeat):
             self.logs_lag_s[rec.partition] = now - lr.ts
