@@ -88,3 +88,20 @@ def test_the_summary_tells_attempts_restarts_and_causes() -> None:
                            "(error of rank 1 at 12.3 s); 2 decisions; verdict success (exit 0)")
     assert Verdict("failed", 78, attempt=0).sentence("agent", Story(0.0)).startswith(
         "faultwatch agent: failed in attempt 0; no decisions; verdict failed (exit 78)")
+
+
+def test_the_midline_check_agrees_with_its_regex() -> None:
+    import random
+
+    from faultwatch.agents.reader import _MIDLINE, has_midline
+
+    parts = ["[rank0]:", "[rank12]:", "[rank", "]:", "\n", "x", "step 1 ", "[rankings]",
+             "[rank1234567]:", "[rank12345678]:", "", " ", "loss:", "]"]
+    rng = random.Random(5)
+    seen = {True: 0, False: 0}
+    for _ in range(20_000):
+        text = "".join(rng.choice(parts) for _ in range(rng.randint(0, 8)))
+        want = _MIDLINE.search(text) is not None
+        assert has_midline(text) == want, text
+        seen[want] += 1
+    assert min(seen.values()) > 1_000  # both answers were exercised
