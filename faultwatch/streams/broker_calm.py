@@ -26,7 +26,7 @@ PATTERNS = ("Unable connect to node", "Unable to update metadata", "Failed fetch
 # what mode logs when a timer's run outlasts its interval: a hung commit while the broker is
 # away (then counted with the errors above), or a busy worker (a worker under load logs it
 # every second: then let through at most once per SUMMARY_S, and the broker is not "down")
-SLOW_PATTERNS = ("Timer commit is overlapping", "is overlapping (interval=")
+SLOW_PATTERNS = ("is overlapping (interval=",)  # mode's "Timer <name> is overlapping ..."
 # what aiokafka logs at ERROR while a broker answers but has no group coordinator yet: normal
 # on a fresh broker (it is creating __consumer_offsets) and while a coordinator moves. Shown
 # at INFO for COORDINATOR_GRACE_S after the first one, at its own level after that.
