@@ -73,6 +73,7 @@ class SlurmBackend:
     def apply(self, action: Action) -> str:
         node = valid_node(action.node)
         if action.kind == QUARANTINE:
+            self.one_node(node)
             self._call([self.scontrol, "update", f"nodename={node}", "state=drain",
                         f"reason={drain_reason(action)}"])
             return f"drained {node}"
@@ -82,8 +83,34 @@ class SlurmBackend:
             return self._requeue(node, action)
         raise ActuateError(f"slurm: unknown action kind {action.kind!r}")
 
+    def one_node(self, node: str) -> dict[str, str]:
+        """slurmctld's record of `node` when it reads the name as exactly that node, else a
+        permanent ActuateError. A name that passes valid_node may still be read as other or
+        more nodes by `scontrol update nodename=`: a NodeSet name (`gpus` drained both nodes
+        of a node set on the test slurmctld) or a NodeHostname (`localhost` drained n1).
+        `show node` answers those with "not found" and lists with several records, so one
+        record named `node` is the check (tests/e2e/test_slurm.py asks the real slurmctld)."""
+        argv = [self.scontrol, "show", "node", node, "-o"]
+        try:
+            r = self._run(argv, capture_output=True, text=True, env=self.env,
+                          timeout=self.timeout_s, check=False)
+        except (OSError, subprocess.TimeoutExpired) as e:
+            raise ActuateError(f"{argv[0]} failed to run: {e}") from None
+        out = f"{r.stdout or ''}\n{r.stderr or ''}"
+        records = [parse_show(line) for line in (r.stdout or "").splitlines()
+                   if line.startswith("NodeName=")]
+        names = [rec.get("NodeName", "") for rec in records]
+        if names == [node]:
+            return records[0]
+        if names or "not found" in out:
+            raise ActuateError(f"slurm: node name {node!r} is read by Slurm as "
+                               f"{', '.join(names) if names else 'no node of that name'} "
+                               "(a node set, a host name or a list?): refused",
+                               permanent=True)
+        raise ActuateError(f"slurm: {' '.join(argv)} gave no node record: {out.strip()[:200]}")
+
     def _resume(self, node: str) -> str:
-        info = parse_show(self._call([self.scontrol, "show", "node", node, "-o"]))
+        info = self.one_node(node)
         state = info.get("State", "")
         if "DRAIN" not in state:
             return f"{node} not drained ({state or 'unknown state'})"

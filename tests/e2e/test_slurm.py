@@ -261,3 +261,48 @@ def test_manual_quarantine_drains_and_release_resumes(
     finally:
         _stop(actuate)
         slurm.run("scontrol", "update", "nodename=n2", "state=resume", check=False)
+
+
+# Names the real slurmctld reads as other or more nodes than the one named when a command
+# says `nodename=NAME` (each probed below with a harmless comment update first): every node
+# (any case of `all`), a range, lists, a NodeSet (`gpus`, tests/support/slurm.py) and a
+# NodeHostname (`localhost`: n1's and n2's; Slurm picks n1).
+SLURM_READS_AS_OTHERS = ("ALL", "all", "n[1-2]", "n1,n2", "n1 n2", "gpus", "localhost")
+
+
+def test_names_slurm_reads_as_other_nodes_are_refused(slurm: SlurmCluster) -> None:
+    from faultwatch.actuate.backend import ActuateError
+    from faultwatch.actuate.plan import QUARANTINE, RELEASE, Action
+    from faultwatch.actuate.slurm import SlurmBackend
+
+    def touched(name: str) -> list[str]:
+        """The nodes a `scontrol update nodename=NAME` reaches (a comment, then cleared)."""
+        mark = f"probe-{uuid.uuid4().hex[:6]}"
+        slurm.run("scontrol", "update", f"nodename={name}", f"comment={mark}", check=False)
+        rows = slurm.run("scontrol", "show", "node", "-o").stdout.splitlines()
+        slurm.run("scontrol", "update", "nodename=n1,n2", "comment=")
+        return sorted(r.split()[0].removeprefix("NodeName=") for r in rows
+                      if f"Comment={mark}" in r)
+
+    b = SlurmBackend(env=slurm.env())
+    before = slurm.node_states()
+    for node in ("n1", "n2"):  # positive controls: a node's own name is that node
+        assert touched(node) == [node]
+        assert b.one_node(node)["NodeName"] == node
+    try:
+        for name in SLURM_READS_AS_OTHERS:
+            reached = touched(name)
+            assert reached and reached != [name], (name, reached)  # Slurm's reading
+            with pytest.raises((ConfigError, ActuateError)) as refused:
+                b.apply(Action(QUARANTINE, name, "d0b1", "nvidia-xid-hardware"))
+            if isinstance(refused.value, ActuateError):
+                assert refused.value.permanent, name
+            with pytest.raises((ConfigError, ActuateError)):
+                b.apply(Action(RELEASE, name, "d0b2"))
+        assert slurm.node_states() == before
+        assert not any(slurm.node_info(n).get("Reason", "").startswith("faultwatch d0b1")
+                       for n in ("n1", "n2"))
+    finally:
+        for node in ("n1", "n2"):
+            if slurm.node_info(node).get("Reason", "").startswith("faultwatch d0b1"):
+                slurm.run("scontrol", "update", f"nodename={node}", "state=resume")

@@ -21,6 +21,7 @@ from pathlib import Path
 from tests.support.waiting import wait_until
 
 NODES = ("n1", "n2")
+NODE_SET = "gpus"  # a NodeSet of every node
 BINARIES = ("munged", "mungekey", "slurmctld", "slurmd", "sinfo", "sbatch", "scontrol",
             "squeue")
 INSTALL_HINT = ("Slurm test harness needs Debian's slurm-wlm and munge, run as root: "
@@ -148,6 +149,9 @@ class SlurmCluster:
                          f"CPUs=1 RealMemory=256 Weight={i} State=UNKNOWN")
         lines.append(f"PartitionName=debug Nodes={','.join(NODES)} Default=YES "
                      "MaxTime=INFINITE State=UP")
+        # a node set: `scontrol update nodename=gpus` reaches both nodes (test_slurm.py
+        # checks that faultwatch never gives Slurm such a name)
+        lines.append(f"NodeSet={NODE_SET} Nodes={','.join(NODES)}")
         return "\n".join(lines) + "\n"
 
     def _spawn(self, name: str, argv: list[str]) -> None:

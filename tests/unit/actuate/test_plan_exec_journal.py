@@ -214,6 +214,8 @@ def test_slurm_without_identity_finds_the_job_by_name_on_that_node_only() -> Non
             argv[0] if argv[0] == "squeue" else argv[1], "")
         if argv[1:3] == ["show", "hostnames"]:
             out = "n1\n"
+        if argv[1:3] == ["show", "node"]:
+            out = f"NodeName={argv[3]} State=IDLE Reason=(null)\n"
         return subprocess.CompletedProcess(argv, 0, out, "")
 
     b = SlurmBackend(runner=runner)
@@ -239,3 +241,33 @@ def test_deploy_manifests_parse() -> None:
 def test_job_names_the_agent_accepts_are_planned(job: str) -> None:
     acts = plan_decision(_dec(job=job))
     assert {a.job for a in acts} == {job}
+
+
+@pytest.mark.parametrize(("show", "code", "permanent"), [
+    ("Node gpus not found\n", 1, True),  # a NodeSet (or a host name): not a node's name
+    ("NodeName=n1 State=IDLE\nNodeName=n2 State=IDLE\n", 0, True),  # read as two nodes
+    ("", 1, False),  # slurmctld unreachable: retried
+])
+def test_slurm_drains_only_a_name_slurmctld_reads_as_that_one_node(
+        show: str, code: int, permanent: bool) -> None:
+    import subprocess
+
+    from faultwatch.actuate.backend import ActuateError
+
+    calls: list[list[str]] = []
+
+    def runner(argv: list[str], **kw: Any) -> subprocess.CompletedProcess[str]:
+        calls.append(argv)
+        if argv[1:3] == ["show", "node"] and argv[3] == "n1":  # positive control
+            return subprocess.CompletedProcess(argv, 0, "NodeName=n1 State=IDLE\n", "")
+        if argv[1:3] == ["show", "node"]:
+            err = "" if show else "slurm_load_node error: Unable to contact slurm controller"
+            return subprocess.CompletedProcess(argv, code, show, err)
+        return subprocess.CompletedProcess(argv, 0, "", "")
+
+    b = SlurmBackend(runner=runner)
+    assert b.apply(Action(QUARANTINE, "n1", "d", "r")) == "drained n1"
+    with pytest.raises(ActuateError) as e:
+        b.apply(Action(QUARANTINE, "gpus", "d", "r"))
+    assert e.value.permanent is permanent
+    assert not any(c[1] == "update" and c[2] == "nodename=gpus" for c in calls)
