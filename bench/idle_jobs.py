@@ -2,9 +2,12 @@
 record and nothing else; processor time then runs on (ticks every 0.5 s) past the node-lost
 window and the idle time. Prints one JSON object: Python heap per job while the states are
 cached and once they are idle (tracemalloc, the store's encoded states included), RSS, and
-the decisions made (with the blast-radius guard: one notice, no mass restart).
+the decisions made (with the blast-radius guard: one notice, no mass restart), and the posts
+one webhook of `faultwatch notify` would get for them (its grouping and rate-limit cores with
+their defaults, on processor time: `notify_posts`).
 
     .venv/bin/python bench/idle_jobs.py --jobs 10000
+    .venv/bin/python bench/idle_jobs.py --jobs 10000 --rss-only --no-guard   # the peer
 
 The store is the job stage's DictStore: the same encoded bytes per job that a processor keeps
 in its Faust table (store memory://) and writes to the table's changelog topic.
@@ -26,8 +29,10 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from faultwatch import wire  # noqa: E402
-from faultwatch.core.events import RunStart  # noqa: E402
+from faultwatch.core.events import Decision, RunStart  # noqa: E402
 from faultwatch.core.policy import Policy  # noqa: E402
+from faultwatch.notify.grouping import Grouper  # noqa: E402
+from faultwatch.notify.limit import Limiter, RateLimits  # noqa: E402
 from faultwatch.rules import Matcher, load_ruleset  # noqa: E402
 from faultwatch.streams.job_stage import TICK_S, DictStore, JobStage  # noqa: E402
 from faultwatch.streams.records import InRecord, LiveRules  # noqa: E402
@@ -52,9 +57,35 @@ def measure() -> tuple[int, int]:
     return heap, rss_kb()
 
 
-def run(jobs: int, partitions: int, run_s: float, trace: bool = True) -> dict[str, Any]:
+class Posts:
+    """One webhook of `faultwatch notify` with its default grouping and rate limits (the
+    pure cores its service drives), fed the stage's decisions on processor time."""
+
+    def __init__(self, now: float) -> None:
+        self.grouper, self.limiter = Grouper(), Limiter(RateLimits(), now)
+        self.posts = self.digests = self.digested = 0
+
+    def add(self, d: Decision, now: float) -> None:
+        self.grouper.add(wire.decision_to_dict(d), now)
+
+    def flush(self, now: float) -> None:
+        for note in self.grouper.due(now):
+            if self.limiter.admit("hook", note, now):
+                self.posts += 1
+        for _, dg in self.limiter.due_digests(now):
+            self.digests += 1
+            self.digested += dg.decisions
+
+    def result(self) -> dict[str, int]:
+        return {"posts": self.posts + self.digests, "digests": self.digests,
+                "decisions_in_digests": self.digested}
+
+
+def run(jobs: int, partitions: int, run_s: float, trace: bool = True,
+        guard: bool = True) -> dict[str, Any]:
     rs = load_ruleset([])
-    live = LiveRules(Matcher(rs), Policy(), rs.version)
+    live = LiveRules(Matcher(rs), Policy(fleet_storm_detection=guard), rs.version)
+    posts = Posts(T0)
     store = DictStore()
     stage = JobStage(live, store, lambda rec, err: None, max_jobs=max(jobs, 1) * 2)
     decisions: Counter[str] = Counter()
@@ -72,9 +103,11 @@ def run(jobs: int, partitions: int, run_s: float, trace: bool = True) -> dict[st
         if len(batch) >= 1000:
             for d in stage.process_batch(batch, T0):
                 decisions[f"{d.action}:{d.kind}"] += 1
+                posts.add(d, T0)
             batch = []
     for d in stage.process_batch(batch, T0):
         decisions[f"{d.action}:{d.kind}"] += 1
+        posts.add(d, T0)
     del batch, value  # the input records are the sender's, not the stage's
     for part in range(partitions):
         stage.tick(part, T0, T0)
@@ -86,6 +119,8 @@ def run(jobs: int, partitions: int, run_s: float, trace: bool = True) -> dict[st
         for part in range(partitions):
             for d in stage.tick(part, now, now):
                 decisions[f"{d.action}:{d.kind}"] += 1
+                posts.add(d, now)
+        posts.flush(now)
     idle_heap, idle_rss = measure()
     if trace:
         tracemalloc.stop()
@@ -104,6 +139,7 @@ def run(jobs: int, partitions: int, run_s: float, trace: bool = True) -> dict[st
         "jobs_active_idle": sum(len(p.active) for p in stage.parts.values()),
         "guard": stage.guard.state(),
         "decisions": dict(decisions),
+        "notify_posts": posts.result(),
     }
 
 
@@ -116,9 +152,11 @@ def main() -> None:
     ap.add_argument("--processor-time-s", type=float, default=150.0,
                     help="processor time simulated after the run-starts (past node-lost "
                          "and the idle time)")
+    ap.add_argument("--no-guard", action="store_true",
+                    help="the blast-radius guard off (fleet_storm_detection: false): the peer")
     args = ap.parse_args()
     print(json.dumps(run(args.jobs, args.partitions, args.processor_time_s,
-                         trace=not args.rss_only)))
+                         trace=not args.rss_only, guard=not args.no_guard)))
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ pytestmark = pytest.mark.kafka
 
 STORM = int(os.environ.get("FAULTWATCH_NOTIFY_STORM", "2000"))
 PER_HOOK = 10
+DIGEST_S = 3.0
 TOKEN = "SECRETTOKEN0123456789"
 HOSTILE_JOB = "<!channel> <https://evil.example/login|Click here to fix> <@U024BE7LH>"
 HOSTILE_LINE = "``` <!here> &amp; see https://evil.example/x ```"
@@ -45,7 +46,7 @@ def test_a_storm_is_rate_limited_into_digests_and_hostile_text_is_escaped(
                           topic_prefix, "--webhook-file", str(hooks_file),
                           "--group-wait-s", "1", "--from-beginning",
                           "--max-posts-per-min", str(PER_HOOK),
-                          "--max-posts-per-min-total", "100", "--digest-interval-s", "3",
+                          "--max-posts-per-min-total", "100", "--digest-interval-s", str(DIGEST_S),
                           "--min-post-gap-s", "0.2", "--group-id", f"g{uuid.uuid4().hex[:8]}"],
                          env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
@@ -73,9 +74,14 @@ def test_a_storm_is_rate_limited_into_digests_and_hostile_text_is_escaped(
         bodies = [b for _, b in h.accepted()]
         digests = [b for b in bodies if "more decision" in json.dumps(b)[:400]
                    or b.get("digest")]
-        assert len(bodies) - len(digests) <= PER_HOOK, len(bodies)
-        assert 1 <= len(digests) <= 2, len(digests)
         stamps = sorted(t for t, _ in h.accepted())
+        span_s = stamps[-1] - stamps[0]
+        print(f"posts to one webhook for {STORM} decisions: {len(bodies)} "
+              f"({len(digests)} digest(s)) over {span_s:.1f}s")
+        # the bucket holds PER_HOOK posts and refills PER_HOOK a minute: a storm that lasts
+        # longer (10,000 decisions on a loaded machine) may post a few more, never a flood
+        assert len(bodies) - len(digests) <= PER_HOOK * (1 + span_s / 60) + 1, len(bodies)
+        assert 1 <= len(digests) <= 2 + span_s / DIGEST_S, len(digests)
         # 0.2 s apart (arrival times jitter with the receiver's threads: the span is checked)
         assert stamps[-1] - stamps[0] >= 0.2 * (len(stamps) - 1) * 0.9, stamps
     js = [b for _, b in json_hook.accepted()]
