@@ -301,6 +301,7 @@ async def run(backend: Backend, cfg: ActuateConfig, stop: asyncio.Event | None =
     exists only the registry is acted on."""
     from aiokafka import TopicPartition
 
+    from faultwatch.kafka import calm as broker_calm
     from faultwatch.kafka import clients
     from faultwatch.kafka.admin import ensure_compacted_topic
     from faultwatch.nodes.store import write_records
@@ -323,10 +324,14 @@ async def run(backend: Backend, cfg: ActuateConfig, stop: asyncio.Event | None =
     seen = cfg.state_file.with_name(cfg.state_file.name + ".seen")
     act = Actuator(backend, journal, cfg,
                    ReplayGuard("decision", cfg.max_decision_age_s, seen, log_event))
-    admin = clients.admin(bootstrap_servers=cfg.bootstrap, request_timeout_ms=30_000)
+    calm = broker_calm.install()  # aiokafka's per-retry errors: one line per state change
+    backoff = broker_calm.client_backoff()  # ... and retries at most once a second
+    admin = clients.admin(bootstrap_servers=cfg.bootstrap, request_timeout_ms=30_000,
+                          **backoff)
     nodes_c = clients.consumer(bootstrap_servers=cfg.bootstrap, group_id=None,
                                enable_auto_commit=False,
-                               client_id=f"faultwatch-actuate-nodes-{uuid.uuid4().hex[:6]}")
+                               client_id=f"faultwatch-actuate-nodes-{uuid.uuid4().hex[:6]}",
+                               **backoff)
     dec_c: Any = None
     await admin.start()
     await nodes_c.start()
@@ -349,7 +354,7 @@ async def run(backend: Backend, cfg: ActuateConfig, stop: asyncio.Event | None =
         log_event("actuate_started", backend=backend.name, nodes=len(act.registry),
                   group=cfg.group, state_file=str(cfg.state_file),
                   replaying=len(journal.pending))
-        next_topic_check = 0.0
+        next_topic_check = polled = 0.0
         while not stop.is_set():
             batch: dict[Any, list[Any]] = {}
             if dec_c is None and time.monotonic() >= next_topic_check:
@@ -358,7 +363,7 @@ async def run(backend: Backend, cfg: ActuateConfig, stop: asyncio.Event | None =
                     dec_c = clients.consumer(
                         topics.decisions, bootstrap_servers=cfg.bootstrap, group_id=cfg.group,
                         enable_auto_commit=False, auto_offset_reset="earliest",
-                        client_id=f"faultwatch-actuate-{uuid.uuid4().hex[:6]}")
+                        client_id=f"faultwatch-actuate-{uuid.uuid4().hex[:6]}", **backoff)
                     await dec_c.start()
                     log_event("actuate_following", topic=topics.decisions)
             if dec_c is not None:
@@ -374,6 +379,9 @@ async def run(backend: Backend, cfg: ActuateConfig, stop: asyncio.Event | None =
             if ups:
                 await write_records(cfg.bootstrap, ntopic, ups, signer=signer)
             now = time.time()
+            if now - polled >= broker_calm.POLL_S:
+                polled = now
+                calm.poll(now)
             act.tick(now)
             act.check_release(now)
             await asyncio.to_thread(act.run_due, now)

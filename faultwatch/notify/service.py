@@ -13,6 +13,7 @@ from typing import Any
 from faultwatch import wire
 from faultwatch.core.diagnosis import is_probe
 from faultwatch.errors import DecodeError
+from faultwatch.kafka import calm as broker_calm
 from faultwatch.kafka import clients
 from faultwatch.kafka.errors import diagnose
 from faultwatch.notify.grouping import Grouper, GroupingPolicy, Notification
@@ -61,7 +62,7 @@ class Notifier:
             self.cfg.topic, bootstrap_servers=self.cfg.bootstrap, group_id=self.cfg.group_id,
             enable_auto_commit=False,
             auto_offset_reset="earliest" if self.cfg.from_beginning else "latest",
-            client_id="faultwatch-notify")
+            client_id="faultwatch-notify", **broker_calm.client_backoff())
 
     def take(self, value: bytes | None, tp: Any, offset: int) -> None:
         """One decisions-topic record: decode, check the signature, group."""
@@ -175,8 +176,14 @@ class Notifier:
                  webhooks=",".join(r.where for r in self.cfg.receivers),
                  group_by=",".join(self.cfg.policy.group_by))
         committed: dict[Any, int] = {}
+        calm = broker_calm.install()  # aiokafka's per-retry errors: one line per state change
+        polled = 0.0
+        commit_failures = 0  # in a row: the first is logged, then every 100th
         try:
             while not stop.is_set():
+                if time.monotonic() - polled >= broker_calm.POLL_S:
+                    polled = time.monotonic()
+                    calm.poll(time.time())
                 dues = [t for t in (self.grouper.next_due(), self.limiter.next_digest_at())
                         if t is not None]
                 due = min(dues) if dues else None
@@ -194,8 +201,12 @@ class Notifier:
                     try:
                         await c.commit(offsets)
                         committed.update(offsets)
+                        commit_failures = 0
                     except Exception as e:  # noqa: BLE001 - a rebalance: commit next round
-                        self.log("notify_commit_failed", error=repr(e)[:300])
+                        if commit_failures % 100 == 0:  # the broker away: not every round
+                            self.log("notify_commit_failed", error=repr(e)[:300],
+                                     failures_in_a_row=commit_failures + 1)
+                        commit_failures += 1
             queues = [asyncio.create_task(q.join()) for q in self._queues.values()]
             if queues:  # posts queued or in flight finish first (digests not yet due wait)
                 await asyncio.wait(queues, timeout=self.cfg.retry.max_s)

@@ -21,13 +21,14 @@ from faultwatch.core.registry import RegistryPolicy
 from faultwatch.core.status import STATUS_S
 from faultwatch.errors import ConfigError, DecodeError
 from faultwatch.eventlog import log_event
+from faultwatch.kafka import calm as broker_calm
 from faultwatch.kafka import clients
 from faultwatch.metrics import ProcessorMetrics
 from faultwatch.metrics import serve as serve_metrics
 from faultwatch.nodes.follow import RegistryLink
 from faultwatch.nodes.gate import NodeGate
 from faultwatch.rules import Matcher, RuleSet
-from faultwatch.streams import broker_calm, faust_compat
+from faultwatch.streams import faust_compat
 from faultwatch.streams.faust_compat import (
     BatchFeed,
     PartitionBatches,

@@ -18,9 +18,9 @@ from faultwatch.core.policy import Policy, policy_for
 from faultwatch.errors import BrokerError, FaultwatchError, RuleError
 from faultwatch.eventlog import log_event
 from faultwatch.kafka import clients
+from faultwatch.kafka.calm import RETRY_BACKOFF_MS
 from faultwatch.rules import Matcher, RuleSet
 from faultwatch.rules.layers import RulesInForce, build, from_ruleset
-from faultwatch.streams.broker_calm import RETRY_BACKOFF_MS
 from faultwatch.streams.records import LiveRules
 from faultwatch.streams.rules_record import layer_of_record
 from faultwatch.wire import MAX_RULESET_RECORD_BYTES

@@ -7,8 +7,8 @@ import logging
 
 import pytest
 
-from faultwatch.streams import broker_calm
-from faultwatch.streams.broker_calm import BrokerLogGate
+from faultwatch.kafka import calm as broker_calm
+from faultwatch.kafka.calm import BrokerLogGate
 
 
 def _record(msg: str, level: int = logging.ERROR) -> logging.LogRecord:

@@ -1,8 +1,9 @@
-"""Calm while the broker is away: the processor's Kafka clients retry at most once a second
-(aiokafka's default is every 100 ms, and every failed request of every client logged an
-ERROR line: ~3,500 lines and most of a core in 20 s), and their connection errors become
-one `broker_unreachable` line when they start, a `broker_unreachable_summary` line every
-SUMMARY_S while they go on, and one `broker_reachable` line when they stop."""
+"""Calm while the broker is away (the processor, `notify`, `actuate`): their Kafka clients
+retry at most once a second (aiokafka's default is every 100 ms, and every failed request of
+every client logged an ERROR line: ~3,500 lines and most of a core in 20 s), and their
+connection errors become one `broker_unreachable` line when they start, a
+`broker_unreachable_summary` line every SUMMARY_S while they go on, and one
+`broker_reachable` line when they stop."""
 
 from __future__ import annotations
 
