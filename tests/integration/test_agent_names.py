@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from faultwatch.kafka.broker import free_port
 from tests.support.agents import agent_cmd
 
 pytestmark = pytest.mark.kafka
@@ -55,8 +56,16 @@ def test_spool_files_are_the_agent_users_alone(kafka_bootstrap: str, topic_prefi
                                    sys.executable, "-c", "print('token=abc')"),
                          capture_output=True, timeout=60)
     assert res.returncode == 0, res.stderr.decode()[-2000:]
-    dirs = [root, *[p for p in root.rglob("*") if p.is_dir()]]
-    files = [p for p in root.rglob("*") if p.is_file()]
-    assert files  # positive control: the spool was written
+    # the same agent with no broker to deliver to: the lines stay in spool segments, the
+    # files that hold the training job's output (a delivered segment is deleted at once)
+    kept = tmp_path / "kept"
+    res = subprocess.run(agent_cmd(f"127.0.0.1:{free_port()}", topic_prefix, kept, "secret-job",
+                                   sys.executable, "-c", "print('token=abc')",
+                                   extra=("--exit-flush-timeout-s", "1")),
+                         capture_output=True, timeout=60)
+    dirs = [d for r in (root, kept) for d in (r, *[p for p in r.rglob("*") if p.is_dir()])]
+    files = [p for r in (root, kept) for p in r.rglob("*") if p.is_file()]
+    segments = [p for p in files if p.suffix == ".seg" and b"token=abc" in p.read_bytes()]
+    assert segments, (files, res.stderr.decode()[-2000:])  # positive control: spooled output
     assert {oct(d.stat().st_mode & 0o777) for d in dirs} == {"0o700"}, dirs
     assert {oct(f.stat().st_mode & 0o777) for f in files} == {"0o600"}, files
