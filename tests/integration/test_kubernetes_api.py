@@ -240,18 +240,23 @@ def test_every_rule_of_the_shipped_role_is_needed(api: KubeAPI, tmp_path: Path) 
         # side (the same account can do what the reduced role still allows) first
         wait_until(lambda b=backend: _bound(api, b), 30,  # type: ignore[misc]
                    f"{role} to be in force")
+        # a 403 is permanent: reported once with its cause, not retried (the runner's side:
+        # test_actuate_limits.py::test_a_permanent_error_is_reported_once_and_a_refused_...)
         if need == "quarantine":
-            with pytest.raises(ActuateError, match="403"):
+            with pytest.raises(ActuateError, match="403") as err:
                 backend.apply(_action(QUARANTINE, node, job))
+            assert err.value.permanent, err.value
         elif need == "event":
             said = backend.apply(_action(QUARANTINE, node, job))
             assert "tainted" in said and "event not posted" in said and "403" in said, said
         elif need == "requeue-selector":
-            with pytest.raises(ActuateError, match="403"):  # only the selector lists pods
+            with pytest.raises(ActuateError, match="403") as err:  # only the selector lists
                 backend.apply(_action(REQUEUE, node, job, namespace="ml"))
+            assert err.value.permanent, err.value
         else:
-            with pytest.raises(ActuateError, match="403"):
+            with pytest.raises(ActuateError, match="403") as err:
                 backend.apply(_action(REQUEUE, node, job, pod=f"{job}-0", node=node))
+            assert err.value.permanent, err.value
 
 
 def _bound(api: KubeAPI, backend: KubernetesBackend) -> bool:
