@@ -190,6 +190,17 @@ def start(state: Path) -> KubeAPI:
     return KubeAPI(state)
 
 
+def published_crds() -> list[Path]:
+    """The CRDs deploy/ needs, as their projects publish them (KEDA's ScaledObject and
+    TriggerAuthentication from its Go module; `scripts/k8s-api.sh crds` fetches them once)."""
+    proc = subprocess.run(["bash", str(SCRIPT), "crds"], capture_output=True, text=True,
+                          timeout=600)
+    if proc.returncode != 0:
+        raise RuntimeError(f"scripts/k8s-api.sh crds failed ({proc.returncode}):\n"
+                           f"{proc.stderr[-3000:]}")
+    return sorted(Path(proc.stdout.strip()).glob("*.yaml"))
+
+
 def stop(state: Path) -> None:
     subprocess.run(["bash", str(SCRIPT), "stop", str(state)], capture_output=True, timeout=120)
 
