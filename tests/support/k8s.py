@@ -40,7 +40,8 @@ class ApiError(RuntimeError):
 def missing() -> str | None:
     """Why no API server can be built or started here, or None when it can."""
     cache = Path(os.environ.get("FAULTWATCH_K8S_CACHE", Path.home() / ".cache/faultwatch/k8s"))
-    if not list(cache.glob("v*/bin/kube-apiserver")) and shutil.which("go") is None:
+    built = list(cache.glob("v*/bin/kube-apiserver")) and list(cache.glob("crds/keda-v*/*.yaml"))
+    if not built and shutil.which("go") is None:
         return "no Go toolchain to build kube-apiserver (scripts/k8s-api.sh build)"
     if shutil.which("openssl") is None:
         return "openssl is missing"
