@@ -1,8 +1,10 @@
 """The Kubernetes actuator and deploy/ against a real kube-apiserver (etcd, RBAC, the disruption
 controller): the service account of deploy/kubernetes/actuate-rbac.yaml, with a bound token
-from the TokenRequest API, cordons/taints/labels nodes, evicts pods (budgets respected),
-posts Events and releases; each RBAC rule is shown to be needed; every manifest passes a
-server-side dry run."""
+from the TokenRequest API, cordons/taints/labels nodes, evicts pods (budgets respected; a pod
+replaced or gone meanwhile left alone) or deletes them, posts Events and releases; each RBAC
+rule is shown to be needed; every manifest passes a server-side dry run (KEDA's CRDs as KEDA
+publishes them); the documented podFailurePolicy Job is created; `faultwatch actuate` removes
+the taint when a quarantine expires."""
 
 from __future__ import annotations
 
