@@ -470,6 +470,14 @@ def test_the_documented_job_with_its_pod_failure_policy_is_accepted(api: KubeAPI
         assert exitcodes.EXIT_UNDECIDED not in set().union(*by_action.values())  # Count
         assert {"action": "Ignore", "onPodConditions": [
             {"type": "DisruptionTarget", "status": "True"}]} in rules, rules
+        # the agent's identity read through the downward API from the pod's labels (the run id
+        # from controller-uid, the job from job-name): labels the API server sets on the template
+        labels = spec["template"]["metadata"]["labels"]
+        for c in spec["template"]["spec"]["containers"]:
+            for env in c.get("env", []):
+                path = ((env.get("valueFrom") or {}).get("fieldRef") or {}).get("fieldPath", "")
+                if path.startswith("metadata.labels["):
+                    assert path[len("metadata.labels['"):-2] in labels, (env, labels)
     # the API refuses what it must: a podFailurePolicy needs restartPolicy Never
     wrong = _documented_pod_failure_policy_job()
     wrong["metadata"]["name"] = f"fw-{uuid.uuid4().hex[:6]}"
