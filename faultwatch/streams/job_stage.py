@@ -185,16 +185,16 @@ class JobStage:
                 try:
                     sigs = decode_signals(rec.value)
                     if isinstance(sigs, Tick):
-                        out += self.tick(rec.partition, sigs.now, now)
+                        out += self._tick(rec.partition, sigs.now, now)
                     elif sigs:
-                        out += self.fold(rec.partition, sigs, now)
+                        out += self._fold(rec.partition, sigs, now)
                 except Exception as e:  # noqa: BLE001 - one bad record never stops the stage
                     self.metrics.dead_letters += 1
                     self.dead_letter(rec, e)
         finally:
             self._write_batch(now)
             self._batch_writes = None
-        return out
+        return out + self._notices()  # the guard's notices and gauges once per batch
 
     def _write_batch(self, now: float) -> None:
         pending = self._batch_writes
@@ -206,7 +206,11 @@ class JobStage:
 
     def fold(self, partition: int, sigs: list[Signal], now: float) -> list[Decision]:
         """Apply one record's signals in order, all or nothing: if one raises, no state of
-        this record is kept and its decisions are not published (the caller dead-letters)."""
+        this record is kept and its decisions are not published (the caller dead-letters).
+        The guard's notices follow the record's decisions."""
+        return self._fold(partition, sigs, now) + self._notices()
+
+    def _fold(self, partition: int, sigs: list[Signal], now: float) -> list[Decision]:
         p = self.partition(partition, now)
         self.metrics.jobs_signals += len(sigs)
         if self.gate is not None:
@@ -264,7 +268,7 @@ class JobStage:
         for key, (st, old, durable) in staged.items():
             if st is not old:
                 self.save(key, st, partition, p, durable, now)
-        return [bounded_decision(d, self.max_record_bytes) for d in decs] + self._notices()
+        return [bounded_decision(d, self.max_record_bytes) for d in decs]
 
     # ---- the blast-radius guard ---------------------------------------------------------
 
@@ -298,7 +302,11 @@ class JobStage:
     def tick(self, partition: int, sent: float, now: float) -> list[Decision]:
         """Advance processor time on one partition: write-behind, settle fallbacks, node-lost
         (only when the clock may be trusted). A job whose tick raises is set aside (logged
-        once), never retried on every tick, and the partition's other jobs go on."""
+        once), never retried on every tick, and the partition's other jobs go on. The
+        guard's notices follow the tick's decisions."""
+        return self._tick(partition, sent, now) + self._notices()
+
+    def _tick(self, partition: int, sent: float, now: float) -> list[Decision]:
         p = self.partition(partition, now)
         lag = max(0.0, now - sent)
         self.metrics.tick_lag_s[partition] = round(lag, 3)
@@ -386,7 +394,7 @@ class JobStage:
                 self.metrics.count("jobs_broken")
                 log_event("job_tick_failed", job=key.decode(errors="replace"),
                           partition=partition, error=f"{type(e).__name__}: {e}")
-        return out + self._notices()
+        return out
 
     def write_behind_s(self) -> float:
         """How long a job's liveness-only changes may wait for their table write: every
