@@ -84,3 +84,25 @@ def test_following_a_missing_topic_waits_and_says_so(kafka_bootstrap: str, topic
     finally:
         proc.terminate()
         proc.wait(30)
+
+
+UNREACHABLE = [  # every command that reads or writes Kafka and ends (not the agent: it spools)
+    ("decisions",), ("logs", "job-x"), ("status",), ("nodes",), ("diagnose", "job-x"),
+    ("rules", "show"), ("rules", "diff", str(BUILTIN_DIR / "nccl.yaml")),
+    ("rules", "push", str(BUILTIN_DIR / "nccl.yaml")), ("nodes", "release", "n1"),
+    ("notify", "--webhook", "http://127.0.0.1:9/x"), ("kafka", "acls", "--apply"),
+]
+
+
+def test_an_unreachable_broker_is_one_exit_code_in_every_command(topic_prefix: str) -> None:
+    """One error class, one code (issue 21, item 4): no broker listens on the port, and every
+    command says so the same way, with BrokerError's exit code (5), never a traceback."""
+    from faultwatch.errors import EXIT_BROKER
+    from faultwatch.kafka.broker import free_port
+
+    nobody = f"127.0.0.1:{free_port()}"
+    for argv in UNREACHABLE:
+        res = _fw(nobody, topic_prefix, *argv)
+        assert res.returncode == EXIT_BROKER, (argv, res.returncode, res.stderr[-2000:])
+        assert "Kafka is unreachable or refused the connection" in res.stderr, (argv, res.stderr)
+        assert "Traceback" not in res.stderr, (argv, res.stderr)
