@@ -13,6 +13,9 @@ up the way docs/operating.md says (processor key, operator key, node keys, one t
 5. a blacklist signed with what an agent holds (a node key) or with the legacy HMAC key is
    refused by `actuate`.
 
+Every refusal is also read back from the refusing process's /metrics
+(`faultwatch_refused_total{what,reason}`: processor, agent, `actuate`, `notify`).
+
 With FAULTWATCH_TRUST_TESTS_OFF=1 the same tests run without keys, --exec-confirm and
 --replay-state, and FAULTWATCH_TRUST_TESTS_CODE=/path/to/an/old/tree runs the faultwatch
 processes from that tree: that is how they were checked to fail on the code before issue 28."""
@@ -44,6 +47,7 @@ from tests.support.cluster import (
     decisions,
     events,
     processor,
+    refused_metric,
     wait_event,
     wait_processed,
     wait_processor_ready,
@@ -108,7 +112,7 @@ def cluster(kafka_bootstrap: str, site: Site, tmp_path_factory: pytest.TempPathF
     """One processor for the module: (prefix, its log)."""
     prefix = f"trust{uuid.uuid4().hex[:8]}."
     log = tmp_path_factory.mktemp("proc") / "processor.log"
-    with processor(kafka_bootstrap, prefix, log, "--settle-s", "0.5",
+    with processor(kafka_bootstrap, prefix, log, "--settle-s", "0.5", "--metrics-port", "0",
                    env=site.processor_env()) as proc:
         wait_processor_ready(kafka_bootstrap, prefix, proc, log)
         yield prefix, log
@@ -127,7 +131,7 @@ def start_actuate(bootstrap: str, prefix: str, site: Site, tmp: Path,
             [faultwatch_exe(), "actuate", "--backend", "exec", "--exec-quarantine", drain,
              *([] if OFF else ["--exec-confirm", confirm]), "--bootstrap", bootstrap,
              "--topic-prefix", prefix,
-             "--state-file", str(tmp / "state.jsonl")],
+             "--state-file", str(tmp / "state.jsonl"), "--metrics-port", "0"],
             stdout=fh, stderr=subprocess.STDOUT, env=site.env(), start_new_session=True)
     wait_event(log, "actuate_started", 60, proc=proc)
     return proc, drained, log
@@ -207,6 +211,9 @@ def test_case1_an_agent_speaks_only_for_its_own_node(kafka_bootstrap: str, site:
         assert [d["action"] for d in decisions(b, prefix, victim)] == []
         assert "GOODNODE" not in read(drained)
         assert vic.poll() is None and b"event=blacklisted" not in vlog.read_bytes()
+        counted = refused_metric(plog)  # the processor's /metrics says so too
+        assert counted.get(("logs", "unsigned"), 0) >= 1, counted
+        assert counted.get(("logs", "wrong_node"), 0) >= 1, counted
         # BADNODE's agent about its own node, for a job the scheduler runs elsewhere
         subprocess.run(agent_cmd(b, prefix, f"{victim}-x", "BADNODE", attack, "--spool-dir",
                                  str(tmp_path / "sb"), *site.node_flags("BADNODE")),
@@ -215,6 +222,7 @@ def test_case1_an_agent_speaks_only_for_its_own_node(kafka_bootstrap: str, site:
                    where=lambda e: e.get("node") == "BADNODE"
                    and e.get("reason") == "not_allocated", proc=act)
         assert "BADNODE" not in read(drained)
+        assert refused_metric(alog).get(("actuate", "not_allocated"), 0) >= 1
     finally:
         stop(vic)
         stop(act)
@@ -242,6 +250,7 @@ def test_case2_a_hand_written_registry_record_is_refused(kafka_bootstrap: str, s
         assert "prod-gpu-07" not in read(drained)
         e = wait_event(alog, "node_record_refused", 10, proc=act)
         assert e["reason"] == "unsigned"
+        assert refused_metric(alog).get(("node_record", "unsigned"), 0) >= 1
     finally:
         stop(act)
 
@@ -260,6 +269,7 @@ def test_case3_only_an_operator_signed_rule_set_is_loaded(kafka_bootstrap: str, 
     assert res.returncode == 0, res.stderr
     e = wait_event(plog, "rules_refused", 60)
     assert e["reason"] == "unsigned"
+    assert refused_metric(plog).get(("rules", "unsigned"), 0) >= 1
     (tmp_path / "ok.yaml").write_text(
         "version: 1\nrules:\n  - id: ops.flaky_fs\n    category: retryable\n"
         "    contains: flaky fs\n")
@@ -293,8 +303,9 @@ def test_case4_a_decision_of_run_1_does_not_restart_run_2(kafka_bootstrap: str, 
     with open(log2, "wb") as fh:  # run 2 of the same job name, right after run 1 ended
         run2 = subprocess.Popen(agent_cmd(b, prefix, job, "NODE4",
                                           [sys.executable, "-c", FOREVER],
-                                          "--follow-decisions", "--spool-dir",
-                                          str(tmp_path / "s2"), *site.node_flags("NODE4")),
+                                          "--follow-decisions", "--metrics-port", "0",
+                                          "--spool-dir", str(tmp_path / "s2"),
+                                          *site.node_flags("NODE4")),
                                 stdout=fh, stderr=subprocess.STDOUT, env=site.env(),
                                 start_new_session=True)
     try:
@@ -304,6 +315,7 @@ def test_case4_a_decision_of_run_1_does_not_restart_run_2(kafka_bootstrap: str, 
         wait_event(log2, "decision_refused", 30, where=lambda e: e.get("reason") == "other_run",
                    proc=run2)
         assert run2.poll() is None and b"event=restart " not in log2.read_bytes()
+        assert refused_metric(log2).get(("decision", "other_run"), 0) >= 1
     finally:
         stop(run2)
 
@@ -335,6 +347,7 @@ def test_case4_an_old_signed_decision_replayed_to_notify_is_not_posted(
             [faultwatch_exe(), "notify", "--bootstrap", kafka_bootstrap, "--topic-prefix",
              prefix, "--webhook", f"http://127.0.0.1:{srv.server_address[1]}/h",
              "--group-wait-s", "0.5", "--group-id", f"{prefix}notify", "--from-beginning",
+             "--metrics-port", "0",
              *([] if OFF else ["--replay-state", str(tmp_path / "seen")])],
             stdout=fh, stderr=subprocess.STDOUT, env=site.env(), start_new_session=True)
     try:
@@ -346,6 +359,7 @@ def test_case4_an_old_signed_decision_replayed_to_notify_is_not_posted(
         assert not any(b"old-job" in p for p in Hook.posted)
         e = wait_event(log, "decision_refused", 10, proc=proc)
         assert e["reason"] == "too_old"
+        assert refused_metric(log).get(("decision", "too_old"), 0) >= 1
     finally:
         stop(proc)
         srv.shutdown()
@@ -371,5 +385,8 @@ def test_case5_what_an_agent_holds_cannot_sign_a_blacklist(kafka_bootstrap: str,
         assert "n-a" not in read(drained) and "n-b" not in read(drained)
         reasons = {e["reason"] for e in events(alog, "decision_refused")}
         assert {"wrong_role", "malformed_signature"} <= reasons, reasons
+        counted = refused_metric(alog)
+        assert counted.get(("decision", "wrong_role"), 0) >= 1, counted
+        assert counted.get(("decision", "malformed_signature"), 0) >= 1, counted
     finally:
         stop(act)
