@@ -26,7 +26,7 @@ from faultwatch.core.registry import (
 from faultwatch.errors import ConfigError, DecodeError, FaultwatchError
 from faultwatch.eventlog import log_event
 from faultwatch.trust.refusals import REFUSALS
-from faultwatch.trust.replay import ReplayGuard
+from faultwatch.trust.replay import REPLAYED, ReplayGuard, superseded
 from faultwatch.wire import decode_decision, decode_node
 
 
@@ -125,6 +125,13 @@ class Actuator:
         except DecodeError as e:
             log_event("undecodable_record", topic=topic, partition=partition, offset=offset,
                       error=str(e))
+            return
+        held = self.registry.get(rec.node)
+        if getattr(gate, "verifying", False) and held is not None and superseded(
+                held.updated_ts, rec.updated_ts):
+            gate.refuse(REPLAYED, f"node {rec.node!r}: a record of {rec.updated_ts:.0f} after "
+                        f"one of {held.updated_ts:.0f} (an old record written again)",
+                        topic=topic, partition=partition, offset=offset)
             return
         self.on_node(rec, now)
 
