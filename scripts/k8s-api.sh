@@ -1,21 +1,49 @@
 #!/usr/bin/env bash
 # A real Kubernetes API server (kube-apiserver + etcd, and kube-controller-manager for PDB
 # status) built from the Go module proxy once per version and cached, then started on loopback.
-#   scripts/k8s-api.sh build             build (or find cached) binaries; prints the bin dir
+#   scripts/k8s-api.sh build             build (or find cached) binaries and fetch the published
+#                                        CRDs deploy/ needs (KEDA's); prints the bin dir
+#   scripts/k8s-api.sh crds              fetch (or find cached) those CRDs; prints their dir
 #   scripts/k8s-api.sh start DIR         start etcd, kube-apiserver, kube-controller-manager with
 #                                        state in DIR; writes DIR/env (K8S_SERVER, tokens, CA)
 #   scripts/k8s-api.sh stop DIR          stop them (controller manager first), by PID
 # Cache: ${FAULTWATCH_K8S_CACHE:-~/.cache/faultwatch/k8s}/v$K8S_VERSION (binaries ~250 MB;
 # Go's module and build caches ~4 GB). First build on 2 cores: ~8 min; cached: instant.
+# CRDs: KEDA's ScaledObject and TriggerAuthentication exactly as KEDA publishes them
+# (config/crd/bases of github.com/kedacore/keda/v2 at $KEDA_VERSION, fetched from the Go
+# module proxy: a 3 MB module zip), cached in ${FAULTWATCH_K8S_CACHE:-~/.cache/faultwatch/k8s}/crds.
 set -euo pipefail
 K8S_VERSION=${FAULTWATCH_K8S_VERSION:-1.37.2}
+KEDA_VERSION=${FAULTWATCH_KEDA_VERSION:-2.21.0}
 STAGING_VERSION="0.${K8S_VERSION#1.}"
-CACHE=${FAULTWATCH_K8S_CACHE:-$HOME/.cache/faultwatch/k8s}/v$K8S_VERSION
+ROOT=${FAULTWATCH_K8S_CACHE:-$HOME/.cache/faultwatch/k8s}
+CACHE=$ROOT/v$K8S_VERSION
 BIN=$CACHE/bin
+CRDS=$ROOT/crds/keda-v$KEDA_VERSION
+KEDA_CRDS="keda.sh_scaledobjects.yaml keda.sh_triggerauthentications.yaml"
 
 log() { echo "k8s-api: $*" >&2; }
 
+crds() {
+  local f missing=""
+  for f in $KEDA_CRDS; do [ -s "$CRDS/$f" ] || missing=1; done
+  if [ -n "$missing" ]; then
+    command -v go >/dev/null || { log "go is required to fetch KEDA's CRDs (Go module proxy)"; exit 1; }
+    local dir
+    dir=$(cd / && GOFLAGS=-mod=mod GOTOOLCHAIN=local \
+      go mod download -json "github.com/kedacore/keda/v2@v$KEDA_VERSION" \
+      | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')
+    [ -n "$dir" ] || { log "could not fetch github.com/kedacore/keda/v2@v$KEDA_VERSION"; exit 1; }
+    mkdir -p "$CRDS"
+    for f in $KEDA_CRDS; do cp "$dir/config/crd/bases/$f" "$CRDS/$f.tmp" && mv "$CRDS/$f.tmp" "$CRDS/$f"; done
+    chmod u+w "$CRDS"/*.yaml
+    log "KEDA v$KEDA_VERSION CRDs in $CRDS"
+  fi
+  echo "$CRDS"
+}
+
 build() {
+  crds >/dev/null
   if [ -x "$BIN/kube-apiserver" ] && [ -x "$BIN/etcd" ] && [ -x "$BIN/kube-controller-manager" ]; then
     echo "$BIN"; return
   fi
@@ -185,7 +213,8 @@ stop() {  # the controller manager first: the apiserver waits for its connection
 
 case "${1:-}" in
   build) build ;;
+  crds) crds ;;
   start) start "${2:-}" ;;
   stop) stop "${2:-}" ;;
-  *) echo "usage: $0 build|start DIR|stop DIR" >&2; exit 2 ;;
+  *) echo "usage: $0 build|crds|start DIR|stop DIR" >&2; exit 2 ;;
 esac

@@ -147,6 +147,9 @@ class KubernetesBackend:
     def _before_patch(self, node: str) -> None:
         """Between reading a node and patching it (tests race a writer here)."""
 
+    def _before_pod_action(self, ns: str, pod: str) -> None:
+        """Between reading a pod and evicting or deleting it (tests race a writer here)."""
+
     def _quarantine(self, node: str, action: Action) -> str:
         path, obj = self._node(node)
         meta = obj.get("metadata") or {}
@@ -229,15 +232,17 @@ class KubernetesBackend:
             return f"{ns}/{pod}: not on {node} (recreated elsewhere?): left alone"
         uid = (obj.get("metadata") or {}).get("uid")
         options: dict[str, Any] = {"preconditions": {"uid": uid}} if uid else {}
+        self._before_pod_action(ns, pod)
         try:
             if self.pod_action == EVICT:
-                self._request("POST", f"{path}/eviction",
-                              {"apiVersion": "policy/v1", "kind": "Eviction",
-                               "metadata": {"name": pod, "namespace": ns},
-                               "deleteOptions": options}, ok404=True)
+                gone = self._request("POST", f"{path}/eviction",
+                                     {"apiVersion": "policy/v1", "kind": "Eviction",
+                                      "metadata": {"name": pod, "namespace": ns},
+                                      "deleteOptions": options}, ok404=True) is None
             else:
-                self._request("DELETE", path, {"kind": "DeleteOptions", "apiVersion": "v1",
-                                               **options}, ok404=True)
+                gone = self._request("DELETE", path, {"kind": "DeleteOptions",
+                                                      "apiVersion": "v1", **options},
+                                     ok404=True) is None
         except _HTTPStatus as e:
             if e.code == 409:  # uid precondition failed: a different pod by that name now
                 return f"{ns}/{pod}: replaced meanwhile: left alone"
@@ -247,6 +252,8 @@ class KubernetesBackend:
                     f"pod keeps running on {node}; retried, or use --k8s-pod-action delete "
                     "to override PodDisruptionBudgets") from None
             raise
+        if gone:  # deleted between our read and the eviction: nothing left to move
+            return f"{ns}/{pod}: already gone"
         verb = "evicted" if self.pod_action == EVICT else "deleted"
         return f"{verb} pod {ns}/{pod} on {node}" + self._event(
             "Pod", pod, uid, ns, "FaultwatchRequeue",

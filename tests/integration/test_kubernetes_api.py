@@ -1,18 +1,22 @@
 """The Kubernetes actuator and deploy/ against a real kube-apiserver (etcd, RBAC, the disruption
 controller): the service account of deploy/kubernetes/actuate-rbac.yaml, with a bound token
-from the TokenRequest API, cordons/taints/labels nodes, evicts pods (budgets respected),
-posts Events and releases; each RBAC rule is shown to be needed; every manifest passes a
-server-side dry run."""
+from the TokenRequest API, cordons/taints/labels nodes, evicts pods (budgets respected; a pod
+replaced or gone meanwhile left alone) or deletes them, posts Events and releases; each RBAC
+rule is shown to be needed; every manifest passes a server-side dry run (KEDA's CRDs as KEDA
+publishes them); the documented podFailurePolicy Job is created; `faultwatch actuate` removes
+the taint when a quarantine expires."""
 
 from __future__ import annotations
 
 import copy
+import textwrap
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from faultwatch.actuate.backend import ActuateError
 from faultwatch.actuate.kubernetes import (
@@ -24,6 +28,7 @@ from faultwatch.actuate.kubernetes import (
     KubernetesBackend,
 )
 from faultwatch.actuate.plan import QUARANTINE, RELEASE, REQUEUE, Action
+from faultwatch.agents import exitcodes
 from tests.support import k8s
 from tests.support.k8s import ApiError, KubeAPI, load_docs, rules_of
 from tests.support.waiting import wait_until
@@ -194,6 +199,96 @@ def test_a_conflicting_write_is_retried_and_a_missing_node_is_permanent(
     assert "404" in str(err.value) and getattr(err.value, "permanent", False)
 
 
+def test_a_pod_replaced_or_gone_meanwhile_is_left_alone(api: KubeAPI, tmp_path: Path) -> None:
+    """The eviction carries the pod's uid: a pod recreated under the same name between the
+    actuator's read and its eviction is refused by the API server (409) and left alone; one
+    deleted meanwhile (404) or never there is reported gone, not evicted."""
+    node, job = _names()
+    api.node(node)
+    token = api.token_for(SA_NS, SA_NAME)
+
+    class Raced(KubernetesBackend):
+        def _before_pod_action(self, ns: str, pod: str) -> None:
+            api.request("DELETE", f"/api/v1/namespaces/{ns}/pods/{pod}",
+                        {"kind": "DeleteOptions", "apiVersion": "v1", "gracePeriodSeconds": 0})
+            if pod.endswith("-0"):  # its controller recreated it at once
+                api.pod(ns, pod, node, {"job": job})
+
+    raced = Raced(KubeConfig(server=api.server, token_file=_token(tmp_path, token),
+                             ca_file=api.ca))
+    before = api.pod("ml", f"{job}-0", node, {"job": job})["metadata"]["uid"]
+    api.pod("ml", f"{job}-1", node, {"job": job})
+    said = raced.apply(_action(REQUEUE, node, job, pod=f"{job}-0", node=node))
+    assert said == f"ml/{job}-0: replaced meanwhile: left alone", said
+    now = api.get(f"/api/v1/namespaces/ml/pods/{job}-0")
+    assert now["metadata"]["uid"] != before and not now["metadata"].get("deletionTimestamp")
+    said = raced.apply(_action(REQUEUE, node, job, pod=f"{job}-1", node=node))
+    assert said == f"ml/{job}-1: already gone", said
+    assert not api.events_about("ml", "Pod", f"{job}-1")  # nothing claimed about it
+    plain = _backend(api, tmp_path, token)
+    said = plain.apply(_action(REQUEUE, node, job, pod=f"{job}-9", node=node))
+    assert said == f"ml/{job}-9: already gone", said
+
+
+def test_delete_instead_of_evict_needs_its_verb_and_overrides_the_budget(
+        api: KubeAPI, tmp_path: Path) -> None:
+    """--k8s-pod-action delete: refused (403, permanent) with the shipped role, which has no
+    `delete`; with `delete` added as actuate-rbac.yaml says, the pod a budget protects from
+    eviction (shown in the same run) is deleted."""
+    node, job = _names()
+    api.node(node)
+    api.pod("ml", f"{job}-0", node, {"job": job, "app": job}, running=True)
+    api.ensure({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+                "metadata": {"name": job, "namespace": "ml"},
+                "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": job}}}})
+    pdb = f"/apis/policy/v1/namespaces/ml/poddisruptionbudgets/{job}"
+    wait_until(lambda: api.get(pdb).get("status", {}).get("currentHealthy") == 1, 60,
+               "the disruption controller to count the pod healthy")
+    requeue = _action(REQUEUE, node, job, pod=f"{job}-0", node=node)
+    shipped = api.token_for(SA_NS, SA_NAME)
+    with pytest.raises(ActuateError, match="refused \\(429\\)") as err:  # control: evict
+        _backend(api, tmp_path, shipped).apply(requeue)
+    assert not err.value.permanent  # the budget may allow it later: retried
+    with pytest.raises(ActuateError, match="403") as err:
+        _backend(api, tmp_path, shipped, pod_action="delete").apply(requeue)
+    assert err.value.permanent
+    role = f"fw-delete-{uuid.uuid4().hex[:6]}"
+    rules = rules_of(load_docs(RBAC))
+    for r in rules:
+        if r["resources"] == ["pods"]:
+            r["verbs"] = [*r["verbs"], "delete"]
+    _bind(api, role, rules)
+    deleter = _backend(api, tmp_path, api.token_for(SA_NS, role), pod_action="delete")
+    wait_until(lambda: _allows(api, deleter, "pods", "delete"), 30, f"{role} to be in force")
+    said = deleter.apply(requeue)
+    assert said == f"deleted pod ml/{job}-0 on {node}", said
+    pod = api.get(f"/api/v1/namespaces/ml/pods/{job}-0")  # no kubelet: left terminating
+    assert pod["metadata"].get("deletionTimestamp"), pod["metadata"]
+    assert [e["reason"] for e in api.events_about("ml", "Pod", f"{job}-0")] == [
+        "FaultwatchRequeue"]
+
+
+def _bind(api: KubeAPI, role: str, rules: list[dict[str, Any]]) -> None:
+    """A ClusterRole with `rules` bound to a service account of the same name."""
+    api.ensure({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+                "metadata": {"name": role}, "rules": rules})
+    api.ensure({"apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "ClusterRoleBinding", "metadata": {"name": role},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                            "name": role},
+                "subjects": [{"kind": "ServiceAccount", "name": role, "namespace": SA_NS}]})
+
+
+def _allows(api: KubeAPI, backend: KubernetesBackend, resource: str, verb: str) -> bool:
+    token = backend.cfg.token_file.read_text() if backend.cfg.token_file else None
+    review = api.request("POST", "/apis/authorization.k8s.io/v1/selfsubjectrulesreviews",
+                         {"apiVersion": "authorization.k8s.io/v1",
+                          "kind": "SelfSubjectRulesReview", "spec": {"namespace": "ml"}},
+                         token=token)
+    return any(resource in r.get("resources", []) and verb in r.get("verbs", [])
+               for r in review["status"]["resourceRules"])
+
+
 def _token(tmp: Path, token: str) -> Path:
     p = tmp / f"token-{uuid.uuid4().hex[:6]}"
     p.write_text(token)
@@ -265,24 +360,18 @@ def _bound(api: KubeAPI, backend: KubernetesBackend) -> bool:
     return any(ours & set(r.get("resources", [])) for r in review["status"]["resourceRules"])
 
 
-# Stand-ins for the CRDs that deploy/ uses but the API server does not serve by itself: the
-# group, kinds and scope as KEDA publishes them, with an open schema (documented in
-# docs/schedulers.md: the shape of a ScaledObject is KEDA's to validate, its presence ours).
-KEDA_CRDS = [("ScaledObject", "scaledobjects"), ("TriggerAuthentication",
-                                                 "triggerauthentications")]
+# The CRDs deploy/ uses that the API server does not serve by itself, exactly as KEDA
+# publishes them (config/crd/bases of its Go module, fetched by scripts/k8s-api.sh crds): the
+# dry run below validates the ScaledObject and TriggerAuthentication against KEDA's schema.
+KEDA_KINDS = {"ScaledObject", "TriggerAuthentication"}
 
 
-def _register_keda(api: KubeAPI) -> None:
-    for kind, plural in KEDA_CRDS:
-        api.ensure({
-            "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-            "metadata": {"name": f"{plural}.keda.sh"},
-            "spec": {"group": "keda.sh", "scope": "Namespaced",
-                     "names": {"kind": kind, "plural": plural, "singular": kind.lower()},
-                     "versions": [{"name": "v1alpha1", "served": True, "storage": True,
-                                   "schema": {"openAPIV3Schema": {
-                                       "type": "object",
-                                       "x-kubernetes-preserve-unknown-fields": True}}}]}})
+def _register_published_crds(api: KubeAPI) -> None:
+    crds = [d for path in k8s.published_crds() for d in load_docs(path)]
+    assert {c["spec"]["names"]["kind"] for c in crds} == KEDA_KINDS, crds
+    for crd in crds:
+        assert crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+        api.ensure(crd)
     wait_until(lambda: _serves(api, "keda.sh/v1alpha1"), 60, "the KEDA CRDs to be served")
 
 
@@ -291,7 +380,7 @@ def _serves(api: KubeAPI, group_version: str) -> bool:
         kinds = {r["kind"] for r in api.get(f"/apis/{group_version}")["resources"]}
     except ApiError:
         return False
-    return {k for k, _ in KEDA_CRDS} <= kinds
+    return KEDA_KINDS <= kinds
 
 
 def _manifests() -> list[tuple[str, dict[str, Any]]]:
@@ -308,7 +397,7 @@ def _manifests() -> list[tuple[str, dict[str, Any]]]:
 
 
 def test_every_manifest_in_deploy_passes_a_server_side_dry_run(api: KubeAPI) -> None:
-    _register_keda(api)
+    _register_published_crds(api)
     docs = _manifests()
     names = {d["kind"] for _, d in docs}
     assert {"Deployment", "ClusterRole", "ScaledObject", "Job", "Pod"} <= names, names
@@ -332,22 +421,70 @@ def test_every_manifest_in_deploy_passes_a_server_side_dry_run(api: KubeAPI) -> 
                 problems.append(f"{name}: {doc['kind']} {doc['metadata'].get('name')}: "
                                 f"{e.code} {msg}")
     assert not problems, "\n".join(problems)
+    # the dry run can fail: KEDA's schema refuses a ScaledObject with a misspelt field or a
+    # count that is not a number (an open stand-in schema would take both)
+    (scaled,) = [d for _, d in docs if d["kind"] == "ScaledObject"]
+    for bad in ({"maxReplicas": 12}, {"minReplicaCount": "two"}):
+        wrong = copy.deepcopy(scaled)
+        wrong["spec"].update(bad)
+        with pytest.raises(ApiError) as err:
+            api.create(wrong, dry_run=True)
+        assert err.value.code in (400, 422), err.value
+
+
+def _documented_pod_failure_policy_job() -> dict[str, Any]:
+    """The Job spec docs/schedulers.md recommends (its exit-code section's YAML block), with
+    the one container its rules name."""
+    text = (REPO / "docs" / "schedulers.md").read_text()
+    (block,) = [b.split("```", 1)[0] for b in text.split("```yaml")[1:] if "podFailurePolicy" in b]
+    spec = yaml.safe_load(textwrap.dedent(block))["spec"]
+    names = {r["onExitCodes"]["containerName"] for r in spec["podFailurePolicy"]["rules"]
+             if "onExitCodes" in r}
+    (container,) = names
+    spec["template"]["spec"]["containers"] = [{"name": container, "image": "train:1"}]
+    return {"apiVersion": "batch/v1", "kind": "Job",
+            "metadata": {"name": "documented", "namespace": "ml"}, "spec": spec}
 
 
 def test_the_documented_job_with_its_pod_failure_policy_is_accepted(api: KubeAPI) -> None:
-    from faultwatch.agents import config
-
-    (job,) = [d for _, d in _manifests() if d["kind"] == "Job"]
-    job = copy.deepcopy(job)
-    job["metadata"]["name"] = f"fw-{uuid.uuid4().hex[:6]}"
-    job["metadata"]["namespace"] = "ml"
-    created = api.create(job)  # for real: the API validates podFailurePolicy on create
-    rules = created["spec"]["podFailurePolicy"]["rules"]
-    by_action = {r["action"]: set(r["onExitCodes"]["values"]) for r in rules
-                 if "onExitCodes" in r}
-    assert config.EXIT_BLACKLISTED in by_action.get("Ignore", set()), rules
-    assert {config.EXIT_FAILED_BY_DECISION} <= by_action.get("FailJob", set()), rules
-    assert created["spec"]["template"]["spec"]["restartPolicy"] == "Never"
+    """docs/schedulers.md's podFailurePolicy and deploy/'s Job carrying it are both created for
+    real (the API validates the policy on create) and act on exactly the exit codes of the
+    agent's contract: Ignore 75 and 138, FailJob 1-6, 76, 78, 77 left to Count."""
+    (shipped,) = [d for _, d in _manifests() if d["kind"] == "Job"]
+    for job in (_documented_pod_failure_policy_job(), copy.deepcopy(shipped)):
+        job["metadata"]["name"] = f"fw-{uuid.uuid4().hex[:6]}"
+        job["metadata"]["namespace"] = "ml"
+        created = api.create(job)  # for real, not a dry run
+        spec = created["spec"]
+        assert spec["template"]["spec"]["restartPolicy"] == "Never"
+        rules = spec["podFailurePolicy"]["rules"]
+        by_action: dict[str, set[int]] = {}
+        for r in rules:
+            if "onExitCodes" in r:
+                assert r["onExitCodes"]["operator"] == "In", r
+                by_action.setdefault(r["action"], set()).update(r["onExitCodes"]["values"])
+        assert by_action == {
+            "Ignore": {exitcodes.EXIT_RESTART, exitcodes.EXIT_ELSEWHERE},
+            "FailJob": {1, 2, 3, 4, 5, 6, exitcodes.EXIT_NODES_TIMEOUT, exitcodes.EXIT_FAILED},
+        }, rules
+        assert exitcodes.EXIT_UNDECIDED not in set().union(*by_action.values())  # Count
+        assert {"action": "Ignore", "onPodConditions": [
+            {"type": "DisruptionTarget", "status": "True"}]} in rules, rules
+        # the agent's identity read through the downward API from the pod's labels (the run id
+        # from controller-uid, the job from job-name): labels the API server sets on the template
+        labels = spec["template"]["metadata"]["labels"]
+        for c in spec["template"]["spec"]["containers"]:
+            for env in c.get("env", []):
+                path = ((env.get("valueFrom") or {}).get("fieldRef") or {}).get("fieldPath", "")
+                if path.startswith("metadata.labels["):
+                    assert path[len("metadata.labels['"):-2] in labels, (env, labels)
+    # the API refuses what it must: a podFailurePolicy needs restartPolicy Never
+    wrong = _documented_pod_failure_policy_job()
+    wrong["metadata"]["name"] = f"fw-{uuid.uuid4().hex[:6]}"
+    wrong["spec"]["template"]["spec"]["restartPolicy"] = "OnFailure"
+    with pytest.raises(ApiError) as err:
+        api.create(wrong, dry_run=True)
+    assert err.value.code == 422 and "podFailurePolicy" in str(err.value.body), err.value
 
 
 @pytest.mark.kafka

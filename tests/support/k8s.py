@@ -40,7 +40,8 @@ class ApiError(RuntimeError):
 def missing() -> str | None:
     """Why no API server can be built or started here, or None when it can."""
     cache = Path(os.environ.get("FAULTWATCH_K8S_CACHE", Path.home() / ".cache/faultwatch/k8s"))
-    if not list(cache.glob("v*/bin/kube-apiserver")) and shutil.which("go") is None:
+    built = list(cache.glob("v*/bin/kube-apiserver")) and list(cache.glob("crds/keda-v*/*.yaml"))
+    if not built and shutil.which("go") is None:
         return "no Go toolchain to build kube-apiserver (scripts/k8s-api.sh build)"
     if shutil.which("openssl") is None:
         return "openssl is missing"
@@ -188,6 +189,17 @@ def start(state: Path) -> KubeAPI:
         raise RuntimeError(f"scripts/k8s-api.sh start failed ({proc.returncode}):\n"
                            f"{proc.stderr[-3000:]}")
     return KubeAPI(state)
+
+
+def published_crds() -> list[Path]:
+    """The CRDs deploy/ needs, as their projects publish them (KEDA's ScaledObject and
+    TriggerAuthentication from its Go module; `scripts/k8s-api.sh crds` fetches them once)."""
+    proc = subprocess.run(["bash", str(SCRIPT), "crds"], capture_output=True, text=True,
+                          timeout=600)
+    if proc.returncode != 0:
+        raise RuntimeError(f"scripts/k8s-api.sh crds failed ({proc.returncode}):\n"
+                           f"{proc.stderr[-3000:]}")
+    return sorted(Path(proc.stdout.strip()).glob("*.yaml"))
 
 
 def stop(state: Path) -> None:
