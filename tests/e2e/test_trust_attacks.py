@@ -6,7 +6,8 @@ up the way docs/operating.md says (processor key, operator key, node keys, one t
    blacklisted and drained); an agent speaking for its own node about a job the scheduler
    does not run there gets its node's blacklist refused by `actuate` (not_allocated);
 2. a hand-written quarantine on the nodes topic is refused by actuate (an operator-signed
-   `faultwatch nodes quarantine` is carried out);
+   `faultwatch nodes quarantine` is carried out), and the processor blacklists no job placed
+   on that node (a job on the operator-quarantined node is);
 3. an unsigned `rules push` is refused by the processor (a signed one is loaded);
 4. run 1's restart decision does not restart run 2 of the reused job name; a 40-minute-old
    signed decision replayed to `notify` is not posted (a fresh one is);
@@ -76,7 +77,8 @@ class Site:
         self.dir = d
         lines = []
         for role, name in (("processor", "proc"), ("operator", "ops"), ("node", "GOODNODE"),
-                           ("node", "BADNODE"), ("node", "CTRLNODE"), ("node", "NODE4")):
+                           ("node", "BADNODE"), ("node", "CTRLNODE"), ("node", "NODE4"),
+                           ("node", "NODE5"), ("node", "NODE6")):
             lines.append(generate(d / f"{name}.key", role, name if role == "node" else "")
                          .line())
         (d / "trust").write_text("\n".join(lines) + "\n")
@@ -253,6 +255,36 @@ def test_case2_a_hand_written_registry_record_is_refused(kafka_bootstrap: str, s
         assert refused_metric(alog).get(("node_record", "unsigned"), 0) >= 1
     finally:
         stop(act)
+
+
+def test_case2_the_processor_blacklists_no_job_for_a_forged_quarantine(
+        kafka_bootstrap: str, site: Site, cluster: tuple[str, Path], tmp_path: Path) -> None:
+    """The other half of case 2: a job placed on a node with a forged quarantine record is not
+    blacklisted by the processor; one on an operator-quarantined node is (positive control)."""
+    prefix, plog = cluster
+    b = kafka_bootstrap
+    env = site.env() if OFF else site.env(FAULTWATCH_SIGNING_KEY_FILE=str(site.key("ops")))
+    res = subprocess.run([faultwatch_exe(), "nodes", "--bootstrap", b, "--topic-prefix", prefix,
+                          "quarantine", "NODE6", "--for", "1h", "--reason", "bad DIMM"],
+                         env=env, capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    forged = {"v": 1, "t": "node", "node": "NODE5", "state": "quarantined",
+              "until": time.time() + 365 * 86400, "strikes": 1, "reasons": [],
+              "updated_ts": time.time()}
+    # written after the signed one on the one-partition topic: its refusal means both were read
+    produce(b, f"{prefix}nodes", b"NODE5", [orjson.dumps(forged)])
+    wait_event(plog, "node_record_refused", 60, where=lambda e: e.get("reason") == "unsigned")
+    forged_job, signed_job = f"placed-{uuid.uuid4().hex[:6]}", f"placed-{uuid.uuid4().hex[:6]}"
+    short = ["sh", "-c", "echo training; sleep 2"]
+    for job, node in ((forged_job, "NODE5"), (signed_job, "NODE6")):
+        subprocess.run(agent_cmd(b, prefix, job, node, short, "--spool-dir",
+                                 str(tmp_path / job), *site.node_flags(node)),
+                       env=site.env(), capture_output=True, timeout=60)
+    wait_until(lambda: any(d["action"] == "blacklist" for d in decisions(b, prefix, signed_job)),
+               60, "the job on the operator-quarantined node blacklisted")
+    wait_processed(b, prefix)
+    assert [d["action"] for d in decisions(b, prefix, forged_job)] == []
+    assert refused_metric(plog).get(("node_record", "unsigned"), 0) >= 1
 
 
 # ---- case 3 --------------------------------------------------------------------------------
