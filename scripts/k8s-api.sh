@@ -175,10 +175,10 @@ current-context: fw
 KC
   chmod 600 "$dir/kubeconfig"
   # the controller manager: the disruption controller computes PodDisruptionBudget status
-  # (without it every eviction of a PDB-covered pod answers 429), plus namespaces and
-  # service accounts.
+  # (without it every eviction of a PDB-covered pod answers 429), plus namespaces, service
+  # accounts, and the Job controller (it applies the podFailurePolicy of deploy/'s Job).
   "$bin/kube-controller-manager" --kubeconfig "$dir/kubeconfig" --leader-elect=false \
-    --controllers disruption,namespace,serviceaccount,garbagecollector \
+    --controllers disruption,namespace,serviceaccount,garbagecollector,job \
     --secure-port 0 --service-account-private-key-file "$pki/sa.key" \
     --root-ca-file "$pki/ca.crt" > "$dir/controller-manager.log" 2>&1 &
   echo $! > "$dir/controller-manager.pid"

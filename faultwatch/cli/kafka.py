@@ -93,7 +93,7 @@ def add_acls_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--principal", action="append", default=[], metavar="ROLE=TYPE:NAME",
                    help="the principal of a role (repeatable; default User:faultwatch-<role>; "
                         f"roles: {', '.join(acls.ROLES)})")
-    p.add_argument("--json", action="store_true", help="print one JSON object per ACL")
+    options.add_json(p, "print one JSON object per ACL")
     p.add_argument("--apply", action="store_true",
                    help="create the missing topics and ACLs on --bootstrap (idempotent; needs "
                         "a principal allowed to alter the cluster, e.g. the admin role)")

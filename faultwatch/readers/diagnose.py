@@ -33,8 +33,8 @@ def request(snapshot: Mapping[str, Any], now: float) -> Decision:
 
 
 def _check(snapshot: Mapping[str, Any] | None, job: str) -> Mapping[str, Any]:
-    if snapshot is None:
-        raise UsageError(f"no processor reports job {job!r} (see `faultwatch status`)")
+    if snapshot is None:  # an unknown job: exit 7 as in `status JOB` and `logs JOB`
+        raise NotFoundError(f"no processor reports job {job!r} (see `faultwatch status`)")
     if snapshot.get("phase") not in ("running", "settling") or not snapshot.get("nodes_alive"):
         raise UsageError(f"job {job!r} is not running (phase {snapshot.get('phase')}, "
                             f"{snapshot.get('nodes_alive', 0)} node(s) alive)")
@@ -162,8 +162,8 @@ def render(rep: Mapping[str, Any]) -> str:
 
 def run(bootstrap: str, topics: Any, job: str, *, as_json: bool,
         timeout_s: float = ANSWER_TIMEOUT_S) -> int:
-    """The CLI command: 0 when every live node answered, 1 when some did not (UsageError when
-    the job is not known or not running)."""
+    """The CLI command: 0 when every live node answered, 1 when some did not (NotFoundError
+    when the job is not known, UsageError when it is not running)."""
     import sys
 
     import orjson

@@ -46,8 +46,10 @@ def show_local(files: Sequence[str], *, rule_id: str | None = None, as_json: boo
 
 def show_cluster(bootstrap: str, topics: Topics, *, rule_id: str | None = None,
                  as_json: bool = False, out: TextIO = sys.stdout) -> int:
-    """Per worker (from its record on the status topic): version, layers, sources."""
-    workers = asyncio.run(read_workers(bootstrap, topics.status))
+    """Per worker (from its record on the status topic): version, layers, sources. A status
+    topic that does not exist is a NotFoundError (a wrong --topic-prefix, or no processor
+    ever ran under it), never "no workers"."""
+    workers = asyncio.run(read_workers(bootstrap, topics.status, must_exist=True))
     now = time.time()
     if as_json:
         for w in sorted(workers.values(), key=lambda w: str(w.get("worker"))):
@@ -63,8 +65,10 @@ def show_cluster(bootstrap: str, topics: Topics, *, rule_id: str | None = None,
 
 
 def _pushed_now(bootstrap: str, topics: Topics) -> tuple[layers.RulesInForce, str]:
-    """The set a worker without `--rules` files runs now: built-in + the pushed layer."""
-    value = asyncio.run(read_pushed(bootstrap, topics.rules))
+    """The set a worker without `--rules` files runs now: built-in + the pushed layer. The
+    rules topic (a processor creates it at start, `rules push` too) must exist: a missing one
+    is a NotFoundError (a wrong --topic-prefix), never "nothing pushed"."""
+    value = asyncio.run(read_pushed(bootstrap, topics.rules, must_exist=True))
     if value is None:
         return layers.load(), "built-in rules (nothing pushed)"
     layer, keep_builtin, rec = layer_of_record(value)

@@ -61,14 +61,19 @@ async def read_raw(bootstrap: str, topic: str, must_exist: bool = False
     return out
 
 
-async def read_workers(bootstrap: str, status_topic: str) -> dict[str, dict[str, Any]]:
-    return split_status(await read_raw(bootstrap, status_topic))[1]
+async def read_workers(bootstrap: str, status_topic: str, must_exist: bool = False
+                       ) -> dict[str, dict[str, Any]]:
+    """The live workers' records on the status topic (a missing topic: none, or a
+    NotFoundError with `must_exist`)."""
+    return split_status(await read_raw(bootstrap, status_topic, must_exist))[1]
 
 
-async def read_pushed(bootstrap: str, rules_topic: str) -> bytes | None:
-    """The newest record of the pushed rule set (None: nothing pushed, or a tombstone)."""
+async def read_pushed(bootstrap: str, rules_topic: str, must_exist: bool = False
+                      ) -> bytes | None:
+    """The newest record of the pushed rule set (None: nothing pushed, or a tombstone; a
+    missing topic is None, or a NotFoundError with `must_exist`)."""
     latest: bytes | None = None
-    for key, value in await read_raw(bootstrap, rules_topic):
+    for key, value in await read_raw(bootstrap, rules_topic, must_exist):
         if key == b"ruleset":
             latest = value
     return latest

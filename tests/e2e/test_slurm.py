@@ -289,3 +289,100 @@ def test_manual_quarantine_drains_and_release_resumes(
     finally:
         _stop(actuate)
         slurm.run("scontrol", "update", "nodename=n2", "state=resume", check=False)
+
+
+# ---- the exit-code contract with Slurm's own RequeueExit (docs/schedulers.md#exit-codes) --
+
+CONTRACT_BATCH = '''\
+#!{python}
+import os
+restart = os.environ.get("SLURM_RESTART_COUNT", "0")
+env = dict(os.environ, FAULTWATCH_ATTEMPT=restart)
+argv = [{python!r}, "-m", "faultwatch", "agent", "--job", {job!r},
+        "--node", os.environ["SLURMD_NODENAME"], "--heartbeat-s", "1",
+        "--follow-decisions", "--decision-wait-s", "2", "--exit-flush-timeout-s", "5",
+        "--verdict-out", {verdicts!r} + f"/{{restart}}.json", *{flags!r},
+        "--", {python!r}, "-c", {child!r}]
+os.execve(argv[0], argv, env)
+'''
+
+
+@pytest.fixture(scope="module")
+def slurm_requeue_exit() -> Iterator[SlurmCluster]:
+    """A cluster of its own whose slurm.conf says `RequeueExit=75,138` (the session cluster
+    has the actuator requeue instead; both at once would race)."""
+    why = missing()
+    if why:
+        pytest.fail(why)
+    cluster = SlurmCluster(extra_conf=("RequeueExit=75,138",))
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+def test_requeue_exit_requeues_run_me_elsewhere_never_a_childs_own_138(
+        slurm_requeue_exit: SlurmCluster, kafka_bootstrap: str, tmp_path: Path) -> None:
+    """Issue 21's collision, under Slurm itself: with `RequeueExit=75,138` a job whose agent
+    exits 138 (a failed boot check with --bootcheck-abort: this node is bad) is requeued by
+    slurmctld and completes; a job whose command exits 138 by itself (no decision arrives:
+    no processor runs) ends FAILED with the agent's 77, never requeued."""
+    slurm = slurm_requeue_exit
+    prefix = f"fwreq-{uuid.uuid4().hex[:8]}."  # nobody processes it: no decision comes
+    env = slurm.env(job_env())
+    env.update(FAULTWATCH_BOOTSTRAP=kafka_bootstrap, FAULTWATCH_TOPIC_PREFIX=prefix,
+               FAULTWATCH_SPOOL_DIR=str(tmp_path / "spool"))
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    jobs = {  # the first launch's boot check fails (its path is missing); the requeued passes
+        "elsewhere": (["--bootcheck", "--bootcheck-abort", "--no-bootcheck-allreduce",
+                       "--bootcheck-path", str(scratch / "missing")], "print('trained')"),
+        "own138": ([], "import sys; print('trained'); sys.exit(138)"),
+    }
+    ids: dict[str, str] = {}
+    for what, (flags, child) in jobs.items():
+        verdicts = tmp_path / what
+        verdicts.mkdir()
+        batch = tmp_path / f"{what}.py"
+        text = CONTRACT_BATCH.format(python=sys.executable, job=f"{what}-{uuid.uuid4().hex[:6]}",
+                                     verdicts=str(verdicts), flags=flags, child=child)
+        if what == "elsewhere":  # the requeued launch checks a path that exists
+            text = text.replace("os.execve(", f"argv = [{str(scratch)!r} if a == "
+                                f"{str(scratch / 'missing')!r} and restart != '0' else a "
+                                "for a in argv]\nos.execve(")
+        batch.write_text(text)
+        batch.chmod(0o755)
+        r = subprocess.run([slurm_exe("sbatch"), "--parsable", "--requeue", f"--job-name={what}",
+                            "--open-mode=append", f"--output={tmp_path / what}.out", str(batch)],
+                           env=env, capture_output=True, text=True, timeout=30)
+        assert r.returncode == 0, r.stderr
+        ids[what] = r.stdout.strip().split(";")[0]
+
+    def ended(jid: str, requeued_ends: bool = False) -> dict[str, str] | None:
+        info = slurm.job_info(jid)
+        if requeued_ends and int(info.get("Restarts") or 0) > 0:
+            return info  # requeued: that is the answer already
+        return info if info.get("JobState") in ("COMPLETED", "FAILED") else None
+
+    def diag() -> str:
+        outs = "".join(f"--- {p.name}\n{p.read_text()[-2000:]}\n"
+                       for p in tmp_path.glob("*.out"))
+        return outs + slurm.logs_tail(10)
+
+    # positive control: Slurm requeued the agent's 138 itself, and the relaunch completed
+    info = wait_until(lambda: ended(ids["elsewhere"]), 180, "the 138 job to end",
+                      interval_s=0.5, detail=diag)
+    assert (info["JobState"], int(info["Restarts"])) == ("COMPLETED", 1), (info, diag())
+    first = json.loads((tmp_path / "elsewhere" / "0.json").read_text())
+    assert (first["verdict"], first["exit_code"]) == ("elsewhere", 138), first
+    assert first["child"]["exit_code"] is None  # the command never ran on the bad node
+    assert json.loads((tmp_path / "elsewhere" / "1.json").read_text())["exit_code"] == 0
+    # the command's own 138 is reported, not passed through: 77, FAILED, not requeued
+    info = wait_until(lambda: ended(ids["own138"], True), 120, "the child's-138 job to end",
+                      interval_s=0.5, detail=diag)
+    assert (info["JobState"], info["ExitCode"], int(info["Restarts"])) == \
+        ("FAILED", "77:0", 0), (info, diag())
+    own = json.loads((tmp_path / "own138" / "0.json").read_text())
+    assert (own["verdict"], own["child"]["exit_code"]) == ("undecided", 138), own
+    assert not (tmp_path / "own138" / "1.json").exists()

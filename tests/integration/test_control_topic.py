@@ -187,3 +187,43 @@ def test_a_probe_on_the_decisions_topic_from_an_older_processor_is_answered_once
     assert len(answered) == 1, answered  # the copy on the other topic was not answered again
     assert {answered[0]["via"], again[0]["via"]} == {"decisions", "control"}
     assert len([e for e in events(err, "diagnosis_sent") if e["request"] == probe.id]) == 1
+
+
+def test_probes_on_decisions_publishes_each_probe_on_both_topics_for_older_agents(
+        kafka_bootstrap: str, tmp_path: Path) -> None:
+    """The upgrade aid (docs/decisions.md#upgrading): a processor run with
+    `--probes-on-decisions` puts each probe on the decisions topic too, where an agent older
+    than the control topic looks for it; a new agent answers each probe once, and the new
+    `faultwatch decisions` still shows none of them."""
+    rules = tmp_path / "rules.yaml"
+    rules.write_text(RULES)
+    prefix = f"ctlup{uuid.uuid4().hex[:8]}."
+    log = tmp_path / "processor.log"
+    with processor(kafka_bootstrap, prefix, log, "--rules", str(rules),
+                   "--probes-on-decisions") as proc:
+        wait_event(log, "partitions_assigned", 180, proc=proc)
+        job = f"upg-{uuid.uuid4().hex[:6]}"
+        p = agent(kafka_bootstrap, prefix, tmp_path, job, SILENT, "--on-restart", "exit")
+        try:
+            rc = p.wait(timeout=180)
+        finally:
+            if p.poll() is None:
+                p.kill()
+                p.wait(10)
+        err = tmp_path / f"{job}.err"
+        assert rc == 75, err.read_text()[-4000:]
+        assert proc.poll() is None, log.read_text()[-3000:]
+    decisions = records(kafka_bootstrap, f"{prefix}decisions", job)
+    control = records(kafka_bootstrap, f"{prefix}control", job)
+    assert [d for d in decisions if d["reason"]["kind"] == "hang"], decisions  # as always
+    on_decisions = {d["id"] for d in decisions if d["reason"]["kind"] == "diagnose"}
+    assert on_decisions and on_decisions == {d["id"] for d in control}, (decisions, control)
+    answered = [e["id"] for e in events(err, "probe") if e["id"] in on_decisions]
+    assert answered and len(answered) == len(set(answered)), err.read_text()[-3000:]
+    assert {e["id"] for e in events(err, "probe_seen_again")} & on_decisions, \
+        err.read_text()[-3000:]  # the second copy was seen, and skipped
+    out = subprocess.run([faultwatch_exe(), "decisions", "--bootstrap", kafka_bootstrap,
+                          "--topic-prefix", prefix, "--job", job, "--json"],
+                         capture_output=True, text=True, timeout=60, env=job_env())
+    kinds = [json.loads(x)["reason"]["kind"] for x in out.stdout.splitlines() if x.strip()]
+    assert "hang" in kinds and "diagnose" not in kinds, out.stdout

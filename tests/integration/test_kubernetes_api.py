@@ -3,8 +3,9 @@ controller): the service account of deploy/kubernetes/actuate-rbac.yaml, with a 
 from the TokenRequest API, cordons/taints/labels nodes, evicts pods (budgets respected; a pod
 replaced or gone meanwhile left alone) or deletes them, posts Events and releases; each RBAC
 rule is shown to be needed; every manifest passes a server-side dry run (KEDA's CRDs as KEDA
-publishes them); the documented podFailurePolicy Job is created; `faultwatch actuate` removes
-the taint when a quarantine expires."""
+publishes them); the documented podFailurePolicy Job is created, and the Job controller applies
+that policy to the agent's exit codes (docs/schedulers.md#exit-codes); `faultwatch actuate`
+removes the taint when a quarantine expires."""
 
 from __future__ import annotations
 
@@ -485,6 +486,88 @@ def test_the_documented_job_with_its_pod_failure_policy_is_accepted(api: KubeAPI
     with pytest.raises(ApiError) as err:
         api.create(wrong, dry_run=True)
     assert err.value.code == 422 and "podFailurePolicy" in str(err.value.body), err.value
+
+
+def _job_pods(api: KubeAPI, ns: str, job: str) -> list[dict[str, Any]]:
+    return list(api.get(f"/api/v1/namespaces/{ns}/pods?labelSelector=job-name%3D{job}")["items"])
+
+
+def _end_pod(api: KubeAPI, pod: dict[str, Any], code: int) -> None:
+    """What a kubelet reports when the container `trainer` (the agent) exits with `code`."""
+    ns, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
+    api.request("PATCH", f"/api/v1/namespaces/{ns}/pods/{name}/status", {"status": {
+        "phase": "Failed", "containerStatuses": [{
+            "name": "trainer", "ready": False, "restartCount": 0, "image": "train:1",
+            "imageID": "", "state": {"terminated": {
+                "exitCode": code, "reason": "Error", "startedAt": "2026-01-01T00:00:00Z",
+                "finishedAt": "2026-01-01T00:01:00Z"}}}]}},
+        content_type="application/merge-patch+json")
+
+
+def test_the_job_controller_applies_the_documented_policy_to_each_verdict(
+        api: KubeAPI) -> None:
+    """The Kubernetes column of docs/schedulers.md#exit-codes, by the real Job controller on
+    deploy/kubernetes/training-job.yaml: no kubelet runs here, so the test reports each pod's
+    end as a kubelet would (container `trainer` terminated with the agent's code). 138 (run
+    me elsewhere) and 75 (restart here) are ignored: a new pod, not counted against
+    backoffLimit; 77 (undecided) is counted; 78 (failed) fails the Job at once."""
+    from faultwatch.agents.exitcodes import (
+        EXIT_ELSEWHERE,
+        EXIT_FAILED,
+        EXIT_RESTART,
+        EXIT_UNDECIDED,
+    )
+
+    (job,) = [d for _, d in _manifests() if d["kind"] == "Job"]
+    job = copy.deepcopy(job)
+    name = job["metadata"]["name"] = f"fw-{uuid.uuid4().hex[:6]}"
+    ns = job["metadata"]["namespace"] = "ml"
+    api.create(job)
+    path = f"/apis/batch/v1/namespaces/{ns}/jobs/{name}"
+    ended: set[str] = set()
+    for code, counted in ((EXIT_ELSEWHERE, 0), (EXIT_RESTART, 0), (EXIT_UNDECIDED, 1)):
+        (pod,) = wait_until(lambda: [p for p in _job_pods(api, ns, name)
+                                     if p["metadata"]["name"] not in ended
+                                     and not p["metadata"].get("deletionTimestamp")] or None,
+                            60, "the Job controller's next pod")
+        _end_pod(api, pod, code)
+        ended.add(pod["metadata"]["name"])
+        # a replacement pod comes (positive control: the controller saw this end) ...
+        wait_until(lambda: [p for p in _job_pods(api, ns, name)
+                            if p["metadata"]["name"] not in ended], 60,
+                   f"a new pod after exit {code}")
+        status = _accounted(api, path, ns, pod["metadata"]["name"])
+        # ... and only 77 counts against backoffLimit (Ignore vs the default Count)
+        assert status.get("failed", 0) == counted, (code, status)
+        assert not [c for c in status.get("conditions", []) if c["type"] == "Failed"], status
+    (pod,) = [p for p in _job_pods(api, ns, name) if p["metadata"]["name"] not in ended]
+    _end_pod(api, pod, EXIT_FAILED)
+    failed = wait_until(lambda: [c for c in api.get(path)["status"].get("conditions", [])
+                                 if c["type"] == "Failed" and c["status"] == "True"], 60,
+                        "the Job failed by its podFailurePolicy")
+    assert failed[0]["reason"] == "PodFailurePolicy", failed
+    assert f"exit code {EXIT_FAILED}" in failed[0].get("message", ""), failed
+
+
+def _accounted(api: KubeAPI, path: str, ns: str, pod: str) -> dict[str, Any]:
+    """The Job's status once its controller has accounted for the ended pod: the pod's
+    job-tracking finalizer removed and no terminated pod left uncounted (the replacement pod
+    can be created before the status is written)."""
+    def done() -> dict[str, Any] | None:
+        try:
+            fin = api.get(f"/api/v1/namespaces/{ns}/pods/{pod}")["metadata"].get(
+                "finalizers") or []
+        except ApiError as e:
+            if e.code != 404:
+                raise
+            fin = []
+        status: dict[str, Any] = api.get(path)["status"]
+        uncounted = status.get("uncountedTerminatedPods") or {}
+        if "batch.kubernetes.io/job-tracking" in fin or any(uncounted.values()):
+            return None
+        return status
+
+    return wait_until(done, 60, f"the Job controller to account for pod {pod}")
 
 
 @pytest.mark.kafka

@@ -15,7 +15,7 @@ import socket
 import subprocess
 import tempfile
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from tests.support.waiting import wait_until
@@ -62,8 +62,9 @@ def _exe(name: str) -> str:
 class SlurmCluster:
     """One slurmctld and two slurmd (`-N n1`, `-N n2`), each with its own Port=."""
 
-    def __init__(self, root: Path | None = None) -> None:
+    def __init__(self, root: Path | None = None, extra_conf: Sequence[str] = ()) -> None:
         self.root = root or Path(tempfile.mkdtemp(prefix="fw-slurm-"))
+        self.extra_conf = tuple(extra_conf)  # slurm.conf lines added (e.g. RequeueExit=...)
         self.name = "fw" + uuid.uuid4().hex[:8]
         self.conf = self.root / "slurm.conf"
         self.munge_socket = self.root / "munge" / "munge.sock"
@@ -141,6 +142,7 @@ class SlurmCluster:
             "MinJobAge=600",
             "SlurmctldTimeout=30",
             "SlurmdTimeout=60",
+            *self.extra_conf,
         ]
         # lower Weight is allocated first: a job lands on n1 while n1 is usable
         for i, (n, port) in enumerate(zip(NODES, node_ports, strict=True), start=1):

@@ -157,3 +157,26 @@ def test_offsets_are_committed_only_past_delivered_decisions() -> None:
     assert n.committable({tp: 14}) == {tp: 10}  # all three wait for their message
     n.grouper.due(30.0)  # sent (deliveries finished)
     assert n.committable({tp: 14}) == {tp: 14}
+
+
+def test_a_probe_on_the_decisions_topic_is_never_a_message() -> None:
+    """An older processor (or `process --probes-on-decisions`) puts its stack probes (`notify`
+    of kind `diagnose`) on the decisions topic: `faultwatch notify` drops them, the hang
+    decision that names them is the one message (issue 21 item 2; docs/decisions.md)."""
+    from collections import namedtuple
+
+    import orjson
+
+    from faultwatch.notify.service import Notifier, NotifierConfig
+    from faultwatch.wire.signing import DecisionGate
+
+    TP = namedtuple("TP", "topic partition")
+    tp = TP("p.decisions", 0)
+    n = Notifier(NotifierConfig("b:1", tp.topic, (Receiver("http://h/x"),), policy=POLICY),
+                 DecisionGate(None, lambda e, **f: None), lambda e, **f: None,
+                 clock=lambda: 0.0)
+    for i in range(3):
+        n.take(orjson.dumps({**dec(i, kind="diagnose", action="notify"), "ts": 0.0}), tp, i)
+    n.take(orjson.dumps({**dec(3, kind="hang"), "ts": 0.0}), tp, 3)  # positive control
+    sent = n.grouper.due(30.0)
+    assert [[d["reason"]["kind"] for d in note.decisions] for note in sent] == [["hang"]]
