@@ -403,6 +403,15 @@ class AgentCollector:
         return iter(())
 
 
+def service_registry(component: str) -> Any:
+    """The registry of a service with no metrics of its own (`actuate`, `notify`): what it
+    refused (`faultwatch_refused_total`), its process metrics and `faultwatch_build_info`."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(RefusalCollector())
+    add_process_metrics(registry, component)
+    return registry
+
+
 def agent_registry(stats: Callable[[], Mapping[str, Any]], child_alive: Callable[[], bool],
                    labels: Mapping[str, str]) -> Any:
     """A registry holding one AgentCollector."""

@@ -26,7 +26,7 @@ from faultwatch.core.registry import (
 from faultwatch.errors import ConfigError, DecodeError, FaultwatchError
 from faultwatch.eventlog import log_event
 from faultwatch.trust.refusals import REFUSALS
-from faultwatch.trust.replay import ReplayGuard
+from faultwatch.trust.replay import REPLAYED, ReplayGuard, superseded
 from faultwatch.wire import decode_decision, decode_node
 
 
@@ -77,13 +77,25 @@ class Actuator:
         self._next_hold_summary = 0.0
         self._unlimited: set[str] = set()  # keys an operator released from a hold
         self._refused: dict[str, str] = {}  # node -> the error last logged for it
+        # keys refused for want of a scheduler identity (a processor's registry record of a
+        # blacklist names the job, not its Slurm id or pod): the blacklist decision itself,
+        # read after it, carries the identity and is confirmed afresh
+        self._unidentified: set[str] = set()
         for a in journal.pending.values():  # begun before a crash: replay
             log_event("actuate_replay", key=a.key)
             self._enqueue(a, replay=True)
 
     def _enqueue(self, a: Action, replay: bool = False) -> None:
-        if a.key in self.queued or (not replay and self.journal.is_done(a.key)):
+        if a.key in self.queued:
+            if a.scheduler:  # the same action, now with the scheduler identity to confirm it
+                for i, (q, tries, not_before) in enumerate(self.queue):
+                    if q.key == a.key and not q.scheduler:
+                        self.queue[i] = (a, tries, not_before)
             return
+        if not replay and self.journal.is_done(a.key) and not (
+                a.scheduler and a.key in self._unidentified):
+            return
+        self._unidentified.discard(a.key)
         self.queued.add(a.key)
         self.queue.append((a, 0, 0.0))
 
@@ -113,6 +125,13 @@ class Actuator:
         except DecodeError as e:
             log_event("undecodable_record", topic=topic, partition=partition, offset=offset,
                       error=str(e))
+            return
+        held = self.registry.get(rec.node)
+        if getattr(gate, "verifying", False) and held is not None and superseded(
+                held.updated_ts, rec.updated_ts):
+            gate.refuse(REPLAYED, f"node {rec.node!r}: a record of {rec.updated_ts:.0f} after "
+                        f"one of {held.updated_ts:.0f} (an old record written again)",
+                        topic=topic, partition=partition, offset=offset)
             return
         self.on_node(rec, now)
 
@@ -253,6 +272,8 @@ class Actuator:
             try:
                 refusal = confirm(self.backend, a)
                 if refusal is not None:
+                    if not a.scheduler:
+                        self._unidentified.add(a.key)
                     REFUSALS[("actuate", "not_allocated")] += 1
                     log_event("actuate_refused", reason="not_allocated", backend=self.backend.name,
                               kind=a.kind, node=a.node, decision=a.decision, job=a.job,

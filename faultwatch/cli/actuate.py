@@ -55,6 +55,7 @@ def cmd_actuate(args: argparse.Namespace) -> int:
                         max_decision_age_s=max_age_s(args.max_decision_age_s),
                         registry_policy=RegistryPolicy(quarantine_s=args.quarantine_s),
                         limits=limits, fleet_nodes=args.fleet_nodes)
+    options.serve_service_metrics(args, "actuate")
 
     async def main() -> None:
         stop = asyncio.Event()
@@ -146,6 +147,7 @@ def register(sub: Any) -> argparse.ArgumentParser:
     g.add_argument("--exec-confirm", metavar="JSON",
                    help="asked before a node is drained for a job: exit 0 if the scheduler "
                         "runs {job} ({job_id}/{pod}) on {node}, 1 if not")
+    options.add_metrics(p)
     options.add_logging(p)
     p.set_defaults(func=cmd_actuate)
     return p

@@ -145,7 +145,12 @@ def run(cfg: NotifierConfig) -> int:
 
 
 def cmd_notify(args: argparse.Namespace) -> int:
-    return run(config_of(args, options.need_bootstrap(args), options.topics(args).decisions))
+    from faultwatch.eventlog import set_component
+
+    set_component("notify")
+    cfg = config_of(args, options.need_bootstrap(args), options.topics(args).decisions)
+    options.serve_service_metrics(args, "notify")
+    return run(cfg)
 
 
 def register(sub: Any) -> None:
@@ -154,5 +159,6 @@ def register(sub: Any) -> None:
                        "post grouped notifications; see docs/operating.md.")
     options.add_kafka(p)
     add_arguments(p)
+    options.add_metrics(p)
     options.add_logging(p)
     p.set_defaults(func=cmd_notify)

@@ -23,6 +23,7 @@ from faultwatch.rules import Matcher, RuleSet
 from faultwatch.rules.layers import RulesInForce, build, from_ruleset
 from faultwatch.streams.records import LiveRules
 from faultwatch.streams.rules_record import layer_of_record
+from faultwatch.trust.replay import REPLAYED, superseded
 from faultwatch.wire import MAX_RULESET_RECORD_BYTES
 
 CATCH_UP_TIMEOUT_S = 15.0  # how long a starting worker waits for the topic's current set
@@ -103,6 +104,8 @@ class RulesWatcher:
             return True
         try:
             layer, keep_builtin, rec = layer_of_record(value, where)
+            if self._replayed(rec, where):
+                return False
             # `builtin: false` is honoured only from a verified operator signature
             keep_builtin = keep_builtin or not self.gate.verifying
             base = [la for la in self.base.layers if keep_builtin or la.name != "builtin"]
@@ -120,6 +123,20 @@ class RulesWatcher:
             self._reject(where, [f"{type(e).__name__}: {e}"], value)
             return False
         self._swap(rules, matcher, where)
+        return True
+
+    def _replayed(self, rec: dict[str, Any], where: str) -> bool:
+        """With signatures checked: a signed rule set pushed before the one in force (beyond
+        the clock allowance) is an old push written again (refused, `replayed`)."""
+        held = self.rules.layer("pushed")
+        held_at = held.meta.get("pushed_at") if held else None
+        at = rec.get("pushed_at")
+        if not self.gate.verifying or not isinstance(held_at, int | float) \
+                or not isinstance(at, int | float) or not superseded(float(held_at), at):
+            return False
+        self.gate.refuse(REPLAYED, f"a rule set pushed at {at:.0f} after one pushed at "
+                                   f"{held_at:.0f} (an old push written again)",
+                         at=where or None, kept=self.live.rules_version)
         return True
 
     def _swap(self, rules: RulesInForce, matcher: Matcher, where: str) -> None:

@@ -135,6 +135,34 @@ def test_slurm_backend_drains_resumes_and_leaves_foreign_drains_alone(
     wait_until(lambda: slurm.node_states().get("n2") == "idle", 30, "n2 idle", interval_s=0.3)
 
 
+def test_actuate_drains_a_node_for_a_job_only_where_slurm_runs_it(slurm: SlurmCluster) -> None:
+    """Issue 28: before a drain for a job, actuate asks Slurm whether the job runs on the node
+    (its NodeList by job id, else squeue by name on the node); a blacklist of a node the job
+    does not run on is refused (not_allocated, counted) and the node stays up."""
+    from faultwatch.actuate.confirm import confirm
+    from faultwatch.actuate.plan import QUARANTINE, Action
+    from faultwatch.actuate.slurm import SlurmBackend
+
+    b = SlurmBackend(env=slurm.env())
+    name = f"confirm-{uuid.uuid4().hex[:6]}"
+    jid = slurm.run("sbatch", "--parsable", "-w", "n1", f"--job-name={name}",
+                    "--output=/dev/null", "--wrap", "sleep 300").stdout.strip().split(";")[0]
+    try:
+        wait_until(lambda: slurm.job_info(jid).get("JobState") == "RUNNING", 60,
+                   "the job running on n1", interval_s=0.3)
+
+        def q(node: str, **sched: str) -> Action:
+            return Action(QUARANTINE, node, "d1", "nvidia-xid-79", name, dict(sched))
+
+        assert confirm(b, q("n1", kind="slurm", job_id=jid)) is None  # positive controls
+        assert confirm(b, q("n1")) is None
+        assert confirm(b, q("n2", kind="slurm", job_id=jid)) == \
+            f"Slurm job {jid} ({name}) does not run on n2 (its nodes: n1)"
+        assert confirm(b, q("n2")) == f"Slurm runs no job named {name!r} on n2"
+    finally:
+        slurm.run("scancel", jid, check=False)
+
+
 def test_xid79_on_n1_drains_n1_and_the_job_finishes_on_n2(
         slurm: SlurmCluster, kafka_bootstrap: str, tmp_path: Path) -> None:
     prefix = f"fwslurm-{uuid.uuid4().hex[:8]}."

@@ -6,12 +6,16 @@ up the way docs/operating.md says (processor key, operator key, node keys, one t
    blacklisted and drained); an agent speaking for its own node about a job the scheduler
    does not run there gets its node's blacklist refused by `actuate` (not_allocated);
 2. a hand-written quarantine on the nodes topic is refused by actuate (an operator-signed
-   `faultwatch nodes quarantine` is carried out);
+   `faultwatch nodes quarantine` is carried out), and the processor blacklists no job placed
+   on that node (a job on the operator-quarantined node is);
 3. an unsigned `rules push` is refused by the processor (a signed one is loaded);
 4. run 1's restart decision does not restart run 2 of the reused job name; a 40-minute-old
    signed decision replayed to `notify` is not posted (a fresh one is);
 5. a blacklist signed with what an agent holds (a node key) or with the legacy HMAC key is
    refused by `actuate`.
+
+Every refusal is also read back from the refusing process's /metrics
+(`faultwatch_refused_total{what,reason}`: processor, agent, `actuate`, `notify`).
 
 With FAULTWATCH_TRUST_TESTS_OFF=1 the same tests run without keys, --exec-confirm and
 --replay-state, and FAULTWATCH_TRUST_TESTS_CODE=/path/to/an/old/tree runs the faultwatch
@@ -44,6 +48,7 @@ from tests.support.cluster import (
     decisions,
     events,
     processor,
+    refused_metric,
     wait_event,
     wait_processed,
     wait_processor_ready,
@@ -72,7 +77,8 @@ class Site:
         self.dir = d
         lines = []
         for role, name in (("processor", "proc"), ("operator", "ops"), ("node", "GOODNODE"),
-                           ("node", "BADNODE"), ("node", "CTRLNODE"), ("node", "NODE4")):
+                           ("node", "BADNODE"), ("node", "CTRLNODE"), ("node", "NODE4"),
+                           ("node", "NODE5"), ("node", "NODE6")):
             lines.append(generate(d / f"{name}.key", role, name if role == "node" else "")
                          .line())
         (d / "trust").write_text("\n".join(lines) + "\n")
@@ -108,7 +114,7 @@ def cluster(kafka_bootstrap: str, site: Site, tmp_path_factory: pytest.TempPathF
     """One processor for the module: (prefix, its log)."""
     prefix = f"trust{uuid.uuid4().hex[:8]}."
     log = tmp_path_factory.mktemp("proc") / "processor.log"
-    with processor(kafka_bootstrap, prefix, log, "--settle-s", "0.5",
+    with processor(kafka_bootstrap, prefix, log, "--settle-s", "0.5", "--metrics-port", "0",
                    env=site.processor_env()) as proc:
         wait_processor_ready(kafka_bootstrap, prefix, proc, log)
         yield prefix, log
@@ -127,7 +133,7 @@ def start_actuate(bootstrap: str, prefix: str, site: Site, tmp: Path,
             [faultwatch_exe(), "actuate", "--backend", "exec", "--exec-quarantine", drain,
              *([] if OFF else ["--exec-confirm", confirm]), "--bootstrap", bootstrap,
              "--topic-prefix", prefix,
-             "--state-file", str(tmp / "state.jsonl")],
+             "--state-file", str(tmp / "state.jsonl"), "--metrics-port", "0"],
             stdout=fh, stderr=subprocess.STDOUT, env=site.env(), start_new_session=True)
     wait_event(log, "actuate_started", 60, proc=proc)
     return proc, drained, log
@@ -207,6 +213,9 @@ def test_case1_an_agent_speaks_only_for_its_own_node(kafka_bootstrap: str, site:
         assert [d["action"] for d in decisions(b, prefix, victim)] == []
         assert "GOODNODE" not in read(drained)
         assert vic.poll() is None and b"event=blacklisted" not in vlog.read_bytes()
+        counted = refused_metric(plog)  # the processor's /metrics says so too
+        assert counted.get(("logs", "unsigned"), 0) >= 1, counted
+        assert counted.get(("logs", "wrong_node"), 0) >= 1, counted
         # BADNODE's agent about its own node, for a job the scheduler runs elsewhere
         subprocess.run(agent_cmd(b, prefix, f"{victim}-x", "BADNODE", attack, "--spool-dir",
                                  str(tmp_path / "sb"), *site.node_flags("BADNODE")),
@@ -215,6 +224,7 @@ def test_case1_an_agent_speaks_only_for_its_own_node(kafka_bootstrap: str, site:
                    where=lambda e: e.get("node") == "BADNODE"
                    and e.get("reason") == "not_allocated", proc=act)
         assert "BADNODE" not in read(drained)
+        assert refused_metric(alog).get(("actuate", "not_allocated"), 0) >= 1
     finally:
         stop(vic)
         stop(act)
@@ -242,8 +252,39 @@ def test_case2_a_hand_written_registry_record_is_refused(kafka_bootstrap: str, s
         assert "prod-gpu-07" not in read(drained)
         e = wait_event(alog, "node_record_refused", 10, proc=act)
         assert e["reason"] == "unsigned"
+        assert refused_metric(alog).get(("node_record", "unsigned"), 0) >= 1
     finally:
         stop(act)
+
+
+def test_case2_the_processor_blacklists_no_job_for_a_forged_quarantine(
+        kafka_bootstrap: str, site: Site, cluster: tuple[str, Path], tmp_path: Path) -> None:
+    """The other half of case 2: a job placed on a node with a forged quarantine record is not
+    blacklisted by the processor; one on an operator-quarantined node is (positive control)."""
+    prefix, plog = cluster
+    b = kafka_bootstrap
+    env = site.env() if OFF else site.env(FAULTWATCH_SIGNING_KEY_FILE=str(site.key("ops")))
+    res = subprocess.run([faultwatch_exe(), "nodes", "--bootstrap", b, "--topic-prefix", prefix,
+                          "quarantine", "NODE6", "--for", "1h", "--reason", "bad DIMM"],
+                         env=env, capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    forged = {"v": 1, "t": "node", "node": "NODE5", "state": "quarantined",
+              "until": time.time() + 365 * 86400, "strikes": 1, "reasons": [],
+              "updated_ts": time.time()}
+    # written after the signed one on the one-partition topic: its refusal means both were read
+    produce(b, f"{prefix}nodes", b"NODE5", [orjson.dumps(forged)])
+    wait_event(plog, "node_record_refused", 60, where=lambda e: e.get("reason") == "unsigned")
+    forged_job, signed_job = f"placed-{uuid.uuid4().hex[:6]}", f"placed-{uuid.uuid4().hex[:6]}"
+    short = ["sh", "-c", "echo training; sleep 2"]
+    for job, node in ((forged_job, "NODE5"), (signed_job, "NODE6")):
+        subprocess.run(agent_cmd(b, prefix, job, node, short, "--spool-dir",
+                                 str(tmp_path / job), *site.node_flags(node)),
+                       env=site.env(), capture_output=True, timeout=60)
+    wait_until(lambda: any(d["action"] == "blacklist" for d in decisions(b, prefix, signed_job)),
+               60, "the job on the operator-quarantined node blacklisted")
+    wait_processed(b, prefix)
+    assert [d["action"] for d in decisions(b, prefix, forged_job)] == []
+    assert refused_metric(plog).get(("node_record", "unsigned"), 0) >= 1
 
 
 # ---- case 3 --------------------------------------------------------------------------------
@@ -260,6 +301,7 @@ def test_case3_only_an_operator_signed_rule_set_is_loaded(kafka_bootstrap: str, 
     assert res.returncode == 0, res.stderr
     e = wait_event(plog, "rules_refused", 60)
     assert e["reason"] == "unsigned"
+    assert refused_metric(plog).get(("rules", "unsigned"), 0) >= 1
     (tmp_path / "ok.yaml").write_text(
         "version: 1\nrules:\n  - id: ops.flaky_fs\n    category: retryable\n"
         "    contains: flaky fs\n")
@@ -293,8 +335,9 @@ def test_case4_a_decision_of_run_1_does_not_restart_run_2(kafka_bootstrap: str, 
     with open(log2, "wb") as fh:  # run 2 of the same job name, right after run 1 ended
         run2 = subprocess.Popen(agent_cmd(b, prefix, job, "NODE4",
                                           [sys.executable, "-c", FOREVER],
-                                          "--follow-decisions", "--spool-dir",
-                                          str(tmp_path / "s2"), *site.node_flags("NODE4")),
+                                          "--follow-decisions", "--metrics-port", "0",
+                                          "--spool-dir", str(tmp_path / "s2"),
+                                          *site.node_flags("NODE4")),
                                 stdout=fh, stderr=subprocess.STDOUT, env=site.env(),
                                 start_new_session=True)
     try:
@@ -304,6 +347,7 @@ def test_case4_a_decision_of_run_1_does_not_restart_run_2(kafka_bootstrap: str, 
         wait_event(log2, "decision_refused", 30, where=lambda e: e.get("reason") == "other_run",
                    proc=run2)
         assert run2.poll() is None and b"event=restart " not in log2.read_bytes()
+        assert refused_metric(log2).get(("decision", "other_run"), 0) >= 1
     finally:
         stop(run2)
 
@@ -335,6 +379,7 @@ def test_case4_an_old_signed_decision_replayed_to_notify_is_not_posted(
             [faultwatch_exe(), "notify", "--bootstrap", kafka_bootstrap, "--topic-prefix",
              prefix, "--webhook", f"http://127.0.0.1:{srv.server_address[1]}/h",
              "--group-wait-s", "0.5", "--group-id", f"{prefix}notify", "--from-beginning",
+             "--metrics-port", "0",
              *([] if OFF else ["--replay-state", str(tmp_path / "seen")])],
             stdout=fh, stderr=subprocess.STDOUT, env=site.env(), start_new_session=True)
     try:
@@ -346,6 +391,7 @@ def test_case4_an_old_signed_decision_replayed_to_notify_is_not_posted(
         assert not any(b"old-job" in p for p in Hook.posted)
         e = wait_event(log, "decision_refused", 10, proc=proc)
         assert e["reason"] == "too_old"
+        assert refused_metric(log).get(("decision", "too_old"), 0) >= 1
     finally:
         stop(proc)
         srv.shutdown()
@@ -371,5 +417,8 @@ def test_case5_what_an_agent_holds_cannot_sign_a_blacklist(kafka_bootstrap: str,
         assert "n-a" not in read(drained) and "n-b" not in read(drained)
         reasons = {e["reason"] for e in events(alog, "decision_refused")}
         assert {"wrong_role", "malformed_signature"} <= reasons, reasons
+        counted = refused_metric(alog)
+        assert counted.get(("decision", "wrong_role"), 0) >= 1, counted
+        assert counted.get(("decision", "malformed_signature"), 0) >= 1, counted
     finally:
         stop(act)

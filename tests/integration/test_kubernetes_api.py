@@ -621,3 +621,56 @@ def test_actuate_taints_a_quarantined_node_and_expiry_removes_the_taint(
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGTERM)
             proc.wait(20)
+
+
+def test_actuate_taints_a_node_for_a_job_only_where_its_pod_runs(
+        api: KubeAPI, actuator: KubernetesBackend, tmp_path: Path) -> None:
+    """Issue 28: before tainting a node for a job, actuate asks the API server whether the
+    run's pod (spec.nodeName), or a pod of --k8s-pod-selector, is on that node, with the
+    shipped service account; a blacklist naming a node the job does not run on is refused
+    (not_allocated, counted) and the node is left alone, the true one is tainted."""
+    import time
+
+    from faultwatch.actuate.confirm import confirm
+    from faultwatch.actuate.journal import Journal
+    from faultwatch.actuate.runner import ActuateConfig, Actuator
+    from faultwatch.core.events import Decision
+    from faultwatch.metrics import REFUSALS
+
+    node, job = _names()
+    elsewhere = node + "-other"
+    api.node(node)
+    api.node(elsewhere)
+    api.pod("ml", f"{job}-0", node, {"job": job})
+    # by the run's pod name (spec.nodeName), by the selector, and no identity at all
+    assert confirm(actuator, _action(QUARANTINE, node, job, pod=f"{job}-0")) is None
+    why = confirm(actuator, _action(QUARANTINE, elsewhere, job, pod=f"{job}-0"))
+    assert why == f"pod ml/{job}-0 runs on {node}, not {elsewhere}"
+    assert "does not exist" in (confirm(actuator, _action(QUARANTINE, node, job,
+                                                          pod=f"{job}-gone")) or "")
+    assert confirm(actuator, _action(QUARANTINE, node, job, node=node)) is None
+    assert f"no pod of '{job}' (job={job}) on {elsewhere}" in (
+        confirm(actuator, _action(QUARANTINE, elsewhere, job, node=elsewhere)) or "")
+    assert "no Kubernetes identity" in (confirm(actuator, _action(QUARANTINE, node, job)) or "")
+
+    # the runner: a blacklist of the wrong node is refused, of the right one carried out
+    act = Actuator(actuator, Journal(tmp_path / "journal"),
+                   ActuateConfig("127.0.0.1:1", "p.", tmp_path / "journal", "g",
+                                 fleet_nodes=100))
+    now = time.time()
+    before = REFUSALS[("actuate", "not_allocated")]
+    for did, on in (("d-wrong", elsewhere), ("d-right", node)):
+        act.on_decision(Decision(id=did, job=job, attempt=0, action="blacklist", kind="error",
+                                 ts=now, nodes=(on,), rule="nvidia-xid-79", run_id="r1",
+                                 scheduler={"kind": "kubernetes", "namespace": "ml",
+                                            "pod": f"{job}-0"}), now, did)
+        act.run_due(now)
+    assert REFUSALS[("actuate", "not_allocated")] == before + 1
+
+    def tainted(n: str) -> bool:
+        return TAINT_KEY in {t["key"] for t in api.get(f"/api/v1/nodes/{n}")["spec"]
+                             .get("taints", [])}
+
+    assert tainted(node)  # the positive control
+    assert not tainted(elsewhere)
+    assert not api.get(f"/api/v1/nodes/{elsewhere}")["spec"].get("unschedulable")

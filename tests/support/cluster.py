@@ -68,6 +68,22 @@ def wait_event(log: Path, name: str, timeout_s: float = 60.0,
     return wait_until(found, timeout_s, f"a {name} event in {log}", detail=tail)
 
 
+def refused_metric(log: Path) -> dict[tuple[str, str], float]:
+    """`faultwatch_refused_total{what,reason}` scraped from the /metrics of the process whose
+    log (`--metrics-port 0`) has its `metrics_listening` event: {(what, reason): count}."""
+    import urllib.request
+
+    addr = wait_event(log, "metrics_listening", 30)["address"].strip('"')
+    with urllib.request.urlopen(f"http://{addr}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    out = {}
+    for labels, n in re.findall(r"^faultwatch_refused_total\{([^}]*)\} (\S+)$", text,
+                                re.MULTILINE):
+        lab = dict(re.findall(r'(\w+)="([^"]*)"', labels))
+        out[(lab["what"], lab["reason"])] = float(n)
+    return out
+
+
 def agent_cmd(bootstrap: str, prefix: str, job: str, node: str, cmd: list[str],
               *flags: str) -> list[str]:
     """The `faultwatch` executable's agent on `node`, heartbeats every second, shipping and

@@ -122,3 +122,20 @@ def test_the_address_file_is_a_file_sd_list_with_its_placeholders_filled(
     check_address_file(None, None)
     assert scrape_target("::1", 9) == "[::1]:9"
     assert not scrape_target("0.0.0.0", 9).startswith("0.0.0.0")
+
+
+def test_actuate_and_notify_serve_what_they_refused() -> None:
+    from faultwatch.metrics import REFUSALS, service_registry
+
+    key = ("node_record", "unsigned-test")
+    REFUSALS[key] += 3
+    try:
+        fams = {f.name: f for f in text_string_to_metric_families(
+            generate_latest(service_registry("actuate")).decode())}
+        got = {(s.labels["what"], s.labels["reason"]): s.value
+               for s in fams["faultwatch_refused"].samples}
+        assert got[key] == 3
+        info = fams["faultwatch_build_info"].samples[0].labels
+        assert info["component"] == "actuate"
+    finally:
+        del REFUSALS[key]

@@ -93,3 +93,59 @@ def test_quarantines_carry_the_job_and_identity_to_confirm() -> None:
         NodeReason(ts=1.0, event="quarantine", decision="manual-abc", rule="manual",
                    job="alice"),))
     assert plan_node(manual, 2.0)[0].job == ""  # an operator's: no job to confirm
+
+
+class FakeKube:
+    """The Kubernetes backend's API as confirm reads it: pod ml/train-0 runs on gpu-01."""
+
+    name = "kubernetes"
+    pod_selector = None
+
+    def __init__(self) -> None:
+        self.applied: list[tuple[str, str]] = []
+
+    def _request(self, method: str, path: str, ok404: bool = False) -> Any:
+        return {"spec": {"nodeName": "gpu-01"}} if path.endswith("/pods/train-0") else None
+
+    def apply(self, a: Action) -> str:
+        self.applied.append((a.kind, a.node))
+        return "ok"
+
+
+@pytest.mark.parametrize("order", ["registry_queued_first", "registry_refused_first",
+                                   "decision_first"])
+def test_a_blacklist_is_confirmed_whichever_of_its_records_actuate_reads_first(
+        order: str, tmp_path: Any) -> None:
+    """The processor writes a blacklist twice: the decision (with the run's scheduler
+    identity) and the registry record (the job's name only). Read in either order, the node
+    is drained when the pod runs there; the registry's unidentified action never blocks the
+    decision's (before: the registry record first left the node undrained)."""
+    import time
+
+    from faultwatch.actuate.journal import Journal
+    from faultwatch.actuate.runner import ActuateConfig, Actuator
+    from faultwatch.core.registry import RegistryPolicy, registry_updates
+
+    now = time.time()
+
+    def run(node: str) -> FakeKube:
+        b = FakeKube()
+        d = tmp_path / f"{order}-{node}"
+        act = Actuator(b, Journal(d), ActuateConfig("x:1", "p.", d, "g", fleet_nodes=100))
+        dec = Decision(id=f"d-{node}", job="train", attempt=0, action="blacklist",
+                       kind="error", ts=now, nodes=(node,), rule="xid", run_id="r1",
+                       scheduler={"kind": "kubernetes", "namespace": "ml", "pod": "train-0"})
+        recs = registry_updates(dec, {}, now, RegistryPolicy())
+        if order == "decision_first":
+            act.on_decision(dec, now, "decisions[0]@1")
+        for r in recs:
+            act.on_node(r, now)
+        if order == "registry_refused_first":
+            act.run_due(now)  # refused: no identity to confirm it with
+        if order != "decision_first":
+            act.on_decision(dec, now, "decisions[0]@1")
+        act.run_due(now)
+        return b
+
+    assert ("quarantine", "gpu-01") in run("gpu-01").applied
+    assert ("quarantine", "gpu-07") not in run("gpu-07").applied  # the pod is not there

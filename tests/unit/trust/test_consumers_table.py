@@ -329,3 +329,76 @@ def test_matcher_takes_only_records_signed_by_the_named_nodes_key(keys: dict[str
         else:
             assert not out and len(dead) == 1, name
             assert f"refused ({reason})" in str(dead[0][1]), name
+
+
+# ---- replayed and expired state records: registry and rules followers ----------------------
+
+def test_registry_followers_refuse_an_old_record_written_again(keys: dict[str, Any],
+                                                               tmp_path: Path) -> None:
+    """Replayed: an old signed quarantine written again after the node's release (a new
+    quarantine out of an old record) is refused by the processor's follower and by actuate,
+    counted `replayed`; the release stays. Expired: a signed quarantine whose time is up
+    drains nothing (actuate releases instead)."""
+    now = time.time()
+    proc, ops = RecordSigner(keys["proc"], NODE_RECORD), RecordSigner(keys["ops"], NODE_RECORD)
+    old_q = proc.sign_record(orjson.loads(wire.encode_node(NodeRecord(
+        node="n1", state="quarantined", until=now + 86400, strikes=1,
+        updated_ts=now - 3600))))
+    release = ops.sign_record(orjson.loads(wire.encode_node(NodeRecord(
+        node="n1", state="healthy", strikes=1, updated_ts=now - 60))))
+    fresh_q = proc.sign_record(orjson.loads(wire.encode_node(NodeRecord(
+        node="n1", state="quarantined", until=now + 3600, strikes=2, updated_ts=now))))
+    writer = RegistryWriter(gate=RecordGate("node_record", RecordVerifier(
+        keys["trust"], NODE_RECORD), LOG))
+    act = Actuator(NoBackend(), Journal(tmp_path / "j"),
+                   ActuateConfig("x:1", "p.", tmp_path / "j", "g"))
+    agate = RecordGate("node_record", RecordVerifier(keys["trust"], NODE_RECORD), LOG)
+
+    def feed(rec: dict[str, Any], offset: int) -> None:
+        writer.observe(b"n1", orjson.dumps(rec), where=str(offset))
+        act.take_node(orjson.dumps(rec), now, agate, topic="p.nodes", partition=0,
+                      offset=offset)
+
+    feed(old_q, 0)  # in order: quarantined, then released
+    feed(release, 1)
+    assert writer.registry["n1"].state == act.registry["n1"].state == "healthy"
+    before = REFUSALS.copy()
+    feed(old_q, 2)  # the old quarantine written again
+    assert writer.registry["n1"].state == act.registry["n1"].state == "healthy"
+    assert (REFUSALS - before)[("node_record", "replayed")] == 2
+    feed(fresh_q, 3)  # the positive control: a newer signed record is taken
+    assert writer.registry["n1"].state == act.registry["n1"].state == "quarantined"
+    # expired: a signed quarantine whose time is up is no quarantine
+    expired = proc.sign_record(orjson.loads(wire.encode_node(NodeRecord(
+        node="n2", state="quarantined", until=now - 1, strikes=1, updated_ts=now - 7200))))
+    act.queue.clear()
+    act.take_node(orjson.dumps(expired), now, agate, topic="p.nodes", partition=0, offset=4)
+    assert [a.kind for a, _t, _n in act.queue if a.node == "n2"] == ["release"]
+    assert writer.quarantined("n2", now) is None
+
+
+def test_rules_follower_refuses_an_old_rule_set_written_again(keys: dict[str, Any],
+                                                              tmp_path: Path) -> None:
+    """An operator-signed rule set pushed an hour before the one in force, written again, is
+    refused (`replayed`) and the newer set stays; a newer push is taken (positive control)."""
+    ops = RecordSigner(keys["ops"], RULES)
+    now = time.time()
+
+    def push(name: str, at: float) -> bytes:
+        (tmp_path / f"{name}.yaml").write_text(
+            f"version: 1\nrules:\n- id: x.{name}\n  category: retryable\n  contains: {name}\n")
+        value, _ = build_record([tmp_path / f"{name}.yaml"], now=at)
+        return orjson.dumps(ops.sign_record(orjson.loads(value)))
+
+    old, current, newer = push("old", now - 3600), push("current", now), push("newer", now + 1)
+    rs = builtin_ruleset()
+    live = LiveRules(Matcher(rs), Policy(), rs.version)
+    w = RulesWatcher("x:1", "p.rules", live, rs, {}, LOG,
+                     gate=RecordGate("rules", RecordVerifier(keys["trust"], RULES), LOG))
+    assert w.apply(old, "0") and w.apply(current, "1")
+    kept = live.rules_version
+    before = REFUSALS.copy()
+    assert not w.apply(old, "2")
+    assert live.rules_version == kept
+    assert (REFUSALS - before)[("rules", "replayed")] == 1
+    assert w.apply(newer, "3") and live.rules_version != kept
