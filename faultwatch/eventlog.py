@@ -40,7 +40,7 @@ _INFO_EVENTS = (
     # processor
     "processor_starting", "processor_stopping", "processor_stopped", "processor_metrics",
     "partitions_assigned", "partitions_revoked", "registry_following", "registry_loaded",
-    "broker_reachable", "job_cap_cleared", "fleet_storm_ended",
+    "broker_reachable", "job_cap_cleared", "jobs_expired", "fleet_storm_ended",
     # operating services
     "notify_started", "notification_sent", "actuate_started", "actuate_following",
     "actuated", "actuate_hold_released", "actuate_holding", "actuate_replay",

@@ -303,7 +303,9 @@ class _StageCollector:
         for name, attr, doc in (
                 ("faultwatch_jobs_cached", "jobs_cached",
                  "Job states decoded in the worker's cache (idle ones leave it)"),
-                ("faultwatch_jobs_max", "max_jobs", "The cap on active jobs per worker")):
+                ("faultwatch_jobs_max", "max_jobs", "The cap on active jobs per worker"),
+                ("faultwatch_jobs_finished", "jobs_finished",
+                 "Decided and done jobs in the worker's table (they leave after the TTL)")):
             jobs = GaugeMetricFamily(name, doc)
             jobs.add_metric([], float(getattr(c, attr, 0) or 0))
             yield jobs
@@ -311,6 +313,11 @@ class _StageCollector:
                                       "New jobs refused at the cap on active jobs")
         refused.add_metric([], float(getattr(c, "extra", {}).get("jobs_refused", 0)))
         yield refused
+        expired = CounterMetricFamily("faultwatch_jobs_expired",
+                                      "Decided and done jobs deleted from the worker's table "
+                                      "after FAULTWATCH_FINISHED_TTL_S")
+        expired.add_metric([], float(getattr(c, "extra", {}).get("jobs_expired", 0)))
+        yield expired
         storm = getattr(c, "storm", None) or {}
         for name, k, doc in (
                 ("faultwatch_fleet_storm_holding", "holding",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import math
 import os
 import time
 from collections.abc import Awaitable, Callable
@@ -38,7 +39,13 @@ from faultwatch.streams.faust_compat import (
     keep_queues_when_flowing,
     reread_uncommitted_partitions,
 )
-from faultwatch.streams.job_stage import CAUGHT_UP_S, MAX_JOBS, TICK_S, JobStage
+from faultwatch.streams.job_stage import (
+    CAUGHT_UP_S,
+    FINISHED_TTL_S,
+    MAX_JOBS,
+    TICK_S,
+    JobStage,
+)
 from faultwatch.streams.matcher_stage import MatcherStage
 from faultwatch.streams.metrics import Metrics
 from faultwatch.streams.records import InRecord, LiveRules
@@ -66,6 +73,20 @@ Send = Callable[[], Awaitable[Any]]  # starts one send; its result is awaited fo
 
 
 
+def _env_seconds(name: str, default: float) -> float:
+    """A positive, finite number of seconds from the environment (ConfigError otherwise)."""
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ConfigError(name, f"must be a number of seconds, not {raw!r}") from None
+    if not (math.isfinite(value) and value > 0):
+        raise ConfigError(name, f"must be a positive number of seconds, not {raw!r}")
+    return value
+
+
 @dataclass
 class ProcessorConfig:
     """Runtime knobs of `faultwatch process` (pipeline behaviour lives in rule files)."""
@@ -89,6 +110,9 @@ class ProcessorConfig:
     # active jobs per worker; a new job beyond it is refused (docs/operating.md)
     max_jobs: int = field(
         default_factory=lambda: int(os.environ.get("FAULTWATCH_MAX_JOBS", str(MAX_JOBS))))
+    # a decided or done job unchanged this long leaves the worker's table (docs/operating.md)
+    finished_ttl_s: float = field(default_factory=lambda: _env_seconds(
+        "FAULTWATCH_FINISHED_TTL_S", FINISHED_TTL_S))
     metrics_address: str = "127.0.0.1"  # ... on this address (0.0.0.0: every interface)
     metrics_address_file: str | None = None  # where /metrics listens (file_sd JSON)
 
@@ -285,7 +309,8 @@ def build_processor(cfg: ProcessorConfig, live: LiveRules | None = None,
         dead.append(_sender(dead_t, rec.key, value))
 
     matcher = MatcherStage(live, dead_letter, metrics, node_verifier=node_verifier)
-    jobs = JobStage(live, TableStore(table), dead_letter, metrics, max_jobs=cfg.max_jobs)
+    jobs = JobStage(live, TableStore(table), dead_letter, metrics, max_jobs=cfg.max_jobs,
+                    finished_ttl_s=cfg.finished_ttl_s)
     # the node registry: every worker follows all of it; the job stage gates run-starts and
     # check notes with it and writes what its decisions change (docs/schedulers.md)
     registry = RegistryLink(
@@ -424,6 +449,7 @@ def build_processor(cfg: ProcessorConfig, live: LiveRules | None = None,
                   logs_event_lag_s=round(metrics.logs_event_lag_s, 3),
                   jobs_cached=sum(len(p.cache) for p in jobs.parts.values()),
                   jobs_active=sum(len(p.active) for p in jobs.parts.values()),
+                  jobs_finished=sum(len(p.finished) for p in jobs.parts.values()),
                   rates=rates, counters=dict(metrics.extra))
 
     @app.timer(interval=broker_calm.POLL_S)

@@ -62,6 +62,10 @@ class TableStore:
     def items(self) -> Any:
         return list(self.table.items())
 
+    def delete(self, partition: int, key: bytes) -> None:
+        self.table.data.pop(key, None)  # as put: the local store, then a changelog tombstone
+        self.table.send_changelog(partition, key, None, value_serializer="raw")
+
 
 def keep_queues_when_flowing(app: faust.App) -> None:
     """Faust's table recovery resumes the flow twice after a rebalance, and each resume

@@ -50,6 +50,9 @@ JOB_IDLE_S = 60.0  # a cached state untouched this long leaves the cache (active
 # least node_lost_s); its encoded state stays in the store (the table, changelog-backed)
 EVICT_SWEEP_S = 5.0  # how often a partition's tick looks for idle cached states
 MAX_JOBS = 20_000  # active jobs per worker; a new job beyond it is refused (counted, logged)
+FINISHED_TTL_S = 86_400.0  # a decided or done job unchanged this long leaves the table too
+# (a tombstone on its changelog): like a Kubernetes Job's ttlSecondsAfterFinished; a job that
+# returns later starts afresh (docs/operating.md 5a). Keep it above the longest relaunch delay
 PARTITION_FIELD = "_p"  # stored beside a state: the signals partition it belongs to
 MAX_EVIDENCE_STR = 4096  # evidence strings of a too-big decision are cut to this
 MAX_EVIDENCE_ITEMS = 64  # ... and its lists to this many items
@@ -63,6 +66,8 @@ class StateStore(Protocol):
     def put(self, partition: int, key: bytes, value: bytes) -> None: ...
 
     def items(self) -> Iterable[tuple[bytes, bytes | None]]: ...
+
+    def delete(self, partition: int, key: bytes) -> None: ...
 
 
 class DictStore:
@@ -79,6 +84,9 @@ class DictStore:
 
     def items(self) -> Iterator[tuple[bytes, bytes | None]]:
         return iter(list(self.data.items()))
+
+    def delete(self, partition: int, key: bytes) -> None:
+        self.data.pop(key, None)
 
 
 @dataclass
@@ -103,6 +111,8 @@ class PartitionCache:
     write_due: list[tuple[float, bytes]] = field(default_factory=list)
     touched: dict[bytes, float] = field(default_factory=dict)  # cached key -> last load/save
     swept: float = float("-inf")  # the last idle sweep
+    finished: dict[bytes, float] = field(default_factory=dict)  # decided/done key -> last save
+    expire_due: list[tuple[float, bytes]] = field(default_factory=list)  # (due, key), lazily
 
     def watch(self, key: bytes, since: float) -> None:
         """`key` is active: its node-lost check is due no earlier than `since` + window."""
@@ -156,7 +166,7 @@ class JobStage:
 
     def __init__(self, live: LiveRules, store: StateStore, dead_letter: DeadLetter,
                  metrics: Metrics | None = None, max_record_bytes: int = MAX_RECORD_BYTES,
-                 max_jobs: int = MAX_JOBS) -> None:
+                 max_jobs: int = MAX_JOBS, finished_ttl_s: float = FINISHED_TTL_S) -> None:
         self.live = live
         self.store = store
         self.dead_letter = dead_letter
@@ -170,6 +180,7 @@ class JobStage:
         # during process_batch: durable writes held to its end (key -> partition, cache)
         self._batch_writes: dict[bytes, tuple[int, PartitionCache]] | None = None
         self.max_jobs = max_jobs  # active jobs per worker (MAX_JOBS)
+        self.finished_ttl_s = finished_ttl_s  # decided/done jobs leave the table (FINISHED_TTL_S)
         self._refusing = False  # at the cap: logged once per state change
         self.guard = BlastGuard()  # many jobs lost or hung together: hold (core/blast.py)
         self._census: tuple[float, Census] | None = None
@@ -293,6 +304,7 @@ class JobStage:
         m.storm = self.guard.state()
         m.jobs_active = sum(len(p.active) for p in self.parts.values())
         m.jobs_cached = sum(len(p.cache) for p in self.parts.values())
+        m.jobs_finished = sum(len(p.finished) for p in self.parts.values())
         m.max_jobs = self.max_jobs
         return [notice_decision(n, self.live.policy, self.live.rules_version)
                 for n in notices]
@@ -333,6 +345,7 @@ class JobStage:
         live = self.live
         if now - p.swept >= EVICT_SWEEP_S:
             self.evict_idle(partition, p, now)
+            self.expire_finished(partition, p, now)
         guard = self.guard
         guard.step(now, live.policy)
         for key, part in guard.release_due(now, live.policy):  # the hold's fallback
@@ -417,11 +430,15 @@ class JobStage:
                     continue
                 try:
                     d = orjson.loads(raw)
-                    if d.get(PARTITION_FIELD) == partition and d.get("phase") in ACTIVE:
+                    if d.get(PARTITION_FIELD) != partition:
+                        continue
+                    if d.get("phase") in ACTIVE:
                         p.active.add(k)
                         p.watch(k, now)  # checked once the grace has passed
                         if d.get("phase") == Phase.SETTLING:
                             p.settling.add(k)
+                    else:  # its time-to-live counts from now (this worker's first sight)
+                        self._finished(k, p, now)
                 except (orjson.JSONDecodeError, AttributeError):
                     continue
         return p
@@ -461,6 +478,39 @@ class JobStage:
             self.metrics.count("jobs_evicted", len(gone))
         return len(gone)
 
+    def _finished(self, key: bytes, p: PartitionCache, now: float) -> None:
+        """`key` is decided or done as of `now`: one queue entry per key (re-queued when it
+        comes due after a later change), however often it changes."""
+        if key not in p.finished:
+            heapq.heappush(p.expire_due, (now + self.finished_ttl_s, key))
+        p.finished[key] = now
+
+    def expire_finished(self, partition: int, p: PartitionCache, now: float) -> int:
+        """Delete the decided and done jobs unchanged for finished_ttl_s from the cache and
+        the store (a tombstone on the table's changelog): what a worker holds is bounded by
+        the jobs that finish in a TTL, not by every job it ever saw. Returns how many."""
+        gone = 0
+        ttl = self.finished_ttl_s
+        while p.expire_due and p.expire_due[0][0] <= now:
+            _, key = heapq.heappop(p.expire_due)
+            last = p.finished.get(key)
+            if last is None or key in p.active:
+                continue  # active again, or expired already
+            if last + ttl > now:  # changed since it was queued (a late record)
+                heapq.heappush(p.expire_due, (last + ttl, key))
+                continue
+            self.store.delete(partition, key)
+            for d in (p.finished, p.cache, p.touched, p.written):
+                d.pop(key, None)
+            p.dirty.discard(key)
+            p.broken.discard(key)
+            gone += 1
+        if gone:
+            self.metrics.count("jobs_expired", gone)
+            log_event("jobs_expired", partition=partition, jobs=gone,
+                      finished_ttl_s=ttl)
+        return gone
+
     def refuse(self, job: str, now: float) -> bool:
         """A new job at the cap (max_jobs active on this worker) is refused: counted, one
         line when refusing starts (and its count in processor_metrics' counters)."""
@@ -486,10 +536,12 @@ class JobStage:
             if key not in p.active:
                 p.active.add(key)
                 p.watch(key, now)
+            p.finished.pop(key, None)
         else:
             p.active.discard(key)
             if key in self.guard.held or key in self.guard.lapsed:
                 self.guard.drop(key)
+            self._finished(key, p, now)
         (p.settling.add if st.phase == Phase.SETTLING else p.settling.discard)(key)
         if key not in p.dirty:
             p.dirty.add(key)

@@ -21,6 +21,7 @@ class Metrics:
     extra: dict[str, int] = field(default_factory=dict)
     jobs_active: int = 0  # active jobs this worker tracks
     jobs_cached: int = 0  # ... and job states decoded in its cache (the rest: encoded)
+    jobs_finished: int = 0  # decided and done jobs in its table, until finished_ttl_s
     max_jobs: int = 0  # the cap on active jobs (JobStage.max_jobs)
     storm: dict[str, object] = field(default_factory=dict)  # the blast-radius guard's state
 
