@@ -131,3 +131,12 @@ class PMap(Generic[K, V]):
 
     def __repr__(self) -> str:
         return f"PMap({self.to_dict()!r})"
+
+
+EMPTY: PMap[Any, Any] = PMap()  # immutable, so one empty map serves every empty field
+
+
+def empty() -> PMap[Any, Any]:
+    """The shared empty map (a dataclass default_factory): a job state holds ~13 maps, most
+    of them empty, and ~200 bytes each made a decoded one-record job 4 kB."""
+    return EMPTY

@@ -21,7 +21,7 @@ from faultwatch.core.events import (
     Stage,
     TailLine,
 )
-from faultwatch.core.pmap import PMap
+from faultwatch.core.pmap import EMPTY, PMap, empty
 from faultwatch.core.policy import Policy
 from faultwatch.core.progress import RankProg, fold_step
 from faultwatch.core.windows import (
@@ -92,22 +92,22 @@ class JobState:
     job: str
     attempt: int = 0
     phase: Phase = Phase.RUNNING
-    nodes: PMap[str, NodeState] = field(default_factory=PMap)
+    nodes: PMap[str, NodeState] = field(default_factory=empty)
     hits: tuple[Hit, ...] = ()
-    rank_last_ts: PMap[int, float] = field(default_factory=PMap)
+    rank_last_ts: PMap[int, float] = field(default_factory=empty)
     tail: tuple[TailLine, ...] = ()
     failure_seen_at: float | None = None  # processor time the failure was seen (fallback)
     failure_ts: float | None = None  # event time of the first failure (settle horizon)
     restarts_used: int = 0
-    same_error: PMap[str, int] = field(default_factory=PMap)
+    same_error: PMap[str, int] = field(default_factory=empty)
     decided: tuple[str, ...] = ()
     # attempt-scoped
     expected_world: int | None = None
     expected_nodes: int | None = None
     last_output_ts: float | None = None
     outputs: int = 0
-    stages: PMap[int, OpenStage] = field(default_factory=PMap)
-    progress: PMap[int, RankProg] = field(default_factory=PMap)
+    stages: PMap[int, OpenStage] = field(default_factory=empty)
+    progress: PMap[int, RankProg] = field(default_factory=empty)
     step_ts: float | None = None
     steps: int = 0
     outputs_since_step: int = 0  # output batches since the last step advance (stall: flowing)
@@ -120,7 +120,7 @@ class JobState:
     stage_ts: float | None = None  # latest stage open/close (gaps spanning it are no samples)
     flags: frozenset[str] = frozenset()  # one-shot notes of this attempt (skew, slow:r, boot:n)
     notified: int = 0
-    diagnoses: PMap[str, Any] = field(default_factory=PMap)  # node -> answer (diagnosis.py)
+    diagnoses: PMap[str, Any] = field(default_factory=empty)  # node -> answer (diagnosis.py)
     diag_for: float | None = None  # the hang deadline the last `diagnose` request was for
     diag_asked: float | None = None  # event time of that request
     # the requests of this attempt (id, event time, deadline it was for), the last 16: the
@@ -128,20 +128,20 @@ class JobState:
     diag_sent: tuple[tuple[str, float, float], ...] = ()
     losses: tuple[float, ...] = ()  # recent finite training losses (core/divergence.py)
     # across attempts
-    hang_culprits: PMap[str, int] = field(default_factory=PMap)  # node -> hangs it caused
-    hists: PMap[str, GapHist] = field(default_factory=PMap)
+    hang_culprits: PMap[str, int] = field(default_factory=empty)  # node -> hangs it caused
+    hists: PMap[str, GapHist] = field(default_factory=empty)
     retryable: tuple[str, ...] = ()
-    blacklist: PMap[str, tuple[int, float]] = field(default_factory=PMap)
-    short_fails: PMap[str, int] = field(default_factory=PMap)
-    slow_nodes: PMap[str, int] = field(default_factory=PMap)
+    blacklist: PMap[str, tuple[int, float]] = field(default_factory=empty)
+    short_fails: PMap[str, int] = field(default_factory=empty)
+    slow_nodes: PMap[str, int] = field(default_factory=empty)
     restart_times: tuple[float, ...] = ()
     # the run (core/runs.py): the state is of the job's current run only
     run_id: str = ""  # the run's identity (its first run-start's); "" before any
     run_source: str = ""  # where the agent took it from: flag, slurm, torchrun, ...
-    scheduler: PMap[str, Any] = field(default_factory=PMap)  # frozen (see freeze)
+    scheduler: PMap[str, Any] = field(default_factory=empty)  # frozen (see freeze)
     run_ids: frozenset[str] = frozenset()  # run ids of this run (generated ones that joined)
     retired: tuple[str, ...] = ()  # earlier runs of this job name, newest last (bounded)
-    dropped: PMap[str, int] = field(default_factory=PMap)  # records refused, by reason
+    dropped: PMap[str, int] = field(default_factory=empty)  # records refused, by reason
     failed: bool = False  # this attempt was decided `fail` (the run is over)
 
     # ---- queries (evidence) -------------------------------------------------------------
@@ -223,6 +223,9 @@ class JobState:
         """The inverse of to_dict; a field missing from `d` (an older state) takes its
         default. Unknown keys (`_p`, newer fields) are ignored."""
         kw = {name: dec(d[name], d) for name, (_, dec) in _CODECS.items() if name in d}
+        for name, v in kw.items():
+            if type(v) is PMap and not v:
+                kw[name] = EMPTY  # one shared empty map (pmap.empty)
         return cls(**kw)
 
 
@@ -330,7 +333,7 @@ def fold_output(st: JobState, ev: Output, now: float) -> JobState:
     return evolve(
         st, nodes=st.nodes.set(ev.node, node_with(ns, last_output_ts=last, seen_at=now)),
         rank_last_ts=ranks, tail=tail, last_output_ts=job_last, outputs=st.outputs + 1,
-        hists=hists, diagnoses=PMap() if st.diagnoses else st.diagnoses,
+        hists=hists, diagnoses=EMPTY if st.diagnoses else st.diagnoses,
         outputs_since_step=st.outputs_since_step + 1, pending_gaps=pending)
 
 

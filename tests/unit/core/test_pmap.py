@@ -23,3 +23,21 @@ def test_update_equals_one_set_per_item_and_leaves_the_original_alone() -> None:
         assert m.to_dict() == start and len(m) == len(start)  # persistent
         assert all(got.get(k) == v for k, v in items.items())
     assert PMap({1: 2.0}).update({}).to_dict() == {1: 2.0}
+
+
+def test_the_shared_empty_map_is_never_changed_and_decoded_states_share_it() -> None:
+    import orjson
+
+    from faultwatch.core.events import RunStart
+    from faultwatch.core.job import new_state
+    from faultwatch.core.pmap import EMPTY, empty
+    from faultwatch.core.state import JobState
+
+    grown = empty().set("a", 1).update({"b": 2})
+    assert dict(grown.items()) == {"a": 1, "b": 2} and len(EMPTY) == 0 and not list(EMPTY)
+    st = new_state(RunStart("j", 0, "n0", 1.0, run_id="r"))
+    assert st is not None
+    back = JobState.from_dict(orjson.loads(orjson.dumps(st.to_dict())))
+    assert back == st
+    assert back.same_error is EMPTY and back.hists is EMPTY  # not one new map per field
+    assert back.nodes is not EMPTY or not st.nodes
