@@ -203,6 +203,23 @@ def remove_at_exit(path: Path) -> None:
     _TO_REMOVE.append(path)
 
 
+def announce(server: BoundedHTTPServer, addr: str, address_file: str | None, job: str) -> None:
+    """Say where `server` listens: a `metrics_listening address=` line, and the address file
+    (file_sd) from its template when given, removed at exit (ConfigError if unwritable)."""
+    from faultwatch.eventlog import log_event
+
+    target = scrape_target(addr, bound_port(server))
+    path = None
+    if address_file:
+        path = address_file_path(address_file, job=job, node=socket.gethostname())
+        try:
+            write_address_file(path, target)
+        except OSError as e:
+            raise ConfigError("metrics_address_file", f"cannot write {path}: {e}") from e
+        remove_at_exit(path)
+    log_event("metrics_listening", address=target, address_file=path)
+
+
 def remove_address_files() -> None:
     while _TO_REMOVE:
         remove_address_file(_TO_REMOVE.pop())

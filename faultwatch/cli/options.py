@@ -253,24 +253,11 @@ def serve_service_metrics(args: argparse.Namespace, component: str) -> None:
     """/metrics of `actuate` and `notify` (what they refused, their process) on
     --metrics-port when given (0: a free port), and where it listens in
     --metrics-address-file (removed at exit); logs `metrics_listening address=`."""
-    import socket
-
     from faultwatch import metrics
-    from faultwatch.eventlog import log_event
 
     metrics.check_address_file(args.metrics_address_file, args.metrics_port)
     if args.metrics_port is None:
         return
     server = metrics.serve(args.metrics_port, metrics.service_registry(component),
                            addr=args.metrics_address)
-    target = metrics.scrape_target(args.metrics_address, metrics.bound_port(server))
-    path = None
-    if args.metrics_address_file:
-        path = metrics.address_file_path(args.metrics_address_file, job=component,
-                                          node=socket.gethostname())
-        try:
-            metrics.write_address_file(path, target)
-        except OSError as e:
-            raise ConfigError("metrics_address_file", f"cannot write {path}: {e}") from e
-        metrics.remove_at_exit(path)
-    log_event("metrics_listening", address=target, address_file=path)
+    metrics.announce(server, args.metrics_address, args.metrics_address_file, component)

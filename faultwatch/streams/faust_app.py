@@ -124,22 +124,10 @@ class ProcessorConfig:
 def _serve_metrics(cfg: ProcessorConfig, prom: ProcessorMetrics) -> None:
     """/metrics on --metrics-port (0: a free one; a taken port is a usage error, exit 2),
     and where it listens in --metrics-address-file, removed at exit."""
-    import socket
-
     from faultwatch import metrics
 
     server = serve_metrics(cfg.metrics_port or 0, prom.registry, addr=cfg.metrics_address)
-    target = metrics.scrape_target(cfg.metrics_address, metrics.bound_port(server))
-    path = None
-    if cfg.metrics_address_file:
-        path = metrics.address_file_path(cfg.metrics_address_file, job=cfg.group,
-                                          node=socket.gethostname())
-        try:
-            metrics.write_address_file(path, target)
-        except OSError as e:
-            raise ConfigError("metrics_address_file", f"cannot write {path}: {e}") from e
-        metrics.remove_at_exit(path)
-    log_event("metrics_listening", address=target, address_file=path)
+    metrics.announce(server, cfg.metrics_address, cfg.metrics_address_file, cfg.group)
 
 
 @dataclass
