@@ -11,7 +11,6 @@ resumes it. Every wait is on a condition (sinfo / scontrol show / the topics).
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -25,7 +24,7 @@ import pytest
 
 from faultwatch.errors import ConfigError
 from tests.support.cluster import wait_decisions
-from tests.support.processes import job_env
+from tests.support.processes import job_env, stop_group
 from tests.support.slurm import SlurmCluster, missing
 from tests.support.waiting import wait_until
 
@@ -101,17 +100,7 @@ def _processor(bootstrap: str, prefix: str, log: Path) -> Iterator[subprocess.Po
     try:
         yield proc
     finally:
-        _stop(proc)
-
-
-def _stop(proc: subprocess.Popen[bytes], sig: int = signal.SIGTERM) -> None:
-    if proc.poll() is None:
-        os.killpg(proc.pid, sig)
-        try:
-            proc.wait(20)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(10)
+        stop_group(proc)
 
 
 def test_slurm_backend_drains_resumes_and_leaves_foreign_drains_alone(
@@ -233,7 +222,7 @@ def test_xid79_on_n1_drains_n1_and_the_job_finishes_on_n2(
             assert not any(n["node"] == "n2" for n in nodes)
 
             # crash and restart the actuator: the journal keeps it from acting twice
-            _stop(actuate, signal.SIGKILL)
+            stop_group(actuate, signal.SIGKILL)
             restarts = info["Restarts"]
             actuate = _start_actuate(env, act_log, state, group)
             done = [json.loads(x) for x in state.read_text().splitlines()]
@@ -253,7 +242,7 @@ def test_xid79_on_n1_drains_n1_and_the_job_finishes_on_n2(
             nodes = [json.loads(x) for x in _fw(env, "nodes", "--json").stdout.splitlines()]
             assert next(n for n in nodes if n["node"] == "n1")["state"] == "healthy"
         finally:
-            _stop(actuate)
+            stop_group(actuate)
             slurm.run("scontrol", "update", "nodename=n1", "state=resume", check=False)
 
 
@@ -287,7 +276,7 @@ def test_manual_quarantine_drains_and_release_resumes(
         wait_until(lambda: slurm.node_states().get("n2") == "idle", 60, "n2 resumed",
                    interval_s=0.3, detail=log.read_text)
     finally:
-        _stop(actuate)
+        stop_group(actuate)
         slurm.run("scontrol", "update", "nodename=n2", "state=resume", check=False)
 
 

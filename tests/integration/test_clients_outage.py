@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -26,6 +25,7 @@ from faultwatch.kafka.admin import ensure_compacted_topic
 from faultwatch.nodes.store import write_records
 from faultwatch.wire.topics import Topics
 from tests.support.notify import Hook, dec, publish
+from tests.support.processes import cpu_s, log_lines, stop_group
 from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.kafka, pytest.mark.timeout(600)]
@@ -36,32 +36,11 @@ CPU_SHARE_MAX = 0.25  # of one core, averaged over the outage
 LINES_MAX = 60  # log lines during the outage
 
 
-def _cpu_s(pid: int) -> float:
-    """User + system CPU seconds of one process, from /proc."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def _lines(log: Path) -> int:
-    with open(log, "rb") as f:
-        return sum(1 for _ in f)
-
-
 def _quarantined(node: str) -> NodeRecord:
     now = time.time()
     return NodeRecord(node=node, state="quarantined", until=now + 3600, strikes=1,
                       reasons=(Reason(ts=now, event="quarantine", decision=f"d-{node}",
                                       rule="xid-79", job="train"),), updated_ts=now)
-
-
-def _stop(p: subprocess.Popen[bytes]) -> None:
-    if p.poll() is None:
-        os.killpg(p.pid, signal.SIGTERM)
-        try:
-            p.wait(30)
-        except subprocess.TimeoutExpired:
-            os.killpg(p.pid, signal.SIGKILL)
-            p.wait(10)
 
 
 def test_notify_and_actuate_are_calm_while_the_broker_is_down_and_recover(
@@ -108,15 +87,15 @@ def test_notify_and_actuate_are_calm_while_the_broker_is_down_and_recover(
         asyncio.run(write_records(bootstrap, topics.nodes, [_quarantined("gpu-before")]))
         wait_until(lambda: drains() == ["gpu-before"], 60, "drained before", detail=alive)
 
-        n0 = {n: _lines(p) for n, p in logs.items()}
+        n0 = {n: log_lines(p) for n, p in logs.items()}
         kafka_local.down(data, port)
         time.sleep(SETTLE_S)
-        cpu0 = {n: _cpu_s(p.pid) for n, p in procs.items()}
+        cpu0 = {n: cpu_s(p.pid) for n, p in procs.items()}
         t0 = time.monotonic()
         time.sleep(OUTAGE_S)
         span = time.monotonic() - t0
-        cpu = {n: (_cpu_s(p.pid) - cpu0[n]) / span for n, p in procs.items()}
-        logged = {n: _lines(p) - n0[n] for n, p in logs.items()}
+        cpu = {n: (cpu_s(p.pid) - cpu0[n]) / span for n, p in procs.items()}
+        logged = {n: log_lines(p) - n0[n] for n, p in logs.items()}
         kafka_local.up(port=port, data_dir=data)
         print(f"\nwhile the broker was down for {OUTAGE_S:.0f}s: " + ", ".join(
             f"{n} CPU {cpu[n] * 100:.1f}% of a core, {logged[n]} log lines" for n in procs))
@@ -134,7 +113,7 @@ def test_notify_and_actuate_are_calm_while_the_broker_is_down_and_recover(
                    120, "broker_reachable logged by both", detail=alive)
     finally:
         for p in procs.values():
-            _stop(p)
+            stop_group(p, grace_s=30)
         hook.server.shutdown()
     for n in procs:
         text = logs[n].read_text(errors="replace")

@@ -140,19 +140,27 @@ def test_release_keeps_an_operators_cordon(api: KubeAPI, actuator: KubernetesBac
     assert TAINT_KEY not in {t["key"] for t in obj["spec"].get("taints", [])}
 
 
-def test_a_disruption_budget_refuses_the_eviction_with_a_clear_outcome(
-        api: KubeAPI, actuator: KubernetesBackend, tmp_path: Path) -> None:
+def _budgeted_pods(api: KubeAPI, pods: int) -> tuple[str, str]:
+    """A node running `pods` pods of a job that a PodDisruptionBudget keeps all available
+    (minAvailable = pods), once the disruption controller has counted them (before, every
+    eviction is 429 anyway); returns (node, job)."""
     node, job = _names()
     api.node(node)
-    for i in range(2):
+    for i in range(pods):
         api.pod("ml", f"{job}-{i}", node, {"job": job, "app": job}, running=True)
     api.ensure({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
                 "metadata": {"name": job, "namespace": "ml"},
-                "spec": {"minAvailable": 2, "selector": {"matchLabels": {"app": job}}}})
-    # the disruption controller must have computed the budget (else every eviction is 429)
+                "spec": {"minAvailable": pods, "selector": {"matchLabels": {"app": job}}}})
     pdb = f"/apis/policy/v1/namespaces/ml/poddisruptionbudgets/{job}"
-    wait_until(lambda: api.get(pdb).get("status", {}).get("currentHealthy") == 2, 60,
-               "the disruption controller to count both pods healthy")
+    wait_until(lambda: api.get(pdb).get("status", {}).get("currentHealthy") == pods, 60,
+               f"the disruption controller to count {pods} pod(s) healthy")
+    return node, job
+
+
+def test_a_disruption_budget_refuses_the_eviction_with_a_clear_outcome(
+        api: KubeAPI, actuator: KubernetesBackend, tmp_path: Path) -> None:
+    node, job = _budgeted_pods(api, 2)
+    pdb = f"/apis/policy/v1/namespaces/ml/poddisruptionbudgets/{job}"
     requeue = _action(REQUEUE, node, job, pod=f"{job}-0", node=node)
     with pytest.raises(ActuateError) as err:
         actuator.apply(requeue)
@@ -236,15 +244,7 @@ def test_delete_instead_of_evict_needs_its_verb_and_overrides_the_budget(
     """--k8s-pod-action delete: refused (403, permanent) with the shipped role, which has no
     `delete`; with `delete` added as actuate-rbac.yaml says, the pod a budget protects from
     eviction (shown in the same run) is deleted."""
-    node, job = _names()
-    api.node(node)
-    api.pod("ml", f"{job}-0", node, {"job": job, "app": job}, running=True)
-    api.ensure({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
-                "metadata": {"name": job, "namespace": "ml"},
-                "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": job}}}})
-    pdb = f"/apis/policy/v1/namespaces/ml/poddisruptionbudgets/{job}"
-    wait_until(lambda: api.get(pdb).get("status", {}).get("currentHealthy") == 1, 60,
-               "the disruption controller to count the pod healthy")
+    node, job = _budgeted_pods(api, 1)
     requeue = _action(REQUEUE, node, job, pod=f"{job}-0", node=node)
     shipped = api.token_for(SA_NS, SA_NAME)
     with pytest.raises(ActuateError, match="refused \\(429\\)") as err:  # control: evict
@@ -319,14 +319,7 @@ def test_every_rule_of_the_shipped_role_is_needed(api: KubeAPI, tmp_path: Path) 
             r["verbs"] = [v for v in r["verbs"] if not (v == verb and res in r["resources"])]
             if r["verbs"]:
                 less.append(r)
-        api.ensure({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
-                    "metadata": {"name": role}, "rules": less})
-        api.ensure({"apiVersion": "rbac.authorization.k8s.io/v1",
-                    "kind": "ClusterRoleBinding", "metadata": {"name": role},
-                    "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
-                                "name": role},
-                    "subjects": [{"kind": "ServiceAccount", "name": role,
-                                  "namespace": SA_NS}]})
+        _bind(api, role, less)
         backend = _backend(api, tmp_path, api.token_for(SA_NS, role), pod_selector="job={job}")
         node, job = _names()
         api.node(node)

@@ -7,7 +7,6 @@ outage)."""
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 import uuid
 from pathlib import Path
@@ -25,6 +24,7 @@ from tests.support.cluster import (
     wait_processor_ready,
 )
 from tests.support.kafka import produce_records
+from tests.support.processes import cpu_s, log_lines
 
 pytestmark = [pytest.mark.slow, pytest.mark.kafka, pytest.mark.timeout(900)]
 
@@ -34,21 +34,10 @@ CPU_SHARE_MAX = 0.25  # of one core, averaged over the outage (today: ~0.96)
 LINES_MAX = 60  # log lines during the outage (today: ~70,000 in 20 s)
 
 
-def _cpu_s(pid: int) -> float:
-    """User + system CPU seconds of one process and its waited-for children, from /proc."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def _lines(log: Path) -> int:
-    with open(log, "rb") as f:
-        return sum(1 for _ in f)
-
-
 def _failing(job: str, t: float) -> list[tuple[bytes, bytes]]:
     key = wire.log_key(job, "n0")
     return [(key, wire.encode_run_start(RunStart(job, 0, "n0", t, run_id="r"))),
-            (key, wire.encode_lines(job, 0, "n0", "r", [
+            (key, wire.encodelog_lines(job, 0, "n0", "r", [
                 Line("stderr", 0, t, "ModuleNotFoundError: No module named 'tensorboardx'")])),
             (key, wire.encode_exit(Exit(job, 0, "n0", t + 0.1, 1, run_id="r")))]
 
@@ -64,12 +53,12 @@ def test_processor_is_calm_while_the_broker_is_down_and_recovers(
                                     _failing(before, time.time())))
         assert wait_decisions(bootstrap, topic_prefix, before, 1, timeout_s=60)
         kafka_local.down(data, port)
-        n0 = _lines(log)  # lines: the whole outage; CPU: past its first seconds (the
+        n0 = log_lines(log)  # lines: the whole outage; CPU: past its first seconds (the
         time.sleep(SETTLE_S)  # worker was busy with its start and first decision just now)
-        cpu0, t0 = _cpu_s(proc.pid), time.monotonic()
+        cpu0, t0 = cpu_s(proc.pid), time.monotonic()
         time.sleep(OUTAGE_S)  # the outage itself is what is measured
-        cpu_share = (_cpu_s(proc.pid) - cpu0) / (time.monotonic() - t0)
-        logged = _lines(log) - n0
+        cpu_share = (cpu_s(proc.pid) - cpu0) / (time.monotonic() - t0)
+        logged = log_lines(log) - n0
         kafka_local.up(port=port, data_dir=data)
         assert proc.poll() is None, log.read_text(errors="replace")[-3000:]
         after = f"after-{uuid.uuid4().hex[:6]}"

@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 import json
-import os
 import re
-import signal
 import subprocess
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from tests.support.processes import faultwatch_exe, job_env
+from tests.support.processes import faultwatch_exe, job_env, stop_group
 from tests.support.waiting import wait_until
 
 
@@ -29,13 +27,7 @@ def processor(bootstrap: str, prefix: str, log: Path, *flags: str,
     try:
         yield proc
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(20)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(10)
+        stop_group(proc)
 
 
 def events(log: Path, name: str) -> list[dict[str, str]]:
