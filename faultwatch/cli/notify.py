@@ -25,8 +25,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     """The notify-specific flags."""
     p.add_argument("--webhook", action="append", default=[], metavar="[FORMAT=]URL",
                    help="where to post; FORMAT is json (default), slack, feishu or dingtalk; "
-                        "repeat for several receivers. Visible in `ps`: prefer "
-                        f"--webhook-file or ${WEBHOOKS_ENV} for URLs that hold a token")
+                        "repeat for several receivers. Visible in `ps`: a URL that holds "
+                        "a token (Slack services/..., Feishu hook/..., access_token=...) is "
+                        f"refused here; give it in --webhook-file or ${WEBHOOKS_ENV}")
     p.add_argument("--webhook-file", type=Path, action="append", default=[],
                    help="a file of webhooks, one [FORMAT=]URL per line (# comments); "
                         f"also read: ${WEBHOOKS_ENV} (whitespace-separated)")
@@ -109,7 +110,16 @@ def config_of(args: argparse.Namespace, bootstrap: str, topic: str) -> NotifierC
 
 
 def webhook_specs(args: argparse.Namespace) -> list[str]:
-    """Webhooks from flags, files and the environment, in that order."""
+    """Webhooks from flags, files and the environment, in that order. A flag's URL that
+    holds a token is refused (ConfigError, exit 2): every user on the host sees it in `ps`."""
+    from faultwatch.notify.sender import holds_token, redact, spec_url
+
+    for spec in args.webhook:
+        secret = holds_token(spec)
+        if secret is not None:
+            raise ConfigError("--webhook", f"{redact(spec_url(spec))}...: {secret} is a "
+                              "credential, and a flag is visible to every user in `ps`; give "
+                              f"this webhook in --webhook-file FILE or ${WEBHOOKS_ENV}")
     specs = list(args.webhook)
     for path in args.webhook_file:
         try:

@@ -63,6 +63,34 @@ def redact(url: str) -> str:
     return f"{parts.scheme}://{host}{port}"
 
 
+# where the webhooks of the common chat services keep their token (their documented URL forms)
+_TOKEN_PATHS = ("/services/", "/hook/", "/webhooks/")  # Slack; Feishu/Lark; Discord
+_TOKEN_QUERY = frozenset({"access_token", "token", "key", "secret", "sig", "signature",
+                          "code", "auth", "apikey", "api_key"})
+
+
+def spec_url(spec: str) -> str:
+    """The URL of a `[FORMAT=]URL` webhook spec."""
+    return spec.split("=", 1)[1] if "=" in spec.split("://", 1)[0] else spec
+
+
+def holds_token(spec: str) -> str | None:
+    """What in a webhook's URL is a credential (a Slack `services/T/B/x` or Feishu `hook/<id>`
+    path, a DingTalk `access_token` or WeCom `key` query...), or None: such URLs belong in a
+    file or the environment, never on a command line that `ps` shows everyone."""
+    parts = urllib.parse.urlsplit(spec_url(spec))
+    keys = {k.lower() for k, _ in urllib.parse.parse_qsl(parts.query, keep_blank_values=True)}
+    hit = sorted(keys & _TOKEN_QUERY)
+    if hit:  # DingTalk access_token, WeCom key, ...
+        return f"the query parameter {hit[0]!r}"
+    for p in _TOKEN_PATHS:
+        if p in parts.path and parts.path.split(p, 1)[1].strip("/"):
+            return f"the path after {p!r}"
+    if parts.password:
+        return "the password in the address"
+    return None
+
+
 @dataclass(frozen=True)
 class RetryPolicy:
     """How often and how patiently a failed post is tried again."""

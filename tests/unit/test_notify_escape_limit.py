@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -73,3 +74,39 @@ def test_posts_to_one_webhook_are_spaced() -> None:
     assert lim.send_at("a", 5.0) == 5.0
     lim.sending("a", 5.0)
     assert lim.send_at("a", 5.2) == 6.0 and lim.send_at("b", 5.2) == 5.2
+
+
+@pytest.mark.parametrize("spec, part, secret", [
+    ("slack=https://hooks.slack.com/services/T0/B0/tok3n", "'/services/'", "tok3n"),
+    ("feishu=https://open.feishu.cn/open-apis/bot/v2/hook/5d7e-11", "'/hook/'", "5d7e-11"),
+    ("dingtalk=https://oapi.dingtalk.com/robot/send?access_token=abc9", "'access_token'", "abc9"),
+    ("https://qyapi.weixin.qq.com/cgi-bin/webhook/send?key=693a", "'key'", "693a"),
+    ("https://discord.com/api/webhooks/123/t0ken", "'/webhooks/'", "t0ken"),
+    ("https://user:pw9@hooks.example/x", "password", "pw9"),
+])
+def test_a_webhook_flag_that_holds_a_token_is_refused(spec: str, part: str, secret: str) -> None:
+    import argparse
+
+    from faultwatch.cli.notify import webhook_specs
+    from faultwatch.errors import ConfigError
+    from faultwatch.notify.sender import holds_token
+
+    assert part in (holds_token(spec) or "")
+    args = argparse.Namespace(webhook=[spec], webhook_file=[])
+    with pytest.raises(ConfigError, match="--webhook-file") as err:
+        webhook_specs(args)
+    assert secret not in str(err.value)  # the refusal does not print what it protects
+
+
+def test_a_webhook_flag_without_a_token_and_any_webhook_file_are_taken(tmp_path: Path) -> None:
+    import argparse
+
+    from faultwatch.cli.notify import webhook_specs
+    from faultwatch.notify.sender import holds_token
+
+    plain = ["http://127.0.0.1:9/x", "slack=http://alerts.internal:8080/post", "https://h/"]
+    assert [holds_token(s) for s in plain] == [None, None, None]
+    hooks = tmp_path / "hooks"
+    hooks.write_text("slack=https://hooks.slack.com/services/T0/B0/tok\n")
+    args = argparse.Namespace(webhook=plain, webhook_file=[hooks])
+    assert webhook_specs(args) == [*plain, "slack=https://hooks.slack.com/services/T0/B0/tok"]
