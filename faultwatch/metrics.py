@@ -203,11 +203,11 @@ def remove_at_exit(path: Path) -> None:
     _TO_REMOVE.append(path)
 
 
-def announce(server: BoundedHTTPServer, addr: str, address_file: str | None, job: str) -> None:
-    """Say where `server` listens: a `metrics_listening address=` line, and the address file
-    (file_sd) from its template when given, removed at exit (ConfigError if unwritable)."""
-    from faultwatch.eventlog import log_event
-
+def announce(server: BoundedHTTPServer, addr: str, address_file: str | None,
+             job: str) -> tuple[str, Path | None]:
+    """Where `server` listens, as a scrape target, written to the address file (file_sd) from
+    its template when given and removed at exit (ConfigError if unwritable): (target, path)
+    for the caller's `metrics_listening` line."""
     target = scrape_target(addr, bound_port(server))
     path = None
     if address_file:
@@ -217,7 +217,7 @@ def announce(server: BoundedHTTPServer, addr: str, address_file: str | None, job
         except OSError as e:
             raise ConfigError("metrics_address_file", f"cannot write {path}: {e}") from e
         remove_at_exit(path)
-    log_event("metrics_listening", address=target, address_file=path)
+    return target, path
 
 
 def remove_address_files() -> None:

@@ -254,10 +254,13 @@ def serve_service_metrics(args: argparse.Namespace, component: str) -> None:
     --metrics-port when given (0: a free port), and where it listens in
     --metrics-address-file (removed at exit); logs `metrics_listening address=`."""
     from faultwatch import metrics
+    from faultwatch.eventlog import log_event
 
     metrics.check_address_file(args.metrics_address_file, args.metrics_port)
     if args.metrics_port is None:
         return
     server = metrics.serve(args.metrics_port, metrics.service_registry(component),
                            addr=args.metrics_address)
-    metrics.announce(server, args.metrics_address, args.metrics_address_file, component)
+    target, path = metrics.announce(server, args.metrics_address, args.metrics_address_file,
+                                    component)
+    log_event("metrics_listening", address=target, address_file=path)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 
+from faultwatch.core.names import MAX_NAME_CHARS, name_problem
 from faultwatch.errors import ConfigError
 
 # Slurm node names and Kubernetes node names (DNS subdomains): letters, digits, '.', '-', '_';
@@ -36,17 +37,12 @@ def valid_node(node: object) -> str:
     return name
 
 
-MAX_NAME_CHARS = 256  # wire's MAX_ID_CHARS
-_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")  # C0, DEL and C1, as wire's safe_name
-
-
 def valid_job(job: object, field: str = "job") -> str:
-    """The one rule for job names, the agent's: wire's safe_name (a string of 1 to 256
-    characters without control characters; tests/unit/nodes/test_names.py keeps both in
-    step, this module being pure cannot import wire). Actuators pass it as one whole
-    argument value (`squeue --name=JOB`, an exec template's placeholder), never a shell."""
-    if not isinstance(job, str) or not job or len(job) > MAX_NAME_CHARS \
-            or _CONTROL.search(job):
-        raise ConfigError(field, f"invalid job name {job!r:.80} (1-{MAX_NAME_CHARS} "
+    """A job name by the one rule for names (core/names.py, which the agent's records pass
+    through wire's safe_name too). Actuators pass it as one whole argument value
+    (`squeue --name=JOB`, an exec template's placeholder), never a shell."""
+    problem = name_problem(job)
+    if problem is not None or not isinstance(job, str):
+        raise ConfigError(field, f"invalid job name {job!r:.80}: {problem} (1-{MAX_NAME_CHARS} "
                                  "characters, no control characters)")
     return job

@@ -127,7 +127,9 @@ def _serve_metrics(cfg: ProcessorConfig, prom: ProcessorMetrics) -> None:
     from faultwatch import metrics
 
     server = serve_metrics(cfg.metrics_port or 0, prom.registry, addr=cfg.metrics_address)
-    metrics.announce(server, cfg.metrics_address, cfg.metrics_address_file, cfg.group)
+    target, path = metrics.announce(server, cfg.metrics_address, cfg.metrics_address_file,
+                                    cfg.group)
+    log_event("metrics_listening", address=target, address_file=path)
 
 
 @dataclass

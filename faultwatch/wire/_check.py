@@ -4,13 +4,13 @@ that name the field they refuse, and decode() (the version and type check of any
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
+from faultwatch.core.names import MAX_NAME_CHARS, name_problem
 from faultwatch.errors import DecodeError
 
 SCHEMA_VERSION = 1
@@ -23,7 +23,7 @@ MAX_RECORD_BYTES = 900_000
 MAX_RULESET_RECORD_BYTES = 8 << 20  # rule files are <= 1 MiB each; the record is gzipped
 
 # ---- bounds every decoded record is held to (a record outside them is a DecodeError) -----
-MAX_ID_CHARS = 256  # job, node, run and decision ids, rule ids, stage names, note kinds
+MAX_ID_CHARS = MAX_NAME_CHARS  # job, node, run and decision ids, rule ids, stage names...
 MAX_ATTEMPT = 10_000
 MAX_RANK = 10_000_000  # ranks and world sizes
 MAX_STEP = 2**62
@@ -47,11 +47,6 @@ def _bad(field: str, why: str, x: Any) -> DecodeError:
     return DecodeError(f"{field}: {why}, got {shown[:80]}{'...' if len(shown) > 80 else ''}")
 
 
-_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")  # C0, DEL and C1
-
-
-def _has_control(s: str) -> bool:
-    return _CONTROL.search(s) is not None  # one C scan (a per-char genexpr cost 10% of a stage)
 
 
 _SAFE_NAMES: set[str] = set()  # non-empty names safe_name accepted (jobs and nodes repeat)
@@ -63,14 +58,9 @@ def safe_name(x: Any, field: str, *, empty_ok: bool = False) -> str:
     MAX_ID_CHARS characters without control characters (and not empty unless allowed)."""
     if type(x) is str and x in _SAFE_NAMES:
         return x  # checked before (a fleet's records name the same jobs and nodes)
-    if type(x) is not str:
-        raise _bad(field, "must be a string", x)
-    if not x and not empty_ok:
-        raise _bad(field, "must not be empty", x)
-    if len(x) > MAX_ID_CHARS:
-        raise _bad(field, f"longer than {MAX_ID_CHARS} characters", x)
-    if _has_control(x):
-        raise _bad(field, "contains a control character", x)
+    problem = name_problem(x, empty_ok=empty_ok)  # the one rule (core/names.py)
+    if problem is not None:
+        raise _bad(field, problem, x)
     if x:
         if len(_SAFE_NAMES) >= _SAFE_NAMES_MAX:
             _SAFE_NAMES.clear()

@@ -1,4 +1,4 @@
-"""Actuate's job-name rule is the agent's (wire's safe_name): one rule in two places."""
+"""Actuate's job-name rule is the agent's: both ask core/names.name_problem (this keeps them agreeing)."""
 
 from __future__ import annotations
 

@@ -1,0 +1,24 @@
+"""The one rule for names (jobs, nodes, runs, ids): what the wire accepts and actuators pass."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+MAX_NAME_CHARS = 256  # job, node, run and decision ids, rule ids, stage names, note kinds
+CONTROL_RE = re.compile("[\x00-\x1f\x7f-\x9f]")  # C0, DEL and C1
+
+
+def name_problem(x: Any, *, empty_ok: bool = False) -> str | None:
+    """Why `x` is not a name (a string of at most MAX_NAME_CHARS characters without control
+    characters, not empty unless allowed), or None. The wire's decoders (wire's safe_name)
+    and the actuators (nodes.names.valid_job) both ask this, each raising its own error."""
+    if type(x) is not str:
+        return "must be a string"
+    if not x and not empty_ok:
+        return "must not be empty"
+    if len(x) > MAX_NAME_CHARS:
+        return f"longer than {MAX_NAME_CHARS} characters"
+    if CONTROL_RE.search(x) is not None:  # one C scan (a per-char genexpr cost 10% a stage)
+        return "contains a control character"
+    return None
