@@ -1,4 +1,4 @@
-"""Actuate's job-name rule is the agent's: both ask core/names.name_problem (this keeps them agreeing)."""
+"""Actuate's job-name rule is the agent's: both ask core/names.name_problem."""
 
 from __future__ import annotations
 
