@@ -4,6 +4,8 @@
 #   scripts/k8s-api.sh build             build (or find cached) binaries and fetch the published
 #                                        CRDs deploy/ needs (KEDA's); prints the bin dir
 #   scripts/k8s-api.sh crds              fetch (or find cached) those CRDs; prints their dir
+#   scripts/k8s-api.sh kubeflow          build (or find cached) `kfexit CODE...`: Kubeflow
+#                                        training-operator's own IsRetryableExitCode per code
 #   scripts/k8s-api.sh start DIR         start etcd, kube-apiserver, kube-controller-manager with
 #                                        state in DIR; writes DIR/env (K8S_SERVER, tokens, CA)
 #   scripts/k8s-api.sh stop DIR          stop them (controller manager first), by PID
@@ -15,6 +17,7 @@
 set -euo pipefail
 K8S_VERSION=${FAULTWATCH_K8S_VERSION:-1.37.2}
 KEDA_VERSION=${FAULTWATCH_KEDA_VERSION:-2.21.0}
+KUBEFLOW_VERSION=${FAULTWATCH_KUBEFLOW_VERSION:-1.8.1}  # training-operator (PyTorchJob)
 STAGING_VERSION="0.${K8S_VERSION#1.}"
 ROOT=${FAULTWATCH_K8S_CACHE:-$HOME/.cache/faultwatch/k8s}
 CACHE=$ROOT/v$K8S_VERSION
@@ -42,8 +45,48 @@ crds() {
   echo "$CRDS"
 }
 
+kubeflow() {  # ~2 min the first time (the module and its dependencies), then instant
+  local dir=$ROOT/kubeflow-v$KUBEFLOW_VERSION
+  if [ ! -x "$dir/kfexit" ]; then
+    command -v go >/dev/null || { log "go is required to build kfexit (Go toolchain)"; exit 1; }
+    mkdir -p "$dir/src"
+    cat > "$dir/src/main.go" <<'GO'
+// kfexit CODE...: "CODE true|false" per code, from the training-operator's own
+// IsRetryableExitCode (what a PyTorchJob with restartPolicy: ExitCode retries).
+package main
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+
+	"github.com/kubeflow/training-operator/pkg/util/train"
+)
+
+func main() {
+	for _, a := range os.Args[1:] {
+		c, err := strconv.Atoi(a)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "not a code:", a)
+			os.Exit(2)
+		}
+		fmt.Printf("%d %v\n", c, train.IsRetryableExitCode(int32(c)))
+	}
+}
+GO
+    printf 'module faultwatch.invalid/kfexit\n\ngo 1.22\n\nrequire github.com/kubeflow/training-operator v%s\n' \
+      "$KUBEFLOW_VERSION" > "$dir/src/go.mod"
+    (cd "$dir/src" && export GOFLAGS=-mod=mod CGO_ENABLED=0 GOTOOLCHAIN=local \
+      && go mod tidy >&2 && go build -o "$dir/kfexit.tmp" . >&2)
+    mv "$dir/kfexit.tmp" "$dir/kfexit"
+    log "kfexit (training-operator v$KUBEFLOW_VERSION) in $dir"
+  fi
+  echo "$dir/kfexit"
+}
+
 build() {
   crds >/dev/null
+  kubeflow >/dev/null
   if [ -x "$BIN/kube-apiserver" ] && [ -x "$BIN/etcd" ] && [ -x "$BIN/kube-controller-manager" ]; then
     echo "$BIN"; return
   fi
@@ -214,7 +257,8 @@ stop() {  # the controller manager first: the apiserver waits for its connection
 case "${1:-}" in
   build) build ;;
   crds) crds ;;
+  kubeflow) kubeflow ;;
   start) start "${2:-}" ;;
   stop) stop "${2:-}" ;;
-  *) echo "usage: $0 build|crds|start DIR|stop DIR" >&2; exit 2 ;;
+  *) echo "usage: $0 build|crds|kubeflow|start DIR|stop DIR" >&2; exit 2 ;;
 esac

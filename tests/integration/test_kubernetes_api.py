@@ -667,3 +667,30 @@ def test_actuate_taints_a_node_for_a_job_only_where_its_pod_runs(
     assert tainted(node)  # the positive control
     assert not tainted(elsewhere)
     assert not api.get(f"/api/v1/nodes/{elsewhere}")["spec"].get("unschedulable")
+
+
+def test_kubeflows_own_rule_retries_exactly_the_verdicts_docs_schedulers_says() -> None:
+    """The Kubeflow column of docs/schedulers.md's exit-code table, decided by the
+    training-operator's own code (no operator can run pods here: no kubelet): only "run me
+    elsewhere" (138) and the agent's own stop by a signal (128+N) are retried; every other
+    verdict and faultwatch's own errors are permanent (tests/e2e/test_exit_contract.py proves
+    the agent exits with these codes)."""
+    why = k8s.missing()
+    if why:
+        pytest.skip(why)
+    stops = {128 + int(s) for s in exitcodes.STOP_SIGNALS}
+    own_errors = set(range(1, 7))
+    verdicts = {exitcodes.EXIT_RESTART, exitcodes.EXIT_NODES_TIMEOUT, exitcodes.EXIT_UNDECIDED,
+                exitcodes.EXIT_FAILED, exitcodes.EXIT_ELSEWHERE}
+    retried = k8s.kubeflow_retries(sorted(verdicts | stops | own_errors))
+    assert {c for c, r in retried.items() if r} == {exitcodes.EXIT_ELSEWHERE} | stops
+    # the table says so too: its Kubeflow column per verdict row
+    table = (Path(__file__).resolve().parents[2] / "docs" / "schedulers.md").read_text()
+    rows = {int(r.split("|")[1].strip().split("/")[0]): r.split("|")[5].strip()
+            for r in table.splitlines()
+            if r.startswith("| ") and r.split("|")[1].strip().split("/")[0].isdigit()}
+    for code in (exitcodes.EXIT_RESTART, exitcodes.EXIT_NODES_TIMEOUT, exitcodes.EXIT_UNDECIDED,
+                 exitcodes.EXIT_FAILED):
+        assert "permanent" in rows[code], (code, rows[code])
+    assert rows[exitcodes.EXIT_ELSEWHERE].startswith("retryable"), rows[exitcodes.EXIT_ELSEWHERE]
+    assert rows[129].startswith("retryable"), rows[129]

@@ -202,6 +202,20 @@ def published_crds() -> list[Path]:
     return sorted(Path(proc.stdout.strip()).glob("*.yaml"))
 
 
+def kubeflow_retries(codes: Iterable[int]) -> dict[int, bool]:
+    """What Kubeflow's training-operator itself (`train.IsRetryableExitCode`, built from its
+    Go module by `scripts/k8s-api.sh kubeflow`) says of each exit code: retried or not by a
+    PyTorchJob with `restartPolicy: ExitCode`."""
+    proc = subprocess.run(["bash", str(SCRIPT), "kubeflow"], capture_output=True, text=True,
+                          timeout=900)
+    if proc.returncode != 0:
+        raise RuntimeError(f"scripts/k8s-api.sh kubeflow failed ({proc.returncode}):\n"
+                           f"{proc.stderr[-3000:]}")
+    out = subprocess.run([proc.stdout.strip(), *map(str, codes)], capture_output=True,
+                         text=True, timeout=60, check=True).stdout
+    return {int(c): v == "true" for c, v in (line.split() for line in out.splitlines())}
+
+
 def stop(state: Path) -> None:
     subprocess.run(["bash", str(SCRIPT), "stop", str(state)], capture_output=True, timeout=120)
 
