@@ -37,7 +37,7 @@ LINES_MAX = 60  # log lines during the outage (today: ~70,000 in 20 s)
 def _failing(job: str, t: float) -> list[tuple[bytes, bytes]]:
     key = wire.log_key(job, "n0")
     return [(key, wire.encode_run_start(RunStart(job, 0, "n0", t, run_id="r"))),
-            (key, wire.encodelog_lines(job, 0, "n0", "r", [
+            (key, wire.encode_lines(job, 0, "n0", "r", [
                 Line("stderr", 0, t, "ModuleNotFoundError: No module named 'tensorboardx'")])),
             (key, wire.encode_exit(Exit(job, 0, "n0", t + 0.1, 1, run_id="r")))]
 
