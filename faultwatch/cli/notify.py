@@ -112,12 +112,12 @@ def config_of(args: argparse.Namespace, bootstrap: str, topic: str) -> NotifierC
 def webhook_specs(args: argparse.Namespace) -> list[str]:
     """Webhooks from flags, files and the environment, in that order. A flag's URL that
     holds a token is refused (ConfigError, exit 2): every user on the host sees it in `ps`."""
-    from faultwatch.notify.sender import holds_token, redact, spec_url
+    from faultwatch.notify.sender import Receiver, holds_token
 
     for spec in args.webhook:
         secret = holds_token(spec)
         if secret is not None:
-            raise ConfigError("--webhook", f"{redact(spec_url(spec))}...: {secret} is a "
+            raise ConfigError("--webhook", f"{Receiver.parse(spec).where}...: {secret} is a "
                               "credential, and a flag is visible to every user in `ps`; give "
                               f"this webhook in --webhook-file FILE or ${WEBHOOKS_ENV}")
     specs = list(args.webhook)

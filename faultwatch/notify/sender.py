@@ -69,16 +69,11 @@ _TOKEN_QUERY = frozenset({"access_token", "token", "key", "secret", "sig", "sign
                           "code", "auth", "apikey", "api_key"})
 
 
-def spec_url(spec: str) -> str:
-    """The URL of a `[FORMAT=]URL` webhook spec."""
-    return spec.split("=", 1)[1] if "=" in spec.split("://", 1)[0] else spec
-
-
 def holds_token(spec: str) -> str | None:
     """What in a webhook's URL is a credential (a Slack `services/T/B/x` or Feishu `hook/<id>`
     path, a DingTalk `access_token` or WeCom `key` query...), or None: such URLs belong in a
     file or the environment, never on a command line that `ps` shows everyone."""
-    parts = urllib.parse.urlsplit(spec_url(spec))
+    parts = urllib.parse.urlsplit(Receiver.parse(spec).url)
     keys = {k.lower() for k, _ in urllib.parse.parse_qsl(parts.query, keep_blank_values=True)}
     hit = sorted(keys & _TOKEN_QUERY)
     if hit:  # DingTalk access_token, WeCom key, ...

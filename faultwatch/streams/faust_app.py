@@ -439,7 +439,7 @@ def build_processor(cfg: ProcessorConfig, live: LiveRules | None = None,
                   logs_event_lag_s=round(metrics.logs_event_lag_s, 3),
                   jobs_cached=sum(len(p.cache) for p in jobs.parts.values()),
                   jobs_active=sum(len(p.active) for p in jobs.parts.values()),
-                  jobs_finished=sum(len(p.finished) for p in jobs.parts.values()),
+                  jobs_finished=metrics.jobs_finished,
                   rates=rates, counters=dict(metrics.extra))
 
     @app.timer(interval=broker_calm.POLL_S)
