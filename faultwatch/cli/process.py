@@ -28,6 +28,10 @@ def cmd_process(args: argparse.Namespace) -> int:
     from faultwatch.metrics import check_address_file
 
     check_address_file(args.metrics_address_file, args.metrics_port)
+    from faultwatch.streams import allocations
+    from faultwatch.trust.replay import max_age_s
+
+    checker = allocations.from_args(args)
     overrides = options.policy_overrides(args)
     rules = layers.load(args.rules or (), flags=overrides)
     cfg = ProcessorConfig(bootstrap=options.need_bootstrap(args), ruleset=rules.ruleset,
@@ -37,7 +41,9 @@ def cmd_process(args: argparse.Namespace) -> int:
                           metrics_port=args.metrics_port,
                           metrics_address=args.metrics_address,
                           metrics_address_file=args.metrics_address_file,
-                          probes_on_decisions=args.probes_on_decisions)
+                          probes_on_decisions=args.probes_on_decisions,
+                          allocations=checker,
+                          max_decision_age_s=max_age_s(args.max_decision_age_s))
     run_worker(cfg, stop_timeout_s=args.stop_timeout_s, loglevel=args.loglevel)
     return 0
 
@@ -57,6 +63,26 @@ def register(sub: Any) -> None:
     p.add_argument("--probes-on-decisions", action="store_true",
                    help="upgrade aid: also publish the diagnosis probes on <prefix>decisions, "
                         "for agents older than <prefix>control (docs/decisions.md)")
+    p.add_argument("--max-decision-age-s", type=float, default=None,
+                   help="publish no decision whose evidence is older than this (default "
+                        "$FAULTWATCH_MAX_DECISION_AGE_S, else 600 s; the consumers' replay "
+                        "rule: docs/decisions.md)")
+    g = p.add_argument_group(
+        "membership (docs/operating.md: a node may only speak for jobs the scheduler "
+        "placed on it)")
+    g.add_argument("--allocation-check", choices=("slurm", "kubernetes", "exec"),
+                   help="ask the scheduler which nodes a job holds and refuse records of "
+                        "other nodes about it (default: not asked)")
+    g.add_argument("--allocation-exec", metavar="JSON",
+                   help="with --allocation-check exec: a JSON argv list with {kind} {job_id} "
+                        "{namespace} {uid} {pod}; prints the job's nodes and exits 0, exit 1 "
+                        "when the scheduler runs no such job")
+    g.add_argument("--allocation-timeout-s", type=float, default=10.0,
+                   help="one question to the scheduler (default: %(default)s)")
+    g.add_argument("--scontrol", default="scontrol", help="scontrol executable (slurm)")
+    g.add_argument("--k8s-server", help="API server URL (kubernetes; default: in-cluster)")
+    g.add_argument("--k8s-token-file", help="bearer token file (kubernetes)")
+    g.add_argument("--k8s-ca-file", help="CA bundle of the API server (kubernetes)")
     options.add_logging(p)
     options.add_policy(p)
     p.set_defaults(func=cmd_process)

@@ -83,8 +83,10 @@ def emit(st: JobState, kind: str, episode: str, action: str, now: float, policy:
          candidates: tuple[str, ...] = ()) -> Result:
     """Budget and storm guard for restarts, then publish once per (attempt, kind, episode).
     `notify` decisions leave the phase alone and cost no budget."""
-    did = decision_id(st.job, st.attempt, kind, episode, st.run_id)
-    run: dict[str, Any] = {"run_id": st.run_id, "scheduler": thaw(st.scheduler),
+    # a weak run id launched again (core/runs.py) is another run: its decisions other ids
+    run = f"{st.run_id}#{st.run_gen}" if st.run_gen else st.run_id
+    did = decision_id(st.job, st.attempt, kind, episode, run)
+    run_of: dict[str, Any] = {"run_id": st.run_id, "scheduler": thaw(st.scheduler),
                            "run_ids": tuple(sorted(st.run_ids)) if len(st.run_ids) > 1 else ()}
     if did in st.decided:
         return (st if action == "notify" else dataclasses.replace(st, phase=Phase.DECIDED)), []
@@ -98,7 +100,7 @@ def emit(st: JobState, kind: str, episode: str, action: str, now: float, policy:
         return st, [Decision(id=did, job=st.job, attempt=st.attempt, action=action, kind=kind,
                              ts=now, nodes=nodes, ranks=ranks, rule=rule, category=category,
                              message=message, evidence=evidence, budgets=budgets,
-                             rules_version=rv, **run)]
+                             rules_version=rv, **run_of)]
     g = guard_restart(action, message, now, policy, st.restarts_used, st.restart_times)
     evidence = {**evidence, **g.evidence}
     blacklist = st.blacklist
@@ -118,5 +120,5 @@ def emit(st: JobState, kind: str, episode: str, action: str, now: float, policy:
                "storm_window_s": policy.storm_window_s}
     dec = Decision(id=did, job=st.job, attempt=st.attempt, action=g.action, kind=kind, ts=now,
                    nodes=nodes, ranks=ranks, rule=rule, category=category, message=g.message,
-                   evidence=evidence, budgets=budgets, rules_version=rv, **run)
+                   evidence=evidence, budgets=budgets, rules_version=rv, **run_of)
     return st, [dec]

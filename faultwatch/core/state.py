@@ -143,6 +143,9 @@ class JobState:
     retired: tuple[str, ...] = ()  # earlier runs of this job name, newest last (bounded)
     dropped: PMap[str, int] = field(default_factory=empty)  # records refused, by reason
     failed: bool = False  # this attempt was decided `fail` (the run is over)
+    # the nodes the scheduler says the run holds (core/membership.py); None: not asked
+    allocation: frozenset[str] | None = None
+    run_gen: int = 0  # runs before this one that had its run id (a derived id reused)
 
     # ---- queries (evidence) -------------------------------------------------------------
 
@@ -579,6 +582,9 @@ _CODECS: dict[str, tuple[Enc, Dec]] = {
     "retired": (list, _d(lambda x: tuple(str(r) for r in x))),
     "dropped": _str_map(int),
     "failed": (_same, _d(bool)),
+    "allocation": (lambda a: None if a is None else sorted(a),
+                   _opt(lambda x: frozenset(str(n) for n in x))),
+    "run_gen": (_same, _d(int)),
     "losses": (list, _d(lambda x: tuple(float(v) for v in x))),
 }
 

@@ -53,6 +53,7 @@ from faultwatch.streams.rules_status import WORKER_S, info_labels, worker_id, wo
 from faultwatch.streams.rules_watch import RulesWatcher, base_rules
 from faultwatch.streams.status_publish import StatusPublisher
 from faultwatch.streams.stopping import StopGate
+from faultwatch.trust.replay import max_age_s
 from faultwatch.wire import (
     SCHEMA_VERSION,
     decision_to_dict,
@@ -113,6 +114,10 @@ class ProcessorConfig:
     # a decided or done job unchanged this long leaves the worker's table (docs/operating.md)
     finished_ttl_s: float = field(default_factory=lambda: _env_seconds(
         "FAULTWATCH_FINISHED_TTL_S", FINISHED_TTL_S))
+    # the scheduler asked which nodes a job holds (streams/allocations.py); None: unchecked
+    allocations: Any = None
+    # no decision whose evidence is older than this is published (docs/decisions.md)
+    max_decision_age_s: float = field(default_factory=max_age_s)
     metrics_address: str = "127.0.0.1"  # ... on this address (0.0.0.0: every interface)
     metrics_address_file: str | None = None  # where /metrics listens (file_sd JSON)
 
@@ -281,6 +286,13 @@ def build_processor(cfg: ProcessorConfig, live: LiveRules | None = None,
     log_event("decision_signing", signed=keyring is not None, key_id=signer_key_id(keyring),
               trust_file=trust.source if trust else None,
               node_keys=len(trust.of_role(NODE)) if trust else 0)
+    if cfg.allocations is not None:
+        log_event("allocation_checking", scheduler=cfg.allocations.kind)
+    elif node_verifier is not None:
+        log_event("allocation_unchecked", backend="process",
+                  hint="node keys prove which node wrote a record, not that the job runs "
+                       "there: give --allocation-check slurm|kubernetes|exec so a node "
+                       "may only speak for the jobs the scheduler placed on it")
     if live is None:
         live = LiveRules(Matcher(cfg.ruleset), cfg.policy, cfg.ruleset.version)
     if watcher is None:
@@ -360,6 +372,9 @@ def build_processor(cfg: ProcessorConfig, live: LiveRules | None = None,
                 recs = _records(msgs)
                 prom.consumed("job", topics.signals, len(recs),
                               sum(len(r.value or b"") for r in recs))
+                if cfg.allocations is not None:  # the scheduler's word on new run-starts
+                    jobs.answers = await cfg.allocations.for_batch(
+                        jobs.allocation_requests(recs))
                 decs = jobs.process_batch(recs, time.time())
                 # decisions delivered before the batch is acknowledged (at least once)
                 await deliver(publish(decs) + take_dead(), "decisions")

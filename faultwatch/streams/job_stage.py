@@ -23,6 +23,7 @@ from faultwatch.core.events import (
     Signal,
 )
 from faultwatch.core.job import JobState, Phase, apply_batch, new_state, tick
+from faultwatch.core.membership import NO_ANSWERS, Allocations, allocation_key
 from faultwatch.eventlog import log_event
 from faultwatch.streams.metrics import Metrics
 from faultwatch.streams.records import DeadLetter, InRecord, LiveRules
@@ -36,6 +37,7 @@ from faultwatch.streams.storm import (
     log_guard,
     notice_decision,
 )
+from faultwatch.trust.refusals import REFUSALS
 from faultwatch.wire import MAX_RECORD_BYTES, Tick, decode_signals, encode_decision, job_key
 
 TICK_S = 0.5  # how often the shell sends a tick to each signals partition it owns
@@ -139,6 +141,18 @@ def _cut(x: Any, depth: int = 0) -> Any:
     return x
 
 
+REFUSED_RUN = ("other-run", "not-allocated", "name-in-use")  # a node about a run not its
+
+
+def count_refusals(before: JobState, after: JobState) -> None:
+    """Records a node sent about a run it is not in (core/runs.py): counted in
+    faultwatch_refused_total{what="run"} (the job state keeps its own counts)."""
+    for reason in REFUSED_RUN:
+        n = after.dropped.get(reason, 0) - before.dropped.get(reason, 0)
+        if n > 0:
+            REFUSALS[("run", reason.replace("-", "_"))] += n
+
+
 def bounded_decision(dec: Decision, max_bytes: int = MAX_RECORD_BYTES) -> Decision:
     """The decision, with its evidence cut (and `evidence.truncated` set) if its record would
     pass `max_bytes`; the id, action, targets and reason never change."""
@@ -184,6 +198,9 @@ class JobStage:
         self._refusing = False  # at the cap: logged once per state change
         self.guard = BlastGuard()  # many jobs lost or hung together: hold (core/blast.py)
         self._census: tuple[float, Census] | None = None
+        # the scheduler's allocations for the batch (core/membership.py), set by the shell
+        # from streams/allocations.py before process_batch; empty: runs are not checked
+        self.answers: Allocations = NO_ANSWERS
 
     # ---- batches ------------------------------------------------------------------------
 
@@ -263,13 +280,18 @@ class JobStage:
             if held is not None and held[2] == "node-lost":  # a held job reports again
                 guard.returned(key, now, heartbeat_gap_s(old, group))
                 p.watch(key, now)
-            st, new_decs = apply_batch(st, group, now, live.policy, live.rules_version)
+            st, new_decs = apply_batch(st, group, now, live.policy, live.rules_version,
+                                       self.answers)
+            if st.dropped is not prev.dropped:
+                count_refusals(prev, st)
+                if old is None and not st.nodes and not st.run_ids:
+                    continue  # its run-start was refused: no job (no phantom)
             if held is not None and held[2] != "node-lost" and last_output(st) > last_output(prev):
                 guard.returned(key, now)  # a held hang: its output resumed
             g = guarded(new_decs, GUARDED_KINDS, GUARDED_ACTIONS) if new_decs else None
             if g is not None and not self._consider(key, partition, g, now):
                 st, new_decs = apply_batch(prev, group, now, hold_policy(live.policy),
-                                           live.rules_version)
+                                           live.rules_version, self.answers)
             if st is not prev:
                 durable = durable or bool(new_decs) or st.phase != prev.phase \
                     or st.attempt != prev.attempt \
@@ -280,6 +302,47 @@ class JobStage:
             if st is not old:
                 self.save(key, st, partition, p, durable, now)
         return [bounded_decision(d, self.max_record_bytes) for d in decs]
+
+    # ---- membership: the scheduler's allocations ----------------------------------------
+
+    def allocation_requests(self, records: Iterable[InRecord]) -> list[tuple[str, str]]:
+        """(allocation key, node) of each run-start in `records`: the job its scheduler
+        identity names, and the job of the run it would join or replace when that run was
+        checked. The shell asks the scheduler about them before process_batch."""
+        out: list[tuple[str, str]] = []
+        for rec in records:
+            if not rec.value or b'"t":"start"' not in rec.value:
+                continue
+            try:
+                sigs = decode_signals(rec.value)
+            except Exception:  # noqa: BLE001 - process_batch dead-letters it
+                continue
+            if isinstance(sigs, Tick):
+                continue
+            for sig in sigs:
+                if not isinstance(sig, RunStart):
+                    continue
+                key = allocation_key(sig.scheduler)
+                if key is not None:
+                    out.append((key, sig.node))
+                st = self.peek(job_key(sig.job), rec.partition)
+                run_key = allocation_key(st.scheduler) if st is not None \
+                    and st.allocation is not None else None
+                if run_key is not None and run_key != key:
+                    out.append((run_key, sig.node))
+        return out
+
+    def peek(self, key: bytes, partition: int) -> JobState | None:
+        """A job's state (cached or stored) without caching it; None if none or unreadable."""
+        p = self.parts.get(partition)
+        st = p.cache.get(key) if p is not None else None
+        if st is not None:
+            return st
+        raw = self.store.get(key)
+        try:
+            return JobState.from_dict(orjson.loads(raw)) if raw else None
+        except Exception:  # noqa: BLE001 - a broken state is the tick's to report
+            return None
 
     # ---- the blast-radius guard ---------------------------------------------------------
 

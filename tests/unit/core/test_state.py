@@ -42,7 +42,8 @@ def busy_state() -> JobState:
         diag_sent=(("d1", 19.0, 20.0),), losses=(2.5, 2.25),
         diagnoses=freeze({"a": {"ts": 18.0, "ranks": {"0": {"stack": {"state": "collective"},
                                                               "fr": None}}}}),
-        hang_culprits=PMap({"b": 1}), pending_gaps=(("", 1.5, 2.0),), outputs_since_step=2)
+        hang_culprits=PMap({"b": 1}), pending_gaps=(("", 1.5, 2.0),), outputs_since_step=2,
+        allocation=frozenset({"a", "b"}), run_gen=1)
 
 
 def test_every_field_round_trips_through_json() -> None:
