@@ -167,11 +167,11 @@ def _fields(key: str) -> dict[str, str]:
     raise ConfigError("allocation", f"unknown allocation key {key!r:.80}")
 
 
-def _run(argv: Sequence[str], timeout_s: float, ok: tuple[int, ...] = (0,)
-         ) -> subprocess.CompletedProcess[str]:
+def _run(argv: Sequence[str], timeout_s: float, ok: tuple[int, ...] = (0,),
+         env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     try:
         r = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout_s,
-                           check=False)
+                           check=False, env=env)
     except (OSError, subprocess.TimeoutExpired) as e:
         raise Unanswered(f"{argv[0]}: {e}") from None
     if r.returncode not in ok:
@@ -180,14 +180,16 @@ def _run(argv: Sequence[str], timeout_s: float, ok: tuple[int, ...] = (0,)
     return r
 
 
-def slurm_asker(scontrol: str = "scontrol", timeout_s: float = 10.0) -> Ask:
+def slurm_asker(scontrol: str = "scontrol", timeout_s: float = 10.0,
+                env: dict[str, str] | None = None) -> Ask:
     def ask(key: str) -> frozenset[str]:
         fields = parse_key(key)
         if fields is None or fields["kind"] != "slurm":
             return frozenset()
         from faultwatch.actuate.slurm import parse_show
 
-        r = _run([scontrol, "show", "job", fields["job_id"], "-o"], timeout_s, ok=(0, 1))
+        r = _run([scontrol, "show", "job", fields["job_id"], "-o"], timeout_s, ok=(0, 1),
+                 env=env)
         if r.returncode == 1 or "Invalid job id" in (r.stderr or ""):
             return frozenset()  # Slurm does not know it (or purged it): it holds nothing
         info = parse_show(r.stdout)
@@ -196,7 +198,7 @@ def slurm_asker(scontrol: str = "scontrol", timeout_s: float = 10.0) -> Ask:
         nodelist = info.get("NodeList", "")
         if not nodelist or nodelist in ("(null)", "None"):
             return frozenset()
-        out = _run([scontrol, "show", "hostnames", nodelist], timeout_s).stdout
+        out = _run([scontrol, "show", "hostnames", nodelist], timeout_s, env=env).stdout
         return frozenset(h.strip() for h in out.split() if h.strip())
     return ask
 

@@ -669,6 +669,31 @@ def test_actuate_taints_a_node_for_a_job_only_where_its_pod_runs(
     assert not api.get(f"/api/v1/nodes/{elsewhere}")["spec"].get("unschedulable")
 
 
+def test_the_processor_asks_the_api_server_which_nodes_a_job_holds(
+        api: KubeAPI, actuator: KubernetesBackend) -> None:
+    """Issue 35 item 1: `process --allocation-check kubernetes` lists the pods of the run's
+    Job uid (its controller-uid label) in the namespace: the nodes they are bound to and
+    their names (a finished pod holds nothing); without a uid, the one named pod. Asked with
+    the read-only pod verbs of the shipped role."""
+    from faultwatch.streams.allocations import kubernetes_asker
+
+    node, job = _names()
+    uid = str(uuid.uuid4())
+    api.node(node)
+    api.node(node + "-b")
+    api.pod("ml", f"{job}-0", node, {"batch.kubernetes.io/controller-uid": uid})
+    api.pod("ml", f"{job}-1", node + "-b", {"batch.kubernetes.io/controller-uid": uid})
+    api.pod("ml", f"{job}-old", node + "-c", {"controller-uid": str(uuid.uuid4())})
+    ask = kubernetes_asker(actuator)
+    assert ask(f"kubernetes:ml/{uid}") == {node, node + "-b", f"{job}-0", f"{job}-1"}
+    assert ask(f"kubernetes:ml/pod/{job}-0") == {node, f"{job}-0"}
+    assert ask(f"kubernetes:ml/{uuid.uuid4()}") == frozenset()
+    assert ask("kubernetes:ml/pod/nobody") == frozenset()
+    api.request("PATCH", f"/api/v1/namespaces/ml/pods/{job}-1/status",
+                {"status": {"phase": "Failed"}}, content_type="application/merge-patch+json")
+    assert ask(f"kubernetes:ml/{uid}") == {node, f"{job}-0"}
+
+
 def test_kubeflows_own_rule_retries_exactly_the_verdicts_docs_schedulers_says() -> None:
     """The Kubeflow column of docs/schedulers.md's exit-code table, decided by the
     training-operator's own code (no operator can run pods here: no kubelet): only "run me
