@@ -61,7 +61,8 @@ _WARNING_EVENTS = (
     "actuate_refused", "actuate_node_rejected", "actuate_decision_rejected", "actuate_hold",
     "actuate_journal_bad_line", "notification_failed", "notification_retry",
     "notify_commit_failed", "notify_rate_limited", "metrics_unavailable",
-    "metrics_address_file_failed", "run_id_not_shared", "allocation_unavailable")
+    "metrics_address_file_failed", "run_id_not_shared", "allocation_unavailable",
+    "job_evicted", "run_start_refused", "decision_withheld")
 _ERROR_EVENTS = ("delivery_crashed", "spool_write_failed", "processor_start_failed")
 LEVELS: dict[str, int] = {
     **dict.fromkeys(_DEBUG_EVENTS, DEBUG), **dict.fromkeys(_INFO_EVENTS, INFO),
@@ -242,6 +243,16 @@ class Quiet:
             self._log(f"{event}_summary", count=sum(c.values()), total=self.total[event],
                       by=",".join(f"{k}:{v}" for k, v in c.most_common(8)),
                       interval_s=self.interval_s)
+
+    def tick(self) -> None:
+        """Log the counts whose interval has passed (a caller's timer: the summary of a
+        flood that stopped is not held back until the next such event)."""
+        if not self._counts:
+            return
+        now = self._clock()
+        for event in list(self._counts):
+            if now - self._last_summary.get(event, now) >= self.interval_s:
+                self._summary(event, now)
 
     def flush(self) -> None:
         """Log what is counted and not yet summarised (at exit)."""

@@ -41,15 +41,17 @@ NOTICE_JOB = "(fleet)"  # the notice's job field: no job's name has parentheses 
 
 @dataclass(frozen=True)
 class Census:
-    """What the shell sees now: active jobs and their live nodes; of them, the jobs (keys)
-    and nodes that have sent nothing for at least node_lost_s - fleet_storm_window_s, or
-    whose output went silent long enough for a diagnosis request (suspected hung)."""
+    """What the shell sees now: active jobs and their live nodes (distinct names); of them,
+    the jobs (keys) and nodes that have sent nothing for at least node_lost_s -
+    fleet_storm_window_s, or whose output went silent long enough for a diagnosis request
+    (suspected hung)."""
 
     jobs: int
     nodes: int
     silent: frozenset[bytes]
     silent_nodes: int
     last_heartbeats: tuple[float, ...] = ()  # event time of the silent nodes' last heartbeats
+    silent_names: frozenset[str] = frozenset()  # the silent nodes' names
 
 
 @dataclass(frozen=True)
@@ -78,7 +80,8 @@ class BlastGuard:
     returned_at: dict[bytes, float] = field(default_factory=dict)  # released: return time
     lapsed: dict[bytes, int] = field(default_factory=dict)  # hold ran out: key -> partition
     lapsed_decided: set[bytes] = field(default_factory=set)  # released to a decision
-    recent: deque[tuple[float, bytes]] = field(default_factory=deque)  # guarded decisions
+    # guarded decisions acted on: (when, job key, the nodes it named)
+    recent: deque[tuple[float, bytes, tuple[str, ...]]] = field(default_factory=deque)
     affected: set[bytes] = field(default_factory=set)  # every job the episode touched
     notices: list[Notice] = field(default_factory=list)  # to publish (take_notices)
     ended: list[dict[str, Any]] = field(default_factory=list)  # episode summaries (to log)
@@ -91,9 +94,14 @@ class BlastGuard:
         return self.tripped_at is not None
 
     def consider(self, key: bytes, partition: int, kind: str, action: str, now: float,
-                 policy: Policy, census: Callable[[], Census]) -> bool:
+                 policy: Policy, census: Callable[[], Census],
+                 nodes: tuple[str, ...] = ()) -> bool:
         """True: act on this decision now; False: hold it (the shell keeps the job's state
-        undecided and stops re-checking it until `release_due()` or `returned()`)."""
+        undecided and stops re-checking it until `release_due()` or `returned()`).
+
+        Shares count node identities, not jobs: jobs going silent together count at most as
+        many as the distinct nodes they are on (40 phantom jobs of one node are one node:
+        a node's key cannot trip the guard and hold a real lost node's decision)."""
         if not policy.fleet_storm_detection or kind not in GUARDED_KINDS \
                 or action not in GUARDED_ACTIONS:
             return True
@@ -111,16 +119,26 @@ class BlastGuard:
             return False
         self._forget(now, policy)
         c = census()
-        decided = {k for _, k in self.recent} - c.silent - {key}  # no longer active
+        decided: set[bytes] = set()
+        decided_names: set[str] = set()
+        for _, k, named in self.recent:
+            if k not in c.silent and k != key:  # no longer active
+                decided.add(k)
+                decided_names.update(named)
         together = (decided | set(c.silent) | {key}) - self.lapsed.keys()
+        names = c.silent_names | decided_names | set(nodes)
+        of_names = c.nodes + len(decided_names - c.silent_names)
         jobs, of_jobs = len(together), c.jobs + len(decided)
+        if names:  # as many jobs as distinct nodes at most (shell censuses name them)
+            jobs, of_jobs = min(jobs, len(names)), min(of_jobs, max(of_names, len(names)))
         share = jobs / max(1, of_jobs)
-        node_share = c.silent_nodes / max(1, c.nodes)
+        node_share = len(names) / max(1, of_names) if names else \
+            c.silent_nodes / max(1, c.nodes)
         if jobs >= policy.fleet_storm_min_jobs and max(share, node_share) >= \
                 policy.fleet_storm_share:
             self._trip(key, partition, kind, now, policy, c, jobs, of_jobs)
             return False
-        self.recent.append((now, key))
+        self.recent.append((now, key, tuple(nodes)))
         return True
 
     def _hold(self, key: bytes, partition: int, now: float, kind: str) -> None:

@@ -205,6 +205,15 @@ class JobState:
                 lines.insert(0, t.text)
         return out
 
+    def shown_nothing(self) -> bool:
+        """Nothing but run-starts so far: no output, heartbeat, hit or exit. The cheapest
+        job to forget when the table is full (a phantom stays like this; a real job leaves
+        it with its first heartbeat, seconds after it starts)."""
+        if self.outputs or self.hits or self.phase != Phase.RUNNING:
+            return False
+        return all(n.last_hb_ts is None and n.exit_ts is None and n.last_output_ts is None
+                   for n in self.nodes.values())
+
     def blacklist_candidates(self, policy: Policy, extra: tuple[str, ...] = ()) -> list[str]:
         """Nodes to avoid at the next restart: suspects of short failed attempts, nodes slow
         in two attempts, failed boot checks, lost nodes."""

@@ -18,6 +18,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from faultwatch.core.events import Hit, Match, Notice, RunStart, Signal
+from faultwatch.core.quota import RUN_STARTS, NodeQuota
 from faultwatch.core.registry import NodeRecord
 from faultwatch.nodes.checks import blames_node, checks_of, compare_nodes, failed_checks
 
@@ -70,10 +71,15 @@ def odd_node_line(node: str, finding: dict[str, Any]) -> str:
 
 
 class NodeGate:
-    """Called by the job stage on each record's signals before they are applied."""
+    """Called by the job stage on each record's signals before they are applied. With a
+    quota (core/quota.py), a node's run-starts beyond it are refused here (`refused` is
+    called with the run-start, for the shell to count and log)."""
 
-    def __init__(self, quarantined: Quarantined | None = None) -> None:
+    def __init__(self, quarantined: Quarantined | None = None, quota: NodeQuota | None = None,
+                 refused: Callable[[RunStart, str], None] | None = None) -> None:
         self.quarantined = quarantined
+        self.quota = quota
+        self.refused = refused
         self.started: OrderedDict[tuple[str, str], tuple[int, str]] = OrderedDict()
         self.job_started: OrderedDict[str, tuple[int, str]] = OrderedDict()  # last run-start
         self.pending: OrderedDict[tuple[str, str, int], list[Signal]] = OrderedDict()
@@ -84,11 +90,18 @@ class NodeGate:
 
     def __call__(self, sigs: Iterable[Signal], now: float) -> list[Signal]:
         out: list[Signal] = []
+        quota = self.quota
         for sig in sigs:
-            out.append(sig)
             if isinstance(sig, RunStart):
+                if quota is not None and not quota.take(RUN_STARTS, sig.node, sig.ts, now):
+                    if self.refused is not None:
+                        self.refused(sig, RUN_STARTS)
+                    continue
+                out.append(sig)
                 out += self._on_start(sig, now)
-            elif isinstance(sig, Notice) and sig.kind == BOOTCHECK:
+                continue
+            out.append(sig)
+            if isinstance(sig, Notice) and sig.kind == BOOTCHECK:
                 out += self._on_checks(sig)
         return out
 

@@ -18,6 +18,7 @@ import orjson
 from faultwatch.core.diagnosis import is_probe
 from faultwatch.core.events import Decision
 from faultwatch.core.policy import Policy
+from faultwatch.core.quota import NodeQuota
 from faultwatch.core.registry import RegistryPolicy
 from faultwatch.core.status import STATUS_S
 from faultwatch.errors import ConfigError, DecodeError
@@ -74,6 +75,20 @@ Send = Callable[[], Awaitable[Any]]  # starts one send; its result is awaited fo
 
 
 
+def _env_rate(name: str, default: float) -> float:
+    """A number of events a minute from the environment, 0 for none (ConfigError otherwise)."""
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ConfigError(name, f"must be a number a minute, not {raw!r}") from None
+    if not (math.isfinite(value) and value >= 0):
+        raise ConfigError(name, f"must be 0 (no quota) or a positive number, not {raw!r}")
+    return value
+
+
 def _env_seconds(name: str, default: float) -> float:
     """A positive, finite number of seconds from the environment (ConfigError otherwise)."""
     raw = os.environ.get(name)
@@ -114,6 +129,11 @@ class ProcessorConfig:
     # a decided or done job unchanged this long leaves the worker's table (docs/operating.md)
     finished_ttl_s: float = field(default_factory=lambda: _env_seconds(
         "FAULTWATCH_FINISHED_TTL_S", FINISHED_TTL_S))
+    # per node a minute (core/quota.py; docs/operating.md): new jobs, run-starts; 0: none
+    node_new_jobs_per_min: float = field(default_factory=lambda: _env_rate(
+        "FAULTWATCH_NODE_NEW_JOBS_PER_MIN", 60.0))
+    node_run_starts_per_min: float = field(default_factory=lambda: _env_rate(
+        "FAULTWATCH_NODE_RUN_STARTS_PER_MIN", 120.0))
     # the scheduler asked which nodes a job holds (streams/allocations.py); None: unchecked
     allocations: Any = None
     # no decision whose evidence is older than this is published (docs/decisions.md)
@@ -319,7 +339,9 @@ def build_processor(cfg: ProcessorConfig, live: LiveRules | None = None,
         cfg.bootstrap, topics.nodes, RegistryPolicy(quarantine_s=cfg.policy.blacklist_s),
         gate=RecordGate("node_record", verifier_for(NODE_RECORD, trust), log_event),
         signer=signer_for(NODE_RECORD, load_signing_key()))
-    jobs.gate = NodeGate(registry.writer.quarantined)
+    jobs.quota = NodeQuota(cfg.node_new_jobs_per_min, cfg.node_run_starts_per_min)
+    jobs.gate = NodeGate(registry.writer.quarantined, quota=jobs.quota,
+                         refused=jobs.refused_start)
     gate = StopGate()
     proc = Processor(app=app, matcher=matcher, jobs=jobs, live=live, watcher=watcher,
                      gate=gate, metrics=metrics)

@@ -24,7 +24,9 @@ from faultwatch.core.events import (
 )
 from faultwatch.core.job import JobState, Phase, apply_batch, new_state, tick
 from faultwatch.core.membership import NO_ANSWERS, Allocations, allocation_key
-from faultwatch.eventlog import log_event
+from faultwatch.core.quota import NEW_JOBS, NodeQuota
+from faultwatch.eventlog import Quiet, log_event
+from faultwatch.streams import job_table
 from faultwatch.streams.metrics import Metrics
 from faultwatch.streams.records import DeadLetter, InRecord, LiveRules
 from faultwatch.streams.storm import (
@@ -115,6 +117,8 @@ class PartitionCache:
     swept: float = float("-inf")  # the last idle sweep
     finished: dict[bytes, float] = field(default_factory=dict)  # decided/done key -> last save
     expire_due: list[tuple[float, bytes]] = field(default_factory=list)  # (due, key), lazily
+    names: dict[bytes, tuple[str, ...]] = field(default_factory=dict)  # active key -> nodes
+    cheap: dict[bytes, None] = field(default_factory=dict)  # active, shown nothing: oldest 1st
 
     def watch(self, key: bytes, since: float) -> None:
         """`key` is active: its node-lost check is due no earlier than `since` + window."""
@@ -142,6 +146,7 @@ def _cut(x: Any, depth: int = 0) -> Any:
 
 
 REFUSED_RUN = ("other-run", "not-allocated", "name-in-use")  # a node about a run not its
+QUIET_EVENTS = ("job_evicted", "run_start_refused")
 
 
 def count_refusals(before: JobState, after: JobState) -> None:
@@ -201,6 +206,11 @@ class JobStage:
         # the scheduler's allocations for the batch (core/membership.py), set by the shell
         # from streams/allocations.py before process_batch; empty: runs are not checked
         self.answers: Allocations = NO_ANSWERS
+        # new jobs and run-starts per node a minute (core/quota.py); None: no quota. The
+        # shell gives the same quota to its node gate (the run-starts)
+        self.quota: NodeQuota | None = None
+        # repeated refusals and evictions: the first of each kind in full, then a count
+        self.quiet = Quiet(log_event, QUIET_EVENTS)
 
     # ---- batches ------------------------------------------------------------------------
 
@@ -269,7 +279,9 @@ class JobStage:
                     fresh = new_state(group[0]) if group else None
                     if fresh is None:
                         continue
-                    if self.refuse(job, now):
+                    first_start = group[0]
+                    assert isinstance(first_start, RunStart)
+                    if not self.new_job_allowed(first_start, now) or self.refuse(job, now):
                         continue
                     st = fresh
                 else:
@@ -354,12 +366,13 @@ class JobStage:
                 self._census = c = (now, census(self.parts.values(), now, self.live.policy))
             return c[1]
         act = self.guard.consider(key, partition, dec.kind, dec.action, now,
-                                  self.live.policy, count)
+                                  self.live.policy, count, dec.nodes)
         if act:
             self._census = None  # the job leaves the active ones: count afresh
         return act
 
     def _notices(self) -> list[Decision]:
+        self.quiet.tick()
         notices = self.guard.take_notices()
         if notices or self.guard.ended:
             log_guard(self.guard, notices)
@@ -497,6 +510,7 @@ class JobStage:
                         continue
                     if d.get("phase") in ACTIVE:
                         p.active.add(k)
+                        job_table.note_raw(p, k, d)
                         p.watch(k, now)  # checked once the grace has passed
                         if d.get("phase") == Phase.SETTLING:
                             p.settling.add(k)
@@ -565,6 +579,7 @@ class JobStage:
             self.store.delete(partition, key)
             for d in (p.finished, p.cache, p.touched, p.written):
                 d.pop(key, None)
+            job_table.forget(p, key)
             p.dirty.discard(key)
             p.broken.discard(key)
             gone += 1
@@ -574,10 +589,30 @@ class JobStage:
                       finished_ttl_s=ttl)
         return gone
 
+    def new_job_allowed(self, start: RunStart, now: float) -> bool:
+        """The node of a new job's first run-start is within its new-jobs quota."""
+        if self.quota is None or self.quota.take(NEW_JOBS, start.node, start.ts, now):
+            return True
+        self.refused_start(start, NEW_JOBS)
+        return False
+
+    def refused_start(self, start: RunStart, kind: str) -> None:
+        """A run-start beyond its node's quota (of new jobs or of run-starts): counted in
+        faultwatch_refused_total{what="run",reason="quota_<kind>"} and logged (quietly)."""
+        self.metrics.count(f"dropped.quota-{kind}")
+        REFUSALS[("run", f"quota_{kind}")] += 1
+        self.quiet("run_start_refused", reason=f"quota_{kind}:{start.node}", job=start.job,
+                   node=start.node, run_id=start.run_id,
+                   limit_per_min=self.quota.rate(kind) if self.quota is not None else None)
+
     def refuse(self, job: str, now: float) -> bool:
-        """A new job at the cap (max_jobs active on this worker) is refused: counted, one
-        line when refusing starts (and its count in processor_metrics' counters)."""
+        """A new job at the cap (max_jobs active on this worker) takes the place of the
+        active job that has shown nothing for longest (a run-start alone: job_table); with
+        none, it is refused: counted, one line when refusing starts (and its count in
+        processor_metrics' counters)."""
         active = sum(len(p.active) for p in self.parts.values())
+        if active >= self.max_jobs and self.evict_cheapest(now):
+            active -= 1
         if active < self.max_jobs:
             if self._refusing:
                 self._refusing = False
@@ -590,11 +625,34 @@ class JobStage:
                       note="new jobs are refused until active ones end (FAULTWATCH_MAX_JOBS)")
         return True
 
+    def evict_cheapest(self, now: float) -> bool:
+        """Delete the active job that has shown nothing for longest (its state and a
+        tombstone on the changelog): True when there was one."""
+        found = job_table.oldest_cheap(self.parts)
+        if found is None:
+            return False
+        partition, key = found
+        p = self.parts[partition]
+        self.store.delete(partition, key)
+        for d in (p.cache, p.touched, p.written, p.finished):
+            d.pop(key, None)
+        for s in (p.active, p.dirty, p.settling, p.broken):
+            s.discard(key)
+        job_table.forget(p, key)
+        self.guard.drop(key)
+        self.metrics.count("jobs_evicted_cheap")
+        self.quiet("job_evicted", reason="shown_nothing", job=key.decode(errors="replace"),
+                   partition=partition, max_jobs=self.max_jobs,
+                   note="the job table is full: the job that showed nothing but a run-start "
+                        "for longest made room for a new one")
+        return True
+
     def save(self, key: bytes, st: JobState, partition: int, p: PartitionCache, durable: bool,
              now: float) -> None:
         p.cache[key] = st
         p.touched[key] = now
         p.broken.discard(key)
+        job_table.note(p, key, st)
         if st.phase in ACTIVE:
             if key not in p.active:
                 p.active.add(key)
