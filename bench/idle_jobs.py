@@ -1,6 +1,7 @@
-"""Memory per idle job in the job stage (issue 29 item 3): --jobs jobs each send ONE run-start
-record and nothing else; processor time then runs on (ticks every 0.5 s) past the node-lost
-window and the idle time. Prints one JSON object: Python heap per job while the states are
+"""Memory per idle job in the job stage (issue 29 item 3, issue 35 item 7): --jobs jobs each
+send ONE run-start record and nothing else (each from a node of its own, or with --one-node
+all from one: the phantom flood of issue 35); processor time then runs on (ticks every
+0.5 s) past the node-lost window and the idle time. Prints one JSON object: Python heap per job while the states are
 cached and once they are idle (tracemalloc, the store's encoded states included), RSS, and
 the decisions made (with the blast-radius guard: one notice, no mass restart), and the posts
 one webhook of `faultwatch notify` would get for them (its grouping and rate-limit cores with
@@ -82,7 +83,7 @@ class Posts:
 
 
 def run(jobs: int, partitions: int, run_s: float, trace: bool = True,
-        guard: bool = True) -> dict[str, Any]:
+        guard: bool = True, one_node: bool = False) -> dict[str, Any]:
     rs = load_ruleset([])
     live = LiveRules(Matcher(rs), Policy(fleet_storm_detection=guard), rs.version)
     posts = Posts(T0)
@@ -97,7 +98,8 @@ def run(jobs: int, partitions: int, run_s: float, trace: bool = True,
     for i in range(jobs):
         job = f"idle-{i:06d}"
         part = i % partitions
-        value = wire.encode_bundle(job, [RunStart(job, 0, "n0", T0, run_id=f"r{i}",
+        node = "n0" if one_node else f"n{i:06d}"
+        value = wire.encode_bundle(job, [RunStart(job, 0, node, T0, run_id=f"r{i}",
                                                   world_size=8, rank=0)])
         batch.append(InRecord("bench.signals", part, i, wire.job_key(job), value))
         if len(batch) >= 1000:
@@ -152,11 +154,15 @@ def main() -> None:
     ap.add_argument("--processor-time-s", type=float, default=150.0,
                     help="processor time simulated after the run-starts (past node-lost "
                          "and the idle time)")
+    ap.add_argument("--one-node", action="store_true",
+                    help="every job's run-start from one node (a phantom flood; no quota "
+                         "here: the stage alone). Default: a node per job (a fleet)")
     ap.add_argument("--no-guard", action="store_true",
                     help="the blast-radius guard off (fleet_storm_detection: false): the peer")
     args = ap.parse_args()
     print(json.dumps(run(args.jobs, args.partitions, args.processor_time_s,
-                         trace=not args.rss_only, guard=not args.no_guard)))
+                         trace=not args.rss_only, guard=not args.no_guard,
+                         one_node=args.one_node)))
 
 
 if __name__ == "__main__":
