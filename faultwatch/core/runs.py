@@ -14,8 +14,9 @@ A job name is reused (Slurm array tasks, re-created K8s Jobs, a second `faultwat
   and so does an agent relaunched with the next attempt after a restart decision); it never
   joins a named run (refused as `other-run`: a node cannot add itself to another job's run
   by making up an id). Once the current run is over (done, decided `fail`, or every node
-  exited) a weak run-start of attempt 0 begins a fresh run, its own id included (a derived
-  id launched again: `run_gen` counts, and decision ids differ).
+  exited) a weak run-start of attempt 0 begins a fresh run, its own id included when the
+  run-start is newer than the run's evidence (a derived id launched again: `run_gen`
+  counts, and decision ids differ; the old run's records sent again start nothing).
 - Where the scheduler's allocation is known (core/membership.py) a node outside it is
   refused (`not-allocated`), whatever run id it claims.
 - Other records of a retired or unknown run are refused and counted, never applied.
@@ -107,9 +108,12 @@ def _new_run(st: JobState, sig: RunStart) -> bool:
         if sig.run_source not in WEAK_SOURCES:
             return True
         return run_over(st) and not _continues(st, sig)
-    # the current run's own id: a weak id launched again after the run is over
+    # the current run's own id: a weak id launched again after the run is over, by a
+    # run-start newer than all the run holds (the run's own run-start sent again, a replay
+    # of its records, is no new launch)
+    last = st.latest_event_ts()
     return sig.run_source in WEAK_SOURCES and sig.attempt == 0 and run_over(st) \
-        and not _continues(st, sig)
+        and not _continues(st, sig) and (last is None or sig.ts > last)
 
 
 def _may_replace(st: JobState, sig: RunStart, answers: Allocations) -> bool:

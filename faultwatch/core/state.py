@@ -205,6 +205,19 @@ class JobState:
                 lines.insert(0, t.text)
         return out
 
+    def latest_event_ts(self) -> float | None:
+        """The event time of the newest evidence this attempt holds: a node's start, output,
+        heartbeat or exit, or a hit (the agents' clocks; None before any)."""
+        best: float | None = None
+        for n in self.nodes.values():
+            for t in (n.started_ts, n.last_output_ts, n.last_hb_ts, n.exit_ts):
+                if t is not None and (best is None or t > best):
+                    best = t
+        for h in self.hits:
+            if best is None or h.match.ts > best:
+                best = h.match.ts
+        return best
+
     def shown_nothing(self) -> bool:
         """Nothing but run-starts so far: no output, heartbeat, hit or exit. The cheapest
         job to forget when the table is full (a phantom stays like this; a real job leaves

@@ -332,7 +332,8 @@ def build_processor(cfg: ProcessorConfig, live: LiveRules | None = None,
 
     matcher = MatcherStage(live, dead_letter, metrics, node_verifier=node_verifier)
     jobs = JobStage(live, TableStore(table), dead_letter, metrics, max_jobs=cfg.max_jobs,
-                    finished_ttl_s=cfg.finished_ttl_s)
+                    finished_ttl_s=cfg.finished_ttl_s,
+                    max_decision_age_s=cfg.max_decision_age_s)
     # the node registry: every worker follows all of it; the job stage gates run-starts and
     # check notes with it and writes what its decisions change (docs/schedulers.md)
     registry = RegistryLink(

@@ -40,6 +40,7 @@ from faultwatch.streams.storm import (
     notice_decision,
 )
 from faultwatch.trust.refusals import REFUSALS
+from faultwatch.trust.replay import DEFAULT_MAX_AGE_S
 from faultwatch.wire import MAX_RECORD_BYTES, Tick, decode_signals, encode_decision, job_key
 
 TICK_S = 0.5  # how often the shell sends a tick to each signals partition it owns
@@ -146,7 +147,7 @@ def _cut(x: Any, depth: int = 0) -> Any:
 
 
 REFUSED_RUN = ("other-run", "not-allocated", "name-in-use")  # a node about a run not its
-QUIET_EVENTS = ("job_evicted", "run_start_refused")
+QUIET_EVENTS = ("job_evicted", "run_start_refused", "decision_withheld")
 
 
 def count_refusals(before: JobState, after: JobState) -> None:
@@ -185,7 +186,8 @@ class JobStage:
 
     def __init__(self, live: LiveRules, store: StateStore, dead_letter: DeadLetter,
                  metrics: Metrics | None = None, max_record_bytes: int = MAX_RECORD_BYTES,
-                 max_jobs: int = MAX_JOBS, finished_ttl_s: float = FINISHED_TTL_S) -> None:
+                 max_jobs: int = MAX_JOBS, finished_ttl_s: float = FINISHED_TTL_S,
+                 max_decision_age_s: float = DEFAULT_MAX_AGE_S) -> None:
         self.live = live
         self.store = store
         self.dead_letter = dead_letter
@@ -200,6 +202,9 @@ class JobStage:
         self._batch_writes: dict[bytes, tuple[int, PartitionCache]] | None = None
         self.max_jobs = max_jobs  # active jobs per worker (MAX_JOBS)
         self.finished_ttl_s = finished_ttl_s  # decided/done jobs leave the table (FINISHED_TTL_S)
+        # a decision about evidence older than this is not published (the consumers' replay
+        # rule: they would refuse it; a processor reading history must not re-sign it)
+        self.max_decision_age_s = max_decision_age_s
         self._refusing = False  # at the cap: logged once per state change
         self.guard = BlastGuard()  # many jobs lost or hung together: hold (core/blast.py)
         self._census: tuple[float, Census] | None = None
@@ -313,7 +318,7 @@ class JobStage:
         for key, (st, old, durable) in staged.items():
             if st is not old:
                 self.save(key, st, partition, p, durable, now)
-        return [bounded_decision(d, self.max_record_bytes) for d in decs]
+        return self.fresh([bounded_decision(d, self.max_record_bytes) for d in decs], now)
 
     # ---- membership: the scheduler's allocations ----------------------------------------
 
@@ -355,6 +360,26 @@ class JobStage:
             return JobState.from_dict(orjson.loads(raw)) if raw else None
         except Exception:  # noqa: BLE001 - a broken state is the tick's to report
             return None
+
+    # ---- the age of decisions -----------------------------------------------------------
+
+    def fresh(self, decs: list[Decision], now: float) -> list[Decision]:
+        """The decisions whose evidence is within max_decision_age_s: an older one is made
+        (the job's state moves on, its id is remembered) but not published, counted and
+        logged (quietly): a new consumer group reading the logs topic from its start, or a
+        node's own old records sent again, re-decide history, which no one may act on."""
+        if not decs:
+            return decs
+        horizon = now - self.max_decision_age_s
+        kept = [d for d in decs if d.ts >= horizon]
+        if len(kept) < len(decs):
+            for d in decs:
+                if d.ts < horizon:
+                    self.metrics.count("decisions_withheld")
+                    self.quiet("decision_withheld", reason="too_old", id=d.id, job=d.job,
+                               action=d.action, kind=d.kind, age_s=round(now - d.ts, 1),
+                               max_age_s=self.max_decision_age_s)
+        return kept
 
     # ---- the blast-radius guard ---------------------------------------------------------
 
@@ -483,7 +508,7 @@ class JobStage:
                 self.metrics.count("jobs_broken")
                 log_event("job_tick_failed", job=key.decode(errors="replace"),
                           partition=partition, error=f"{type(e).__name__}: {e}")
-        return out
+        return self.fresh(out, now)
 
     def write_behind_s(self) -> float:
         """How long a job's liveness-only changes may wait for their table write: every

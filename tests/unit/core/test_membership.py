@@ -131,6 +131,10 @@ def test_a_derived_id_launched_again_is_a_new_run_with_other_decision_ids() -> N
     assert st.run_gen == 0 and st.attempt == 1  # the relaunch continues the run
     st, _ = feed(st, Exit("victim", 1, "n0", 210.0, 0, run_id="rdzv-x"))
     assert st.phase == Phase.DONE
+    # the first launch's own records sent again (a replay) start no run and decide nothing
+    st, again = feed(st, start("n0", "rdzv-x", "rendezvous"), *xid_and_exit("n0", "rdzv-x",
+                                                                           101.0))
+    assert again == [] and st.run_gen == 0 and st.phase == Phase.DONE
     st, decs2 = feed(st, start("n0", "rdzv-x", "rendezvous", 300.0),
                      *xid_and_exit("n0", "rdzv-x", 301.0))
     assert st.run_gen == 1 and st.run_id == "rdzv-x" and st.restarts_used == 1
