@@ -240,8 +240,14 @@ class JobState:
     # ---- persistence (Faust tables store plain dicts) -----------------------------------
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain JSON-able data, one entry per field (see _CODECS)."""
-        return {name: enc(getattr(self, name)) for name, (enc, _) in _CODECS.items()}
+        """Plain JSON-able data, one entry per field that differs from its default (see
+        _CODECS; from_dict fills the others in): a job that showed little is stored small."""
+        out: dict[str, Any] = {}
+        for name, (enc, _) in _CODECS.items():
+            v = getattr(self, name)
+            if name in _ALWAYS or v != _DEFAULT_VALUE.get(name, _NO_DEFAULT):
+                out[name] = enc(v)
+        return out
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> JobState:
@@ -629,6 +635,12 @@ def _defaults() -> dict[str, Any]:
 
 _ATTEMPT_RESET = _defaults()
 _FIELD_SET = frozenset(f.name for f in dataclasses.fields(JobState))
+_NO_DEFAULT = object()
+_DEFAULT_VALUE: dict[str, Any] = {
+    f.name: f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+    for f in dataclasses.fields(JobState)
+    if f.default_factory is not dataclasses.MISSING or f.default is not dataclasses.MISSING}
+_ALWAYS = frozenset({"job", "attempt", "phase"})  # what readers of the raw table look at
 
 _missing = {f.name for f in dataclasses.fields(JobState)} ^ set(_CODECS)
 if _missing:  # a field added without a codec (or a codec for a removed field)
