@@ -90,6 +90,12 @@ def run(bootstrap: str, jobs: int, partitions: int, node_lost_s: float, ttl_s: f
     out: dict[str, Any] = {"jobs": jobs, "partitions": partitions, "node_lost_s": node_lost_s,
                            "finished_ttl_s": ttl_s, "log": str(log)}
     try:
+        t0 = time.monotonic()
+        while "event=partitions_assigned" not in log.read_text(errors="replace"):
+            if proc.poll() is not None or time.monotonic() - t0 > timeout_s:
+                raise RuntimeError("the processor did not start:\n"
+                                   + log.read_text(errors="replace")[-3000:])
+            time.sleep(0.5)
         t = time.time()
         warm = [(wire.log_key("warm", "w0"), wire.encode_run_start(RunStart("warm", 0, "w0", t)))]
         asyncio.run(produce(bootstrap, logs, warm))
