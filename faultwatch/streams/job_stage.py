@@ -390,11 +390,12 @@ class JobStage:
             if c is None or now - c[0] >= CENSUS_REUSE_S or now < c[0]:
                 self._census = c = (now, census(self.parts.values(), now, self.live.policy))
             return c[1]
-        act = self.guard.consider(key, partition, dec.kind, dec.action, now,
-                                  self.live.policy, count, dec.nodes)
-        if act:
-            self._census = None  # the job leaves the active ones: count afresh
-        return act
+        # a census is reused for CENSUS_REUSE_S even after a job was acted on: the guard
+        # counts the jobs it let act (`recent`) with the silent ones, once each, so a stale
+        # census counts the same; counting afresh after each of 10,000 node-lost decisions
+        # of one tick took the worker's loop for minutes
+        return self.guard.consider(key, partition, dec.kind, dec.action, now,
+                                   self.live.policy, count, dec.nodes)
 
     def _notices(self) -> list[Decision]:
         self.quiet.tick()
