@@ -216,6 +216,7 @@ class JobStage:
         self.quota: NodeQuota | None = None
         # repeated refusals and evictions: the first of each kind in full, then a count
         self.quiet = Quiet(log_event, QUIET_EVENTS)
+        self._released, self._released_at = 0, float("-inf")  # states freed since a release
 
     # ---- batches ------------------------------------------------------------------------
 
@@ -579,6 +580,7 @@ class JobStage:
             p.written.pop(key, None)
         if gone:
             self.metrics.count("jobs_evicted", len(gone))
+            self.released(len(gone), now)
         return len(gone)
 
     def _finished(self, key: bytes, p: PartitionCache, now: float) -> None:
@@ -610,6 +612,7 @@ class JobStage:
             p.broken.discard(key)
             gone += 1
         if gone:
+            self.released(gone, now)
             self.metrics.count("jobs_expired", gone)
             log_event("jobs_expired", partition=partition, jobs=gone,
                       finished_ttl_s=ttl)
@@ -650,6 +653,15 @@ class JobStage:
             log_event("job_cap_reached", active=active, max_jobs=self.max_jobs, job=job,
                       note="new jobs are refused until active ones end (FAULTWATCH_MAX_JOBS)")
         return True
+
+    def released(self, states: int, now: float) -> None:
+        """Many states just left the cache or the table: give the freed memory back to the
+        system (job_table.release_memory), at most once a minute."""
+        self._released += states
+        if self._released >= job_table.RELEASE_AFTER and \
+                now - self._released_at >= job_table.RELEASE_EVERY_S:
+            self._released, self._released_at = 0, now
+            job_table.release_memory()
 
     def evict_cheapest(self, now: float) -> bool:
         """Delete the active job that has shown nothing for longest (its state and a

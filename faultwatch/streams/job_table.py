@@ -6,10 +6,17 @@ first (the cheapest to forget when the table is full: JobState.shown_nothing).
 Both live in the partition's cache (PartitionCache.names, .cheap) and are rebuilt from the
 stored states when a worker takes a partition over, so a restarted processor still knows
 which of the jobs it recovered are phantoms.
+
+When many states have left the cache or the table, `release_memory` gives what Python freed
+back to the system (a full collection, then glibc's malloc_trim): without it a worker's
+resident memory stayed at its peak after a flood of phantom jobs had expired.
 """
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
+import gc
 import sys
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -17,6 +24,8 @@ from typing import Any
 from faultwatch.core.job import JobState, Phase
 
 ACTIVE = (Phase.RUNNING, Phase.SETTLING)
+RELEASE_AFTER = 1000  # states freed before memory is given back ...
+RELEASE_EVERY_S = 60.0  # ... at most this often (a full collection takes a while)
 
 
 def node_names(nodes: Iterable[str]) -> tuple[str, ...]:
@@ -66,3 +75,14 @@ def oldest_cheap(parts: Mapping[int, Any]) -> tuple[int, bytes] | None:
     if best is None:
         return None
     return best[0], next(iter(parts[best[0]].cheap))
+
+
+def release_memory() -> bool:
+    """Collect garbage and return free heap memory to the system (glibc); False where there
+    is no malloc_trim (another C library): the collection alone is done."""
+    gc.collect()
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        return bool(libc.malloc_trim(0))
+    except (OSError, AttributeError):
+        return False
