@@ -113,6 +113,9 @@ class PartitionCache:
     swept: float = float("-inf")  # the last idle sweep
     finished: dict[bytes, float] = field(default_factory=dict)  # decided/done key -> last save
     expire_due: list[tuple[float, bytes]] = field(default_factory=list)  # (due, key), lazily
+    # decided or done since the status publisher last looked: each gets its last snapshot,
+    # the job that ended between two looks too (streams/status_publish.py)
+    ended: set[bytes] = field(default_factory=set)
 
     def watch(self, key: bytes, since: float) -> None:
         """`key` is active: its node-lost check is due no earlier than `since` + window."""
@@ -539,6 +542,7 @@ class JobStage:
             p.finished.pop(key, None)
         else:
             p.active.discard(key)
+            p.ended.add(key)
             if key in self.guard.held or key in self.guard.lapsed:
                 self.guard.drop(key)
             self._finished(key, p, now)
