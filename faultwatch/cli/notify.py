@@ -106,7 +106,8 @@ def config_of(args: argparse.Namespace, bootstrap: str, topic: str) -> NotifierC
                           group_id=args.group_id, policy=policy, retry=retry,
                           from_beginning=args.from_beginning,
                           max_decision_age_s=max_age_s(args.max_decision_age_s),
-                          replay_state=state, limits=limits)
+                          replay_state=state, limits=limits,
+                          holds_topic=options.topics(args).holds)
 
 
 def webhook_specs(args: argparse.Namespace) -> list[str]:

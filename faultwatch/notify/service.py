@@ -13,6 +13,8 @@ from typing import Any
 from faultwatch import wire
 from faultwatch.core.diagnosis import is_probe
 from faultwatch.errors import DecodeError
+from faultwatch.holds.follow import follow_holds, holds_table
+from faultwatch.holds.table import HoldsTable
 from faultwatch.kafka import calm as broker_calm
 from faultwatch.kafka import clients
 from faultwatch.kafka.errors import diagnose
@@ -23,6 +25,7 @@ from faultwatch.trust.replay import ReplayGuard
 from faultwatch.wire.signing import DecisionGate
 
 Log = Callable[..., None]
+HOLDS_WAIT_S = 10.0  # at start, how long the mutes in force are waited for
 
 
 @dataclass
@@ -37,6 +40,7 @@ class NotifierConfig:
     max_decision_age_s: float = 600.0
     replay_state: Path | None = None  # ids of decisions taken (the replay rule across restarts)
     limits: RateLimits = field(default_factory=RateLimits)
+    holds_topic: str | None = None  # operators' mutes (`faultwatch jobs mute`), followed
 
 
 class Notifier:
@@ -46,8 +50,13 @@ class Notifier:
     so a restarted notifier sends what a stopped one had not sent."""
 
     def __init__(self, cfg: NotifierConfig, gate: DecisionGate, log: Log,
-                 clock: Callable[[], float] = time.time):
+                 clock: Callable[[], float] = time.time, holds: HoldsTable | None = None):
         self.cfg, self.gate, self.log, self.clock = cfg, gate, log, clock
+        # the intake asks it whether a job is muted (holds.table.HoldsTable.muted); every
+        # sink (webhooks today, an Alertmanager receiver) is behind that one check
+        self.holds = holds if holds is not None else \
+            (holds_table(log) if cfg.holds_topic else None)
+        self.muted_ids: dict[str, int] = {}  # mute id -> decisions not posted under it
         self.grouper = Grouper(cfg.policy)
         self.replay = ReplayGuard("decision", cfg.max_decision_age_s, cfg.replay_state, log)
         self.limiter = Limiter(cfg.limits, clock())
@@ -86,8 +95,24 @@ class Notifier:
                      max_age_s=self.replay.max_age_s, topic=tp.topic, partition=tp.partition,
                      offset=offset)
             return
+        if self._muted(raw):
+            return
         if self.grouper.add(raw, self.clock()):
             self._where[str(raw.get("id", ""))] = (tp, offset)
+
+    def _muted(self, raw: dict[str, Any]) -> bool:
+        """A decision about a muted job is not posted: one line when a mute first holds one
+        back, then counted (`notify_muted`); the offset moves on as for a posted one."""
+        mute = self.holds.muted(str(raw["job"]), self.clock()) if self.holds else None
+        if mute is None:
+            return False
+        n = self.muted_ids[mute.id] = self.muted_ids.get(mute.id, 0) + 1
+        if len(self.muted_ids) > 1024:
+            self.muted_ids = {mute.id: n}
+        if n in (1, 10, 100) or n % 1000 == 0:
+            self.log("notify_muted", job=raw["job"], by=mute.by, until=mute.until,
+                     reason=mute.reason, held_back=n, id=raw["id"])
+        return True
 
     def flush(self) -> None:
         """Queue the notifications that are due, each webhook within its rate limit (the
@@ -176,6 +201,13 @@ class Notifier:
                  webhooks=",".join(r.where for r in self.cfg.receivers),
                  group_by=",".join(self.cfg.policy.group_by))
         committed: dict[Any, int] = {}
+        follower = asyncio.create_task(follow_holds(self.cfg.bootstrap, self.cfg.holds_topic,
+                                                    self.holds, stop)) \
+            if self.holds is not None and self.cfg.holds_topic else None
+        waited = time.monotonic()  # the mutes in force first (bounded: they may be absent)
+        while follower is not None and self.holds is not None and not self.holds.caught_up \
+                and time.monotonic() - waited < HOLDS_WAIT_S and not stop.is_set():
+            await asyncio.sleep(0.1)
         calm = broker_calm.install()  # aiokafka's per-retry errors: one line per state change
         polled = 0.0
         commit_failures = 0  # in a row: the first is logged, then every 100th
@@ -213,5 +245,9 @@ class Notifier:
             for t in [*queues, *self._tasks]:
                 t.cancel()
         finally:
+            if follower is not None:
+                follower.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await follower
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(c.stop(), 10)
