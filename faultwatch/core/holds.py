@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from faultwatch.core.events import Decision
@@ -74,7 +74,7 @@ class Hold:
 
 
 def _clock(ts: float) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ts))
+    return datetime.fromtimestamp(ts, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def duration_text(s: float) -> str:

@@ -14,11 +14,11 @@ from faultwatch.wire.holds import encode_hold, hold_dict, hold_key
 async def load_holds(bootstrap: str, topic: str) -> HoldsTable:
     """Every record on the topic now, folded (a missing topic: no holds). Unverified: the
     operator reads what is there; the followers check the signatures."""
-    from faultwatch.streams.rules_status import read_raw
+    from faultwatch.kafka.reading import read_topic
 
     table = HoldsTable()
-    for key, value in await read_raw(bootstrap, topic):
-        table.observe(key, value)
+    async for msg, value in read_topic(bootstrap, topic, decoder=lambda v: v):
+        table.observe(msg.key, value)
     table.caught_up = True
     return table
 
