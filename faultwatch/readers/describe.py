@@ -29,6 +29,17 @@ def _age(x: Any) -> str:
     return "-" if x is None else f"{float(x):.0f}s"
 
 
+def _dash(x: Any) -> str:
+    return "-" if x is None else str(x)
+
+
+def _columns(head: list[str], rows: list[list[str]]) -> list[str]:
+    """Left-aligned columns two spaces apart, indented by two (kubectl's tables)."""
+    widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
+    return ["  " + "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
+            for r in [head, *rows]]
+
+
 async def _keyed(bootstrap: str, topic: str, job: str) -> list[Any]:
     """The job's decisions on `topic` (decisions or control), each id once, in order."""
     from faultwatch.kafka.reading import read_topic
@@ -96,7 +107,8 @@ def lines(view: Mapping[str, Any]) -> list[str]:
         age = now - float(s.get("ts", now))
         sched = s.get("scheduler") or {}
         out += [f"Run:            {s.get('run_id')} (from {s.get('run_source') or '-'})"
-                + (f"  scheduler {sched}" if sched else ""),
+                + ("  scheduler " + " ".join(f"{k}={v}" for k, v in sched.items())
+                   if isinstance(sched, dict) and sched else ""),
                 f"Phase:          {s.get('phase')}    attempt {s.get('attempt')}    "
                 f"restarts used {s.get('restarts_used')}",
                 f"Snapshot:       {age:.0f}s ago (the ages below are as of then)",
@@ -117,12 +129,11 @@ def lines(view: Mapping[str, Any]) -> list[str]:
     out.append("Holds:          " + ("; ".join(f"{h.kind}: {h.describe(now)}" for h in holds)
                                      if holds else "-"))
     if s.get("nodes"):
-        out += ["", "Nodes:", "  NODE  RANK  ALIVE  EXIT  LAST OUTPUT  LAST HEARTBEAT"]
-        out += [f"  {n.get('node')}  {n.get('rank') if n.get('rank') is not None else '-'}  "
-                f"{'yes' if n.get('alive') else 'no'}  "
-                f"{n.get('exit_code') if n.get('exit_code') is not None else '-'}  "
-                f"{_age(n.get('last_output_age_s'))}  {_age(n.get('last_heartbeat_age_s'))}"
-                for n in s["nodes"]]
+        out += ["", "Nodes:", *_columns(
+            ["NODE", "RANK", "ALIVE", "EXIT", "LAST OUTPUT", "LAST HEARTBEAT"],
+            [[str(n.get("node")), _dash(n.get("rank")), "yes" if n.get("alive") else "no",
+              _dash(n.get("exit_code")), _age(n.get("last_output_age_s")),
+              _age(n.get("last_heartbeat_age_s"))] for n in s["nodes"]])]
     if s.get("rank_last_output_age_s"):
         out += ["", "Quiet time per rank (quietest first):",
                 "  " + "  ".join(f"{'r' + str(r) if int(r) >= 0 else 'node'}:{_age(a)}"

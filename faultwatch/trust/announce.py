@@ -85,6 +85,6 @@ def check_write(purpose: str, key_id: str | None, workers: Mapping[str, Mapping[
             continue
         keys = policy.get("keys") or {}
         if not any(key_id in (keys.get(role) or ()) for role in SIGNERS[purpose]):
-            out.refusing[name] = (f"not a {'/'.join(SIGNERS[purpose])} key in its trust "
-                                  "file")
+            out.refusing[name] = (f"its trust file does not list the key for "
+                                  f"{'/'.join(SIGNERS[purpose])}")
     return out
