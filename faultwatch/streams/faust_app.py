@@ -490,6 +490,18 @@ def build_processor(cfg: ProcessorConfig, live: LiveRules | None = None,
 
     proc.forget_worker = forget_worker
 
+    async def announce_at_start() -> None:
+        """The worker's record as soon as it serves partitions (not a STATUS_S tick later):
+        operators' commands check their writes against the trust policy it announces."""
+        while not proc.assigned_once:
+            await asyncio.sleep(0.2)
+        try:
+            await publish_worker(time.time())
+        except Exception as e:  # noqa: BLE001 - the timer publishes it again
+            log_event("produce_failed", what="worker record", error=f"{type(e).__name__}: {e}")
+
+    app.task(announce_at_start)
+
     @app.timer(interval=STATUS_S)
     async def publish_status() -> None:
         """Snapshots of this worker's jobs for `faultwatch status` (what changed, and a

@@ -54,15 +54,16 @@ class WriteCheck:
         what = WHAT.get(self.purpose, self.purpose)
         names = sorted(self.refusing)
         shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
-        signer = "/".join(SIGNERS.get(self.purpose, (OPERATOR,)))
+        roles = "/".join(SIGNERS.get(self.purpose, (OPERATOR,)))
+        signer = ("an " if roles[0] in "aeiou" else "a ") + roles
         if key_id is None:
             return (f"{len(names)} of {self.workers} processor worker(s) verify {what}s "
                     f"against a trust file and would refuse this unsigned one ({shown}). "
-                    "Sign it: --signing-key-file KEY or $FAULTWATCH_SIGNING_KEY_FILE, a "
+                    "Sign it: --signing-key-file KEY or $FAULTWATCH_SIGNING_KEY_FILE, "
                     f"{signer} key listed in their trust file (`faultwatch keys generate "
                     "--role operator`, docs/operating.md \"Keys and trust\")")
         return (f"{len(names)} of {self.workers} processor worker(s) would refuse a {what} "
-                f"signed by key {key_id}: {self.refusing[names[0]]} ({shown}). Use a "
+                f"signed by key {key_id}: {self.refusing[names[0]]} ({shown}). Use "
                 f"{signer} key of their trust file, or add this key's line to it "
                 f"(`faultwatch keys show KEYFILE` prints it) and restart them")
 
