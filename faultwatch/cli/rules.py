@@ -117,7 +117,7 @@ def cmd_rules_rollback(args: argparse.Namespace) -> int:
     target, was, rev, rs = asyncio.run(rollback(bootstrap, topics=topics, to=args.to_revision,
                                                 timeout_s=args.timeout_s, signing_key=key))
     what = "nothing pushed (built-in and each worker's --rules files)" \
-        if target.revision == 0 else f"revision {target.revision}: {target.line()[3:].strip()}"
+        if target.revision == 0 else f"revision {target.revision}: {target.describe()}"
     print(f"rolled back rules to {what}")
     print(f"  now revision {rev}, version {rs.version} ({len(rs.rules)} rules); was "
           + (f"revision {was.revision}" if was is not None and was.revision > 0 else "unnumbered")

@@ -56,15 +56,19 @@ class Revision:
 
     def line(self) -> str:
         """`3  version abc  push 5f3e by alice@h at 2026-...  site.yaml (rollback of 5)`."""
+        return f"{self.revision}  {self.describe()}"
+
+    def describe(self) -> str:
+        """What the revision holds, without its number."""
         import time
 
         s = self.summary()
         if self.revision == 0:
-            return "0  nothing pushed (built-in and each worker's --rules files)"
+            return "nothing pushed (built-in and each worker's --rules files)"
         at = s["pushed_at"]
         when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(at)) \
             if isinstance(at, int | float) else "-"
-        out = (f"{self.revision}  version {s['version']}  push {s['push_id']} by "
+        out = (f"version {s['version']}  push {s['push_id']} by "
                f"{s['author']} at {when}  {', '.join(s['files']) or '(no files)'}")
         if s["rollback_of"] is not None:
             out += f"  (rollback of {s['rollback_of']} to {s['from_revision']})"
