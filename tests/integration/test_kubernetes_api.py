@@ -693,12 +693,18 @@ def test_actuate_taints_a_quarantined_node_and_expiry_removes_the_taint(
     env = dict(os.environ, FAULTWATCH_BOOTSTRAP=kafka_bootstrap,
                FAULTWATCH_TOPIC_PREFIX=topic_prefix,
                FAULTWATCH_DECISION_KEY="k1:0123456789abcdef0123456789")
+    state = ["--state-file", str(tmp_path / "state.jsonl")]
+    wrong = subprocess.run(  # a context the file does not have: exit 2 at start, saying so
+        [sys.executable, "-m", "faultwatch", "actuate", "--backend", "kubernetes",
+         "--kubeconfig", str(kubeconfig), "--context", "absent", *state],
+        env=env, capture_output=True, text=True, timeout=60)
+    assert wrong.returncode == 2 and "absent" in wrong.stderr, wrong.stderr
     log = tmp_path / "actuate.log"
-    with open(log, "wb") as fh:
+    with open(log, "wb") as fh:  # the kubeconfig from $KUBECONFIG, as kubectl finds it
         proc = subprocess.Popen(
-            [sys.executable, "-m", "faultwatch", "actuate", "--backend", "kubernetes",
-             "--kubeconfig", str(kubeconfig), "--state-file", str(tmp_path / "state.jsonl")],
-            stdout=fh, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+            [sys.executable, "-m", "faultwatch", "actuate", "--backend", "kubernetes", *state],
+            stdout=fh, stderr=subprocess.STDOUT, env={**env, "KUBECONFIG": str(kubeconfig)},
+            start_new_session=True)
     try:
         def taints() -> set[str]:
             assert proc.poll() is None, log.read_text()
