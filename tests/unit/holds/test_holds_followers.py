@@ -112,6 +112,8 @@ def test_the_table_is_bounded(keys: dict[str, Any]) -> None:
 
 
 def test_notify_posts_nothing_about_a_muted_job(keys: dict[str, Any]) -> None:
+    """The intake asks before any sink: no webhook message and no Alertmanager alert."""
+    from faultwatch.notify.alertmanager import Alertmanager
     from faultwatch.notify.grouping import GroupingPolicy
     from faultwatch.notify.sender import Receiver
     from faultwatch.notify.service import Notifier, NotifierConfig
@@ -122,7 +124,8 @@ def test_notify_posts_nothing_about_a_muted_job(keys: dict[str, Any]) -> None:
     holds.observe(None, signed(new_hold(MUTE, "noisy", T0, 3600, "known", "bob", "m1"), None))
     tp = TP("p.decisions", 0)
     n = Notifier(NotifierConfig("b:1", tp.topic, (Receiver("http://h/x"),),
-                                policy=GroupingPolicy(group_wait_s=0)),
+                                policy=GroupingPolicy(group_wait_s=0),
+                                alertmanagers=(Alertmanager("http://am:9093"),)),
                  DecisionGate(None, lambda e, **f: None),
                  lambda e, **f: logged.append((e, f)), clock=lambda: T0 + 10, holds=holds)
     for i, job in enumerate(("noisy", "quiet", "noisy")):
@@ -133,5 +136,6 @@ def test_notify_posts_nothing_about_a_muted_job(keys: dict[str, Any]) -> None:
     sent = n.grouper.due(T0 + 10)
     assert [[d["job"] for d in note.decisions] for note in sent] == [["quiet"]]
     assert [e for e, _ in logged] == ["notify_muted"] and logged[0][1]["by"] == "bob"
+    assert n.book is not None and {a.job for a in n.book.alerts.values()} == {"quiet"}
 
 
