@@ -103,6 +103,9 @@ def cmd_agent(args: argparse.Namespace) -> int:
 
     cfg = config_from_args(args)
     if not args.flush and not args.no_check:
+        from faultwatch.eventlog import set_component
+
+        set_component("agent")
         _check(args, cfg)
     return main_sync(cfg, flush_only=bool(args.flush), render=render_decision)
 
@@ -123,7 +126,7 @@ def _check(args: argparse.Namespace, cfg: AgentConfig) -> None:
     given = {d: v != AGENT_DEFAULTS[check.AGENT_FLAGS[d]] for d, v in values.items()}
     fw = check.Faultwatch(Policy(), {}, check.agent_settings(values, given), __version__)
     check.preflight(cfg.cmd, fw, strict=args.strict, component="agent",
-                    policy_note=" (policy: faultwatch's defaults, the processor's may differ)")
+                    policy_note="; policy: faultwatch's defaults, the processor's may differ")
 
 
 def cmd_agent_tail(args: argparse.Namespace) -> int:

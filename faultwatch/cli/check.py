@@ -196,7 +196,7 @@ def preflight(cmd: Sequence[str], fw: Faultwatch, *, strict: bool, component: st
         return
     n = len(chain.broken)
     lines = [f"faultwatch {component}: timeout chain: {n} broken link{'s' if n != 1 else ''}"
-             f"{policy_note} (`faultwatch check ... -- CMD` shows the whole chain)"]
+             f" (`faultwatch check ... -- CMD` shows the whole chain{policy_note})"]
     for link in chain.broken:
         lines += _link_lines(link)
     print("\n".join(lines), file=sys.stderr, flush=True)
