@@ -315,12 +315,22 @@ def _worker_stop(inp: Inputs) -> list[Link]:
     grace = fw.agent_setting("agent.term_grace_s")
     out = []
     if la.get("framework.save_on_sigterm").value:
-        out.append(Link("save-on-sigterm", BROKEN if (grace.seconds or 0) < 60 else NOTE,
-                        f"{la.get('framework.save_on_sigterm').where} saves a checkpoint on "
-                        f"SIGTERM within the agent's term grace {fmt_s(grace.seconds)}",
-                        "the agent SIGKILLs the ranks while they write the checkpoint",
-                        "raise --term-grace-s above the checkpoint's save time (and the "
-                        "scheduler's grace above it)"))
+        who = la.get("framework.save_on_sigterm").where
+        saves = inp.learned.checkpoint_silences_s
+        if not saves:
+            out.append(Link("save-on-sigterm", UNKNOWN,
+                            f"{who} saves a checkpoint on SIGTERM within the agent's term "
+                            f"grace {fmt_s(grace.seconds)}; how long a save takes is unknown "
+                            "(no checkpoint silence recorded)"))
+        else:
+            status = BROKEN if max(saves) >= (grace.seconds or 0.0) else OK
+            out.append(Link("save-on-sigterm", status,
+                            f"{who}: a checkpoint kept the ranks silent at least "
+                            f"{fmt_s(max(saves))} vs the agent's term grace "
+                            f"{fmt_s(grace.seconds)}",
+                            "the agent SIGKILLs the ranks while they write the checkpoint",
+                            f"--term-grace-s above {fmt_s(max(saves))} (and the scheduler's "
+                            "grace above term grace + exit flush)"))
     s = la.get("torchrun.shutdown_timeout_s")
     if la.torchrun is None or s.seconds is None:
         return out
@@ -356,9 +366,21 @@ def _agent_vs_scheduler(inp: Inputs) -> list[Link]:
                  f"longer {name.split(' ')[0]}")]
 
 
+def _checkpoint_interval(inp: Inputs) -> list[Link]:
+    """A hang costs the work since the last checkpoint: the window against the interval."""
+    steps = inp.launch.get("checkpoint.interval_steps")
+    if not steps.known:
+        return []
+    win = first_window(inp.faultwatch)
+    return [Link("window-vs-checkpoint", UNKNOWN,
+                 f"a checkpoint every {steps.value} steps ({steps.where}) vs the hang window "
+                 f"{fmt_s(win.seconds)}: the interval in seconds is unknown (step times are "
+                 "not kept across runs)")]
+
+
 LINKS: tuple[Callable[[Inputs], list[Link]], ...] = (
     _first_link, _skew, _probes, _backstop, _restarters, _decision_wait, _heartbeats,
-    _worker_stop, _agent_vs_scheduler)
+    _checkpoint_interval, _worker_stop, _agent_vs_scheduler)
 
 
 def _order(t: Timer) -> tuple[int, float]:

@@ -133,8 +133,13 @@ def test_worker_shutdown_and_save_on_sigterm() -> None:
     assert link(explicit, "worker-stop")[0] == BROKEN
     fits = chain([*TWO_NODES[:-1], "--shutdown-timeout", "5", "t.py"])
     assert link(fits, "worker-stop")[0] == OK
-    megatron = chain([*TWO_NODES, "--exit-signal-handler"])
-    assert link(megatron, "save-on-sigterm")[0] == BROKEN
+    megatron = [*TWO_NODES, "--exit-signal-handler", "--save-interval", "500"]
+    assert link(chain(megatron), "save-on-sigterm")[0] == UNKNOWN  # a save's length: unknown
+    saves = Learned(available=True, why="", runs=("r",), checkpoint_silences_s=(45.0,))
+    assert link(chain(megatron, learned=saves), "save-on-sigterm")[0] == BROKEN
+    assert link(chain(megatron, learned=saves, agent={"agent.term_grace_s": 90.0}),
+                "save-on-sigterm")[0] == OK
+    assert link(chain(megatron), "window-vs-checkpoint")[0] == UNKNOWN
 
 
 def test_the_agents_own_links() -> None:
