@@ -29,7 +29,7 @@ def start_hold_s(cmd: Sequence[str]) -> float | None:
     (not torchrun, one node, or a value that cannot be read)."""
     if not cmd:
         return None
-    launch = parse(cmd, {})
+    launch = parse(cmd, {}, training=False)
     tr = launch.torchrun
     if tr is None or tr.nnodes_max == 1:
         return None

@@ -157,20 +157,23 @@ def _peel(argv: Sequence[str], env: dict[str, str], problems: list[str],
 
 def _torchrun(args: Sequence[str], env: Mapping[str, str], launcher: str,
               wrappers: list[str], argv: Sequence[str], problems: list[str],
-              settings: dict[str, Setting]) -> Launch:
+              settings: dict[str, Setting], training: bool = True) -> Launch:
     tr, script, s, more = parse_torchrun(args, env)
     problems += more
     settings.update(s)
-    settings.update(script_settings(script, problems))
-    settings.update({k: v for k, v in env_settings(env, "torchrun", problems).items()
-                     if k not in settings})
-    _pg_defaults(settings)
+    if training:
+        settings.update(script_settings(script, problems))
+        settings.update({k: v for k, v in env_settings(env, "torchrun", problems).items()
+                         if k not in settings})
+        _pg_defaults(settings)
     return Launch(tuple(argv), launcher, tuple(wrappers), tr, script,
                   MappingProxyType(settings), tuple(problems))
 
 
-def parse(argv: Sequence[str], env: Mapping[str, str]) -> Launch:
-    """The launch described by `argv` run with `env` (nothing is run or read)."""
+def parse(argv: Sequence[str], env: Mapping[str, str], *, training: bool = True) -> Launch:
+    """The launch described by `argv` run with `env` (nothing is run or read); with
+    `training` false only the launcher's own options are read (not the script's arguments
+    nor the NCCL variables: what the processor needs of every RunStart, cheaply)."""
     problems: list[str] = []
     settings: dict[str, Setting] = {}
     e = dict(env)
@@ -180,17 +183,19 @@ def parse(argv: Sequence[str], env: Mapping[str, str]) -> Launch:
         return Launch(tuple(argv), UNKNOWN, tuple(wrappers), problems=tuple(problems))
     head = _base(cmd[0])
     if head == "torchrun":
-        return _torchrun(cmd[1:], e, "torchrun", wrappers, argv, problems, settings)
+        return _torchrun(cmd[1:], e, "torchrun", wrappers, argv, problems, settings, training)
     if _is_python(cmd[0]):
         j = 1
         while j < len(cmd) and cmd[j].startswith("-") and cmd[j] != "-m":
             j += 2 if cmd[j] in ("-X", "-W", "-c") else 1
         if j + 1 < len(cmd) and cmd[j] == "-m" and cmd[j + 1] in TORCHRUN_MODULES:
-            return _torchrun(cmd[j + 2:], e, "torchrun", wrappers, argv, problems, settings)
+            return _torchrun(cmd[j + 2:], e, "torchrun", wrappers, argv, problems, settings,
+                             training)
         script = tuple(cmd[j:])
-        settings.update(script_settings(script, problems))
-        settings.update(env_settings(e, "python", problems))
-        _pg_defaults(settings)
+        if training:
+            settings.update(script_settings(script, problems))
+            settings.update(env_settings(e, "python", problems))
+            _pg_defaults(settings)
         return Launch(tuple(argv), "python", tuple(wrappers), None, script,
                       MappingProxyType(settings), tuple(problems))
     if head == "accelerate" and cmd[1:2] == ["launch"]:
