@@ -34,8 +34,8 @@ from faultwatch.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, FaultwatchE
 
 WRAPPERS = ("run", "agent", "check")  # commands whose training command follows `--`
 AGENT_SUBCOMMANDS = agent.SUBCOMMANDS
-    check,
-    describe,
+GROUPS = (run, agent, check, process, notify, status, describe, read, diagnose, rules, kafka,
+          nodes, jobs, actuate, keys)
 
 
 def build_parser() -> argparse.ArgumentParser:
