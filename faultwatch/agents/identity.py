@@ -29,11 +29,10 @@ import unicodedata
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from faultwatch.agents.rendezvous import derived_run_id, launch_of
+from faultwatch.agents.rendezvous import TORCHRUN_DEFAULT_RDZV_ID, derived_run_id, launch_of
 from faultwatch.errors import ConfigError
 
 MAX_ID_CHARS = 256
-TORCHRUN_DEFAULT_RDZV_ID = "none"  # torchrun's default --rdzv-id: not an identity
 FLAG, SLURM, TORCHRUN, KUBERNETES, RENDEZVOUS, GENERATED = (
     "flag", "slurm", "torchrun", "kubernetes", "rendezvous", "generated")
 K8S_ENV = {"namespace": "FAULTWATCH_K8S_NAMESPACE", "pod": "FAULTWATCH_K8S_POD",
