@@ -31,6 +31,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from faultwatch.core.events import RunStart
+from faultwatch.core.membership import allocation_key
 from faultwatch.errors import ConfigError, FaultwatchError
 from faultwatch.eventlog import Quiet, log_event
 from faultwatch.nodes.names import (
@@ -40,6 +42,7 @@ from faultwatch.nodes.names import (
     SLURM_JOB_ID_RE,
     check,
 )
+from faultwatch.wire import Tick, decode_signals, job_key
 
 KINDS = ("slurm", "kubernetes", "exec")
 HOLDING_STATES = ("RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED", "STAGE_OUT")
@@ -53,6 +56,7 @@ EXEC_FIELDS = ("kind", "job_id", "namespace", "uid", "pod")
 _PLACEHOLDER = re.compile(r"\{([a-z_]+)\}")
 
 Ask = Callable[[str], frozenset[str]]  # key -> the nodes; raises when it cannot be answered
+Peek = Callable[[bytes, int], Any]  # (job key, partition) -> its JobState or None
 
 
 class Unanswered(FaultwatchError):
@@ -138,6 +142,34 @@ class Allocations:
             return {}
         await self.prepare(wanted)
         return self.answers(wanted)
+
+
+def requests(records: Iterable[Any], peek: Peek) -> list[tuple[str, str]]:
+    """(allocation key, node) of each run-start in a batch of signals records: the job its
+    scheduler identity names, and the job of the run it would join or replace when that run
+    was checked (`peek`: the job stage's state of a job)."""
+    out: list[tuple[str, str]] = []
+    for rec in records:
+        if not rec.value or b'"t":"start"' not in rec.value:
+            continue
+        try:
+            sigs = decode_signals(rec.value)
+        except Exception:  # noqa: BLE001 - the job stage dead-letters it
+            continue
+        if isinstance(sigs, Tick):
+            continue
+        for sig in sigs:
+            if not isinstance(sig, RunStart):
+                continue
+            key = allocation_key(sig.scheduler)
+            if key is not None:
+                out.append((key, sig.node))
+            st = peek(job_key(sig.job), rec.partition)
+            run_key = allocation_key(st.scheduler) if st is not None \
+                and st.allocation is not None else None
+            if run_key is not None and run_key != key:
+                out.append((run_key, sig.node))
+    return out
 
 
 # ---- the schedulers -------------------------------------------------------------------------

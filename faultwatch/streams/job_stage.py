@@ -24,10 +24,11 @@ from faultwatch.core.events import (
 )
 from faultwatch.core.holds import Hold, hold_decisions
 from faultwatch.core.job import JobState, Phase, apply_batch, new_state, tick
-from faultwatch.core.membership import NO_ANSWERS, Allocations, allocation_key
+from faultwatch.core.membership import NO_ANSWERS, Allocations
 from faultwatch.core.quota import NEW_JOBS, NodeQuota
 from faultwatch.eventlog import Quiet, log_event
 from faultwatch.streams import job_table
+from faultwatch.streams.allocations import requests
 from faultwatch.streams.metrics import Metrics
 from faultwatch.streams.records import DeadLetter, InRecord, LiveRules
 from faultwatch.streams.storm import (
@@ -332,31 +333,8 @@ class JobStage:
     # ---- membership: the scheduler's allocations ----------------------------------------
 
     def allocation_requests(self, records: Iterable[InRecord]) -> list[tuple[str, str]]:
-        """(allocation key, node) of each run-start in `records`: the job its scheduler
-        identity names, and the job of the run it would join or replace when that run was
-        checked. The shell asks the scheduler about them before process_batch."""
-        out: list[tuple[str, str]] = []
-        for rec in records:
-            if not rec.value or b'"t":"start"' not in rec.value:
-                continue
-            try:
-                sigs = decode_signals(rec.value)
-            except Exception:  # noqa: BLE001 - process_batch dead-letters it
-                continue
-            if isinstance(sigs, Tick):
-                continue
-            for sig in sigs:
-                if not isinstance(sig, RunStart):
-                    continue
-                key = allocation_key(sig.scheduler)
-                if key is not None:
-                    out.append((key, sig.node))
-                st = self.peek(job_key(sig.job), rec.partition)
-                run_key = allocation_key(st.scheduler) if st is not None \
-                    and st.allocation is not None else None
-                if run_key is not None and run_key != key:
-                    out.append((run_key, sig.node))
-        return out
+        """What the shell asks the scheduler before process_batch (allocations.requests)."""
+        return requests(records, self.peek)
 
     def peek(self, key: bytes, partition: int) -> JobState | None:
         """A job's state (cached or stored) without caching it; None if none or unreadable."""
