@@ -1,9 +1,9 @@
 """Memory per idle job in the job stage (issue 29 item 3, issue 35 item 7): --jobs jobs each
 send ONE run-start record and nothing else (each from a node of its own, or with --one-node
 all from one: the phantom flood of issue 35); processor time then runs on (ticks every
-0.5 s) past the node-lost window and the idle time. Prints one JSON object: Python heap per job while the states are
-cached and once they are idle (tracemalloc, the store's encoded states included), RSS, and
-the decisions made (with the blast-radius guard: one notice, no mass restart), and the posts
+0.5 s) past the node-lost window and the idle time. Prints one JSON object: Python heap per
+job while the states are cached and once they are idle (tracemalloc, the store's encoded
+states included), RSS, the longest tick, and the decisions made (with the blast-radius guard: one notice, no mass restart), and the posts
 one webhook of `faultwatch notify` would get for them (its grouping and rate-limit cores with
 their defaults, on processor time: `notify_posts`).
 

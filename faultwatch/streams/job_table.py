@@ -25,7 +25,7 @@ from faultwatch.core.job import JobState, Phase
 
 ACTIVE = (Phase.RUNNING, Phase.SETTLING)
 RELEASE_AFTER = 1000  # states freed before memory is given back ...
-RELEASE_EVERY_S = 60.0  # ... at most this often (a full collection takes a while)
+RELEASE_EVERY_S = 10.0  # ... at most this often (a full collection takes a while)
 
 
 def node_names(nodes: Iterable[str]) -> tuple[str, ...]:
