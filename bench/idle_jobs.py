@@ -3,8 +3,9 @@ send ONE run-start record and nothing else (each from a node of its own, or with
 all from one: the phantom flood of issue 35); processor time then runs on (ticks every
 0.5 s) past the node-lost window and the idle time. Prints one JSON object: Python heap per
 job while the states are cached and once they are idle (tracemalloc, the store's encoded
-states included), RSS, the longest tick, and the decisions made (with the blast-radius guard: one notice, no mass restart), and the posts
-one webhook of `faultwatch notify` would get for them (its grouping and rate-limit cores with
+states included), RSS, the longest tick, and the decisions made (with the blast-radius
+guard: one notice, no mass restart), and the posts one webhook of `faultwatch notify`
+would get for them (its grouping and rate-limit cores with
 their defaults, on processor time: `notify_posts`).
 
     .venv/bin/python bench/idle_jobs.py --jobs 10000
