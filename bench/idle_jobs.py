@@ -36,7 +36,12 @@ from faultwatch.core.policy import Policy  # noqa: E402
 from faultwatch.notify.grouping import Grouper  # noqa: E402
 from faultwatch.notify.limit import Limiter, RateLimits  # noqa: E402
 from faultwatch.rules import Matcher, load_ruleset  # noqa: E402
-from faultwatch.streams.job_stage import TICK_S, DictStore, JobStage  # noqa: E402
+from faultwatch.streams.job_stage import (  # noqa: E402
+    FINISHED_TTL_S,
+    TICK_S,
+    DictStore,
+    JobStage,
+)
 from faultwatch.streams.records import InRecord, LiveRules  # noqa: E402
 
 T0 = 1_700_000_000.0
@@ -84,12 +89,14 @@ class Posts:
 
 
 def run(jobs: int, partitions: int, run_s: float, trace: bool = True,
-        guard: bool = True, one_node: bool = False) -> dict[str, Any]:
+        guard: bool = True, one_node: bool = False,
+        finished_ttl_s: float = FINISHED_TTL_S) -> dict[str, Any]:
     rs = load_ruleset([])
     live = LiveRules(Matcher(rs), Policy(fleet_storm_detection=guard), rs.version)
     posts = Posts(T0)
     store = DictStore()
-    stage = JobStage(live, store, lambda rec, err: None, max_jobs=max(jobs, 1) * 2)
+    stage = JobStage(live, store, lambda rec, err: None, max_jobs=max(jobs, 1) * 2,
+                     finished_ttl_s=finished_ttl_s)
     decisions: Counter[str] = Counter()
     if trace:
         tracemalloc.start()
@@ -143,6 +150,7 @@ def run(jobs: int, partitions: int, run_s: float, trace: bool = True,
         "rss_mb": {"base": round(base_rss / 1024, 1), "cached": round(cached_rss / 1024, 1),
                    "idle": round(idle_rss / 1024, 1)},
         "jobs_cached_idle": sum(len(p.cache) for p in stage.parts.values()),
+        "jobs_stored_idle": len(store.data),
         "jobs_active_idle": sum(len(p.active) for p in stage.parts.values()),
         "guard": stage.guard.state(),
         "decisions": dict(decisions),
@@ -162,12 +170,15 @@ def main() -> None:
     ap.add_argument("--one-node", action="store_true",
                     help="every job's run-start from one node (a phantom flood; no quota "
                          "here: the stage alone). Default: a node per job (a fleet)")
+    ap.add_argument("--finished-ttl-s", type=float, default=FINISHED_TTL_S,
+                    help="decided jobs leave the table after this long (below "
+                         "--processor-time-s: what is left once they are gone)")
     ap.add_argument("--no-guard", action="store_true",
                     help="the blast-radius guard off (fleet_storm_detection: false): the peer")
     args = ap.parse_args()
     print(json.dumps(run(args.jobs, args.partitions, args.processor_time_s,
                          trace=not args.rss_only, guard=not args.no_guard,
-                         one_node=args.one_node)))
+                         one_node=args.one_node, finished_ttl_s=args.finished_ttl_s)))
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ import argparse
 import asyncio
 import json
 import os
+import re
 import sys
 import time
 import uuid
@@ -77,6 +78,31 @@ def settle(pid: int, s: float = 5.0) -> int:
     return rss_kb(pid)
 
 
+def _fields(line: str) -> dict[str, str]:
+    return dict(re.findall(r"(\w+)=(\S+)", line))
+
+
+def _last(text: str, field: str) -> int:
+    """`field` of the last processor_metrics line."""
+    lines = [ln for ln in text.splitlines() if "event=processor_metrics" in ln]
+    return int(_fields(lines[-1]).get(field, 0)) if lines else 0
+
+
+def _total(text: str, event: str, field: str) -> int:
+    return sum(int(_fields(ln).get(field, 0)) for ln in text.splitlines()
+               if f"event={event} " in ln)
+
+
+def wait_log(log: Path, done: Any, timeout_s: float) -> float:
+    """Seconds until `done(log text)` holds (TimeoutError after `timeout_s`)."""
+    t0 = time.monotonic()
+    while not done(log.read_text(errors="replace")):
+        if time.monotonic() - t0 > timeout_s:
+            raise TimeoutError(f"{log}: not done in {timeout_s}s")
+        time.sleep(1.0)
+    return time.monotonic() - t0
+
+
 def run(bootstrap: str, jobs: int, partitions: int, node_lost_s: float, ttl_s: float,
         timeout_s: float) -> dict[str, Any]:
     prefix = f"phantom{uuid.uuid4().hex[:6]}."
@@ -116,10 +142,13 @@ def run(bootstrap: str, jobs: int, partitions: int, node_lost_s: float, ttl_s: f
         asyncio.run(drained(bootstrap, group, [logs, signals], timeout_s))
         out["flood_s"] = round(time.monotonic() - t0, 1)
         held = settle(proc.pid)
-        time.sleep(node_lost_s + 15)  # node-lost for each (the guard: one node, no hold)
+        # node-lost for each (one node: the guard holds nothing), then past the TTL
+        t_dec = wait_log(log, lambda text: _last(text, "decisions") >= jobs, timeout_s)
         decided = settle(proc.pid)
-        time.sleep(max(0.0, ttl_s - node_lost_s) + 20)  # past the TTL and a sweep
-        expired = settle(proc.pid)
+        t_exp = wait_log(log, lambda text: _total(text, "jobs_expired", "jobs") >= jobs,
+                         timeout_s)
+        expired = settle(proc.pid, 15.0)  # a release of the freed memory comes within 10 s
+        out.update({"decided_after_s": round(t_dec, 1), "expired_after_s": round(t_exp, 1)})
         text = log.read_text(errors="replace")
         out.update({
             "rss_mb": {"base": round(base / 1024, 1), "after_peer": round(peer / 1024, 1),
