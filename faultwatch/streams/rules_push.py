@@ -13,7 +13,7 @@ from faultwatch.kafka import clients
 from faultwatch.kafka.admin import ensure_compacted_topic
 from faultwatch.kafka.errors import broker_error
 from faultwatch.rules import RuleSet
-from faultwatch.streams.rules_record import RULESET_KEY, build_record
+from faultwatch.streams.rules_record import RULESET_KEY, build_record, next_seq
 from faultwatch.wire import MAX_RULESET_RECORD_BYTES
 from faultwatch.wire.topics import Topics
 
@@ -36,14 +36,26 @@ async def push(bootstrap: str, paths: Sequence[str | Path], *, topics: Topics | 
                signing_key: Any = None) -> RuleSet:
     """Validate the files (RuleError, nothing published) and publish them as the rule set,
     signed with the operator's `signing_key` (trust.keys.SigningKey) when given."""
+    import orjson
+
+    from faultwatch.streams.rules_status import read_pushed
+
     topics = topics or Topics()
     record, ruleset = build_record(paths, builtin=builtin)
+    try:
+        held = await read_pushed(bootstrap, topics.rules)
+    except FaultwatchError:
+        raise
+    except Exception as e:  # noqa: BLE001 - any Kafka failure: one clear message
+        raise broker_error(e, bootstrap, f"reading the rule set in force on {topics.rules}"
+                           ) from None
+    # the version: one more than the set in force (followers refuse a lower one)
+    fields = {**orjson.loads(record), "seq": next_seq(held)}
     if signing_key is not None:
-        import orjson
-
         from faultwatch.trust.records import RULES, RecordSigner
 
-        record = orjson.dumps(RecordSigner(signing_key, RULES).sign_record(orjson.loads(record)))
+        fields = RecordSigner(signing_key, RULES).sign_record(fields)
+    record = orjson.dumps(fields)
     try:
         # only the rules topic: the others' partition counts belong to `faultwatch process
         # --partitions`, so push must not create them
