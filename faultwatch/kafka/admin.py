@@ -6,20 +6,49 @@ import asyncio
 import contextlib
 from typing import Any
 
+from faultwatch.errors import BrokerError
 from faultwatch.kafka import clients
 from faultwatch.kafka.errors import diagnose
 from faultwatch.kafka.settings import KafkaSecurity
 from faultwatch.wire.topics import DEFAULT_PARTITIONS, Topics
 
+TOPIC_ALREADY_EXISTS, TOPIC_AUTHORIZATION_FAILED = 36, 29  # Kafka protocol error codes
 
-async def _create_missing(admin: Any, new: list[Any]) -> None:
+
+class TopicNotCreated(BrokerError):
+    """The broker refused to create a topic (CreateTopics answers per topic, it raises
+    nothing): `code` is Kafka's error code, 29 when the principal may not create it."""
+
+    def __init__(self, topic: str, code: int, message: str | None) -> None:
+        from aiokafka.errors import for_code  # type: ignore[import-untyped,unused-ignore]
+
+        name = for_code(code).__name__
+        hint = (": the principal may not create it (an admin creates the topics: "
+                "`faultwatch kafka acls --apply`)" if code == TOPIC_AUTHORIZATION_FAILED
+                else "")
+        super().__init__(f"topic {topic!r} was not created: {name}"
+                         f"{f' ({message})' if message else ''}{hint}")
+        self.topic, self.code = topic, code
+
+
+async def _create_missing(admin: Any, new: list[Any]) -> set[str]:
+    """Create each topic; the names created. One that exists already is fine, any other
+    answer raises TopicNotCreated (a refused creation used to pass in silence)."""
     from aiokafka.errors import TopicAlreadyExistsError  # type: ignore[import-untyped,unused-ignore]
 
+    created: set[str] = set()
     for t in new:
         try:
-            await admin.create_topics([t])
+            resp = await admin.create_topics([t])
         except TopicAlreadyExistsError:
-            pass  # another process created it first
+            continue  # another process created it first
+        for err in getattr(resp, "topic_errors", ()):
+            topic, code = err[0], err[1]
+            if code == 0:
+                created.add(topic)
+            elif code != TOPIC_ALREADY_EXISTS:
+                raise TopicNotCreated(topic, code, err[2] if len(err) > 2 else None)
+    return created
 
 
 async def ensure_topics(bootstrap: str, topics: Topics, partitions: int = DEFAULT_PARTITIONS,
@@ -57,16 +86,26 @@ async def ensure_compacted_topic(bootstrap: str, topic: str, timeout_s: float = 
                                  security: KafkaSecurity | None = None) -> None:
     """Create one compacted topic of one partition if missing (the nodes topic: node updates
     are rare; the rules topic, which `rules push` creates without the processor's others)."""
-    from aiokafka.admin import NewTopic  # type: ignore[import-untyped,unused-ignore]
-
     admin = clients.admin(bootstrap_servers=bootstrap, request_timeout_ms=int(timeout_s * 1000),
                           security=security)
     await asyncio.wait_for(admin.start(), timeout_s)
     try:
-        if topic in set(await admin.list_topics()):
-            return
-        await _create_missing(admin, [NewTopic(topic, num_partitions=1, replication_factor=1,
-                                               topic_configs={"cleanup.policy": "compact"})])
+        await ensure_compacted_with(admin, topic)
     finally:
         await admin.close()
+
+
+async def ensure_compacted_with(admin: Any, topic: str) -> bool:
+    """ensure_compacted_topic with a started admin client; True when the principal sees the
+    topic afterwards (False: it exists, but this principal may not describe it).
+    TopicNotCreated when it is missing and may not be created here."""
+    from aiokafka.admin import NewTopic  # type: ignore[import-untyped,unused-ignore]
+
+    if topic in set(await admin.list_topics()):
+        return True
+    if topic in await _create_missing(admin, [NewTopic(
+            topic, num_partitions=1, replication_factor=1,
+            topic_configs={"cleanup.policy": "compact"})]):
+        return True
+    return topic in set(await admin.list_topics())
 
