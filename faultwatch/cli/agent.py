@@ -166,7 +166,8 @@ def _add_agent_common(p: argparse.ArgumentParser, job_required: bool) -> None:
     p.add_argument("--job", required=job_required, default=os.environ.get("FAULTWATCH_JOB"),
                    help="job name (default $FAULTWATCH_JOB)")
     p.add_argument("--node", default=None,
-                   help="node name (default $FAULTWATCH_NODE, else the hostname)")
+                   help="node name (default $FAULTWATCH_NODE, else $SLURMD_NODENAME under "
+                        "Slurm, else the hostname)")
     p.add_argument("--heartbeat-s", type=float, default=2.0,
                    help="heartbeat interval while the child is quiet")
     p.add_argument("--heartbeat-flowing-s", type=float, default=10.0,
