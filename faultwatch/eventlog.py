@@ -44,7 +44,9 @@ _INFO_EVENTS = (
     # operating services
     "notify_started", "notification_sent", "actuate_started", "actuate_following",
     "actuated", "actuate_hold_released", "actuate_holding", "actuate_replay",
-    "actuate_retry")
+    "actuate_retry", "actuate_hold_dropped", "actuate_hold_ended", "actuate_dropped",
+    "actuate_dropped_summary",
+    "actuate_topic_ready")
 _WARNING_EVENTS = (
     "broker_down", "broker_refused", "broker_unreachable", "broker_unreachable_summary",
     "decision_refused", "decisions_not_ready", "decisions_out_failed", "decisions_unverified",
@@ -58,7 +60,8 @@ _WARNING_EVENTS = (
     "fleet_storm_tripped", "processor_start_retry", "processor_stop_forced",
     "processor_stop_gave_up", "allocation_unchecked", "actuate_failed", "actuate_gave_up",
     "actuate_refused", "actuate_node_rejected", "actuate_decision_rejected", "actuate_hold",
-    "actuate_journal_bad_line", "notification_failed", "notification_retry",
+    "actuate_journal_bad_line", "actuate_waiting_for_topic", "actuate_stop_forced",
+    "notification_failed", "notification_retry",
     "notify_commit_failed", "notify_rate_limited", "metrics_unavailable",
     "metrics_address_file_failed")
 _ERROR_EVENTS = ("delivery_crashed", "spool_write_failed", "processor_start_failed")
