@@ -45,8 +45,8 @@ _INFO_EVENTS = (
     "notify_started", "notification_sent", "actuate_started", "actuate_following",
     "actuated", "actuate_hold_released", "actuate_holding", "actuate_replay",
     "actuate_retry", "actuate_hold_dropped", "actuate_hold_ended", "actuate_dropped",
-    "actuate_dropped_summary",
-    "actuate_topic_ready")
+    "actuate_dropped_summary", "actuate_topic_ready", "alerts_posted", "alert_resolved",
+    "alert_status_following")
 _WARNING_EVENTS = (
     "broker_down", "broker_refused", "broker_unreachable", "broker_unreachable_summary",
     "decision_refused", "decisions_not_ready", "decisions_out_failed", "decisions_unverified",
@@ -63,7 +63,7 @@ _WARNING_EVENTS = (
     "actuate_journal_bad_line", "actuate_waiting_for_topic", "actuate_stop_forced",
     "notification_failed", "notification_retry",
     "notify_commit_failed", "notify_rate_limited", "metrics_unavailable",
-    "metrics_address_file_failed")
+    "metrics_address_file_failed", "alerts_retry", "alerts_failed", "alert_status_unavailable")
 _ERROR_EVENTS = ("delivery_crashed", "spool_write_failed", "processor_start_failed")
 LEVELS: dict[str, int] = {
     **dict.fromkeys(_DEBUG_EVENTS, DEBUG), **dict.fromkeys(_INFO_EVENTS, INFO),

@@ -382,15 +382,16 @@ def test_case8_the_kubernetes_manifests_verify_what_they_act_on(
             kube.node(n)
         kube.pod("ml", f"{ctrl}-0", "node-a", {"training.kubeflow.org/job-name": ctrl})
         kube.pod("ml", f"{victim}-0", "node-b", {"training.kubeflow.org/job-name": victim})
-        token = tmp / "sa-token"  # the service account's token, as the kubelet projects it
-        token.write_text(kube.token_for("faultwatch", "faultwatch-actuate"))
+        # the service account's token, as the kubelet projects it (in a kubeconfig: the
+        # in-cluster files sit at a fixed path this machine does not have)
+        kubeconfig = kube.kubeconfig(tmp / "kubeconfig",
+                                     token=kube.token_for("faultwatch", "faultwatch-actuate"))
         svc = kubelet(site, tmp, webhook)
         notify_log, act_log = tmp / "notify.log", tmp / "actuate.log"
         procs.append(start(svc.launch("processor.yaml", "notify", {}), site, notify_log,
                            "--group-wait-s", "1", "--metrics-port", "0"))
         act = start(svc.launch("actuate-deployment.yaml", "actuate", {}), site, act_log,
-                    "--k8s-server", kube.server, "--k8s-token-file", str(token),
-                    "--k8s-ca-file", str(kube.ca), "--metrics-port", "0")
+                    "--metrics-port", "0", env={"KUBECONFIG": str(kubeconfig)})
         procs.append(act)
         wait_event(act_log, "actuate_following", 120, proc=act)
         wait_event(notify_log, "notify_started", 60, proc=procs[0])
