@@ -3,13 +3,13 @@
 
     {"v": 1, "version": "<content hash>", "files": [{"name": "x.yaml", "text": "..."}],
      "pushed_at": 1714557600.0, "builtin": true,
-     "push_id": "5f3e0c1a9b2d", "author": "alice@ops-1", "mode": "add", "seq": 7}
+     "push_id": "5f3e0c1a9b2d", "author": "alice@ops-1", "mode": "add"}
 
-`push_id`, `author`, `mode` and `seq` (the version: one more than the set it replaces) were
-added later (optional when read): a pushed set is the
-`pushed` layer ON TOP of each worker's built-in and `--rules` layers (rules/layers.py); "add"
-is the only mode. `version` is the hash of built-in + pushed files, what a worker without
-`--rules` files runs.
+`push_id`, `author`, `mode` and `revision` (the push's number: streams/rules_history.py) are
+optional when read; a rollback adds `rollback_of` and `from_revision` (the revision it undid,
+the one whose files it pushed again). A pushed set is the `pushed` layer ON TOP of each
+worker's built-in and `--rules` layers (rules/layers.py); "add" is the only mode. `version`
+is the hash of built-in + pushed files, what a worker without `--rules` files runs.
 """
 
 from __future__ import annotations
@@ -48,12 +48,19 @@ def read_rule_files(paths: Sequence[str | Path]) -> tuple[list[tuple[str, str]],
 
 
 def build_record(paths: Sequence[str | Path], *, builtin: bool = True,
-                 now: float | None = None, seq: int = 0) -> tuple[bytes, RuleSet]:
+                 now: float | None = None, **extra: Any) -> tuple[bytes, RuleSet]:
     """The rules-topic record for these files, or RuleError with every problem (path:line).
-    `seq` is the record's version: one more than the set in force (trust/versions.py)."""
+    `extra` fields (`revision`, `rollback_of`, `from_revision`) go into the record."""
     files, problems = read_rule_files(paths)
     if problems:
         raise RuleError(problems)
+    return record_of_texts(files, builtin=builtin, now=now, **extra)
+
+
+def record_of_texts(files: Sequence[tuple[str, str]], *, builtin: bool = True,
+                    now: float | None = None, **extra: Any) -> tuple[bytes, RuleSet]:
+    """The rules-topic record of (name, text) files (a rollback's: an earlier revision's),
+    or RuleError with every problem."""
     pushed = texts_layer("pushed", files)
     rif, problems = build([*([builtin_layer()] if builtin else []), pushed])
     if rif is None:
@@ -62,21 +69,9 @@ def build_record(paths: Sequence[str | Path], *, builtin: bool = True,
         "v": RECORD_VERSION, "version": rif.version,
         "files": [{"name": os.path.basename(name), "text": text} for name, text in files],
         "pushed_at": time.time() if now is None else now, "builtin": builtin,
-        "push_id": uuid.uuid4().hex[:12], "author": author(), "mode": "add", "seq": seq})
+        "push_id": uuid.uuid4().hex[:12], "author": author(), "mode": "add",
+        **{k: v for k, v in extra.items() if v is not None}})
     return record, rif.ruleset
-
-
-MAX_SEQ = 2**53  # a larger `seq` on the topic is ignored (JSON numbers stay exact below it)
-
-
-def next_seq(held: bytes | None) -> int:
-    """The version of a push that replaces `held` (the topic's newest rules record)."""
-    try:
-        d = orjson.loads(held) if held is not None else None
-    except orjson.JSONDecodeError:
-        d = None
-    seq = d.get("seq", 0) if isinstance(d, dict) else 0
-    return seq + 1 if type(seq) is int and 0 <= seq < MAX_SEQ else 1
 
 
 def author() -> str:
@@ -103,7 +98,7 @@ def layer_of_record(value: bytes, where: str = "") -> tuple[Layer, bool, dict[st
             isinstance(f, dict) and isinstance(f.get("name"), str)
             and isinstance(f.get("text"), str) for f in raw_files):
         raise DecodeError("rules record: files must be a list of {name, text} strings")
-    meta = {k: d.get(k) for k in ("push_id", "author", "pushed_at", "seq")
+    meta = {k: d.get(k) for k in ("push_id", "author", "pushed_at", "revision", "rollback_of")
             if d.get(k) is not None}
     meta["pushed_version"] = d.get("version") if isinstance(d.get("version"), str) else None
     if where:

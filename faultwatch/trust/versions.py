@@ -1,12 +1,14 @@
 """Which of two signed state records of one subject is newer (a node's registry record, the
 rule set): a version the signer writes, never a clock allowance.
 
-Every record of a compacted state topic carries `seq`, which its signer sets to one more than
-the record it derived it from (the processor's registry writer and `faultwatch nodes
-quarantine|release` build on the node's record they read; `rules push` on the rule set in
-force), and its time (`updated_ts`, `pushed_at`). A follower holds each subject's newest
-record and refuses one whose version (seq, time) is lower: an old record written again
-(a quarantine replayed a second after its release) is `replayed` whatever the clocks say.
+Every record of a compacted state topic carries a sequence number its signer sets to one
+more than the record it derived it from: a node record's `seq` (the processor's registry
+writer and `faultwatch nodes quarantine|release` build on the node's record they read), a
+rule set's `revision` (`rules push` and `rules rollback` number the push after the newest
+one: streams/rules_history.py); and its time (`updated_ts`, `pushed_at`). A follower holds
+each subject's newest record and refuses one whose version (seq, time) is lower: an old
+record written again (a quarantine replayed a second after its release) is `replayed`
+whatever the clocks say.
 Like TUF's metadata version and Kubernetes' resourceVersion, the version belongs to the
 record's content, so the signature covers it. Records written before `seq` existed read as
 seq 0 and are ordered by their time alone.
@@ -31,9 +33,11 @@ def older(held: Version | None, new: Version) -> bool:
     return held is not None and new < held
 
 
-def record_version(record: Mapping[str, Any], time_field: str) -> Version | None:
-    """(seq, time) of a decoded record; None when its time is not a number."""
-    seq, at = record.get("seq", 0), record.get(time_field)
+def record_version(record: Mapping[str, Any], time_field: str, seq_field: str = "seq"
+                   ) -> Version | None:
+    """(seq, time) of a decoded record (a rule set's seq is its `revision`); None when its
+    time is not a number."""
+    seq, at = record.get(seq_field, 0), record.get(time_field)
     if type(seq) is not int or seq < 0 or not isinstance(at, int | float) \
             or isinstance(at, bool):
         return None
