@@ -14,8 +14,9 @@ one principal and client file per role, the role ACLs; Ed25519 keys, one trust f
    acted on (positive control);
 9. smaller: no requeue after a drain refused as not_allocated; a signed quarantine replayed
    seconds after its release is refused (versions, not clocks) and `faultwatch nodes` shows it
-   and a forged record as refused; `notify --webhook` refuses a Mattermost hooks/ URL; the
-   broker's data directory is its owner's alone.
+   and a forged record as refused; so is a rule set replayed seconds after the next push, by
+   the shipped processor; `notify --webhook` refuses a Mattermost hooks/ URL; the broker's
+   data directory is its owner's alone.
 
 FAULTWATCH_TRUST_TESTS_CODE=/path/to/an/old/tree runs the faultwatch processes from that tree
 (as in test_trust_attacks.py): that is how each case was seen to fail on the code before."""
@@ -629,3 +630,31 @@ def test_case9_webhook_tokens_stay_off_argv_and_the_broker_dir_is_private(
         wait_event(log, "notify_started", 60, proc=proc)
     finally:
         stop_group(proc)
+
+
+def test_case9_a_rule_set_replayed_seconds_later_is_refused(
+        site: SecureSite, shipped_processor: Path, tmp_path: Path) -> None:
+    """Two operator-signed pushes, then the first one's record written again at once: the
+    shipped processor refuses it (`replayed`: its revision is lower) and keeps the second."""
+    env = site.env("admin", FAULTWATCH_SIGNING_KEY_FILE=str(site.key("ops")), **CODE)
+    def pushed_loads() -> int:
+        return sum(e.get("source") == "pushed" for e in events(shipped_processor,
+                                                                "rules_loaded"))
+
+    for name in ("first", "second"):
+        (tmp_path / f"{name}.yaml").write_text(
+            f"version: 1\nrules:\n  - id: ops.{name}\n    category: retryable\n"
+            f"    contains: {name} flaky fs\n")
+        before = pushed_loads()
+        res = subprocess.run([faultwatch_exe(), "rules", "push", str(tmp_path / f"{name}.yaml")],
+                             env=env, capture_output=True, text=True, timeout=120)
+        assert res.returncode == 0, res.stderr
+        wait_until(lambda b=before: pushed_loads() > b, 60, f"the {name} set loaded")
+    pushed = [v for k, v in site.records("faultwatch.rules") if k == b"ruleset" and v]
+    first = next(v for v in pushed if b"ops.first" in v)
+    loaded = len(events(shipped_processor, "rules_loaded"))
+    site.produce("admin", "faultwatch.rules", [(b"ruleset", first)])
+    e = wait_event(shipped_processor, "rules_refused", 60,
+                   where=lambda e: e.get("reason") == "replayed")
+    assert "revision" in e.get("detail", "") or "seq" in e.get("detail", ""), e
+    assert len(events(shipped_processor, "rules_loaded")) == loaded
