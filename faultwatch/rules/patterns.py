@@ -18,51 +18,6 @@ _SPECIAL = set("\\.^$|?*+()[]{}")
 
 Scanner = Callable[[str], list[tuple[int, int]]]
 
-# rank prefixes as the scanner sees them (the `regex`-module form is prefix.PREFIX_RE)
-PREFIX_TOKEN = r"\[[A-Za-z_]{1,32}\d{1,7}\]:"
-# markers for the matcher's fast scan, each reported where it ends: a rank-carrying prefix
-# (normalise.PREFIX_KINDS' rank, rank_word, mpi_tag, srun_label) at a line start or after what
-# ends a prefix (`]`, `]:`, `>:`, or one of LOOSE_ANCHOR's characters and a space): a superset
-# of "a line's run of prefixes names a rank"; and a rank prefix after any other character
-# (stacked on other prefixes, or merged output when it is not part of the line's run)
-CARRIER_LEAD = r"(?:^|[\])>:|] |\]:?|>:|[Z0-9] )"
-RANK_CARRIER_PATTERN = (CARRIER_LEAD + "(?:" + PREFIX_TOKEN + r"|\[Rank \d{1,7}\] "
-                        r"|\[\d{1,6},\d{1,7}\]<(?:stdout|stderr)>:| {0,6}\d{1,6}: )")
-MID_PREFIX_PATTERN = "[^\n]" + PREFIX_TOKEN
-
-
-@dataclass(frozen=True, slots=True)
-class CarrierKind:
-    """One kind of rank-carrying prefix as the matcher's batch scan reads it, without a
-    report per line: `carrier` (RANK_CARRIER_PATTERN's lead and this kind's token) is
-    reported once per scan at most; `run` (a Python `re`) reads, with one split over the
-    batch, the run of this kind's tokens at each line start (its group: the innermost
-    token's rank); `token` (a Python `re`) finds this kind's tokens left after those runs."""
-
-    name: str
-    carrier: str
-    run: str
-    token: str
-    split: bool = True  # False: batches holding this kind are read carrier by carrier
-
-
-# one kind per rank-carrying prefix of normalise.PREFIX_KINDS (rank, rank_word, mpi_tag,
-# srun_label): `run` is that kind's PREFIX_KINDS pattern after a newline, repeated
-CARRIER_KINDS: tuple[CarrierKind, ...] = (
-    CarrierKind("rank", CARRIER_LEAD + PREFIX_TOKEN,
-                r"\n(?:\[[A-Za-z_]{1,32}?(\d{1,7})\]: ?){1,8}", PREFIX_TOKEN),
-    CarrierKind("rank_word", CARRIER_LEAD + r"\[Rank \d{1,7}\] ",
-                r"\n(?:\[Rank (\d{1,7})\] ){1,8}", r"\[Rank \d{1,7}\] "),
-    CarrierKind("mpi_tag", CARRIER_LEAD + r"\[\d{1,6},\d{1,7}\]<(?:stdout|stderr)>:",
-                r"\n(?:\[\d{1,6},(\d{1,7})\]<(?:stdout|stderr)>: ?){1,8}",
-                r"\[\d{1,6},\d{1,7}\]<(?:stdout|stderr)>:"),
-    # (not split: its token search, `\d: `, has no literal to skip to and tries every digit
-    # of a batch; measured slower than the carrier-by-carrier reading)
-    CarrierKind("srun_label", CARRIER_LEAD + r" {0,6}\d{1,6}: ",
-                r"\n(?: {0,6}(\d{1,6}): ){1,8}", r"\d: ", split=False),
-)
-
-
 def lit_escape(s: str) -> str:
     """A literal string as a regex accepted by regex, hyperscan, re2 and ripgrep alike."""
     return "".join("\\" + c if c in _SPECIAL else c for c in s)
