@@ -46,7 +46,7 @@ struct Kind {
 
 #[pyclass(frozen)]
 struct FastPath {
-    any: Regex,       // \A(?:kind0|kind1|...) without groups: is there a prefix here at all
+    any: RegexSet,    // each kind anchored: which kinds match here (one DFA pass)
     kinds: Vec<Kind>, // in order: the first that matches is the one (leftmost-first)
     max_stack: usize,
     mid: Regex,           // a rank prefix in the middle of a stripped line
@@ -72,16 +72,9 @@ impl FastPath {
         let mut rank = None;
         for _ in 0..self.max_stack {
             let rest = &s[pos..];
-            if !self.any.is_match(rest) {
-                break;
-            }
-            let Some((k, m)) = self
-                .kinds
-                .iter()
-                .find_map(|k| k.re.find(rest).map(|m| (k, m)))
-            else {
-                break;
-            };
+            let Some(i) = self.any.matches(rest).iter().next() else { break };
+            let k = &self.kinds[i];
+            let Some(m) = k.re.find(rest) else { break };
             if m.end() == 0 {
                 break;
             }
@@ -197,7 +190,12 @@ impl FastPath {
             kinds.push(Kind { re, rank });
             alts.push(p.replace("(?P<rank>", "(?:").replace("(?P<node>", "(?:"));
         }
-        let any = build(&format!(r"\A(?:{})", alts.join("|")), false, false)?;
+        let any = RegexSetBuilder::new(alts.iter().map(|a| format!(r"\A(?:{a})")))
+            .unicode(false)
+            .size_limit(64 << 20)
+            .dfa_size_limit(64 << 20)
+            .build()
+            .map_err(|e| PyValueError::new_err(format!("prefix patterns: {e}")))?;
         let rules = if rules.is_empty() {
             None
         } else {
