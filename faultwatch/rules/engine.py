@@ -144,8 +144,9 @@ class Matcher:
         self._kind = [self.rules[p.owner].kind if p.owner >= 0 else "" for p in pats]
         self._bytes = self.engine == "hyperscan"
         # the native fast path (rules/native.py): a batch no rule hits, in one call
-        self.fast = fast_path(pats, scan_pats, self._e_ids, self._p_ids, self._kind, prefilter,
-                              self.engine) if native else None
+        self.fast = fast_path(pats, scan_pats, self._p_ids, prefilter, self.engine) \
+            if native else None
+        self._scan_x_own: Any = scan_x  # (the fast path asks only whether anything hit)
         self._mark_rule = [self._mark_groups[pid][2] for pid in self._p_ids]
         self._batch_text: tuple[list[str], str] = ([], "")  # the last batch's texts, joined
         # training-loss values (divergence), its own scan per batch (rules/loss.py); off with
@@ -232,8 +233,10 @@ class Matcher:
         times = line_times(lines)
         if self.fast is not None:
             got = self.fast.scan(texts, times, default_rank)
-            if got is not None:  # no rule hit: ranks, each rank's last time, progress
-                ranks, last, marks = got
+            # (the stripped lines scanned for rules as the exact path scans them: a hit, or
+            # a traceback's start, and the exact path reads the batch)
+            if got is not None and not self._scan_x_own(got[0]):
+                _, ranks, last, marks = got
                 rule = self._mark_rule
                 return MatchBatch((), tuple(ProgressMark(r, ts, step, total, rule[k])
                                             for _, r, ts, step, total, k in marks),

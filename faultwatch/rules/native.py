@@ -1,8 +1,9 @@
 """The matcher's optional native fast path (Rust: native/src/lib.rs, `faultwatch.rules._native`).
 
 Built by `pip install .` where cargo is found (setup.py, optional): one call per batch of
-lines reads every line's rank prefixes, scans every error/stage rule and each rank's last
-progress step, and declines (None) a batch it would read differently from the exact path
+lines strips every line's prefixes and reads its rank, and each rank's last time and progress
+step; the exact path's hyperscan database then scans the stripped lines once for the error
+and stage rules. It declines (None) a batch it would read differently from the exact path
 (Matcher._exact_batch, the reference the tests compare it with). Without the module, with
 FAULTWATCH_NO_NATIVE=1, or for a rule set it cannot compile, every batch takes the exact
 path (same results, several times the CPU)."""
@@ -34,22 +35,20 @@ def native_module() -> ModuleType | None:
         return None
 
 
-def fast_path(pats: Sequence[Pattern], scan_pats: Sequence[Pattern],
-              e_ids: Sequence[int], p_ids: Sequence[int], kinds: Sequence[str],
+def fast_path(pats: Sequence[Pattern], scan_pats: Sequence[Pattern], p_ids: Sequence[int],
               prefilter: set[int], engine: str) -> Any:
-    """The native FastPath for a matcher's patterns, or None (the exact path for every
-    batch): `pats` as written, `scan_pats` with loosened anchors (the progress scan's),
-    `e_ids` the error/stage/block ids, `p_ids` the progress ids, `kinds` each id's rule
-    kind ("" for a marker). Only beside hyperscan, whose byte-wise semantics (ASCII classes
-    and case folding) the native patterns share, and only when no pattern needs a
-    backtracking confirmation (`prefilter`: the loader refuses such patterns anyway)."""
+    """The native FastPath for a matcher's progress patterns, or None (the exact path for
+    every batch): `pats` as written, `scan_pats` with loosened anchors (the progress scan's),
+    `p_ids` the progress ids. Only beside hyperscan (which scans what the fast path strips,
+    and whose byte-wise semantics, ASCII classes and case folding, the native progress
+    patterns share), and only when no pattern needs a backtracking confirmation
+    (`prefilter`: the loader refuses such patterns anyway)."""
     mod = native_module()
     if mod is None or engine != "hyperscan" or prefilter:
         return None
-    rules = [(pats[i].source, pats[i].ignore_case) for i in e_ids if kinds[i]]
     progress = [(scan_pats[i].source, pats[i].source, pats[i].ignore_case) for i in p_ids]
     try:
-        return mod.FastPath(list(PREFIX_KINDS), MAX_STACK, MID_RANK_PATTERN, rules, progress)
+        return mod.FastPath(list(PREFIX_KINDS), MAX_STACK, MID_RANK_PATTERN, progress)
     except ValueError as e:  # a pattern the native engine cannot compile
         log.warning("native_fast_path_off reason=%s (every batch takes the exact path)", e)
         return None

@@ -3,22 +3,23 @@
 //! For the lines of a logs record (their texts and times) it does what the matcher's exact
 //! path (rules/engine.py `Matcher._exact_batch`, the reference implementation) does when no
 //! rule hits, over the batch as columns: each line's run of prefixes stripped and its rank
-//! read (normalise.PREFIX_KINDS, given by Python, as normalise_line reads them), every
-//! error/stage rule scanned over the stripped lines at once, each rank's last time, and each
-//! rank's last progress mark (the progress rules' step/total groups). Python is entered
-//! again only for a batch it declines (`None`): a rule hit, a rank prefix in the middle of a
-//! line (merged output), a line holding a newline, two progress rules on one line, a
-//! progress line that is not ASCII, a step that does not fit 63 bits. The exact path then
-//! does the whole batch, so a declined batch gives the same result as a taken one would.
+//! read (normalise.PREFIX_KINDS, given by Python, as normalise_line reads them), the stripped
+//! lines joined (the exact path's own hyperscan database scans them for the error and stage
+//! rules, in Python: one call), each rank's last time, and each rank's last progress mark
+//! (the progress rules' step/total groups). It declines a batch (`None`) that needs more: a
+//! rank prefix in the middle of a line (merged output), a line holding a newline, two
+//! progress rules on one line, a progress line that is not ASCII, a step that does not fit
+//! 63 bits. The exact path then does the whole batch, so a declined batch gives the same
+//! result as a taken one would.
 //!
 //! Every pattern comes from Python (the rule set and normalise.py): no rule or prefix
 //! grammar is written here. Patterns are compiled for bytes with ASCII classes and ASCII
-//! case folding, as hyperscan (the exact path's scanner) runs them; a pattern that does not
-//! compile here makes the constructor raise, and the matcher then keeps the exact path.
+//! case folding, as hyperscan runs them; a pattern that does not compile here makes the
+//! constructor raise, and the matcher then keeps the exact path.
 
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use pyo3::types::{PyList, PyString, PyTuple};
+use pyo3::types::{PyBytes, PyList, PyString, PyTuple};
 use regex::bytes::{Regex, RegexBuilder, RegexSet, RegexSetBuilder};
 use std::collections::HashMap;
 
@@ -49,8 +50,7 @@ struct FastPath {
     any: RegexSet,    // each kind anchored: which kinds match here (one DFA pass)
     kinds: Vec<Kind>, // in order: the first that matches is the one (leftmost-first)
     max_stack: usize,
-    mid: Regex,           // a rank prefix in the middle of a stripped line
-    rules: Option<Regex>, // every error/stage pattern, one alternation
+    mid: Regex, // a rank prefix in the middle of a stripped line
     prog_set: Option<RegexSet>,
     prog: Vec<Progress>,
 }
@@ -58,6 +58,7 @@ struct FastPath {
 type Marks = Vec<(usize, Option<i64>, i64, Option<i64>, usize)>;
 
 struct Scan {
+    stripped: Vec<u8>, // the lines without their prefixes, joined by "\n"
     ranks: Vec<Option<i64>>,
     last: Vec<(Option<i64>, usize)>, // (rank, its last line) in the order ranks first appear
     marks: Marks,                    // (line, rank, step, total, progress rule index)
@@ -74,16 +75,20 @@ impl FastPath {
             let rest = &s[pos..];
             let Some(i) = self.any.matches(rest).iter().next() else { break };
             let k = &self.kinds[i];
-            let Some(m) = k.re.find(rest) else { break };
-            if m.end() == 0 {
+            let end = match k.rank {
+                Some(g) => {
+                    let Some(c) = k.re.captures(rest) else { break };
+                    if let Some(d) = c.get(g) {
+                        rank = std::str::from_utf8(d.as_bytes()).ok().and_then(|d| d.parse().ok());
+                    }
+                    c.get(0).map_or(0, |m| m.end())
+                }
+                None => k.re.find(rest).map_or(0, |m| m.end()),
+            };
+            if end == 0 {
                 break;
             }
-            if let Some(g) = k.rank {
-                if let Some(d) = k.re.captures(rest).and_then(|c| c.get(g)) {
-                    rank = std::str::from_utf8(d.as_bytes()).ok().and_then(|d| d.parse().ok());
-                }
-            }
-            pos += m.end();
+            pos += end;
         }
         (pos, rank)
     }
@@ -110,11 +115,6 @@ impl FastPath {
         starts.push(buf.len());
         if n > 0 {
             buf.pop();
-        }
-        if let Some(rules) = &self.rules {
-            if rules.is_match(&buf) {
-                return None; // a rule hit: the exact path names, confirms and attributes it
-            }
         }
         // each rank's last line, ranks in the order they first appear
         let mut last: Vec<(Option<i64>, usize)> = Vec::new();
@@ -160,7 +160,7 @@ impl FastPath {
             }
             marks.sort_by_key(|m| m.0);
         }
-        Some(Scan { ranks, last, marks })
+        Some(Scan { stripped: buf, ranks, last, marks })
     }
 }
 
@@ -171,15 +171,13 @@ fn memchr(c: u8, s: &[u8]) -> bool {
 #[pymethods]
 impl FastPath {
     /// prefix_kinds: normalise.PREFIX_KINDS (name, pattern with `rank`/`node` groups);
-    /// mid: the rank prefix that must not sit inside a stripped line; rules: (pattern,
-    /// ignore_case) of every error/stage pattern; progress: (pattern as the scan reads it,
-    /// pattern as written, ignore_case) of every progress pattern.
+    /// mid: the rank prefix that must not sit inside a stripped line; progress: (pattern
+    /// as the scan reads it, pattern as written, ignore_case) of every progress pattern.
     #[new]
     fn new(
         prefix_kinds: Vec<(String, String)>,
         max_stack: usize,
         mid: &str,
-        rules: Vec<(String, bool)>,
         progress: Vec<(String, String, bool)>,
     ) -> PyResult<Self> {
         let mut alts = Vec::new();
@@ -196,18 +194,6 @@ impl FastPath {
             .dfa_size_limit(64 << 20)
             .build()
             .map_err(|e| PyValueError::new_err(format!("prefix patterns: {e}")))?;
-        let rules = if rules.is_empty() {
-            None
-        } else {
-            let alt: Vec<String> = rules
-                .iter()
-                .map(|(p, ic)| format!("(?{}:{p})", if *ic { "i" } else { "-i" }))
-                .collect();
-            for (p, ic) in &rules {
-                build(p, *ic, true)?; // (names the pattern that does not compile)
-            }
-            Some(build(&alt.join("|"), false, true)?)
-        };
         let mut prog = Vec::new();
         let mut loose = Vec::new();
         for (scan_src, src, ic) in &progress {
@@ -240,15 +226,15 @@ impl FastPath {
             kinds,
             max_stack,
             mid: build(mid, false, false)?,
-            rules,
             prog_set,
             prog,
         })
     }
 
     /// For one batch (texts, times, default rank): None when the exact path must read it,
-    /// else (each line's rank, ((rank, its last time), ...) in first-appearance order,
-    /// ((line, rank, time, step, total, progress rule index), ...) in line order).
+    /// else (the stripped lines joined by "\n" as bytes, for the rules' scan; each line's
+    /// rank; ((rank, its last time), ...) in first-appearance order; ((line, rank, time,
+    /// step, total, progress rule index), ...) in line order).
     #[pyo3(signature = (texts, times, default_rank=None))]
     fn scan<'py>(
         &self,
@@ -283,7 +269,11 @@ impl FastPath {
                 .iter()
                 .map(|(i, r, s, t, p)| (*i, *r, times[*i], *s, *t, *p)),
         )?;
-        Ok(Some(PyTuple::new(py, [ranks.into_any(), last.into_any(), marks.into_any()])?))
+        let stripped = PyBytes::new(py, &res.stripped);
+        Ok(Some(PyTuple::new(
+            py,
+            [stripped.into_any(), ranks.into_any(), last.into_any(), marks.into_any()],
+        )?))
     }
 }
 

@@ -28,7 +28,11 @@ def pair() -> tuple[Matcher, Matcher]:
 
 
 def took(m: Matcher, texts: list[str], d: int | None) -> bool:
-    return m.fast.scan(texts, [float(i) for i in range(len(texts))], d) is not None
+    """Whether the fast path reads the batch (declined, or a rule hit: the exact path)."""
+    got = m.fast.scan(texts, [float(i) for i in range(len(texts))], d)
+    return got is not None and not m._scan_x_own(got[0])  # noqa: SLF001
+
+
 PREFIXES = ["", "", "", "", "", "[rank0]:", "[rank1]: ", "[default2]:", "[default0]:[rank3]:",
             "[rank12]:", "x[rank1]:", "[2024-01-01] ", "[W x] ", "[stderr]",
             "[2025-04-09 17:15:22] ", "2025-04-09T17:15:22.123456789Z ", "3: ", "[Rank 2] ",

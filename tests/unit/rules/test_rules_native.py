@@ -74,7 +74,8 @@ def test_native_ranks_equal_normalise_line() -> None:
         lines = [Line("stdout", i, float(i), t) for i, t in enumerate(texts)]
         if got is not None:
             taken += 1
-            assert got[0] == [normalise_line(t, d).rank for t in texts], texts
+            assert got[1] == [normalise_line(t, d).rank for t in texts], texts
+            assert got[0] == "\n".join(normalise_line(t).text for t in texts).encode(), texts
         assert fast.match_lines(lines, default_rank=d) == exact.match_lines(
             lines, default_rank=d), texts
     assert taken > 50, taken  # (seeded: 83; most batches hold a rule hit or a merged line)
