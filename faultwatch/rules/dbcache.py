@@ -23,7 +23,6 @@ import logging
 import os
 import platform
 import stat
-import tempfile
 from collections import Counter
 from pathlib import Path
 
@@ -97,8 +96,10 @@ def _read_private(path: Path, limit: int) -> bytes | None:
 def _write_private(d: Path, path: Path, data: bytes, *, exclusive: bool = False) -> bool:
     """Write `data` to `path` atomically (a 0600 temporary file in `d`, then rename; with
     `exclusive` a link that fails when `path` exists). False when it could not."""
+    tmp = d / f".tmp-{os.urandom(8).hex()}"
     try:
-        fd, tmp = tempfile.mkstemp(dir=d, prefix=".tmp-")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                     0o600)
     except OSError:
         return False
     try:
