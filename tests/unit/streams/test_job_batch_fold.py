@@ -13,8 +13,9 @@ from faultwatch import wire
 from faultwatch.core.events import Exit, Heartbeat, Line, Output, RunStart, TailLine
 from faultwatch.streams import job_stage as job_stage_mod
 from faultwatch.streams.job_stage import DictStore, JobStage
+from faultwatch.streams.matcher_stage import MatcherStage
 from faultwatch.streams.records import InRecord
-from tests.unit.streams.test_stages import T0, DeadLetters, live, tick_rec
+from tests.support.stages import T0, DeadLetters, live, logs, tick_rec
 
 
 class CountingStore(DictStore):
@@ -137,7 +138,6 @@ def test_a_record_that_raises_is_dead_lettered_and_its_jobs_other_records_fold(
 
 def test_lines_of_one_job_from_two_nodes_fold_as_in_the_matcher_order() -> None:
     """(what the fleet sends: records of one job from several matcher batches)"""
-    from tests.unit.streams.test_stages import MatcherStage, logs
     m = MatcherStage(live(), DeadLetters())
     out = []
     for k in range(3):

@@ -12,7 +12,7 @@ from faultwatch.errors import ConfigError
 from faultwatch.streams.budget import BUDGET_ENV, LineBudget, budget_from_env
 from faultwatch.streams.matcher_stage import MatcherStage
 from faultwatch.streams.records import InRecord
-from tests.unit.streams.test_stages import T0, DeadLetters, live, signals_of
+from tests.support.stages import T0, DeadLetters, live, signals_of
 
 
 def record(job: str, node: str, t0: float, n: int, text: str = "hello {i}") -> InRecord:
