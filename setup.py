@@ -13,6 +13,6 @@ except ImportError:  # (a build without pyproject's build requirements)
     rust = []
 else:
     rust = [RustExtension("faultwatch.rules._native", "native/Cargo.toml", binding=Binding.PyO3,
-                          py_limited_api=True, optional=True)]
+                          py_limited_api=True, optional=True, debug=False)]
 
 setup(rust_extensions=rust)
