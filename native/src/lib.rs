@@ -9,8 +9,8 @@
 //! (the progress rules' step/total groups). It declines a batch (`None`) that needs more: a
 //! rank prefix in the middle of a line (merged output), a line holding a newline, two
 //! progress rules on one line, a progress line that is not ASCII, a step that does not fit
-//! 63 bits. The exact path then does the whole batch, so a declined batch gives the same
-//! result as a taken one would.
+//! 63 bits, a text that is no UTF-8 (a lone surrogate). The exact path then does the whole
+//! batch, so a declined batch gives the same result as a taken one would.
 //!
 //! Every pattern comes from Python (the rule set and normalise.py): no rule or prefix
 //! grammar is written here. Patterns are compiled for bytes with ASCII classes and ASCII
@@ -251,10 +251,14 @@ impl FastPath {
             .iter()
             .map(|t| t.cast_into::<PyString>().map_err(PyErr::from))
             .collect::<PyResult<_>>()?;
-        let lines: Vec<&[u8]> = owned
-            .iter()
-            .map(|s| s.to_str().map(str::as_bytes))
-            .collect::<PyResult<_>>()?;
+        let mut lines: Vec<&[u8]> = Vec::with_capacity(n);
+        for s in &owned {
+            match s.to_str() {
+                Ok(t) => lines.push(t.as_bytes()),
+                // a text holding a lone surrogate has no UTF-8: the exact path reads it
+                Err(_) => return Ok(None),
+            }
+        }
         let Some(res) = self.scan_lines(&lines, default_rank) else {
             return Ok(None);
         };

@@ -42,7 +42,7 @@ BODIES = ["iteration      5/  100 | lm loss: 2.0 |", "hello", "", "step 12: ok",
           "[log_dist] [Rank 0] time (ms)", "x[rank1]: merged", "[W x] [1,2]<stdout>: y",
           "\u00fc\u00f1\u00ee 3: \u00e7\u00f8d\u00e9", "\u6b65 7/100 [00", "a [b [rank4]: c",
           "[[rank2]:", "9: 8: 7: ", "\U0001f600 [1,2]<stdout>:x", "RuntimeError: CUDA out of "
-          "memory.", "Traceback (most recent call last):"]
+          "memory.", "Traceback (most recent call last):", "a lone surrogate \udc80 step 3/9"]
 
 
 def _texts(rnd: random.Random) -> list[str]:
