@@ -67,7 +67,7 @@ def test_native_ranks_equal_normalise_line() -> None:
     exact.fast = None
     rnd = random.Random(21)
     taken = 0
-    for _ in range(3000):
+    for _ in range(1500):
         texts = _texts(rnd)
         d = rnd.choice([None, 0, 3])
         got = fast.fast.scan(texts, [float(i) for i in range(len(texts))], d)
@@ -78,7 +78,7 @@ def test_native_ranks_equal_normalise_line() -> None:
             assert got[0] == "\n".join(normalise_line(t).text for t in texts).encode(), texts
         assert fast.match_lines(lines, default_rank=d) == exact.match_lines(
             lines, default_rank=d), texts
-    assert taken > 50, taken  # (seeded: 83; most batches hold a rule hit or a merged line)
+    assert taken > 20, taken  # (seeded; most batches hold a rule hit or a merged line)
 
 
 LAUNCHERS = [lambda i: f"{i % 12:>2}: ", lambda i: f"[default{i % 8}]:",
