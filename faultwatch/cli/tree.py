@@ -1,7 +1,7 @@
 """The one argparse tree of every `faultwatch` command and its one error handler.
 
 Each command group registers itself from its own module (run, agent, process, read, status,
-diagnose, rules, kafka, nodes, actuate, notify, keys); their shared options come from options.py.
+diagnose, rules, kafka, nodes, actuate, notify, keys, report); their shared options come from options.py.
 Commands that wrap a training command (`run`, `agent`) take it only after `--`."""
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from faultwatch.cli import (
     options,
     process,
     read,
+    report,
     rules,
     run,
     status,
@@ -30,8 +31,8 @@ from faultwatch.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, FaultwatchE
 
 WRAPPERS = ("run", "agent")  # commands whose training command follows `--`
 AGENT_SUBCOMMANDS = agent.SUBCOMMANDS
-GROUPS = (run, agent, process, notify, status, read, diagnose, rules, kafka, nodes, actuate,
-          keys)
+GROUPS = (run, agent, process, notify, status, read, report, diagnose, rules, kafka, nodes,
+          actuate, keys)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import dataclasses
 import heapq
-from collections.abc import Callable, Iterable, Iterator, MutableMapping
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -23,6 +24,8 @@ from faultwatch.core.events import (
     Signal,
 )
 from faultwatch.core.job import JobState, Phase, apply_batch, new_state, tick
+from faultwatch.core.ledger import Ledger
+from faultwatch.core.timeline import fold_job
 from faultwatch.eventlog import log_event
 from faultwatch.streams.metrics import Metrics
 from faultwatch.streams.records import DeadLetter, InRecord, LiveRules
@@ -56,6 +59,7 @@ FINISHED_TTL_S = 86_400.0  # a decided or done job unchanged this long leaves th
 PARTITION_FIELD = "_p"  # stored beside a state: the signals partition it belongs to
 MAX_EVIDENCE_STR = 4096  # evidence strings of a too-big decision are cut to this
 MAX_EVIDENCE_ITEMS = 64  # ... and its lists to this many items
+MAX_RETIRED_LEDGERS = 1024  # ledgers of runs replaced by a new run, held for the publisher
 
 
 class StateStore(Protocol):
@@ -184,6 +188,8 @@ class JobStage:
         self._refusing = False  # at the cap: logged once per state change
         self.guard = BlastGuard()  # many jobs lost or hung together: hold (core/blast.py)
         self._census: tuple[float, Census] | None = None
+        # the last ledgers of runs a new run replaced (streams/incident_publish.py takes them)
+        self.retired_ledgers: deque[Ledger] = deque(maxlen=MAX_RETIRED_LEDGERS)
 
     # ---- batches ------------------------------------------------------------------------
 
@@ -270,6 +276,7 @@ class JobStage:
             if g is not None and not self._consider(key, partition, g, now):
                 st, new_decs = apply_batch(prev, group, now, hold_policy(live.policy),
                                            live.rules_version)
+            st = self.account(prev, st, group, new_decs)
             if st is not prev:
                 durable = durable or bool(new_decs) or st.phase != prev.phase \
                     or st.attempt != prev.attempt \
@@ -280,6 +287,16 @@ class JobStage:
             if st is not old:
                 self.save(key, st, partition, p, durable, now)
         return [bounded_decision(d, self.max_record_bytes) for d in decs]
+
+    # ---- goodput ------------------------------------------------------------------------
+
+    def account(self, prev: JobState | None, st: JobState, sigs: Sequence[Signal],
+                decs: Sequence[Decision]) -> JobState:
+        """`st` with its run's ledger folded (core/timeline.py: attempts, incidents, progress
+        in event time). A run this record replaced leaves its last ledger to publish."""
+        if prev is not None and prev.run_id != st.run_id and prev.ledger.attempts:
+            self.retired_ledgers.append(prev.ledger)
+        return fold_job(prev, st, sigs, decs)
 
     # ---- the blast-radius guard ---------------------------------------------------------
 
@@ -392,6 +409,7 @@ class JobStage:
                     if key not in guard.held and key not in guard.lapsed:
                         p.watch(key, now)  # returned from a hold just now: checked again
                     continue  # held: the state stays undecided
+                st2 = self.account(st, st2, (), decs)
                 if st2 is not st:
                     self.save(key, st2, partition, p, True, now)
                 elif st.phase not in ACTIVE:

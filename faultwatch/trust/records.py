@@ -10,6 +10,7 @@ as another. The record carries `"signature": {"alg": "Ed25519", "key_id": "<16 h
 | `decision` | `<prefix>decisions`             | processor (operator: `notify` only) |
 | `rules`    | `<prefix>rules`                 | operator              |
 | `node`     | `<prefix>nodes` (the registry)  | processor, operator   |
+| `ledger`   | `<prefix>incidents`             | processor             |
 """
 
 from __future__ import annotations
@@ -35,9 +36,10 @@ from faultwatch.wire.signing import (
 )
 
 WRONG_ROLE = "wrong_role"
-DECISION, RULES, NODE_RECORD = "decision", "rules", "node"
+DECISION, RULES, NODE_RECORD, LEDGER = "decision", "rules", "node", "ledger"
 SIGNERS: dict[str, tuple[str, ...]] = {DECISION: (PROCESSOR,), RULES: (OPERATOR,),
-                                       NODE_RECORD: (PROCESSOR, OPERATOR)}
+                                       NODE_RECORD: (PROCESSOR, OPERATOR),
+                                       LEDGER: (PROCESSOR,)}
 
 
 
