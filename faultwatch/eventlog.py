@@ -41,6 +41,7 @@ _INFO_EVENTS = (
     "processor_starting", "processor_stopping", "processor_stopped", "processor_metrics",
     "partitions_assigned", "partitions_revoked", "registry_following", "registry_loaded",
     "broker_reachable", "job_cap_cleared", "jobs_expired", "fleet_storm_ended",
+    "incidents_following", "incidents_loaded",
     # operating services
     "notify_started", "notification_sent", "actuate_started", "actuate_following",
     "actuated", "actuate_hold_released", "actuate_holding", "actuate_replay",
@@ -60,7 +61,8 @@ _WARNING_EVENTS = (
     "actuate_refused", "actuate_node_rejected", "actuate_decision_rejected", "actuate_hold",
     "actuate_journal_bad_line", "notification_failed", "notification_retry",
     "notify_commit_failed", "notify_rate_limited", "metrics_unavailable",
-    "metrics_address_file_failed")
+    "metrics_address_file_failed", "lemon_node", "incidents_follow_failed",
+    "ledger_refused", "ledger_unverified")
 _ERROR_EVENTS = ("delivery_crashed", "spool_write_failed", "processor_start_failed")
 LEVELS: dict[str, int] = {
     **dict.fromkeys(_DEBUG_EVENTS, DEBUG), **dict.fromkeys(_INFO_EVENTS, INFO),

@@ -60,12 +60,17 @@ POLICY_KEYS: Mapping[str, type] = MappingProxyType({
     "loss_spike_action": str,
     "loss_spike_factor": float,
     "loss_window": int,
+    "lemon_detection": bool,
+    "lemon_min_jobs": int,
+    "lemon_window_s": float,
+    "lemon_action": str,
 })
 POLICY_CHOICES: Mapping[str, tuple[str, ...]] = MappingProxyType({
     "execution_mode": ("sync", "async"),
     "fault_tolerant_policy": ("on_failure", "exit_code_and_error_msg", "never"),
     "divergence_action": ("notify", "restart", "fail"),
     "loss_spike_action": ("notify", "restart", "fail"),
+    "lemon_action": ("notify", "quarantine"),
 })
 
 
