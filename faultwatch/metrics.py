@@ -370,7 +370,7 @@ class _GoodputCollector:
         b = self._b
         ratio = GaugeMetricFamily("faultwatch_job_goodput_ratio", "A job run's productive "
                                   "time over its wall time so far (ETTR; the newest runs "
-                                  "this worker published)", labels=["job"])
+                                  "this worker published)", labels=["job_name"])
         for job, r in list(b.ratios.items()):
             ratio.add_metric([job], float(r))
         yield ratio

@@ -47,8 +47,9 @@ for tool in java mvn; do
 done
 # Debian packages the tests run for real: Slurm (slurmctld + two slurmd) with munge, Prometheus
 # (scrapes /metrics; its promtool checks and unit-tests deploy/prometheus/), systemd-analyze
-# (verifies deploy/'s unit file), tmux (the status view in a real terminal). Installed when
-# missing.
+# (verifies deploy/'s unit file), tmux (the status view in a real terminal), chromium (the
+# report's HTML page opened headless, driven by Playwright: no browser is ever downloaded).
+# Installed when missing.
 debs=()
 command -v slurmctld >/dev/null && command -v slurmd >/dev/null || debs+=(slurm-wlm)
 command -v munged >/dev/null || debs+=(munge)
@@ -56,6 +57,7 @@ command -v prometheus >/dev/null && command -v promtool >/dev/null || debs+=(pro
 command -v systemd-analyze >/dev/null || debs+=(systemd)
 command -v tmux >/dev/null || debs+=(tmux)
 command -v openssl >/dev/null || debs+=(openssl)
+command -v chromium >/dev/null || debs+=(chromium)
 if [ ${#debs[@]} -gt 0 ]; then
   echo "bootstrap: installing Debian packages: ${debs[*]}" >&2
   SUDO=; [ "$(id -u)" = 0 ] || SUDO="sudo -n"
