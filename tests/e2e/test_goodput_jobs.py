@@ -33,8 +33,9 @@ pytestmark = pytest.mark.slow
 JOBS = Path(__file__).resolve().parent / "jobs"
 TRAIN_VENV = Path(__file__).resolve().parents[2] / ".venv-train"
 # a fixed hang window: long enough for torchrun's silent teardown under load (docs: the demo)
-POLICY = """policy:
-  hang_window_s: 15
+POLICY = """version: 1
+policy:
+  hang_window_s: 20
   init_window_s: 180
   settle_s: 1
   max_restarts: 6
@@ -106,7 +107,8 @@ def ddp(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ran]:
 def test_ddp_crash_hang_preemption_against_the_truth(ddp: Ran) -> None:
     assert ddp.rc == 0, ddp.output[-4000:]
     assert [(d["attempt"], d["reason"]["kind"]) for d in ddp.decisions] == \
-        [(0, "error"), (1, "hang"), (2, "error")], ddp.decisions
+        [(0, "error"), (1, "hang"), (2, "error")], \
+        [d["reason"]["message"] for d in ddp.decisions]
     causes = [(i["attempt"], i["cause"]) for i in ddp.report["incidents"]]
     assert causes == [(0, "error"), (1, "hang"), (2, "preemption")], causes
     crash, hang, pre = ddp.report["incidents"]
@@ -134,11 +136,11 @@ def test_report_html_in_a_headless_browser(ddp: Ran, tmp_path: Path) -> None:
     errors: list[str] = []
     requests: list[str] = []
     with sync_playwright() as pw:
-        browser = pw.chromium.launch(
-            executable_path=chromium, headless=True,
+        browser = pw.chromium.launch_persistent_context(  # a fresh profile: user_data_dir
+            str(tmp_path / "profile"), executable_path=chromium, headless=True,
             args=["--no-sandbox", "--disable-gpu", "--no-first-run",
                   "--disable-background-networking", "--disable-component-update",
-                  "--disable-sync", f"--user-data-dir={tmp_path / 'profile'}"])
+                  "--disable-sync"])
         try:
             page = browser.new_page()
             page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)

@@ -10,6 +10,7 @@ Megatron and the Trainer do); checkpoints go to $GP_DIR/ckpt.pt and are resumed 
                    hang@N (rank 1 stops before step N's all-reduce) |
                    preempt@N (rank 0 sends SIGTERM to its torchrun at step N, as a scheduler)
     GP_STEPS       last step (default 30); GP_STEP_S seconds a step (0.2)
+    GP_LAST        the last step of each attempt, comma-separated (default GP_STEPS)
     GP_CKPTS       steps after which a checkpoint is saved ("5,20"); GP_CKPT_S its seconds
     GP_EVALS       steps after which an evaluation runs ("8,16"); GP_EVAL_S its seconds
 """
@@ -17,7 +18,6 @@ Megatron and the Trainer do); checkpoints go to $GP_DIR/ckpt.pt and are resumed 
 import json
 import os
 import signal
-import sys
 import time
 
 import torch
@@ -32,15 +32,20 @@ EVALS = {int(s) for s in os.environ.get("GP_EVALS", "8,16").split(",") if s}
 EVAL_S = float(os.environ.get("GP_EVAL_S", "0.8"))
 ATTEMPT = int(os.environ.get("FAULTWATCH_ATTEMPT", "0"))
 CKPT = os.path.join(DIR, "ckpt.pt")
+_LAST = os.environ.get("GP_LAST", "").split(",")
+if ATTEMPT < len(_LAST) and _LAST[ATTEMPT]:
+    STEPS = int(_LAST[ATTEMPT])
 
 
 def started_at(pid: int) -> float:
-    """A process's start time (Unix seconds) from /proc: boot time + its start in ticks."""
+    """A process's start time (Unix seconds), from /proc: its start in clock ticks since boot,
+    against the uptime now (to 10 ms; /proc/stat's btime is whole seconds)."""
+    now = time.time()
     with open(f"/proc/{pid}/stat") as f:
         ticks = int(f.read().rsplit(")", 1)[1].split()[19])
-    with open("/proc/stat") as f:
-        boot = next(int(ln.split()[1]) for ln in f if ln.startswith("btime "))
-    return boot + ticks / os.sysconf("SC_CLK_TCK")
+    with open("/proc/uptime") as f:
+        up = float(f.read().split()[0])
+    return now - (up - ticks / os.sysconf("SC_CLK_TCK"))
 
 
 def main() -> None:
@@ -56,7 +61,7 @@ def main() -> None:
         truth.write(json.dumps({"ev": ev, "attempt": ATTEMPT, "rank": rank, **kw}) + "\n")
         truth.flush()
 
-    mark("launch", ts=started_at(os.getppid()), torchrun_pid=os.getppid(), node=os.uname()[1])
+    mark("launch", ts=started_at(os.getppid()), torchrun_pid=os.getppid(), pid=os.getpid())
     torch.manual_seed(0)
     model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(64, 64))
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
@@ -110,7 +115,9 @@ def main() -> None:
     dist.barrier()
     mark("end")
     dist.destroy_process_group()
-    sys.exit(0)
+    # no interpreter teardown (many seconds on a loaded machine: silence a hang window could
+    # take for a hang); the truth is written and flushed
+    os._exit(0)
 
 
 if __name__ == "__main__":
