@@ -122,7 +122,7 @@ class Incident(NamedTuple):
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Incident:
-        kw = {k: d[k] for k in cls._fields if k in d}
+        kw = _typed(d, _INCIDENT_TYPES, cls._fields)
         kw["nodes"] = tuple(str(n) for n in d.get("nodes") or ())
         kw["ranks"] = tuple(int(r) for r in d.get("ranks") or ())
         return cls(**kw)
@@ -218,8 +218,45 @@ def _attempt_out(a: Attempt) -> dict[str, Any]:
     return {k: v for k, v in d.items() if k in ("n", "launch_ts") or not _default(v)}
 
 
+_ATTEMPT_TYPES: dict[str, Any] = {"n": int, "launch_ts": float, "node_count": int,
+                                  "end_ts": float, "exits": int, "stopped": bool,
+                                  "first_step_ts": float, "first_step": int,
+                                  "last_step_ts": float, "last_step": int, "top_step": int}
+_INCIDENT_TYPES: dict[str, Any] = {"id": str, "attempt": int, "cause": str, "kind": str,
+                                   "action": str, "first_sign_ts": float,
+                                   "detected_ts": float, "acted_ts": float,
+                                   "recovered_ts": float, "last_progress_ts": float,
+                                   "last_progress_step": int, "ckpt_step": int,
+                                   "ckpt_ts": float, "lost_steps": int, "lost_s": float,
+                                   "lost_known": bool, "message": str}
+
+
+def _typed(d: Mapping[str, Any], types: Mapping[str, Any], fields: tuple[str, ...]
+           ) -> dict[str, Any]:
+    """The fields of `d` known to `fields`, each converted to its type (None kept): a
+    TypeError or ValueError names a malformed one."""
+    out: dict[str, Any] = {}
+    for k in fields:
+        if k not in d:
+            continue
+        v, t = d[k], types.get(k)
+        if v is None or t is None:
+            out[k] = v
+        elif t is bool:
+            if not isinstance(v, bool):
+                raise TypeError(f"{k} must be true or false, not {v!r}")
+            out[k] = v
+        elif t is str:
+            out[k] = str(v)
+        elif isinstance(v, bool) or not isinstance(v, int | float):
+            raise TypeError(f"{k} must be a number, not {v!r}")
+        else:
+            out[k] = t(v)
+    return out
+
+
 def _attempt_in(d: Mapping[str, Any]) -> Attempt:
-    kw = {k: d[k] for k in Attempt._fields if k in d}
+    kw = _typed(d, _ATTEMPT_TYPES, Attempt._fields)
     kw["open"] = tuple(OpenStage(str(k), float(s), frozenset(int(r) for r in rs),
                                  None if st is None else int(st))
                        for k, s, rs, st in d.get("open") or ())

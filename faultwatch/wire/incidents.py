@@ -66,22 +66,22 @@ def decode_ledger(value: bytes | None) -> tuple[dict[str, Any], Ledger]:
     _json_obj(_get(d, "account", "ledger"), "ledger.account")
     try:
         led = Ledger.from_dict(raw)
+        times = [led.first_ts, led.last_ts, *(t for t, _s, _a in led.samples)]
         for a in led.attempts:
-            for v in (a.launch_ts, a.end_ts, a.first_step_ts, a.last_step_ts):
-                if v is not None:
-                    _num(v, "ledger.attempts.ts")
+            times += [a.launch_ts, a.end_ts, a.first_step_ts, a.last_step_ts]
+            times += [x for _k, s, e in a.spans for x in (s, e)]
         for i in led.incidents:
             for n in i.nodes:
                 safe_name(n, "ledger.incidents.nodes")
             safe_name(i.id, "ledger.incidents.id")
             _text(i.message, "ledger.incidents.message", 4000)
-            for v in (i.first_sign_ts, i.detected_ts, i.acted_ts, i.recovered_ts):
-                if v is not None:
-                    _num(v, "ledger.incidents.ts")
+            times += [i.first_sign_ts, i.detected_ts, i.acted_ts, i.recovered_ts,
+                      i.last_progress_ts, i.ckpt_ts]
+        for t in times:
+            if t is not None:
+                _num(t, "ledger: a time")  # finite, in range
         for n in led.nodes:
             safe_name(n, "ledger.nodes")
-        for t, _s, _a in led.samples:
-            _num(t, "ledger.samples.ts")
     except DecodeError:
         raise
     except (TypeError, ValueError, KeyError, AttributeError) as e:
