@@ -9,7 +9,7 @@ from typing import ClassVar
 # carries its code; the CLI's one handler prints the error and exits with it. The agent's
 # verdicts (75-78, agents/config.py) and a child's own exit code are results, not errors.
 EXIT_OK = 0
-EXIT_ERROR = 1  # a FaultwatchError without a more specific class; `rules check` found problems
+EXIT_ERROR = 1  # a FaultwatchError without a more specific class; `rules diff --exit-code`: differ
 EXIT_USAGE = 2  # bad arguments or configuration (argparse's own code)
 EXIT_RULES = 3  # a rule set is invalid
 EXIT_DECODE = 4  # a record could not be decoded

@@ -45,7 +45,7 @@ _INFO_EVENTS = (
     # operating services
     "notify_started", "notification_sent", "actuate_started", "actuate_following",
     "actuated", "actuate_hold_released", "actuate_holding", "actuate_replay",
-    "actuate_retry")
+    "actuate_retry", "alerts_posted", "alert_resolved", "alert_status_following")
 _WARNING_EVENTS = (
     "broker_down", "broker_refused", "broker_unreachable", "broker_unreachable_summary",
     "decision_refused", "decisions_not_ready", "decisions_out_failed", "decisions_unverified",
@@ -61,8 +61,8 @@ _WARNING_EVENTS = (
     "actuate_refused", "actuate_node_rejected", "actuate_decision_rejected", "actuate_hold",
     "actuate_journal_bad_line", "notification_failed", "notification_retry",
     "notify_commit_failed", "notify_rate_limited", "metrics_unavailable",
-    "metrics_address_file_failed", "lemon_node", "incidents_follow_failed",
-    "ledger_refused", "ledger_unverified")
+    "metrics_address_file_failed", "alerts_retry", "alerts_failed", "alert_status_unavailable",
+    "lemon_node", "incidents_follow_failed", "ledger_refused", "ledger_unverified")
 _ERROR_EVENTS = ("delivery_crashed", "spool_write_failed", "processor_start_failed")
 LEVELS: dict[str, int] = {
     **dict.fromkeys(_DEBUG_EVENTS, DEBUG), **dict.fromkeys(_INFO_EVENTS, INFO),

@@ -149,6 +149,8 @@ def role_acls(role: str, scope: Scope, principal: str) -> list[Acl]:
     elif role == "actuator":
         g += _grants(principal, "topic", t("decisions"), (R, D), "act on / notify decisions")
         g += _grants(principal, "topic", t("nodes"), (R, D), "drain/resume from the registry")
+        g += _grants(principal, "topic", t("status"), (R, D),
+                     "notify --alertmanager: a job healthy again resolves its alerts")
         g += _grants(principal, "topic", t("acted"), (W, D), "what was done, for reports")
         g += _grants(principal, "group", t("actuate-"), (R, D),
                      "actuate's groups <prefix>actuate-<backend>", "prefixed")
