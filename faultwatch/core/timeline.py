@@ -28,6 +28,11 @@ from faultwatch.core.state import JobState, evolve
 
 ENDING_ACTIONS = ("restart", "blacklist", "fail")
 RELEVANT = (RunStart, Exit, Progress, ProgressBatch, Stage)
+# _progress builds an Attempt positionally: its fields, in this order
+if Attempt._fields != ("n", "launch_ts", "node_count", "end_ts", "exits", "stopped",
+                       "first_step_ts", "first_step", "last_step_ts", "last_step", "top_step",
+                       "open", "spans", "spans_s"):
+    raise AssertionError("ledger.Attempt's fields changed: update timeline._progress")
 # sums an attempt that leaves the detail window (its account is final once a later one
 # started): goodput.attempt_parts
 Summarise = Callable[[Ledger, Attempt, Attempt], Mapping[str, float]]
@@ -118,11 +123,9 @@ def _fold(led: Ledger, ev: Any, summarise: Summarise | None) -> Ledger:
     if cur is None or ev.attempt != cur.n:
         return led  # before any run-start, or a late record of an earlier attempt
     if isinstance(ev, Progress):
-        return _progress(led, cur, ev.ts, ev.step)
+        return _progress(led, cur, ((ev.ts, ev.step),))
     if isinstance(ev, ProgressBatch):
-        for m in ev.marks:
-            led = _progress(led, led.attempts[-1], m.ts, m.step)
-        return led
+        return _progress(led, cur, [(m.ts, m.step) for m in ev.marks]) if ev.marks else led
     if isinstance(ev, Stage):
         return _stage(led, cur, ev)
     if isinstance(ev, Exit):
@@ -161,26 +164,42 @@ def _start(led: Ledger, ev: RunStart, summarise: Summarise | None) -> Ledger:
                     rev=led.rev + 1, **head)
 
 
-def _progress(led: Ledger, cur: Attempt, ts: float, step: int) -> Ledger:
+def _progress(led: Ledger, cur: Attempt, marks: Iterable[tuple[float, int]]) -> Ledger:
+    """Progress marks (ts, step) of one record, folded at once (one copy of the ledger)."""
     first = cur.first_step_ts is None
-    newest = cur.last_step_ts is None or ts >= cur.last_step_ts
-    a = cur._replace(
-        first_step_ts=ts if first else cur.first_step_ts,
-        first_step=step if first else cur.first_step,
-        last_step_ts=ts if newest else cur.last_step_ts,
-        last_step=step if newest else cur.last_step,
-        top_step=step if cur.top_step is None or step > cur.top_step else cur.top_step)
+    first_ts, first_step = cur.first_step_ts, cur.first_step
+    last_ts, last_step, top = cur.last_step_ts, cur.last_step, cur.top_step
+    newest = led.last_ts
+    for ts, step in marks:
+        if first_ts is None:
+            first_ts, first_step = ts, step
+        if last_ts is None or ts >= last_ts:
+            last_ts, last_step = ts, step
+        if top is None or step > top:
+            top = step
+        if newest is None or ts > newest:
+            newest = ts
+    assert first_ts is not None and last_ts is not None and last_step is not None
+    # (a tuple built in place: NamedTuple._replace goes through a dict, once a record)
+    a = tuple.__new__(Attempt, (cur.n, cur.launch_ts, cur.node_count, cur.end_ts, cur.exits,
+                                cur.stopped, first_ts, first_step, last_ts, last_step, top,
+                                cur.open, cur.spans, cur.spans_s))
     samples, stride, skipped = led.samples, led.stride, led.skipped + 1
     if first or skipped >= stride:
-        samples, skipped = samples + ((ts, step, cur.n),), 0
+        samples, skipped = samples + ((last_ts, last_step, cur.n),), 0
         if len(samples) > MAX_SAMPLES:  # thin by halves: every other sample, twice the stride
             samples, stride = samples[::2], stride * 2
     incidents = led.incidents
     if first:  # the first progress after a restart: the incidents before it are recovered
-        incidents = tuple(i._replace(recovered_ts=ts) if i.recovered_ts is None
+        incidents = tuple(i._replace(recovered_ts=first_ts) if i.recovered_ts is None
                           and i.attempt < cur.n and i.restarts else i for i in incidents)
+    elif incidents and incidents[-1].attempt == cur.n and top is not None:
+        inc = incidents[-1]  # steps after the failure's decision (other ranks go on until
+        if inc.ckpt_step is not None and inc.lost_steps is not None \
+                and top - inc.ckpt_step > inc.lost_steps:  # they are stopped) are lost too
+            incidents = incidents[:-1] + (inc._replace(lost_steps=top - inc.ckpt_step),)
     return _with(led, a, rev=first, samples=samples, stride=stride, skipped=skipped,
-                 incidents=incidents, last_ts=_later(led.last_ts, ts))
+                 incidents=incidents, last_ts=newest)
 
 
 def _stage(led: Ledger, cur: Attempt, ev: Stage) -> Ledger:

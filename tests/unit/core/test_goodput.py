@@ -270,3 +270,16 @@ def test_fleet_figures() -> None:
 def test_durations_read_like_the_issue(s: float, text: str) -> None:
     assert fmt_s(s) == text
 
+
+
+def test_steps_other_ranks_finish_after_the_decision_are_lost_too() -> None:
+    """A lost node's peers train on until the restart stops them: every step since the
+    checkpoint is done again; the lost seconds still end at the first sign."""
+    r = Run().start(0, 0.0).steps(0, 1, 1.0, 5).stage(0, "checkpoint", 5.5, 6.0, step=5)
+    r.steps(0, 6, 7.0, 3)  # 6, 7, 8
+    r.decide(Decision("l", J, 0, "restart", "node-lost", 12.0,
+                      evidence={"lost_nodes": {"n1": {"last_heartbeat_ts": 9.0}}}))
+    assert r.led.incidents[0].lost_steps == 3
+    r.steps(0, 9, 12.5, 3)  # 9, 10, 11: before the agent stops the old processes
+    (i,) = r.led.incidents
+    assert (i.lost_steps, i.lost_s) == (6, 3.0)
