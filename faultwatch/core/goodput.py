@@ -71,7 +71,7 @@ class Account:
         spent = ", ".join(f"{fmt_s(v)} {LABELS[k]}" for v, k in parts) or "no badput"
         if self.ratio is None:
             return f"goodput unknown (no training progress seen) of {fmt_s(self.wall_s)}: {spent}"
-        head = "<=" if self.upper_bound else ""
+        head = "<= " if self.upper_bound else ""
         tail = f" (lost work unknown for {self.lost_unknown} incident(s): no checkpoint seen)" \
             if self.upper_bound else ""
         return f"goodput {head}{self.ratio * 100:.1f} % of {fmt_s(self.wall_s)}: {spent}{tail}"

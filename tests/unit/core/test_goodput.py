@@ -163,7 +163,7 @@ def test_without_a_checkpoint_lost_work_is_unknown_and_goodput_an_upper_bound() 
     assert lost_phrase(i) == "lost work unknown (no checkpoint seen)"
     acc = account(r.led)
     assert acc.upper_bound and acc.lost_unknown == 1 and acc.badput["lost_work"] == 0.0
-    assert acc.line().startswith("goodput <=") and "no checkpoint seen" in acc.line()
+    assert acc.line().startswith("goodput <= ") and "no checkpoint seen" in acc.line()
 
 
 def test_clock_skew_is_clamped_counted_and_the_parts_still_sum_to_wall() -> None:
