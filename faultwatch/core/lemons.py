@@ -149,4 +149,5 @@ def lemon_decision(n: LemonNotice, action: str, rules_version: str = "") -> Deci
                     job=NOTICE_JOB, attempt=0,
                     action="blacklist" if action == "quarantine" else "notify",
                     kind=LEMON_KIND, ts=n.ts, nodes=(n.node,), rule=None, category="hardware",
-                    message=msg, evidence=ev, rules_version=rules_version)
+                    message=msg, evidence=ev, rules_version=rules_version,
+                    budgets={"restarts_used": 0, "max_restarts": 0})  # no job's budget

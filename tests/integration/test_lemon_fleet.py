@@ -12,6 +12,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import pytest
+
 from faultwatch.core.lemons import LEMON_KIND
 from faultwatch.core.policy import Policy
 from faultwatch.core.registry import QUARANTINED
@@ -26,6 +28,8 @@ def bench() -> ModuleType:
     spec.loader.exec_module(mod)
     return mod
 
+
+pytestmark = pytest.mark.slow  # ~15 s each on 2 cores (300 jobs, simulated time)
 
 B = bench()
 

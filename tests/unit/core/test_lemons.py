@@ -105,3 +105,21 @@ def test_a_blame_dict_names_its_incident() -> None:
     b = Blame("n", "j", "r", "i1", "hang", 5.0)
     assert b.to_dict() == {"job": "j", "run_id": "r", "incident": "i1", "cause": "hang",
                            "ts": 5.0, "rule": None}
+
+
+def test_a_lemon_decision_validates_against_the_published_schema() -> None:
+    import json
+    from pathlib import Path
+
+    import jsonschema
+
+    import faultwatch
+    from faultwatch.wire import decision_to_dict
+
+    schema = json.loads((Path(faultwatch.__file__).parent / "schemas"
+                         / "decision.schema.json").read_text())
+    w = LemonWatch(min_jobs=2, window_s=DAY)
+    feed(w, "a", inc("1"))
+    (n,) = feed(w, "b", inc("2"))
+    for action in ("notify", "quarantine"):
+        jsonschema.validate(decision_to_dict(lemon_decision(n, action)), schema)

@@ -106,6 +106,7 @@ def test_a_reused_name_publishes_the_old_runs_last_ledger_and_a_new_account() ->
     assert len(js.retired_ledgers) == 0
 
 
+@pytest.mark.slow  # 12-35 s on 2 cores
 def test_ten_thousand_jobs_keep_bounded_state(monkeypatch: pytest.MonkeyPatch) -> None:
     """Each job starts, steps, checkpoints and fails; what the stage stores per job, what the
     publisher holds and the metric series stay bounded (the job stage's own cap bounds the
