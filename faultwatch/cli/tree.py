@@ -1,7 +1,8 @@
 """The one argparse tree of every `faultwatch` command and its one error handler.
 
 Each command group registers itself from its own module (run, agent, process, read, status,
-diagnose, rules, kafka, nodes, actuate, notify, keys, report); their shared options come from options.py.
+diagnose, rules, kafka, nodes, actuate, notify, keys, report); their shared options come from
+options.py.
 Commands that wrap a training command (`run`, `agent`) take it only after `--`."""
 
 from __future__ import annotations

@@ -4,6 +4,7 @@ part of a known timeline, the parts summing to wall time, lost work, clamping, b
 from __future__ import annotations
 
 import dataclasses
+
 import pytest
 
 from faultwatch.core import ledger as ledger_mod
