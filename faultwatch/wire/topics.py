@@ -52,6 +52,11 @@ class Topics:
         return f"{self.prefix}nodes"
 
     @property
+    def holds(self) -> str:
+        """Operators' holds and mutes of jobs (compacted, key = kind/job: wire/holds.py)."""
+        return f"{self.prefix}holds"
+
+    @property
     def incidents(self) -> str:
         """Each job run's ledger: incidents and goodput (compacted, key = job and run;
         written by processors, read by `faultwatch report` and the processors' lemon watch)."""
