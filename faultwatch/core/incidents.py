@@ -21,6 +21,7 @@ PREEMPTION_RULES = frozenset({
 MAX_BLAMED = 16  # nodes and ranks named per incident
 MAX_MESSAGE = 300
 STOP = "stop"
+HELD = "held"  # the action of an incident whose decision an operator's hold turned into a notice
 
 
 def cause_of(kind: str, rule: str | None) -> str:
@@ -111,8 +112,11 @@ def open_incident(ckpt: Checkpoint | None, a: Attempt, d: Decision | None, stop:
     """The incident of attempt `a`, ended by decision `d` or by an operator's `stop`."""
     if d is not None:
         cause, fs = cause_of(d.kind, d.rule), first_sign(d)
+        action = d.action
+        if action == "notify":  # held by an operator (core/holds.py): they take it from here
+            cause, action = "operator-stop", HELD
         nodes, ranks = blamed(d, rank_nodes)
-        head: dict[str, Any] = dict(id=d.id, cause=cause, kind=d.kind, action=d.action,
+        head: dict[str, Any] = dict(id=d.id, cause=cause, kind=d.kind, action=action,
                                     rule=d.rule, category=d.category, detected_ts=d.ts,
                                     message=d.message[:MAX_MESSAGE])
     else:

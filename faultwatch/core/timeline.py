@@ -41,7 +41,7 @@ Summarise = Callable[[Ledger, Attempt, Attempt], Mapping[str, float]]
 def relevant(sigs: Iterable[Signal], decs: Sequence[Decision] = ()) -> bool:
     """Whether `sigs`/`decs` change a ledger (outputs, heartbeats, hits and notices alone do
     not)."""
-    return any(d.action in ENDING_ACTIONS for d in decs) \
+    return any(d.action in ENDING_ACTIONS or held(d) for d in decs) \
         or any(isinstance(s, RELEVANT) for s in sigs)
 
 
@@ -259,8 +259,15 @@ def _exit(led: Ledger, cur: Attempt, ev: Exit) -> Ledger:
     return led
 
 
+def held(d: Decision) -> bool:
+    """A decision an operator's hold turned into a notice (core/holds.py): it ended the
+    attempt all the same, and the job waits for the operator."""
+    return d.action == "notify" and isinstance(d.evidence, dict) \
+        and isinstance(d.evidence.get("held"), dict)
+
+
 def _decide(led: Ledger, d: Decision, rank_nodes: Callable[[int], str | None] | None) -> Ledger:
-    if d.action not in ENDING_ACTIONS:
+    if d.action not in ENDING_ACTIONS and not held(d):
         return led  # notices end nothing
     a = next((x for x in reversed(led.attempts) if x.n == d.attempt), None)
     if a is None or led.incident_of(d.attempt) is not None:

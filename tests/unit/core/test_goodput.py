@@ -284,3 +284,18 @@ def test_steps_other_ranks_finish_after_the_decision_are_lost_too() -> None:
     r.steps(0, 9, 12.5, 3)  # 9, 10, 11: before the agent stops the old processes
     (i,) = r.led.incidents
     assert (i.lost_steps, i.lost_s) == (6, 3.0)
+
+
+def test_a_held_failure_is_an_operator_stop_and_the_job_waits_for_the_operator() -> None:
+    d = error(0, 6.0, 5.0)
+    held = dataclasses.replace(d, id="h0", action="notify", message="held by ops: ...",
+                               evidence={**d.evidence, "held": {"by": "ops", "action":
+                                                                "restart"}})
+    r = Run().start(0, 0.0).steps(0, 1, 1.0, 3).sig(Exit(J, 0, "n0", 5.0, 1)).decide(held)
+    r.start(1, 100.0).steps(1, 1, 101.0, 2).sig(Exit(J, 1, "n0", 103.0, 0))
+    (i,) = r.led.incidents
+    assert (i.cause, i.action, i.kind, i.rule) == ("operator-stop", "held", "error",
+                                                   "connection-refused")
+    assert parts(r.led)["waiting"] == 94.0 and i.recovered_ts == 101.0
+    notice = dataclasses.replace(d, id="n0", action="notify", evidence={})
+    assert Run().start(0, 0.0).decide(notice).led.incidents == ()  # a plain notice: none
