@@ -28,6 +28,7 @@ from faultwatch.core.state import JobState, evolve
 
 ENDING_ACTIONS = ("restart", "blacklist", "fail")
 RELEVANT = (RunStart, Exit, Progress, ProgressBatch, Stage)
+PROGRESS = (Progress, ProgressBatch)
 # _progress builds an Attempt positionally: its fields, in this order
 if Attempt._fields != ("n", "launch_ts", "node_count", "end_ts", "exits", "stopped",
                        "first_step_ts", "first_step", "last_step_ts", "last_step", "top_step",
@@ -78,8 +79,24 @@ def observe(led: Ledger, sigs: Sequence[Signal], decs: Sequence[Decision],
     events: list[Any] = [s for s in sigs if isinstance(s, RELEVANT)]
     if any(isinstance(e, Stage) for e in events):  # a step and a stage of one batch: by time
         events = sorted(_marks(events), key=_ts)
-    for ev in events:
+    i, n = 0, len(events)
+    while i < n:
+        ev = events[i]
+        cur = led.current
+        if isinstance(ev, PROGRESS) and cur is not None and ev.attempt == cur.n:
+            # a run of progress (a batch of marks, or one Progress a mark as older matcher
+            # stages sent them) is folded at once: both forms give the same ledger
+            marks: list[tuple[float, int]] = []
+            while i < n and isinstance(events[i], PROGRESS) and events[i].attempt == cur.n:
+                p = events[i]
+                marks += [(m.ts, m.step) for m in p.marks] if isinstance(p, ProgressBatch) \
+                    else [(p.ts, p.step)]
+                i += 1
+            if marks:
+                led = _progress(led, cur, marks)
+            continue
         led = _fold(led, ev, summarise)
+        i += 1
     for d in decs:
         led = _decide(led, d, rank_nodes)
     return led
