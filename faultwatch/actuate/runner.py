@@ -4,6 +4,7 @@ around it is service.py)."""
 
 from __future__ import annotations
 
+import time
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
@@ -78,6 +79,9 @@ class Actuator:
         self.held_why = ""
         self._next_hold_summary = 0.0
         self._unlimited: set[str] = set()  # keys an operator released from a hold
+        # what was done, for the acted topic (reports show it on the incident's timeline)
+        self.acted: deque[tuple[Action, str, float]] = deque(maxlen=10_000)
+        self.acted_failing = False
         self._refused: dict[str, str] = {}  # node -> the error last logged for it
         # keys refused for want of a scheduler identity (a processor's registry record of a
         # blacklist names the job, not its Slurm id or pod): the blacklist decision itself,
@@ -375,6 +379,7 @@ class Actuator:
             elif a.kind == RELEASE:
                 self.limiter.resumed(a.node)
             ran += 1
+            self.acted.append((a, str(result), time.time()))
             log_event("actuated", backend=self.backend.name, kind=a.kind, node=a.node,
                       decision=a.decision, rule=a.rule, job=a.job, result=result)
         if self._drops_logged > 5:

@@ -94,6 +94,31 @@ async def wait_readable(check: Callable[[], Awaitable[Why | None]], watch: Topic
     return False
 
 
+async def publish_acted(act: Actuator, topic: str, producer: Any) -> int:
+    """What the actuator did since the last call, on the acted topic (key: the decision), for
+    `faultwatch report`. Best effort: a broker error keeps them for the next call."""
+    from faultwatch.kafka.errors import BROKER_ERRORS
+    from faultwatch.wire.incidents import encode_acted
+
+    sent = 0
+    while act.acted:
+        a, result, ts = act.acted[0]
+        try:
+            await producer.send_and_wait(topic, encode_acted(
+                a.decision, a.job, a.node, a.kind, act.backend.name, result, ts),
+                key=a.decision.encode())
+        except BROKER_ERRORS as e:
+            if not act.acted_failing:  # one line per outage (the topic may not exist yet)
+                log_event("produce_failed", what="acted", pending=len(act.acted),
+                          error=f"{type(e).__name__}: {e}")
+            act.acted_failing = True
+            return sent
+        act.acted_failing = False
+        act.acted.popleft()
+        sent += 1
+    return sent
+
+
 async def run(backend: Backend, cfg: ActuateConfig, stop: asyncio.Event | None = None) -> None:
     """Consume <prefix>nodes (from the beginning, no group) and <prefix>decisions (consumer
     group, offsets committed once the actions are journaled) until `stop` is set. The
@@ -126,10 +151,12 @@ async def run(backend: Backend, cfg: ActuateConfig, stop: asyncio.Event | None =
     backoff = broker_calm.client_backoff()  # ... and retries at most once a second
     admin = clients.admin(bootstrap_servers=cfg.bootstrap, request_timeout_ms=30_000,
                           **backoff)
+    producer = clients.producer(bootstrap_servers=cfg.bootstrap, acks="all", **backoff)
     nodes_c: Any = None
     dec_c: Any = None
     try:
         await admin.start()
+        await producer.start()
         nwatch = TopicWatch(ntopic, cfg.nodes_retry_s)
         if not await wait_readable(lambda: readable(admin, ntopic, create=True), nwatch,
                                    stop):
@@ -194,10 +221,11 @@ async def run(backend: Backend, cfg: ActuateConfig, stop: asyncio.Event | None =
             act.tick(now)
             act.check_release(now)
             await asyncio.to_thread(act.run_due, now)
+            await publish_acted(act, topics.acted, producer)
             if batch and dec_c is not None:
                 await dec_c.commit()  # every action of these records is journaled
     finally:
-        for c in (dec_c, nodes_c):
+        for c in (dec_c, nodes_c, producer):
             if c is not None:
                 with contextlib.suppress(Exception):
                     await c.stop()
