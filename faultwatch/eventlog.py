@@ -65,6 +65,7 @@ _WARNING_EVENTS = (
     "processor_stop_gave_up", "allocation_unchecked", "actuate_failed", "actuate_gave_up",
     "actuate_refused", "actuate_node_rejected", "actuate_decision_rejected", "actuate_hold",
     "actuate_journal_bad_line", "actuate_waiting_for_topic", "actuate_stop_forced",
+    "topic_not_created",
     "notification_failed", "notification_retry",
     "notify_commit_failed", "notify_rate_limited", "metrics_unavailable",
     "metrics_address_file_failed", "alerts_retry", "alerts_failed", "alert_status_unavailable",

@@ -31,9 +31,11 @@ class TopicNotCreated(BrokerError):
         self.topic, self.code = topic, code
 
 
-async def _create_missing(admin: Any, new: list[Any]) -> set[str]:
+async def _create_missing(admin: Any, new: list[Any], strict: bool = True) -> set[str]:
     """Create each topic; the names created. One that exists already is fine, any other
-    answer raises TopicNotCreated (a refused creation used to pass in silence)."""
+    answer raises TopicNotCreated; with `strict` off, a topic this principal may not create
+    (or see) is skipped with one `topic_not_created` line instead (a processor, which on a
+    secured cluster creates nothing: its topics are the admin's)."""
     from aiokafka.errors import TopicAlreadyExistsError  # type: ignore[import-untyped,unused-ignore]
 
     created: set[str] = set()
@@ -46,6 +48,11 @@ async def _create_missing(admin: Any, new: list[Any]) -> set[str]:
             topic, code = err[0], err[1]
             if code == 0:
                 created.add(topic)
+            elif code == TOPIC_AUTHORIZATION_FAILED and not strict:
+                from faultwatch.eventlog import log_event
+
+                log_event("topic_not_created", topic=topic, reason="not_authorized",
+                          hint="an admin creates the topics (faultwatch kafka acls --apply)")
             elif code != TOPIC_ALREADY_EXISTS:
                 raise TopicNotCreated(topic, code, err[2] if len(err) > 2 else None)
     return created
@@ -53,12 +60,14 @@ async def _create_missing(admin: Any, new: list[Any]) -> set[str]:
 
 async def ensure_topics(bootstrap: str, topics: Topics, partitions: int = DEFAULT_PARTITIONS,
                         timeout_s: float = 30.0, security: KafkaSecurity | None = None,
-                        incidents_retention_s: float = INCIDENTS_RETENTION_S) -> None:
+                        incidents_retention_s: float = INCIDENTS_RETENTION_S,
+                        strict: bool = True) -> None:
     """Create the processor's topics if missing: logs, signals and decisions with
     `partitions` (signals must match the job table's partition count), the dead letters with
     one, the rules, status and holds topics compacted with one, the incidents topic compacted
     (each run's latest ledger) with `partitions`, both it and the acted topic deleting what is
-    older than `incidents_retention_s`. Raises BrokerError."""
+    older than `incidents_retention_s`. Raises BrokerError (TopicNotCreated for a refused
+    creation; without `strict` a topic the principal may not create is skipped, logged)."""
     from aiokafka.admin import NewTopic  # type: ignore[import-untyped,unused-ignore]
 
     admin = clients.admin(bootstrap_servers=bootstrap, request_timeout_ms=int(timeout_s * 1000),
@@ -90,7 +99,7 @@ async def ensure_topics(bootstrap: str, topics: Topics, partitions: int = DEFAUL
             new.append(NewTopic(topics.acted, num_partitions=1, replication_factor=1,
                                 topic_configs={"cleanup.policy": "delete",
                                                "retention.ms": keep}))
-        await _create_missing(admin, new)
+        await _create_missing(admin, new, strict)
     finally:
         await admin.close()
 
