@@ -23,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from faultwatch.core import spares
 from faultwatch.core.decide import emit
 from faultwatch.core.events import Decision, Match
 from faultwatch.core.policy import Policy
@@ -171,16 +172,24 @@ def decide(st: JobState, now: float, policy: Policy, rv: str,
             action = "fail"
             message = f"failure rate {rate:.2f} > {policy.max_failure_rate}: {message}"
     nodes: tuple[str, ...]
+    swaps: spares.Swaps = ()
     if action == "blacklist":
         nodes = (root_hit.node,) if root_hit else tuple(n.node for n in failed[:1])
         evidence["restart_nodes"] = sorted(st.nodes) if policy.execution_mode == "sync" \
             else sorted(set(nodes) | {n.node for n in failed})
+        swaps, chosen = spares.plan(st, nodes, now, policy)
+        if chosen is not None:
+            evidence["spares"] = chosen
+        if swaps:  # hot spares replace the bad node(s): no requeue (core/spares.py)
+            evidence["restart_nodes"] = spares.restart_nodes(st, nodes, swaps, policy)
+            message += "; swapped in " + ", ".join(f"spare {b} for {a}" for a, b in swaps)
     elif policy.execution_mode == "async" and action == "restart":
         nodes = tuple(n.node for n in failed)
     else:
         nodes = tuple(sorted(st.nodes))
     out, decs = emit(st, kind, "failure", action, now, policy, rv, nodes=nodes, ranks=ranks,
-                     rule=rule, category=category, message=message, evidence=evidence)
+                     rule=rule, category=category, message=message, evidence=evidence,
+                     swaps=swaps)
     if action == "notify":  # a rule that only notifies: the failure is not acted upon
         out = dataclasses.replace(out, phase=Phase.DECIDED)
     return out, decs

@@ -11,7 +11,7 @@ from faultwatch.core.events import Exit, Heartbeat, Hit, Match, Output, Progress
 from faultwatch.core.job import apply
 from faultwatch.core.pmap import PMap
 from faultwatch.core.policy import Policy
-from faultwatch.core.state import JobState, Phase, freeze, new_attempt
+from faultwatch.core.state import JobState, Phase, Spare, freeze, new_attempt
 from faultwatch.core.windows import GapHist
 
 P = Policy(settle_s=0, max_restarts=3, skew_warn_s=1)
@@ -42,7 +42,9 @@ def busy_state() -> JobState:
         diag_sent=(("d1", 19.0, 20.0),), losses=(2.5, 2.25),
         diagnoses=freeze({"a": {"ts": 18.0, "ranks": {"0": {"stack": {"state": "collective"},
                                                               "fr": None}}}}),
-        hang_culprits=PMap({"b": 1}), pending_gaps=(("", 1.5, 2.0),), outputs_since_step=2)
+        hang_culprits=PMap({"b": 1}), pending_gaps=(("", 1.5, 2.0),), outputs_since_step=2,
+        spares=PMap({"c": Spare("c", 1.0, 2.0, 3.0, "failed", ("disk",), "suspect", "j2",
+                                "taken", "a", 2)}), rdzv_hosts=frozenset({"a"}))
 
 
 def test_every_field_round_trips_through_json() -> None:
