@@ -2,7 +2,8 @@
 replace a bad node inside the running job instead of a requeue.
 
 A spare agent (`faultwatch agent --spare`, or one of the last K nodes under `--spares K`)
-runs its boot checks and sends a `spare` note every few seconds while it waits. It sends no
+registers at once, runs its boot checks (a spare still checking is never chosen) and sends a
+`spare` note every few seconds while it waits. It sends no
 run-start, so it is no node of an attempt: no hang, settle or node-lost is decided about it.
 Its notes say how its checks went and whether another job's spare already runs on its node
 (`busy`, from the agent's node lock); the processor's gate stamps the node registry's state
@@ -37,7 +38,7 @@ from faultwatch.core.state import JobState, Spare, evolve
 SPARE_NOTE = "spare"  # the note kind of spares (and of active nodes' rendezvous role)
 WAITING, TAKEN, LOST, DECLINED = "waiting", "taken", "lost", "declined"
 LEAVING = "leaving"  # a note's state: the spare agent stops (signalled, run over)
-CHECKS = ("passed", "failed", "off")
+CHECKS = ("passed", "failed", "running", "off")
 REGISTRY = ("healthy", "suspect", "quarantined")
 MAX_SPARES = 256  # spares kept per run (more are not registered)
 MAX_SHOWN = 16  # spares described in a decision's evidence
@@ -126,6 +127,8 @@ def why_not(st: JobState, sp: Spare, now: float, policy: Policy) -> str | None:
         return f"silent for {now - sp.seen_at:.0f}s"
     if sp.checks == "failed":
         return "boot checks failed: " + (", ".join(sp.failed) or "?")
+    if sp.checks == "running":
+        return "boot checks still running"
     if sp.registry == "quarantined":
         return "quarantined in the node registry"
     if sp.busy:

@@ -82,7 +82,7 @@ class Spare:
     since: float  # agent time of its first note (registration)
     last_ts: float  # agent time of its latest note
     seen_at: float  # processor time of its latest note (a spare that dies is noticed)
-    checks: str = "off"  # its boot checks: passed | failed | off
+    checks: str = "off"  # its boot checks: passed | failed | running | off
     failed: tuple[str, ...] = ()  # the names of the checks that failed
     registry: str = "healthy"  # the node registry's state of it at its latest note (gate)
     busy: str = ""  # another job's spare took this node (the agent's node lock says)

@@ -307,7 +307,7 @@ def build_processor(cfg: ProcessorConfig, live: LiveRules | None = None,
         cfg.bootstrap, topics.nodes, RegistryPolicy(quarantine_s=cfg.policy.blacklist_s),
         gate=RecordGate("node_record", verifier_for(NODE_RECORD, trust), log_event),
         signer=signer_for(NODE_RECORD, load_signing_key()))
-    jobs.gate = NodeGate(registry.writer.quarantined)
+    jobs.gate = NodeGate(registry.writer.quarantined, registry.writer.state)
     gate = StopGate()
     proc = Processor(app=app, matcher=matcher, jobs=jobs, live=live, watcher=watcher,
                      gate=gate, metrics=metrics)

@@ -44,7 +44,7 @@ class LocalPipeline:
         self.jobs = JobStage(self.live, self.store, dead_letter, self.metrics)
         self.jobs.node_lost = node_lost
         self.nodes = RegistryWriter()  # no nodes topic here: the registry lives in memory
-        self.jobs.gate = NodeGate(self.nodes.quarantined)
+        self.jobs.gate = NodeGate(self.nodes.quarantined, self.nodes.state)
         self._logs_offset = 0
         self._signals_offset = 0
 
