@@ -91,9 +91,11 @@ class SpareJob:
             stop_group(p, grace_s=10)
 
     def steps(self) -> list[dict[str, Any]]:
+        """The training steps of the job's timeline (not its workers' start events)."""
         if not self.timeline.exists():
             return []
-        return [json.loads(x) for x in self.timeline.read_text().splitlines() if x.strip()]
+        rows = [json.loads(x) for x in self.timeline.read_text().splitlines() if x.strip()]
+        return [r for r in rows if "step" in r]
 
     def tails(self, n: int = 2500) -> str:
         return "\n".join(f"--- {node}\n{self.log(node).read_text(errors='replace')[-n:]}"

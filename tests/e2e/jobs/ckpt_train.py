@@ -3,17 +3,21 @@
 In attempt 0 the node named by FW_XID_NODE prints an NVIDIA Xid 79 line at step FW_XID_STEP
 and hangs (the GPU fell off the bus: the other ranks wait in their all-reduce). Every step
 appends a line to FW_TIMELINE (JSON: wall time, step, attempt, node, rank, the step it
-resumed from), the truth the hot-spare test and bench measure against.
+resumed from), the truth the hot-spare test and bench measure against; so do the worker's
+start and the end of its process group's rendezvous (`event`: start, init).
 """
 
-import datetime
-import json
-import os
-import sys
 import time
 
-import torch
-import torch.distributed as dist
+T0 = time.time()  # the worker's start (torch is not imported yet)
+
+import datetime  # noqa: E402
+import json  # noqa: E402
+import os  # noqa: E402
+import sys  # noqa: E402
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
 
 CKPT = os.environ["FW_CKPT"]
 TIMELINE = os.environ.get("FW_TIMELINE", "")
@@ -33,8 +37,10 @@ def record(**kw: object) -> None:
 
 
 def main() -> None:
+    record(event="start", t=T0, attempt=ATTEMPT, node=NODE)
     dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=120))
     rank = dist.get_rank()
+    record(event="init", t=time.time(), attempt=ATTEMPT, node=NODE, rank=rank)
     start = 0
     if rank == 0 and os.path.exists(CKPT):
         with open(CKPT) as f:

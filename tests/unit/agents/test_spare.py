@@ -62,7 +62,8 @@ def test_the_rendezvous_endpoint_of_a_launch_line() -> None:
           "c10d", "--rdzv-endpoint", "node0:29400", "train.py", "--rdzv-endpoint", "x:1"]
     assert rendezvous_endpoint(tr, {}) == "node0:29400"  # not the script's own flag
     assert rendezvous_endpoint(["torchrun", "--rdzv_endpoint=h:1", "t.py"], {}) == "h:1"
-    assert rendezvous_endpoint(["torchrun", "--standalone", "t.py"], {}) is None
+    assert rendezvous_endpoint(["torchrun", "--standalone", "--rdzv-endpoint=h:1", "t.py"],
+                               {}) is None  # torchrun itself ignores it: localhost:0
     assert rendezvous_endpoint(["torchrun", "t.py"], {"PET_RDZV_ENDPOINT": "e:2"}) == "e:2"
     assert rendezvous_endpoint(["torchrun", "--master-addr", "m", "t.py"], {}) == "m"
     assert rendezvous_endpoint(["bash", "-c", "torchrun --rdzv-endpoint=b:3 t.py"], {}) == "b:3"

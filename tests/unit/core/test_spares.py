@@ -207,3 +207,17 @@ def test_an_older_note_does_not_undo_a_newer_one() -> None:
     st, _ = note(st, "c", 105.0, checks="failed")
     st, _ = note(st, "c", 104.0, checks="passed")
     assert st.spares["c"].checks == "failed"
+
+
+def test_an_active_node_is_no_spare_and_a_spares_own_checks_blame_no_job() -> None:
+    st = two_and_spares()
+    st, decs = note(st, "a", 101.0, checks="passed")  # a node of the attempt says spare
+    assert decs == [] and "a" not in st.spares
+    # a waiting spare's check note (when: spare) of the job's attempt: no notify, no boot
+    # flag (which would make it a blacklist candidate of the job): the spare note says it
+    failed = {"ok": False, "when": "spare", "checks": [{"name": "disk", "ok": False}]}
+    st2, decs = apply(st, Notice("j", 0, "c", 102.0, "bootcheck", failed), 102.0, P)
+    assert decs == [] and "boot:c" not in st2.flags
+    _, decs = apply(st, Notice("j", 0, "a", 102.0, "bootcheck", {**failed, "when": "start"}),
+                    102.0, P)
+    assert [d.kind for d in decs] == ["bootcheck"]  # positive control: an active node's
