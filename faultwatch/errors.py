@@ -16,6 +16,7 @@ EXIT_DECODE = 4  # a record could not be decoded
 EXIT_BROKER = 5  # Kafka (or the local broker) could not be reached, started or stopped
 EXIT_MISSING_EXTRA = 6  # the command needs an optional extra that is not installed
 EXIT_NOT_FOUND = 7  # a topic the command reads, or a job it names, does not exist
+EXIT_REFUSED = 8  # an operator write its consumers would refuse (unsigned, untrusted key)
 EXIT_CHILD_NOT_STARTED = 127  # the supervised command could not be started (as in a shell)
 EXIT_INTERRUPTED = 130  # SIGINT (Ctrl-C)
 
@@ -105,6 +106,14 @@ class NotFoundError(FaultwatchError):
     written to it yet), or a job the command names (`status JOB`, `logs JOB`)."""
 
     exit_code = EXIT_NOT_FOUND
+
+
+class RefusedError(FaultwatchError):
+    """An operator's write (a rule set, a node record, a hold) that the processors would
+    refuse: unsigned, or signed by a key their trust file does not list as an operator's.
+    The command that makes the write refuses it instead of printing success."""
+
+    exit_code = EXIT_REFUSED
 
 
 class BrokerAuthError(BrokerError):

@@ -149,7 +149,7 @@ def config_of(args: argparse.Namespace, bootstrap: str, topic: str,
                           max_decision_age_s=max_age_s(args.max_decision_age_s),
                           replay_state=state, limits=limits, alertmanagers=alertmanagers,
                           alert_policy=alert_policy, alertmanager_security=security,
-                          status_topic=status_topic)
+                          status_topic=status_topic, holds_topic=options.topics(args).holds)
 
 
 def webhook_specs(args: argparse.Namespace) -> list[str]:

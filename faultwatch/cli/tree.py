@@ -1,7 +1,8 @@
 """The one argparse tree of every `faultwatch` command and its one error handler.
 
 Each command group registers itself from its own module (run, agent, process, read, status,
-diagnose, rules, kafka, nodes, actuate, notify, keys); their shared options come from options.py.
+describe, diagnose, rules, kafka, nodes, jobs, actuate, notify, keys); their shared options
+come from options.py.
 Commands that wrap a training command (`run`, `agent`) take it only after `--`."""
 
 from __future__ import annotations
@@ -14,7 +15,9 @@ from faultwatch import __version__
 from faultwatch.cli import (
     actuate,
     agent,
+    describe,
     diagnose,
+    jobs,
     kafka,
     keys,
     nodes,
@@ -30,8 +33,8 @@ from faultwatch.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, FaultwatchE
 
 WRAPPERS = ("run", "agent")  # commands whose training command follows `--`
 AGENT_SUBCOMMANDS = agent.SUBCOMMANDS
-GROUPS = (run, agent, process, notify, status, read, diagnose, rules, kafka, nodes, actuate,
-          keys)
+GROUPS = (run, agent, process, notify, status, describe, read, diagnose, rules, kafka, nodes,
+          jobs, actuate, keys)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -16,6 +16,8 @@ import httpx2
 from faultwatch import wire
 from faultwatch.core.diagnosis import is_probe
 from faultwatch.errors import DecodeError
+from faultwatch.holds.follow import follow_holds, holds_table
+from faultwatch.holds.table import HoldsTable
 from faultwatch.kafka import calm as broker_calm
 from faultwatch.kafka import clients
 from faultwatch.kafka.errors import diagnose
@@ -29,6 +31,7 @@ from faultwatch.trust.replay import ReplayGuard
 from faultwatch.wire.signing import DecisionGate
 
 Log = Callable[..., None]
+HOLDS_WAIT_S = 10.0  # at start, how long the mutes in force are waited for
 
 
 @dataclass
@@ -47,6 +50,7 @@ class NotifierConfig:
     alert_policy: AlertPolicy = field(default_factory=AlertPolicy)
     alertmanager_security: HttpSecurity = field(default_factory=HttpSecurity)
     status_topic: str | None = None  # where alerts learn that their job is healthy again
+    holds_topic: str | None = None  # operators' mutes (`faultwatch jobs mute`), followed
 
 
 class Notifier:
@@ -56,8 +60,13 @@ class Notifier:
     so a restarted notifier sends what a stopped one had not sent."""
 
     def __init__(self, cfg: NotifierConfig, gate: DecisionGate, log: Log,
-                 clock: Callable[[], float] = time.time):
+                 clock: Callable[[], float] = time.time, holds: HoldsTable | None = None):
         self.cfg, self.gate, self.log, self.clock = cfg, gate, log, clock
+        # the intake asks it whether a job is muted (holds.table.HoldsTable.muted); every
+        # sink (webhooks, Alertmanagers) is behind that one check
+        self.holds = holds if holds is not None else \
+            (holds_table(log) if cfg.holds_topic else None)
+        self.muted_ids: dict[str, int] = {}  # mute id -> decisions not posted under it
         self.grouper = Grouper(cfg.policy)
         self.replay = ReplayGuard("decision", cfg.max_decision_age_s, cfg.replay_state, log)
         self.limiter = Limiter(cfg.limits, clock())
@@ -102,12 +111,28 @@ class Notifier:
                      max_age_s=self.replay.max_age_s, topic=tp.topic, partition=tp.partition,
                      offset=offset)
             return
+        if self._muted(raw):  # before every sink: webhooks and Alertmanager alike
+            return
         new = self.grouper.add(raw, self.clock()) if self.cfg.receivers else False
         if self.book is not None:
             self.book.add(raw, self.clock())
             new = True
         if new:
             self._where[str(raw.get("id", ""))] = (tp, offset)
+
+    def _muted(self, raw: dict[str, Any]) -> bool:
+        """A decision about a muted job is not posted: one line when a mute first holds one
+        back, then counted (`notify_muted`); the offset moves on as for a posted one."""
+        mute = self.holds.muted(str(raw["job"]), self.clock()) if self.holds else None
+        if mute is None:
+            return False
+        n = self.muted_ids[mute.id] = self.muted_ids.get(mute.id, 0) + 1
+        if len(self.muted_ids) > 1024:
+            self.muted_ids = {mute.id: n}
+        if n in (1, 10, 100) or n % 1000 == 0:
+            self.log("notify_muted", job=raw["job"], by=mute.by, until=mute.until,
+                     reason=mute.reason, held_back=n, id=raw["id"])
+        return True
 
     def observe_status(self, value: bytes | None) -> None:
         """One status-topic record: resolve the alerts its job's snapshot shows healthy."""
@@ -234,6 +259,13 @@ class Notifier:
             if self.cfg.status_topic:
                 status = asyncio.create_task(self._follow_status(stop))
         committed: dict[Any, int] = {}
+        follower = asyncio.create_task(follow_holds(self.cfg.bootstrap, self.cfg.holds_topic,
+                                                    self.holds, stop)) \
+            if self.holds is not None and self.cfg.holds_topic else None
+        waited = time.monotonic()  # the mutes in force first (bounded: they may be absent)
+        while follower is not None and self.holds is not None and not self.holds.caught_up \
+                and time.monotonic() - waited < HOLDS_WAIT_S and not stop.is_set():
+            await asyncio.sleep(0.1)
         calm = broker_calm.install()  # aiokafka's per-retry errors: one line per state change
         polled = 0.0
         commit_failures = 0  # in a row: the first is logged, then every 100th
@@ -274,6 +306,10 @@ class Notifier:
             if self.alertmanagers is not None:
                 await self.alertmanagers.stop(self.cfg.retry.max_s)
         finally:
+            if follower is not None:
+                follower.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await follower
             if status is not None:
                 status.cancel()
             with contextlib.suppress(Exception):

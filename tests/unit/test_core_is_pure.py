@@ -228,7 +228,8 @@ def test_the_check_covers_every_module_that_claims_purity(tmp_path: Path) -> Non
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("faultwatch.cli", "faultwatch.__main__", "*.cli"),
     ("faultwatch.streams", "faultwatch.actuate", "faultwatch.readers"),
-    ("faultwatch.agents", "faultwatch.notify", "faultwatch.nodes", "faultwatch.integrations"),
+    ("faultwatch.agents", "faultwatch.notify", "faultwatch.nodes", "faultwatch.holds",
+     "faultwatch.integrations"),
     ("faultwatch.kafka", "faultwatch.trust"),
     ("faultwatch.wire", "faultwatch.rules"),
     ("faultwatch.eventlog", "faultwatch.quiet"),

@@ -221,3 +221,18 @@ def test_an_active_node_is_no_spare_and_a_spares_own_checks_blame_no_job() -> No
     _, decs = apply(st, Notice("j", 0, "a", 102.0, "bootcheck", {**failed, "when": "start"}),
                     102.0, P)
     assert [d.kind for d in decs] == ["bootcheck"]  # positive control: an active node's
+
+
+def test_an_operators_hold_turns_a_swap_into_a_notice_and_takes_no_spare() -> None:
+    from faultwatch.core.holds import HOLD, hold_decisions, new_hold
+    from faultwatch.wire import decision_of, decision_to_dict
+
+    prev = two_and_spares("c")
+    st, [d] = xid_on(prev, "b", 110.0, ("a",))
+    assert d.swaps and st.spares["c"].state == "taken"  # without the hold
+    hold = new_hold(HOLD, "j", 100.0, 3600.0, "maintenance", "op@host", "h1")
+    st2, [n] = hold_decisions(prev, st, [d], hold, 112.0)
+    assert (n.action, n.swaps) == ("notify", ())
+    assert n.evidence["held"]["swaps"] == [{"node": "b", "spare": "c"}]
+    assert st2.spares["c"].state == "waiting"  # offered again once the hold ends
+    assert decision_of(decision_to_dict(n)) == n  # a notice consumers can decode
