@@ -36,7 +36,8 @@ _INFO_EVENTS = (
     "signal", "spool_replay", "node_signing", "decision_signing", "nodes_up",
     "waiting_for_nodes", "bootcheck", "broker_up", "decisions_following",
     "decisions_waiting_for_topic", "waiting_for_topic", "tail_start", "tail_rotated",
-    "torchrun_ranks", "metrics_listening",
+    "torchrun_ranks", "metrics_listening", "replaced", "spare_waiting", "spare_joining",
+    "spare_released",
     # processor
     "processor_starting", "processor_stopping", "processor_stopped", "processor_metrics",
     "partitions_assigned", "partitions_revoked", "registry_following", "registry_loaded",
@@ -63,7 +64,8 @@ _WARNING_EVENTS = (
     "actuate_refused", "actuate_node_rejected", "actuate_decision_rejected", "actuate_hold",
     "actuate_journal_bad_line", "notification_failed", "notification_retry",
     "notify_commit_failed", "notify_rate_limited", "metrics_unavailable",
-    "metrics_address_file_failed", "alerts_retry", "alerts_failed", "alert_status_unavailable")
+    "metrics_address_file_failed", "alerts_retry", "alerts_failed", "alert_status_unavailable",
+    "spare_declined", "spare_status_unavailable")
 _ERROR_EVENTS = ("delivery_crashed", "spool_write_failed", "processor_start_failed")
 LEVELS: dict[str, int] = {
     **dict.fromkeys(_DEBUG_EVENTS, DEBUG), **dict.fromkeys(_INFO_EVENTS, INFO),
