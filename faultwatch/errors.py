@@ -17,6 +17,7 @@ EXIT_BROKER = 5  # Kafka (or the local broker) could not be reached, started or 
 EXIT_MISSING_EXTRA = 6  # the command needs an optional extra that is not installed
 EXIT_NOT_FOUND = 7  # a topic the command reads, or a job it names, does not exist
 EXIT_REFUSED = 8  # an operator write its consumers would refuse (unsigned, untrusted key)
+EXIT_CHAIN = 9  # `check --strict` (and run/agent --strict): the job's timeouts do not nest
 EXIT_CHILD_NOT_STARTED = 127  # the supervised command could not be started (as in a shell)
 EXIT_INTERRUPTED = 130  # SIGINT (Ctrl-C)
 
@@ -118,3 +119,10 @@ class RefusedError(FaultwatchError):
 
 class BrokerAuthError(BrokerError):
     """Kafka refused our credentials or the TLS handshake (a configuration problem)."""
+
+
+class ChainError(FaultwatchError):
+    """With --strict, a link of the job's timeout chain is broken (docs/timeouts.md): the
+    launch is refused before it runs."""
+
+    exit_code = EXIT_CHAIN

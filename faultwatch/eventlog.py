@@ -36,8 +36,8 @@ _INFO_EVENTS = (
     "signal", "spool_replay", "node_signing", "decision_signing", "nodes_up",
     "waiting_for_nodes", "bootcheck", "broker_up", "decisions_following",
     "decisions_waiting_for_topic", "waiting_for_topic", "tail_start", "tail_rotated",
-    "torchrun_ranks", "metrics_listening", "replaced", "spare_waiting", "spare_joining",
-    "spare_released",
+    "torchrun_ranks", "metrics_listening", "timeout_chain", "replaced", "spare_waiting",
+    "spare_joining", "spare_released",
     # processor
     "processor_starting", "processor_stopping", "processor_stopped", "processor_metrics",
     "partitions_assigned", "partitions_revoked", "registry_following", "registry_loaded",

@@ -26,8 +26,6 @@ meet again without that node; an active agent tells the processor whether it is 
 from __future__ import annotations
 
 import ipaddress
-import os
-import shlex
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -100,43 +98,16 @@ def check_spare(cfg: Any, run_source: str) -> None:
 
 # ---- the rendezvous endpoint ----------------------------------------------------------------
 
-_NO_VALUE = {"--standalone", "--no-python", "--no_python", "--module", "-m", "--run-path",
-             "--run_path"}
-
-
 def rendezvous_endpoint(cmd: Sequence[str], env: Mapping[str, str]) -> str | None:
-    """`host[:port]` where a torchrun launch meets: `--rdzv-endpoint` (or PET_RDZV_ENDPOINT),
-    else `--master-addr` (or MASTER_ADDR); None for `--standalone` or no torchrun.
-    (The one place that reads the launch line here: faultwatch.launch replaces it.)"""
-    argv = list(cmd)
-    if len(argv) >= 3 and os.path.basename(argv[0]) in ("sh", "bash", "dash", "zsh") \
-            and argv[1] == "-c":
-        try:
-            argv = shlex.split(argv[2])
-        except ValueError:
-            return None
-    start = next((i + 1 for i, a in enumerate(argv)
-                  if os.path.basename(a).startswith("torchrun")
-                  or (a == "torch.distributed.run" and i and argv[i - 1] == "-m")), None)
-    if start is None:
+    """`host[:port]` where a torchrun launch meets, as faultwatch.launch reads the line:
+    `--rdzv-endpoint` (or PET_RDZV_ENDPOINT), else the master address; None for
+    `--standalone` (torchrun meets on localhost:0 then) or a launch without torchrun."""
+    from faultwatch.launch import parse
+
+    t = parse(cmd, env).torchrun
+    if t is None or t.standalone:
         return None
-    opts: dict[str, str] = {}
-    i = start
-    while i < len(argv) and argv[i].startswith("-"):
-        flag, eq, value = argv[i].partition("=")
-        name = flag.lstrip("-").replace("_", "-")
-        if eq:
-            opts[name] = value
-        elif flag not in _NO_VALUE and i + 1 < len(argv):
-            opts[name] = argv[i + 1]
-            i += 1
-        else:
-            opts[name] = ""
-        i += 1
-    if "standalone" in opts:
-        return None
-    endpoint = opts.get("rdzv-endpoint") or env.get("PET_RDZV_ENDPOINT", "").strip()
-    return endpoint or opts.get("master-addr") or env.get("MASTER_ADDR", "").strip() or None
+    return t.rdzv_endpoint or t.master_addr
 
 
 def hosts_rendezvous(endpoint: str | None, names: Sequence[str],

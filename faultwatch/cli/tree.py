@@ -1,9 +1,9 @@
 """The one argparse tree of every `faultwatch` command and its one error handler.
 
-Each command group registers itself from its own module (run, agent, process, read, status,
-describe, diagnose, rules, kafka, nodes, jobs, actuate, notify, keys); their shared options
-come from options.py.
-Commands that wrap a training command (`run`, `agent`) take it only after `--`."""
+Each command group registers itself from its own module (run, agent, check, process, read,
+status, describe, diagnose, rules, kafka, nodes, jobs, actuate, notify, keys); their shared
+options come from options.py. Commands that wrap a training command (`run`, `agent`, `check`)
+take it only after `--`."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from faultwatch import __version__
 from faultwatch.cli import (
     actuate,
     agent,
+    check,
     describe,
     diagnose,
     jobs,
@@ -31,10 +32,10 @@ from faultwatch.cli import (
 )
 from faultwatch.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, FaultwatchError
 
-WRAPPERS = ("run", "agent")  # commands whose training command follows `--`
+WRAPPERS = ("run", "agent", "check")  # commands whose training command follows `--`
 AGENT_SUBCOMMANDS = agent.SUBCOMMANDS
-GROUPS = (run, agent, process, notify, status, describe, read, diagnose, rules, kafka, nodes,
-          jobs, actuate, keys)
+GROUPS = (run, agent, check, process, notify, status, describe, read, diagnose, rules, kafka,
+          nodes, jobs, actuate, keys)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -40,6 +40,7 @@ EVERY_COMMAND: list[tuple[list[str], str]] = [
     (["run", "--max-restarts", "1", "--rules", "r.yaml", "--", "python", "t.py"], "cmd_run"),
     (["agent", "--job", "j", "--bootstrap", "b:1", "--", "torchrun", "t.py"], "cmd_agent"),
     (["agent", "--job", "j", "--flush"], "cmd_agent"),
+    (["check", "--strict", "--json", "--", "torchrun", "t.py"], "cmd_check"),
     (["agent", "tail", "--job", "j", "x.log"], "cmd_agent_tail"),
     (["agent", "bootcheck", "--job", "j", "--no-ship"], "cmd_agent_bootcheck"),
     (["process", "--bootstrap", "b:1", "--settle-s", "1", "--rules", "r.yaml"], "cmd_process"),
@@ -74,9 +75,9 @@ def test_every_subcommand_parses_to_its_function(argv: list[str], func: str) -> 
 def test_the_tree_names_every_command() -> None:
     sub = next(a for a in cli.build_parser()._actions
                if isinstance(a, argparse._SubParsersAction))
-    assert set(sub.choices) == {"run", "agent", "process", "decisions", "logs", "rules",
-                                "kafka", "notify", "status", "nodes", "actuate", "diagnose",
-                                "keys", "jobs", "describe"}
+    assert set(sub.choices) == {"run", "agent", "check", "process", "decisions", "logs",
+                                "rules", "kafka", "notify", "status", "nodes", "actuate",
+                                "diagnose", "keys", "jobs", "describe"}
 
 
 def test_shared_options_are_the_same_everywhere(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -20,7 +20,8 @@ from pathlib import Path
 import faultwatch
 
 ROOT = Path(faultwatch.__file__).parent
-PURE_PACKAGES = ("faultwatch.core", "faultwatch.rules", "faultwatch.diagnose")
+PURE_PACKAGES = ("faultwatch.core", "faultwatch.rules", "faultwatch.diagnose",
+                 "faultwatch.launch")
 # pure modules of the operating services: the job stage's node gate and the boot-check judge
 # it uses, notification grouping, the actuator's plan and the scheduler-name patterns; of the
 # readers: the merge across partitions, the filters, the timeline and the column fitting
@@ -234,7 +235,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("faultwatch.wire", "faultwatch.rules"),
     ("faultwatch.eventlog", "faultwatch.quiet"),
     ("faultwatch.core",),
-    ("faultwatch.sdk", "faultwatch.diagnose", "faultwatch.errors", "faultwatch.metrics"),
+    ("faultwatch.sdk", "faultwatch.diagnose", "faultwatch.errors", "faultwatch.metrics",
+     "faultwatch.launch"),
 )
 # Upward imports that exist in modules other work is moving; each is one edge. Empty now
 # that the command modules live in cli/: a new upward import anywhere fails.
