@@ -26,7 +26,7 @@ meet again without that node; an active agent tells the processor whether it is 
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -110,17 +110,24 @@ def rendezvous_endpoint(cmd: Sequence[str], env: Mapping[str, str]) -> str | Non
     return t.rdzv_endpoint or t.master_addr
 
 
-def hosts_rendezvous(endpoint: str | None, names: Sequence[str],
-                     addresses: Callable[[], Sequence[str]]) -> bool | None:
-    """Whether this machine is `endpoint`'s host (its name or one of its addresses), as
-    torchrun decides which process serves the c10d store; None when unknown: no endpoint, or
-    a loopback one (every node of a one-machine test matches it; the first torchrun to bind
-    the port serves the store)."""
-    if not endpoint:
-        return None
+def endpoint_host(endpoint: str) -> str:
+    """The host of `host[:port]`, `[v6]:port` or a bare IPv6 address, lowercased."""
     host = endpoint.rsplit(":", 1)[0] if endpoint.count(":") == 1 or endpoint.startswith("[") \
         else endpoint
-    host = host.strip("[]").lower()
+    return host.strip("[]").lower()
+
+
+def hosts_rendezvous(endpoint: str | None, names: Sequence[str], ours: Sequence[str],
+                     theirs: Sequence[str]) -> bool | None:
+    """Whether this machine is `endpoint`'s host, as torchrun decides which process serves
+    the c10d store (torch/distributed/elastic/rendezvous/utils.py _matches_machine_hostname):
+    the host is one of this machine's `names` (its hostname, canonical names) or addresses
+    (`ours`), or one of the host's resolved addresses (`theirs`) is ours. None when unknown:
+    no endpoint, or a loopback one (every node of a one-machine job matches it; the first
+    torchrun to bind the port serves the store)."""
+    if not endpoint:
+        return None
+    host = endpoint_host(endpoint)
     if host in ("localhost", "localhost.localdomain", "ip6-localhost"):
         return None
     try:
@@ -129,6 +136,5 @@ def hosts_rendezvous(endpoint: str | None, names: Sequence[str],
         ip = None
     if ip is not None and ip.is_loopback:
         return None
-    if host in {n.lower() for n in names if n}:
-        return True
-    return host in {a.lower() for a in addresses()}
+    mine = {n.lower() for n in (*names, *ours) if n}
+    return host in mine or any(a.lower() in mine for a in theirs)

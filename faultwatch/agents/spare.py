@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 
 from faultwatch import wire
 from faultwatch.agents.config import safe_name
-from faultwatch.agents.roles import hosts_rendezvous, rendezvous_endpoint
+from faultwatch.agents.roles import endpoint_host, hosts_rendezvous, rendezvous_endpoint
 from faultwatch.core.events import Decision
 from faultwatch.errors import DecodeError
 from faultwatch.kafka import clients
@@ -105,25 +105,30 @@ async def active_note(agent: Agent) -> None:
     when the launch names no shared endpoint (no torchrun, --standalone, loopback)."""
     c = agent.cfg
     endpoint = rendezvous_endpoint(c.cmd, agent.child_env())
-    if endpoint is None:
+    if endpoint is None or hosts_rendezvous(endpoint, (), (), ()) is None:
         return
-    addresses: list[str] = []
+    ours: list[str] = []
+    theirs: list[str] = []
     with contextlib.suppress(TimeoutError):  # a resolver that hangs never holds a launch
-        addresses = await asyncio.wait_for(asyncio.to_thread(_addresses), 2.0)
-    host = hosts_rendezvous(endpoint, (socket.gethostname(), c.node), lambda: addresses)
-    if host is not None:
-        agent.note(SPARE_NOTE, {"role": "active", "rdzv_host": host})
+        ours, theirs = await asyncio.wait_for(
+            asyncio.to_thread(_addresses, endpoint_host(endpoint)), 2.0)
+    host = hosts_rendezvous(endpoint, (socket.gethostname(), c.node), ours, theirs)
+    agent.note(SPARE_NOTE, {"role": "active", "rdzv_host": host})
 
 
-def _addresses() -> list[str]:
-    """This machine's addresses by its name and its fully qualified name (as torchrun's
-    _matches_machine_hostname compares them)."""
-    out: set[str] = set()
-    for name in {socket.gethostname(), socket.getfqdn()}:
-        with contextlib.suppress(OSError):
-            out.update(str(i[4][0]) for i in socket.getaddrinfo(name, None))
-            out.add(name)
-    return sorted(out)
+def _addresses(host: str) -> tuple[list[str], list[str]]:
+    """(this machine's canonical names and addresses, `host`'s addresses), resolved as
+    torchrun resolves them to decide which process serves the c10d store."""
+    ours: set[str] = set()
+    with contextlib.suppress(OSError, ValueError):
+        for info in socket.getaddrinfo(socket.gethostname(), None, proto=socket.IPPROTO_TCP,
+                                       flags=socket.AI_CANONNAME):
+            ours.update(x for x in (str(info[3]), str(info[4][0])) if x)
+    theirs: set[str] = set()
+    with contextlib.suppress(OSError, ValueError):
+        theirs.update(str(i[4][0]) for i in socket.getaddrinfo(host, None,
+                                                                proto=socket.IPPROTO_TCP))
+    return sorted(ours), sorted(theirs)
 
 
 def _spare_note(agent: Agent, state: str, checks: str, failed: list[str], busy: str) -> None:

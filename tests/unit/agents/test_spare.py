@@ -71,17 +71,25 @@ def test_the_rendezvous_endpoint_of_a_launch_line() -> None:
 
 
 def test_who_hosts_the_rendezvous() -> None:
-    def addrs() -> list[str]:
-        return ["10.0.0.5", "fe80::1"]
+    names = ("node0", "node0.cluster")
+    ours = ["10.0.0.5", "fe80::1", "node0.cluster.example"]
 
-    assert hosts_rendezvous("node0:29400", ("node0", "node0.cluster"), addrs) is True
-    assert hosts_rendezvous("NODE0.cluster:29400", ("node0", "node0.cluster"), addrs) is True
-    assert hosts_rendezvous("10.0.0.5:29400", ("node1",), addrs) is True
-    assert hosts_rendezvous("[fe80::1]:29400", ("node1",), addrs) is True
-    assert hosts_rendezvous("node0:29400", ("node1",), addrs) is False
+    def hosts(endpoint: str | None, theirs: tuple[str, ...] = (),
+              mine: tuple[str, ...] = names) -> bool | None:
+        return hosts_rendezvous(endpoint, mine, ours, theirs)
+
+    assert hosts("node0:29400") is True
+    assert hosts("NODE0.cluster:29400") is True
+    assert hosts("node0.cluster.example:29400") is True  # a canonical name of ours
+    assert hosts("10.0.0.5:29400") is True
+    assert hosts("[fe80::1]:29400") is True
+    # a name that resolves to one of our addresses (a pod's DNS name through its Service)
+    assert hosts("train-0.train:29400", theirs=("10.0.0.5",)) is True
+    assert hosts("train-1.train:29400", theirs=("10.0.0.6",)) is False
+    assert hosts("node0:29400", mine=("node1",)) is False
     for loop in ("127.0.0.1:29400", "localhost:1", "[::1]:5"):  # every node of a test: unknown
-        assert hosts_rendezvous(loop, ("node1",), addrs) is None, loop
-    assert hosts_rendezvous(None, ("node1",), addrs) is None
+        assert hosts(loop) is None, loop
+    assert hosts(None) is None
 
 
 # ---- decisions -------------------------------------------------------------------------------
