@@ -21,6 +21,7 @@ from faultwatch.core.events import (
     Stage,
     TailLine,
 )
+from faultwatch.core.ledger import Ledger
 from faultwatch.core.pmap import EMPTY, PMap, empty
 from faultwatch.core.policy import Policy
 from faultwatch.core.progress import RankProg, fold_step
@@ -171,6 +172,9 @@ class JobState:
     # rendezvous endpoint (a swap cannot replace those)
     spares: PMap[str, Spare] = field(default_factory=empty)
     rdzv_hosts: frozenset[str] = frozenset()
+    # the run's ledger (core/ledger.py, folded by core/timeline.py): attempts, incidents and
+    # progress in event time, for goodput; a new run starts a new one
+    ledger: Ledger = field(default_factory=Ledger)
 
     # ---- queries (evidence) -------------------------------------------------------------
 
@@ -622,6 +626,8 @@ _CODECS: dict[str, tuple[Enc, Dec]] = {
     "spares": (lambda m: {k: [getattr(v, f) for f in _SPARE_FIELDS] for k, v in m.items()},
                _d(lambda x: PMap({str(k): _spare_of(v) for k, v in x.items()}))),
     "rdzv_hosts": (sorted, _d(lambda x: frozenset(str(n) for n in x))),
+    "ledger": (lambda led: led.to_dict() if led.attempts else None,
+               _d(lambda x: Ledger() if x is None else Ledger.from_dict(x))),
 }
 
 # attempt-scoped fields: reset to their defaults by new_attempt (see JobState's doc)
