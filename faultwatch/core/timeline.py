@@ -187,6 +187,10 @@ def _progress(led: Ledger, cur: Attempt, marks: Iterable[tuple[float, int]]) -> 
     first_ts, first_step = cur.first_step_ts, cur.first_step
     last_ts, last_step, top = cur.last_step_ts, cur.last_step, cur.top_step
     newest = led.last_ts
+    # one sample every `stride` marks (not every call): the samples do not depend on how
+    # the marks were batched into records or the stage's batches
+    samples, stride, skipped = led.samples, led.stride, led.skipped
+    opening = first  # the attempt's first mark is always sampled
     for ts, step in marks:
         if first_ts is None:
             first_ts, first_step = ts, step
@@ -196,16 +200,17 @@ def _progress(led: Ledger, cur: Attempt, marks: Iterable[tuple[float, int]]) -> 
             top = step
         if newest is None or ts > newest:
             newest = ts
+        skipped += 1
+        if opening or skipped >= stride:
+            opening = False
+            samples, skipped = samples + ((last_ts, last_step, cur.n),), 0
+            if len(samples) > MAX_SAMPLES:  # thin by halves: every other one, twice the stride
+                samples, stride = samples[::2], stride * 2
     assert first_ts is not None and last_ts is not None and last_step is not None
     # (a tuple built in place: NamedTuple._replace goes through a dict, once a record)
     a = tuple.__new__(Attempt, (cur.n, cur.launch_ts, cur.node_count, cur.end_ts, cur.exits,
                                 cur.stopped, first_ts, first_step, last_ts, last_step, top,
                                 cur.open, cur.spans, cur.spans_s))
-    samples, stride, skipped = led.samples, led.stride, led.skipped + 1
-    if first or skipped >= stride:
-        samples, skipped = samples + ((last_ts, last_step, cur.n),), 0
-        if len(samples) > MAX_SAMPLES:  # thin by halves: every other sample, twice the stride
-            samples, stride = samples[::2], stride * 2
     incidents = led.incidents
     if first:  # the first progress after a restart: the incidents before it are recovered
         incidents = tuple(i._replace(recovered_ts=first_ts) if i.recovered_ts is None
