@@ -132,9 +132,16 @@ def emit(st: JobState, kind: str, episode: str, action: str, now: float, policy:
         cands = st.blacklist_candidates(policy, candidates)
         if cands:
             evidence["blacklist_candidates"] = cands
-    swaps = swaps if acted else ()
-    if swaps:
+    message = g.message
+    if swaps and acted:
         st = take(st, swaps, st.attempt)
+        message += "; swapped in " + ", ".join(f"spare {b} for {a}" for a, b in swaps)
+    elif swaps:  # the guard made it a `fail`: nothing is swapped in, and the evidence says so
+        chosen = evidence.get("spares")
+        evidence["spares"] = {**(chosen if isinstance(chosen, dict) else {}), "swapped": False,
+                              "swaps": [], "why": f"the decision is {g.action}: no spare is "
+                                                  "swapped in"}
+        swaps = ()
     st = dataclasses.replace(st, phase=Phase.DECIDED, decided=decided,
                              restarts_used=g.restarts_used, restart_times=g.restart_times,
                              blacklist=blacklist, failed=g.action == "fail")
@@ -143,6 +150,6 @@ def emit(st: JobState, kind: str, episode: str, action: str, now: float, policy:
                "storm_max_restarts": policy.storm_max_restarts,
                "storm_window_s": policy.storm_window_s}
     dec = Decision(id=did, job=st.job, attempt=st.attempt, action=g.action, kind=kind, ts=now,
-                   nodes=nodes, ranks=ranks, rule=rule, category=category, message=g.message,
+                   nodes=nodes, ranks=ranks, rule=rule, category=category, message=message,
                    evidence=evidence, budgets=budgets, rules_version=rv, swaps=swaps, **run)
     return st, [dec]

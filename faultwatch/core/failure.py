@@ -182,7 +182,6 @@ def decide(st: JobState, now: float, policy: Policy, rv: str,
             evidence["spares"] = chosen
         if swaps:  # hot spares replace the bad node(s): no requeue (core/spares.py)
             evidence["restart_nodes"] = spares.restart_nodes(st, nodes, swaps, policy)
-            message += "; swapped in " + ", ".join(f"spare {b} for {a}" for a, b in swaps)
     elif policy.execution_mode == "async" and action == "restart":
         nodes = tuple(n.node for n in failed)
     else:

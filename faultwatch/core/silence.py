@@ -424,7 +424,6 @@ def check_lost(st: JobState, now: float, policy: Policy, rv: str) -> Result:
         evidence["spares"] = chosen
     if swaps:  # the lost nodes' places go to hot spares; their agents leave if they return
         targets = tuple(spares.restart_nodes(st, names, swaps, policy))
-        message += "; swapped in " + ", ".join(f"spare {b} for {a}" for a, b in swaps)
     return emit(st, "node-lost", "node-lost", "restart", now, policy, rv, nodes=targets,
                 ranks=(), rule=None, category=None, candidates=names, evidence=evidence,
                 message=message, swaps=swaps)

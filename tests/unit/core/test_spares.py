@@ -142,6 +142,8 @@ def test_no_swap_when_the_budget_fails_the_job() -> None:
     st, _ = note(st, "c", 100.0, policy=p, checks="passed")
     st, [d] = xid_on(st, "b", 110.0, ("a",), policy=p)
     assert d.action == "fail" and d.swaps == ()
+    assert "swapped" not in d.message and d.evidence["spares"]["swapped"] is False
+    assert d.evidence["spares"]["why"] == "the decision is fail: no spare is swapped in"
     assert st.spares["c"].state == "waiting"
 
 
