@@ -47,6 +47,7 @@ _INFO_EVENTS = (
     "actuate_retry")
 _WARNING_EVENTS = (
     "broker_down", "broker_refused", "broker_unreachable", "broker_unreachable_summary",
+    "faust_slow_processing",
     "decision_refused", "decisions_not_ready", "decisions_out_failed", "decisions_unverified",
     "decisions_unavailable", "escalate", "flush_timeout", "no_decision", "nodes_timeout",
     "pipes_held_open", "produce_failed", "registry_follow_failed", "replay_state_unwritable",
