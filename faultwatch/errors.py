@@ -18,6 +18,7 @@ EXIT_MISSING_EXTRA = 6  # the command needs an optional extra that is not instal
 EXIT_NOT_FOUND = 7  # a topic the command reads, or a job it names, does not exist
 EXIT_CHILD_NOT_STARTED = 127  # the supervised command could not be started (as in a shell)
 EXIT_INTERRUPTED = 130  # SIGINT (Ctrl-C)
+EXIT_BROKEN_PIPE = 141  # 128+SIGPIPE: stdout's reader went away (`| head`)
 
 
 class FaultwatchError(Exception):

@@ -263,7 +263,8 @@ def register(sub: Any) -> None:
                    help="no command: deliver what an earlier agent left in the spool, exit")
     options.add_logging(p, "warning")
     p.set_defaults(func=cmd_agent)
-    asub = options.subcommands(p, "agent_command", metavar="{tail,bootcheck}")
+    asub = options.subcommands(p, "agent_command", metavar="{tail,bootcheck}",
+                               prog="faultwatch agent")
 
     t = asub.add_parser("tail", help="ship existing log files",
                         description="Ship existing log files (polling; offsets persisted; "

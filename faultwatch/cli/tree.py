@@ -1,12 +1,15 @@
 """The one argparse tree of every `faultwatch` command and its one error handler.
 
 Each command group registers itself from its own module (run, agent, process, read, status,
-diagnose, rules, kafka, nodes, actuate, notify, keys); their shared options come from options.py.
+diagnose, rules, kafka, nodes, actuate, notify, keys, completion); their shared options come
+from options.py, their descriptions and examples from helptext.py.
 Commands that wrap a training command (`run`, `agent`) take it only after `--`."""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import sys
 from collections.abc import Sequence
 
@@ -14,7 +17,9 @@ from faultwatch import __version__
 from faultwatch.cli import (
     actuate,
     agent,
+    completion,
     diagnose,
+    helptext,
     kafka,
     keys,
     nodes,
@@ -26,15 +31,21 @@ from faultwatch.cli import (
     run,
     status,
 )
-from faultwatch.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, FaultwatchError
+from faultwatch.errors import (
+    EXIT_BROKEN_PIPE,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_USAGE,
+    FaultwatchError,
+)
 
 WRAPPERS = ("run", "agent")  # commands whose training command follows `--`
 AGENT_SUBCOMMANDS = agent.SUBCOMMANDS
 GROUPS = (run, agent, process, notify, status, read, diagnose, rules, kafka, nodes, actuate,
-          keys)
+          keys, completion)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser() -> options.Parser:
     """The one argparse tree of every `faultwatch` command."""
     parser = options.Parser(
         prog="faultwatch",
@@ -44,6 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = options.subcommands(parser, "command", required=True, metavar="COMMAND")
     for group in GROUPS:
         group.register(sub)
+    helptext.apply(parser)
     return parser
 
 
@@ -67,13 +79,28 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     if unknown:
         hint = (f" (the training command goes after --: faultwatch {args.command} [options] "
                 f"-- CMD [ARGS...])" if args.command in WRAPPERS else "")
-        parser.error(f"unrecognized arguments: {' '.join(unknown)}{hint}")
+        chosen = options.chosen(parser, args)
+        sub = chosen if isinstance(chosen, options.Parser) else parser
+        sub.unrecognized(unknown, "" if sub.hint else hint)  # `run`'s own hint says it
     args.cmd = cmd
     return args
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """The console script: parse, run the command, map every FaultwatchError to its exit code."""
+    """The console script: parse, run the command, map every FaultwatchError to its exit
+    code. Output into a pipe whose reader went away (`| head`) ends the command quietly with
+    128+SIGPIPE, as a shell reports a program killed by it: no traceback."""
+    try:
+        code = _run(argv)
+        sys.stdout.flush()  # what is still buffered meets a closed pipe here, not at exit
+        return code
+    except BrokenPipeError:
+        with contextlib.suppress(OSError):  # nothing more reaches stdout, exit included
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
+
+
+def _run(argv: Sequence[str] | None) -> int:
     try:
         args = parse_args(sys.argv[1:] if argv is None else argv)
     except SystemExit as e:  # --help, --version, usage errors (already printed)

@@ -1,5 +1,5 @@
-"""CONTRIBUTING.md's layout table names every package and root module of faultwatch/, and the root holds
-only packages plus the modules every layer uses."""
+"""CONTRIBUTING.md's layout table names every package and root module of faultwatch/, and the
+root holds only packages plus the modules every layer uses."""
 
 from __future__ import annotations
 
