@@ -108,9 +108,7 @@ complete -o filenames -F _faultwatch faultwatch
 
 
 def cmd_completion(args: argparse.Namespace) -> int:
-    from faultwatch.cli.tree import build_parser
-
-    print(script(build_parser(), args.shell), end="")
+    print(script(args.root_parser, args.shell), end="")
     return 0
 
 
@@ -118,3 +116,10 @@ def register(sub: Any) -> None:
     p = sub.add_parser("completion", help="print a shell completion script (bash, zsh)")
     p.add_argument("shell", choices=SHELLS, help="the shell to complete in")
     p.set_defaults(func=cmd_completion)
+
+
+def attach(root: argparse.ArgumentParser) -> None:
+    """Give `completion` the whole tree it describes (built after it registered)."""
+    for path, p in helptext.walk(root):
+        if path == ("completion",):
+            p.set_defaults(root_parser=root)

@@ -56,6 +56,7 @@ def build_parser() -> options.Parser:
     for group in GROUPS:
         group.register(sub)
     helptext.apply(parser)
+    completion.attach(parser)
     return parser
 
 

@@ -8,6 +8,7 @@ import inspect
 import aiokafka
 import faust
 import faust.streams
+import pytest
 from faust.transport.drivers import aiokafka as faust_aiokafka
 from mode.threads import ServiceThread
 
