@@ -74,5 +74,7 @@ def unknown_job(bootstrap: str, status_topic: str, topic: str, job: str) -> None
             bootstrap, topic, decoder=lambda v: None) if msg.key}
 
     jobs |= asyncio.run(decided())
+    if job in jobs:  # its first decision came while we read: known after all
+        return
     raise NotFoundError(f"no decision of job {job!r} on {topic}, and no processor reports "
                         f"it{did_you_mean(job, jobs)} (`faultwatch status` lists the jobs)")
