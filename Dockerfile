@@ -1,5 +1,6 @@
-# The faultwatch image: `docker build -t faultwatch .` (processor and agent, with Faust);
-# `docker build --build-arg EXTRAS= -t faultwatch-node .` is the node side alone (no Faust).
+# The faultwatch image: `docker build -t faultwatch .` (processor, agent, notify and actuate,
+# with Faust and the Kubernetes client); `docker build --build-arg EXTRAS= -t faultwatch-node .`
+# is the node side alone (no Faust, no Kubernetes client).
 FROM python:3.11-slim
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
@@ -7,7 +8,7 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 
-ARG EXTRAS=processor
+ARG EXTRAS=processor,kubernetes
 WORKDIR /src
 # setup.py builds the matcher's optional C part (rules/_batchscan.c) where a compiler is found;
 # python:3.11-slim has none, so this image runs the pure-Python reading (same results)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import statistics
 import subprocess
 import sys
@@ -14,6 +13,9 @@ import time
 import uuid
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import peers
 
 UNREACHABLE = "127.0.0.1:9"
 
@@ -205,11 +207,12 @@ def main() -> int:
     ap.add_argument("--py-spy", default="", help="profile the agent during one more burst "
                                                  "(py-spy raw file here) and summarize it")
     ap.add_argument("--cpu-seconds", type=float, default=5.0, help="duration of CPU runs")
+    peers.add_argument(ap)
     a = ap.parse_args()
+    kcat = peers.need("kcat", a.install_peers)  # before the broker: nothing runs without it
     from aiokafka.codec import has_zstd
 
     codec = "zstd" if has_zstd() else "gzip"
-    kcat = shutil.which("kcat") or shutil.which("kafkacat")
     with tempfile.TemporaryDirectory() as td:
         tmp = Path(td)
         data = tmp / "lines.txt"

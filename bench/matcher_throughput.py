@@ -55,6 +55,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import peers
+
 from faultwatch.core.events import STDOUT, Line
 from faultwatch.core.policy import Policy
 from faultwatch.rules import Matcher, load_ruleset
@@ -377,7 +380,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="with --stage: exit 1 when a case's signals differ from FILE's")
     ap.add_argument("--write-digests", metavar="FILE",
                     help="with --stage: record this run's digests in FILE")
+    peers.add_argument(ap)
     args = ap.parse_args(argv)
+    peers.need("rg", args.install_peers)  # the comparison is the point: no figure without it
     texts = [args.prefix + t for t in gen_lines(args.lines)]
     matcher = Matcher(load_ruleset(), engine=args.engine)
     if args.stage:

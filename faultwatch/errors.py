@@ -16,6 +16,8 @@ EXIT_DECODE = 4  # a record could not be decoded
 EXIT_BROKER = 5  # Kafka (or the local broker) could not be reached, started or stopped
 EXIT_MISSING_EXTRA = 6  # the command needs an optional extra that is not installed
 EXIT_NOT_FOUND = 7  # a topic the command reads, or a job it names, does not exist
+EXIT_REFUSED = 8  # an operator write its consumers would refuse (unsigned, untrusted key)
+EXIT_CHAIN = 9  # `check --strict` (and run/agent --strict): the job's timeouts do not nest
 EXIT_CHILD_NOT_STARTED = 127  # the supervised command could not be started (as in a shell)
 EXIT_INTERRUPTED = 130  # SIGINT (Ctrl-C)
 EXIT_BROKEN_PIPE = 141  # 128+SIGPIPE: stdout's reader went away (`| head`)
@@ -108,5 +110,20 @@ class NotFoundError(FaultwatchError):
     exit_code = EXIT_NOT_FOUND
 
 
+class RefusedError(FaultwatchError):
+    """An operator's write (a rule set, a node record, a hold) that the processors would
+    refuse: unsigned, or signed by a key their trust file does not list as an operator's.
+    The command that makes the write refuses it instead of printing success."""
+
+    exit_code = EXIT_REFUSED
+
+
 class BrokerAuthError(BrokerError):
     """Kafka refused our credentials or the TLS handshake (a configuration problem)."""
+
+
+class ChainError(FaultwatchError):
+    """With --strict, a link of the job's timeout chain is broken (docs/timeouts.md): the
+    launch is refused before it runs."""
+
+    exit_code = EXIT_CHAIN

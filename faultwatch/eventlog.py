@@ -36,15 +36,16 @@ _INFO_EVENTS = (
     "signal", "spool_replay", "node_signing", "decision_signing", "nodes_up",
     "waiting_for_nodes", "bootcheck", "broker_up", "decisions_following",
     "decisions_waiting_for_topic", "waiting_for_topic", "tail_start", "tail_rotated",
-    "torchrun_ranks", "metrics_listening",
+    "torchrun_ranks", "metrics_listening", "timeout_chain",
     # processor
     "processor_starting", "processor_stopping", "processor_stopped", "processor_metrics",
     "partitions_assigned", "partitions_revoked", "registry_following", "registry_loaded",
     "broker_reachable", "job_cap_cleared", "jobs_expired", "fleet_storm_ended",
+    "holds_loaded", "job_hold",
     # operating services
-    "notify_started", "notification_sent", "actuate_started", "actuate_following",
+    "notify_started", "notification_sent", "notify_muted", "actuate_started", "actuate_following",
     "actuated", "actuate_hold_released", "actuate_holding", "actuate_replay",
-    "actuate_retry")
+    "actuate_retry", "alerts_posted", "alert_resolved", "alert_status_following")
 _WARNING_EVENTS = (
     "broker_down", "broker_refused", "broker_unreachable", "broker_unreachable_summary",
     "faust_slow_processing",
@@ -57,11 +58,13 @@ _WARNING_EVENTS = (
     "undecodable_record", "verdict_out_failed", "waiting_for_nodes_unavailable",
     "bootcheck_failed", "bootcheck_abort", "dead_letter", "job_tick_failed", "job_cap_reached",
     "fleet_storm_tripped", "processor_start_retry", "processor_stop_forced",
+    "records_refused", "write_unchecked", "hold_undecodable", "holds_full",
+    "holds_follow_failed",
     "processor_stop_gave_up", "allocation_unchecked", "actuate_failed", "actuate_gave_up",
     "actuate_refused", "actuate_node_rejected", "actuate_decision_rejected", "actuate_hold",
     "actuate_journal_bad_line", "notification_failed", "notification_retry",
     "notify_commit_failed", "notify_rate_limited", "metrics_unavailable",
-    "metrics_address_file_failed")
+    "metrics_address_file_failed", "alerts_retry", "alerts_failed", "alert_status_unavailable")
 _ERROR_EVENTS = ("delivery_crashed", "spool_write_failed", "processor_start_failed")
 LEVELS: dict[str, int] = {
     **dict.fromkeys(_DEBUG_EVENTS, DEBUG), **dict.fromkeys(_INFO_EVENTS, INFO),

@@ -5,7 +5,8 @@
 #   test (default) everything the tests need, below.
 # For the tests: install the two environments, once per pyproject.toml version, then resolve
 # the Kafka broker jars from Maven Central (cached):
-#   .venv        the processor's: faultwatch[processor,torch,test] (Faust, torch, test tools)
+#   .venv        the processor's: faultwatch[processor,kubernetes,torch,test] (Faust, the
+#                Kubernetes client, torch, test tools)
 #   .venv-train  a training image: faultwatch's node side only, beside the newest torch,
 #                transformers, accelerate and lightning (no Faust: it pins click<8.4)
 # Both are installed by uv, so torch (GBs) is downloaded once into uv's cache and hard-linked
@@ -46,13 +47,16 @@ for tool in java mvn; do
   command -v "$tool" >/dev/null || { echo "bootstrap: $tool is required (Java 17 + Maven run the local Kafka broker)" >&2; exit 1; }
 done
 # Debian packages the tests run for real: Slurm (slurmctld + two slurmd) with munge, Prometheus
-# (scrapes /metrics; its promtool checks and unit-tests deploy/prometheus/), systemd-analyze
+# (scrapes /metrics; its promtool checks and unit-tests deploy/prometheus/), Alertmanager
+# (notify's receiver; amtool checks deploy/alertmanager/), systemd-analyze
 # (verifies deploy/'s unit file), tmux (the status view in a real terminal). Installed when
 # missing.
 debs=()
 command -v slurmctld >/dev/null && command -v slurmd >/dev/null || debs+=(slurm-wlm)
 command -v munged >/dev/null || debs+=(munge)
 command -v prometheus >/dev/null && command -v promtool >/dev/null || debs+=(prometheus)
+command -v prometheus-alertmanager >/dev/null && command -v amtool >/dev/null \
+  || debs+=(prometheus-alertmanager)
 command -v systemd-analyze >/dev/null || debs+=(systemd)
 command -v tmux >/dev/null || debs+=(tmux)
 command -v openssl >/dev/null || debs+=(openssl)
@@ -81,11 +85,11 @@ compile_bytecode() {
 
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 if stale .venv/.faultwatch-install; then
-  echo "bootstrap: installing faultwatch[processor,torch,test] into .venv (torch is large; first run takes minutes)" >&2
+  echo "bootstrap: installing faultwatch[processor,kubernetes,torch,test] into .venv (torch is large; first run takes minutes)" >&2
   start=$SECONDS
   [ -x .venv/bin/uv ] || .venv/bin/python -m pip install -q --disable-pip-version-check uv
   .venv/bin/uv pip install -q --python .venv/bin/python --reinstall-package faultwatch \
-    -e ".[processor,torch,test]"
+    -e ".[processor,kubernetes,torch,test]"
   compile_bytecode .venv
   echo "$want" > .venv/.faultwatch-install
   echo "bootstrap: .venv ready in $((SECONDS - start)) s" >&2

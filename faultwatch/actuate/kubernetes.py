@@ -1,21 +1,17 @@
 """Kubernetes actuator: cordon, taint and label a quarantined node and evict the job's pods on
-it through the API server's HTTP paths (bearer token, CA); the job's controller recreates them."""
+it (through kubeclient: kubeconfig or in-cluster); the job's controller recreates them."""
 
 from __future__ import annotations
 
-import json
 import os
-import ssl
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from faultwatch.actuate.backend import ActuateError
+from faultwatch.actuate.kubeclient import ApiStatus, KubeClient, KubeConfig
 from faultwatch.actuate.plan import QUARANTINE, RELEASE, REQUEUE, Action
 from faultwatch.errors import ConfigError
 from faultwatch.nodes.names import K8S_NAME_RE, K8S_NAMESPACE_RE, check, valid_node
@@ -28,31 +24,7 @@ CORDONED_ANNOTATION = "faultwatch.io/cordoned"
 EVENT_COMPONENT = "faultwatch-actuate"
 EVICT, DELETE = "evict", "delete"
 POD_ACTIONS = (EVICT, DELETE)
-SA_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 CONFLICT_RETRIES = 5
-
-
-@dataclass(frozen=True)
-class KubeConfig:
-    """Where the API server is and how to authenticate (in-cluster defaults)."""
-
-    server: str
-    token_file: Path | None
-    ca_file: Path | None
-    insecure: bool = False  # only for tests against a plain-HTTP stand-in
-    timeout_s: float = 30.0
-
-    @classmethod
-    def in_cluster(cls) -> KubeConfig:
-        host, port = os.environ.get("KUBERNETES_SERVICE_HOST"), \
-            os.environ.get("KUBERNETES_SERVICE_PORT", "443")
-        if not host:
-            raise ConfigError("--k8s-server", "not in a cluster (KUBERNETES_SERVICE_HOST "
-                                              "unset): pass --k8s-server URL")
-        if ":" in host:
-            host = f"[{host}]"
-        return cls(server=f"https://{host}:{port}", token_file=SA_DIR / "token",
-                   ca_file=SA_DIR / "ca.crt")
 
 
 class KubernetesBackend:
@@ -66,55 +38,18 @@ class KubernetesBackend:
 
     name = "kubernetes"
 
-    def __init__(self, cfg: KubeConfig, pod_selector: str | None = None,
+    def __init__(self, client: KubeClient, pod_selector: str | None = None,
                  pod_action: str = EVICT) -> None:
         if pod_action not in POD_ACTIONS:
             raise ConfigError("--k8s-pod-action", f"{pod_action!r}: one of {POD_ACTIONS}")
-        self.cfg = cfg
         self.pod_selector = pod_selector  # e.g. "training.kubeflow.org/job-name={job}"
         self.pod_action = pod_action
-        if cfg.insecure:
-            self._ctx: ssl.SSLContext | None = None
-        else:
-            self._ctx = ssl.create_default_context(
-                cafile=str(cfg.ca_file) if cfg.ca_file else None)
-
-    # ---- HTTP ---------------------------------------------------------------------------
+        self.client = client
 
     def _request(self, method: str, path: str, body: Any = None,
                  content_type: str = "application/json", ok404: bool = False
                  ) -> dict[str, Any] | None:
-        headers = {"Accept": "application/json"}
-        if self.cfg.token_file is not None:
-            try:
-                token = self.cfg.token_file.read_text().strip()  # re-read: tokens rotate
-            except OSError as e:
-                raise ActuateError(f"kubernetes: cannot read token {self.cfg.token_file}: "
-                                   f"{e}") from None
-            headers["Authorization"] = f"Bearer {token}"
-        data = None
-        if body is not None:
-            data = json.dumps(body).encode()
-            headers["Content-Type"] = content_type
-        req = urllib.request.Request(self.cfg.server.rstrip("/") + path, data=data,
-                                     method=method, headers=headers)
-        try:
-            with urllib.request.urlopen(req, timeout=self.cfg.timeout_s,
-                                        context=self._ctx) as resp:
-                raw = resp.read()
-        except urllib.error.HTTPError as e:
-            if e.code == 404 and ok404:
-                return None
-            raise _HTTPStatus(e.code, method, path, _status_message(e.read())) from None
-        except (urllib.error.URLError, OSError) as e:
-            raise ActuateError(f"kubernetes: {method} {path} failed: {e}") from None
-        if not raw:
-            return {}
-        try:
-            out = json.loads(raw)
-        except ValueError:
-            raise ActuateError(f"kubernetes: {method} {path}: response is not JSON") from None
-        return out if isinstance(out, dict) else {}
+        return self.client.request(method, path, body, content_type, ok404)
 
     # ---- actions ------------------------------------------------------------------------
 
@@ -132,7 +67,7 @@ class KubernetesBackend:
         for _ in range(CONFLICT_RETRIES):
             try:
                 return fn()
-            except _HTTPStatus as e:
+            except ApiStatus as e:
                 if e.code != 409:
                     raise
         raise ActuateError(f"kubernetes: node update conflicted {CONFLICT_RETRIES} times")
@@ -141,7 +76,7 @@ class KubernetesBackend:
         path = f"/api/v1/nodes/{urllib.parse.quote(node, safe='')}"
         obj = self._request("GET", path, ok404=True)
         if obj is None:
-            raise _HTTPStatus(404, "GET", path, f"node {node} does not exist")
+            raise ApiStatus(404, "GET", path, f"node {node} does not exist")
         return path, obj
 
     def _before_patch(self, node: str) -> None:
@@ -243,7 +178,7 @@ class KubernetesBackend:
                 gone = self._request("DELETE", path, {"kind": "DeleteOptions",
                                                       "apiVersion": "v1", **options},
                                      ok404=True) is None
-        except _HTTPStatus as e:
+        except ApiStatus as e:
             if e.code == 409:  # uid precondition failed: a different pod by that name now
                 return f"{ns}/{pod}: replaced meanwhile: left alone"
             if e.code == 429 and self.pod_action == EVICT:
@@ -297,42 +232,12 @@ def _instance() -> str:
     return os.environ.get("HOSTNAME") or os.uname().nodename
 
 
-def _status_message(raw: bytes) -> str:
-    """The API server's Status message, else the start of the body."""
-    try:
-        status = json.loads(raw)
-        if isinstance(status, dict) and isinstance(status.get("message"), str):
-            return str(status["message"])[:300]
-    except ValueError:
-        pass
-    return raw[:300].decode(errors="replace")
-
-
-# the API server's answers that a retry cannot change: bad request, unauthenticated,
-# forbidden (RBAC), not found, invalid
-PERMANENT_STATUS = (400, 401, 403, 404, 405, 422)
-
-
-class _HTTPStatus(ActuateError):
-    """An API answer other than success; 403, 404 and 422 will not change on a retry."""
-
-    def __init__(self, code: int, method: str, path: str, detail: str) -> None:
-        self.code = code
-        self.detail = detail
-        hint = ""
-        if code == 403:
-            hint = " (RBAC: see deploy/kubernetes/actuate-rbac.yaml for the verbs needed)"
-        super().__init__(f"kubernetes: {method} {path} -> {code}: {detail}{hint}",
-                         permanent=code in PERMANENT_STATUS)
-
-
 def from_args(args: Any) -> KubernetesBackend:
-    if args.k8s_server:
-        cfg = KubeConfig(server=args.k8s_server,
-                         token_file=Path(args.k8s_token_file) if args.k8s_token_file else None,
-                         ca_file=Path(args.k8s_ca_file) if args.k8s_ca_file else None,
-                         insecure=args.k8s_server.startswith("http://"))
-    else:
-        cfg = KubeConfig.in_cluster()
-    return KubernetesBackend(cfg, pod_selector=args.k8s_pod_selector,
+    """--kubeconfig/--context (else $KUBECONFIG, ~/.kube/config, in-cluster); the credentials
+    are loaded and the server asked its version at start, so a wrong context fails here."""
+    cfg = KubeConfig(kubeconfig=Path(args.kubeconfig) if args.kubeconfig else None,
+                     context=args.context)
+    client = KubeClient(cfg)
+    client.connect()
+    return KubernetesBackend(client, pod_selector=args.k8s_pod_selector,
                              pod_action=getattr(args, "k8s_pod_action", EVICT))

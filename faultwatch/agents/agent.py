@@ -108,6 +108,7 @@ class Agent:
             self._torchrun_ranks(os.environ if cfg.env is None else cfg.env)
         self.sdk: SdkServer | None = None
         self.probes_seen: set[str] = set()  # diagnosis requests answered (agents/control.py)
+        self.refused: Decision | None = None  # the processors refuse this node's records
         self.born_ts = time.time()
         self.story = Story(self.born_ts)  # for the closing summary (exitcodes.Story)
         # a decision as a block for a person (the CLI passes readers.render.render_decision)

@@ -1,4 +1,5 @@
-"""The control channel of the agent: diagnosis requests (probes) from <prefix>control.
+"""The control channel of the agent: diagnosis requests (probes) from <prefix>control, and the
+processors' notice that they refuse this node's records (streams/refusal_notices.py).
 
 Probes are machinery, not decisions: the job stage asks every agent of a silent job for its
 ranks' stacks and Flight Recorder dumps (core/diagnosis.py) on the control topic, which
@@ -14,6 +15,7 @@ from typing import TYPE_CHECKING
 from faultwatch.agents.transport import Decisions
 from faultwatch.core.diagnosis import is_probe
 from faultwatch.core.events import Decision
+from faultwatch.trust.refusals import is_refusal
 
 if TYPE_CHECKING:
     from faultwatch.agents.agent import Agent
@@ -43,9 +45,38 @@ def answer_probe(agent: Agent, dec: Decision, via: str) -> bool:
     return True
 
 
+def note_refused(agent: Agent, dec: Decision) -> bool:
+    """Keep a records-refused notice about this node (said once per reason now, and in the
+    closing line of a run no decision came for); False when it names another node."""
+    if dec.nodes and agent.cfg.node not in dec.nodes:
+        return False
+    ev = dec.evidence if isinstance(dec.evidence, dict) else {}
+    before = agent.refused.evidence.get("reason") if agent.refused is not None else None
+    agent.refused = dec
+    if ev.get("reason") != before:
+        agent.log("records_refused", node=agent.cfg.node, reason=ev.get("reason"),
+                  detail=ev.get("detail"), hint=ev.get("hint"))
+    return True
+
+
+def refused_why(agent: Agent) -> str:
+    """What the closing line says of refused records (empty when none were)."""
+    dec = agent.refused
+    if dec is None:
+        return ""
+    ev = dec.evidence if isinstance(dec.evidence, dict) else {}
+    return (f"the processors refuse this node's records ({ev.get('reason')}): "
+            f"{ev.get('hint')}")
+
+
 async def answer_probes(agent: Agent, control: Decisions) -> None:
-    """Run for the agent's life: answer every probe that arrives on the control channel."""
+    """Run for the agent's life: answer every probe that arrives on the control channel, and
+    keep what the processors say of this node's refused records."""
     while True:
         dec = await control.get()
-        if dec is not None:
+        if dec is None:
+            continue
+        if is_refusal(dec):
+            note_refused(agent, dec)
+        else:
             answer_probe(agent, dec, "control")

@@ -17,7 +17,7 @@ with each code, and why these numbers:
   shell `case`) makes them retry.
 - 128+N (129, 130, 143) only when the agent itself received SIGHUP, SIGINT or SIGTERM (it
   forwarded it and its child stopped): what schedulers already expect of a stopped process.
-- 1-6 are faultwatch's own errors (faultwatch/errors.py), as for every other command.
+- 1-9 are faultwatch's own errors (faultwatch/errors.py), as for every other command.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ EXIT_FAILED = 78  # a `fail` decision: permanent, do not retry
 EXIT_ELSEWHERE = 138  # this node is bad (blacklist decision, failed boot check): run elsewhere
 
 # name -> code; `interrupted` is 128+N for the signal N the agent received (SIGHUP 129,
-# SIGINT 130, SIGTERM 143), `error` the class's code of faultwatch's own error (1-6).
+# SIGINT 130, SIGTERM 143), `error` the class's code of faultwatch's own error (1-9).
 VERDICTS: dict[str, int] = {
     "success": EXIT_SUCCESS, "restart": EXIT_RESTART, "elsewhere": EXIT_ELSEWHERE,
     "failed": EXIT_FAILED, "undecided": EXIT_UNDECIDED, "nodes-timeout": EXIT_NODES_TIMEOUT,

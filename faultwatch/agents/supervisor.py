@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import orjson
 
 from faultwatch.agents.child import ExitStatus
-from faultwatch.agents.control import answer_probe
+from faultwatch.agents.control import answer_probe, refused_why
 from faultwatch.agents.decisions import BLACKLISTED, NOTIFY, RESTART, verdict
 from faultwatch.agents.exitcodes import (
     EXIT_ELSEWHERE,
@@ -190,6 +190,8 @@ async def supervise_job(agent: Agent) -> Verdict:
             agent.log("child_exit", exit_code=st.exit_code, signal=st.signal)
             why = (f"no decision arrived within {agent.cfg.decision_wait_s:g}s"
                    if follower is not None else "this agent does not follow decisions")
+            if agent.refused is not None:  # why no decision came: the records never counted
+                why += f"; {refused_why(agent)}"
             return _verdict(agent, "undecided", EXIT_UNDECIDED, st, why)
         v, dec = act
         if v == RESTART:

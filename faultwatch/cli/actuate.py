@@ -128,10 +128,14 @@ def register(sub: Any) -> argparse.ArgumentParser:
     g = p.add_argument_group("slurm")
     g.add_argument("--scontrol", default="scontrol", help="scontrol executable")
     g.add_argument("--squeue", default="squeue", help="squeue executable")
-    g = p.add_argument_group("kubernetes (default: in-cluster service account)")
-    g.add_argument("--k8s-server", help="API server URL (default: in-cluster)")
-    g.add_argument("--k8s-token-file", help="bearer token file")
-    g.add_argument("--k8s-ca-file", help="CA bundle of the API server")
+    g = p.add_argument_group("kubernetes (needs faultwatch[kubernetes]; kubectl's credentials: "
+                             "--kubeconfig, else $KUBECONFIG, ~/.kube/config, in-cluster)")
+    g.add_argument("--kubeconfig", metavar="FILE",
+                   help="kubeconfig file: contexts, client certificates, tokens, exec "
+                        "credential plugins (default: $KUBECONFIG, a ':'-separated list, "
+                        "else ~/.kube/config, else the in-cluster service account)")
+    g.add_argument("--context", metavar="NAME",
+                   help="kubeconfig context (default: its current-context)")
     g.add_argument("--k8s-pod-selector",
                    help="also move every pod on the node matching this label selector; "
                         "{job} is the faultwatch job, e.g. training.kubeflow.org/job-name={job}")

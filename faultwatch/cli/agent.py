@@ -101,8 +101,32 @@ def cmd_agent(args: argparse.Namespace) -> int:
     from faultwatch.agents.entry import main_sync
     from faultwatch.readers.render import render_decision
 
-    return main_sync(config_from_args(args), flush_only=bool(args.flush),
-                     render=render_decision)
+    cfg = config_from_args(args)
+    if not args.flush and not args.no_check:
+        from faultwatch.eventlog import set_component
+
+        set_component("agent")
+        _check(args, cfg)
+    return main_sync(cfg, flush_only=bool(args.flush), render=render_decision)
+
+
+def _check(args: argparse.Namespace, cfg: AgentConfig) -> None:
+    """The timeout chain once before the launch (cli/check.py), with the agent's own timers;
+    the policy is the processor's, which the agent does not know: its defaults stand in."""
+    from faultwatch import __version__
+    from faultwatch.cli import check
+    from faultwatch.core.chain import AGENT_DEFAULTS
+    from faultwatch.core.policy import Policy
+
+    values = {"term_grace_s": cfg.term_grace_s, "exit_flush_timeout_s": cfg.exit_flush_timeout_s,
+              "decision_wait_s": cfg.decision_wait_s, "heartbeat_s": cfg.heartbeat_s,
+              "heartbeat_flowing_s": cfg.heartbeat_flowing_s,
+              "wait_for_nodes": cfg.wait_for_nodes,
+              "wait_for_nodes_timeout_s": cfg.wait_for_nodes_timeout_s}
+    given = {d: v != AGENT_DEFAULTS[check.AGENT_FLAGS[d]] for d, v in values.items()}
+    fw = check.Faultwatch(Policy(), {}, check.agent_settings(values, given), __version__)
+    check.preflight(cfg.cmd, fw, strict=args.strict, component="agent",
+                    policy_note="; policy: faultwatch's defaults, the processor's may differ")
 
 
 def cmd_agent_tail(args: argparse.Namespace) -> int:
@@ -156,7 +180,8 @@ and the decision; docs/cli.md#exit-codes):
   {EXIT_FAILED} a fail decision: permanent;
   {EXIT_UNDECIDED} the command failed and no decision arrived within --decision-wait-s;
   {EXIT_NODES_TIMEOUT} --wait-for-nodes timed out;
-  129/130/143 the agent itself got SIGHUP/SIGINT/SIGTERM; 1-6 faultwatch's own errors.
+  129/130/143 the agent itself got SIGHUP/SIGINT/SIGTERM; 1-9 faultwatch's own errors
+      (8: --strict refused a launch whose timeouts do not nest).
 """
 
 
@@ -261,6 +286,7 @@ def register(sub: Any) -> None:
     options.add_metrics(p)
     p.add_argument("--flush", action="store_true",
                    help="no command: deliver what an earlier agent left in the spool, exit")
+    options.add_check(p)
     options.add_logging(p, "warning")
     p.set_defaults(func=cmd_agent)
     asub = options.subcommands(p, "agent_command", metavar="{tail,bootcheck}",

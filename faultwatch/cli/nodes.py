@@ -57,14 +57,20 @@ def cmd_nodes(args: argparse.Namespace) -> int:
 def _change(args: argparse.Namespace, make: Any, must_exist: str | None = None) -> int:
     from faultwatch.eventlog import log_event
     from faultwatch.nodes.manual import change_node
+    from faultwatch.streams.write_check import check_operator_write
     from faultwatch.trust.keys import load_signing_key
     from faultwatch.trust.records import NODE_RECORD, signer_for
+    from faultwatch.wire.topics import Topics
 
     node = valid_node(args.node)
     bootstrap, topic = _topic(args)
     # an operator's record: signed with $FAULTWATCH_SIGNING_KEY_FILE / --signing-key-file
-    signer = signer_for(NODE_RECORD, load_signing_key(getattr(args, "signing_key_file", None)))
-    rec = change_node(bootstrap, topic, node, make, signer=signer, must_exist=must_exist)
+    key = load_signing_key(getattr(args, "signing_key_file", None))
+    # a record every verifying worker would refuse is refused here (exit 8)
+    check_operator_write(bootstrap, Topics(args.topic_prefix).status, NODE_RECORD, key,
+                         f"nodes {args.nodes_command}")
+    rec = change_node(bootstrap, topic, node, make, signer=signer_for(NODE_RECORD, key),
+                      must_exist=must_exist)
     log_event(f"node_{args.nodes_command}", node=node, state=rec.state, until=rec.until,
               strikes=rec.strikes, decision=rec.reasons[-1].decision)
     print(orjson.dumps(node_json(rec)).decode())

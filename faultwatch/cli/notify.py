@@ -1,4 +1,5 @@
-"""`faultwatch notify`: send decisions to webhooks (Slack, Feishu, DingTalk, JSON), grouped."""
+"""`faultwatch notify`: send decisions to webhooks (Slack, Feishu, DingTalk, JSON), grouped, and
+to Alertmanager as alerts."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ if TYPE_CHECKING:  # the sender (urllib, email) is imported when notify runs, no
 
 SECRET_ENV = "FAULTWATCH_WEBHOOK_SECRET"
 WEBHOOKS_ENV = "FAULTWATCH_WEBHOOKS"
+ALERTMANAGERS_ENV = "FAULTWATCH_ALERTMANAGERS"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -64,12 +66,39 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-decision-age-s", type=float, default=None,
                    help="refuse decisions older than this (default "
                         "$FAULTWATCH_MAX_DECISION_AGE_S, else 600 s; the replay rule)")
+    g = p.add_argument_group(
+        "Alertmanager (its v2 API; every alert to every URL, as Prometheus sends to each "
+        "member of an HA cluster; its routes, silences and inhibitions then apply)")
+    g.add_argument("--alertmanager", action="append", default=[], metavar="URL",
+                   help="an Alertmanager, e.g. http://alertmanager:9093; repeat for an HA "
+                        "cluster. A URL with a password or token is refused here (`ps` shows "
+                        f"it): give it in --alertmanager-file or ${ALERTMANAGERS_ENV}")
+    g.add_argument("--alertmanager-file", type=Path, action="append", default=[],
+                   help="a file of Alertmanager URLs, one per line (# comments); also read: "
+                        f"${ALERTMANAGERS_ENV} (whitespace-separated)")
+    g.add_argument("--alertmanager-ca-file", type=Path, help="CA bundle of its TLS certificate")
+    g.add_argument("--alertmanager-cert-file", type=Path, help="client certificate (mTLS)")
+    g.add_argument("--alertmanager-key-file", type=Path, help="the client certificate's key")
+    g.add_argument("--alertmanager-basic-auth-file", type=Path,
+                   help="basic auth, one line `user:password`")
+    g.add_argument("--alertmanager-bearer-token-file", type=Path,
+                   help="bearer token (read again for every post)")
+    g.add_argument("--alertmanager-resend-s", type=float, default=60.0,
+                   help="open alerts are posted again this often, each valid for 4 times "
+                        "this (default 60)")
+    g.add_argument("--alertmanager-max-open-s", type=float, default=12 * 3600.0,
+                   help="an alert whose job never shows healthy again resolves after this "
+                        "(default 43200: 12 h); a notify decision's after --resolve-timeout-s")
     p.add_argument("--replay-state", type=Path, default=None,
                    help="file of the decision ids already taken, so a restarted notifier "
                         "still refuses a replay (default ~/.faultwatch/notify-<group>.seen)")
 
 
-def config_of(args: argparse.Namespace, bootstrap: str, topic: str) -> NotifierConfig:
+def config_of(args: argparse.Namespace, bootstrap: str, topic: str,
+              status_topic: str | None = None) -> NotifierConfig:
+    from faultwatch.notify.alertmanager import Alertmanager
+    from faultwatch.notify.alerts import AlertPolicy
+    from faultwatch.notify.http import HttpSecurity
     from faultwatch.notify.limit import RateLimits
     from faultwatch.notify.sender import Receiver, RetryPolicy
     from faultwatch.notify.service import NotifierConfig
@@ -95,9 +124,21 @@ def config_of(args: argparse.Namespace, bootstrap: str, topic: str) -> NotifierC
     except ValueError as e:
         raise ConfigError("notify", str(e)) from e
     receivers = tuple(Receiver.parse(spec, secret) for spec in webhook_specs(args))
-    if not receivers:
-        raise ConfigError("--webhook", f"no webhook: give --webhook, --webhook-file or "
-                                       f"${WEBHOOKS_ENV}")
+    alertmanagers = tuple(Alertmanager(url) for url in alertmanager_urls(args))
+    if not receivers and not alertmanagers:
+        raise ConfigError("--webhook", f"no receiver: give --webhook, --webhook-file, "
+                                       f"${WEBHOOKS_ENV}, or --alertmanager")
+    try:
+        alert_policy = AlertPolicy(resend_s=args.alertmanager_resend_s,
+                                   notice_open_s=args.resolve_timeout_s,
+                                   max_open_s=args.alertmanager_max_open_s)
+    except ValueError as e:
+        raise ConfigError("notify", str(e)) from e
+    security = HttpSecurity(ca_file=args.alertmanager_ca_file,
+                            cert_file=args.alertmanager_cert_file,
+                            key_file=args.alertmanager_key_file,
+                            basic_auth_file=args.alertmanager_basic_auth_file,
+                            bearer_token_file=args.alertmanager_bearer_token_file)
     from faultwatch.trust.replay import max_age_s
 
     state = args.replay_state or Path.home() / ".faultwatch" / f"notify-{args.group_id}.seen"
@@ -106,29 +147,42 @@ def config_of(args: argparse.Namespace, bootstrap: str, topic: str) -> NotifierC
                           group_id=args.group_id, policy=policy, retry=retry,
                           from_beginning=args.from_beginning,
                           max_decision_age_s=max_age_s(args.max_decision_age_s),
-                          replay_state=state, limits=limits)
+                          replay_state=state, limits=limits, alertmanagers=alertmanagers,
+                          alert_policy=alert_policy, alertmanager_security=security,
+                          status_topic=status_topic, holds_topic=options.topics(args).holds)
 
 
 def webhook_specs(args: argparse.Namespace) -> list[str]:
     """Webhooks from flags, files and the environment, in that order. A flag's URL that
     holds a token is refused (ConfigError, exit 2): every user on the host sees it in `ps`."""
+    return _specs("--webhook", args.webhook, "--webhook-file", args.webhook_file, WEBHOOKS_ENV)
+
+
+def alertmanager_urls(args: argparse.Namespace) -> list[str]:
+    """Alertmanagers from flags, files and the environment, by the webhooks' rules."""
+    return _specs("--alertmanager", args.alertmanager, "--alertmanager-file",
+                  args.alertmanager_file, ALERTMANAGERS_ENV)
+
+
+def _specs(flag: str, given: list[str], file_flag: str, files: list[Path],
+           env: str) -> list[str]:
     from faultwatch.notify.sender import Receiver, holds_token
 
-    for spec in args.webhook:
+    for spec in given:
         secret = holds_token(spec)
         if secret is not None:
-            raise ConfigError("--webhook", f"{Receiver.parse(spec).where}...: {secret} is a "
+            raise ConfigError(flag, f"{Receiver.parse(spec).where}...: {secret} is a "
                               "credential, and a flag is visible to every user in `ps`; give "
-                              f"this webhook in --webhook-file FILE or ${WEBHOOKS_ENV}")
-    specs = list(args.webhook)
-    for path in args.webhook_file:
+                              f"this URL in {file_flag} FILE or ${env}")
+    specs = list(given)
+    for path in files:
         try:
             text = path.read_text()
         except OSError as e:
             raise ConfigError(str(path), f"cannot read: {e.strerror}") from e
         specs += [ln.strip() for ln in text.splitlines()
                   if ln.strip() and not ln.strip().startswith("#")]
-    specs += os.environ.get(WEBHOOKS_ENV, "").split()
+    specs += os.environ.get(env, "").split()
     return specs
 
 
@@ -158,15 +212,17 @@ def cmd_notify(args: argparse.Namespace) -> int:
     from faultwatch.eventlog import set_component
 
     set_component("notify")
-    cfg = config_of(args, options.need_bootstrap(args), options.topics(args).decisions)
+    topics = options.topics(args)
+    cfg = config_of(args, options.need_bootstrap(args), topics.decisions, topics.status)
     options.serve_service_metrics(args, "notify")
     return run(cfg)
 
 
 def register(sub: Any) -> None:
     p = sub.add_parser("notify", help="send decisions to webhooks (Slack, Feishu, DingTalk, "
-                       "JSON), grouped like Alertmanager", description="Consume decisions and "
-                       "post grouped notifications; see docs/operating.md.")
+                       "JSON), grouped like Alertmanager, or to Alertmanager as alerts",
+                       description="Consume decisions and post grouped notifications, or "
+                       "alerts to Alertmanager; see docs/operating.md.")
     options.add_kafka(p)
     add_arguments(p)
     options.add_metrics(p)

@@ -327,6 +327,33 @@ def add_verdict(p: argparse.ArgumentParser) -> None:
                         "this agent with the next attempt")
 
 
+# ---- the wrapped command and the timeout chain (run, agent, check) -----------------------
+
+def wrapped_command(args: argparse.Namespace) -> tuple[str, ...]:
+    """The training command given after `--` (tree.split_command), else a UsageError."""
+    from faultwatch.errors import UsageError
+
+    if not args.cmd:
+        raise UsageError(f"no command given: put it after --, e.g. "
+                         f"`faultwatch {args.command} -- torchrun ...`")
+    return tuple(args.cmd)
+
+
+
+def add_check(p: argparse.ArgumentParser) -> None:
+    """--strict and --no-check: the timeout chain checked once before the launch
+    (`faultwatch check`, docs/timeouts.md)."""
+    from faultwatch.errors import EXIT_CHAIN
+
+    g = p.add_argument_group("the timeout chain, checked once before the launch "
+                             "(docs/timeouts.md)")
+    g.add_argument("--strict", action="store_true",
+                   help=f"a broken link refuses the launch (exit {EXIT_CHAIN}); without it "
+                        "the broken links are printed once and the command runs")
+    g.add_argument("--no-check", action="store_true",
+                   help="do not check the timeout chain at the start")
+
+
 # ---- metrics (agent, process, actuate, notify) -------------------------------------------
 
 def add_metrics(p: argparse.ArgumentParser) -> None:

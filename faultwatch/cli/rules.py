@@ -1,5 +1,5 @@
-"""`faultwatch rules check|test|classify|push|show|diff`: validate, test, try, hot-push, show
-and diff rule files."""
+"""`faultwatch rules check|test|classify|push|history|rollback|show|diff`: validate, test, try,
+hot-push, list and undo pushes, show and diff rule files."""
 
 from __future__ import annotations
 
@@ -80,11 +80,60 @@ def cmd_rules_push(args: argparse.Namespace) -> int:
     from faultwatch.trust.keys import load_signing_key
 
     key = load_signing_key(args.signing_key_file)  # the operator's: processors verify it
-    rs = asyncio.run(push(bootstrap, args.files, topics=topics, builtin=not args.no_builtin,
-                          timeout_s=args.timeout_s, signing_key=key))
+    from faultwatch.streams.write_check import check_operator_write
+    from faultwatch.trust.records import RULES
+
+    # a set every verifying worker would refuse is refused here (exit 8), not "pushed"
+    check_operator_write(bootstrap, topics.status, RULES, key, "rules push")
+    rs, rev = asyncio.run(push(bootstrap, args.files, topics=topics,
+                               builtin=not args.no_builtin, timeout_s=args.timeout_s,
+                               signing_key=key))
     print(f"pushed rules version {rs.version} ({len(rs.rules)} rules, {len(args.files)} "
-          f"file(s)) to {topics.rules}" + (f", signed by key {key.key_id}" if key else
-                                           ", unsigned"))
+          f"file(s)) to {topics.rules} as revision {rev}"
+          + (f", signed by key {key.key_id}" if key else ", unsigned"))
+    return EXIT_OK
+
+
+def cmd_rules_history(args: argparse.Namespace) -> int:
+    from faultwatch.streams.rules_push import read_history
+
+    revs, current = asyncio.run(read_history(options.need_bootstrap(args), options.topics(args),
+                                             args.timeout_s))
+    if args.json:
+        for r in revs:
+            print(orjson.dumps({**r.summary(), "in_force": current is not None
+                                and r.revision == current.revision}).decode())
+        return EXIT_OK
+    if not revs and current is None:
+        print("nothing pushed: each worker runs its built-in and --rules files")
+    for r in revs:
+        here = current is not None and r.revision == current.revision
+        print(("* " if here else "  ") + r.line())
+    if current is not None and current.revision < 0:
+        print(f"* (unnumbered) version {current.record.get('version')}: pushed by an older "
+              "faultwatch")
+    return EXIT_OK
+
+
+def cmd_rules_rollback(args: argparse.Namespace) -> int:
+    from faultwatch.streams.rules_push import rollback
+    from faultwatch.streams.write_check import check_operator_write
+    from faultwatch.trust.keys import load_signing_key
+    from faultwatch.trust.records import RULES
+
+    bootstrap = options.need_bootstrap(args)
+    topics = options.topics(args)
+    key = load_signing_key(args.signing_key_file)  # signed like a push: processors verify it
+    check_operator_write(bootstrap, topics.status, RULES, key, "rules rollback")
+    target, was, rev, rs = asyncio.run(rollback(bootstrap, topics=topics, to=args.to_revision,
+                                                timeout_s=args.timeout_s, signing_key=key))
+    what = "nothing pushed (built-in and each worker's --rules files)" \
+        if target.revision == 0 else f"revision {target.revision}: {target.describe()}"
+    print(f"rolled back rules to {what}")
+    print(f"  now revision {rev}, version {rs.version} ({len(rs.rules)} rules); was "
+          + (f"revision {was.revision}" if was is not None and was.revision > 0 else "unnumbered")
+          + (f", version {was.record.get('version')}" if was is not None else "")
+          + f"; on {topics.rules}" + (f", signed by key {key.key_id}" if key else ", unsigned"))
     return EXIT_OK
 
 
@@ -113,7 +162,8 @@ def cmd_rules_diff(args: argparse.Namespace) -> int:
 
 
 def register(sub: Any) -> None:
-    rules = sub.add_parser("rules", help="check, test, try, push, show and diff rule files")
+    rules = sub.add_parser("rules", help="check, test, try, push, roll back, show and diff "
+                                         "rule files")
     rsub = options.subcommands(rules, "rules_command", required=True, metavar="SUBCOMMAND")
     p = rsub.add_parser("check", help="validate rule files: path:line: message, all at once")
     p.add_argument("files", nargs="+", metavar="FILE")
@@ -139,6 +189,29 @@ def register(sub: Any) -> None:
                         "$FAULTWATCH_SIGNING_KEY_FILE; see `faultwatch keys`)")
     p.add_argument("--timeout-s", type=float, default=30.0, help="Kafka timeout (seconds)")
     p.set_defaults(func=cmd_rules_push)
+    p = rsub.add_parser("history", help="the pushed rule sets kept on the rules topic, "
+                                        "numbered (the one in force starred)",
+                        description="The last pushes, oldest first, like `kubectl rollout "
+                                    "history`: revision, version, push id, author, time, files.")
+    options.add_kafka(p)
+    options.add_json(p, "one JSON object per revision")
+    p.add_argument("--timeout-s", type=float, default=30.0, help="Kafka timeout (seconds)")
+    p.set_defaults(func=cmd_rules_history)
+    p = rsub.add_parser("rollback", help="undo a push: push an earlier revision's files again "
+                                         "(like kubectl rollout undo)",
+                        description="Push the files of the revision before the one in force "
+                                    "(or --to-revision N; 0 removes the pushed set) again, as "
+                                    "a new revision, signed with your operator key like a "
+                                    "push. Example: faultwatch rules rollback --to-revision 3")
+    options.add_kafka(p)
+    p.add_argument("--to-revision", type=int, default=None, metavar="N",
+                   help="the revision to go back to (default: the one before the set in "
+                        "force; see `rules history`)")
+    p.add_argument("--signing-key-file", type=Path, default=None,
+                   help="operator's Ed25519 key that signs the rule set (default "
+                        "$FAULTWATCH_SIGNING_KEY_FILE)")
+    p.add_argument("--timeout-s", type=float, default=30.0, help="Kafka timeout (seconds)")
+    p.set_defaults(func=cmd_rules_rollback)
     p = rsub.add_parser("show", help="the rules in force per processor worker (version, "
                                      "layers, files, push), or the local set with --rules")
     options.add_kafka(p)

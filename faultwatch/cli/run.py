@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from faultwatch.agents.config import EXIT_UNDECIDED
 from faultwatch.cli import options
-from faultwatch.errors import ConfigError, UsageError
+from faultwatch.errors import ConfigError
 from faultwatch.eventlog import log_event
 
 if TYPE_CHECKING:  # the wiring's imports are made when `run` runs: every command builds the tree
@@ -174,19 +174,11 @@ def run_embedded(cfg: EmbeddedConfig) -> int:
 
 # ---- the command ---------------------------------------------------------------------------
 
-def wrapped_command(args: argparse.Namespace) -> tuple[str, ...]:
-    """The training command given after `--` (tree.split_command), else a UsageError."""
-    if not args.cmd:
-        raise UsageError(f"no command given: put it after --, e.g. "
-                         f"`faultwatch {args.command} -- torchrun ...`")
-    return tuple(args.cmd)
-
-
 def cmd_run(args: argparse.Namespace) -> int:
     from faultwatch.eventlog import set_component
 
     set_component("run")
-    cfg = EmbeddedConfig(cmd=wrapped_command(args), rule_paths=tuple(args.rules or ()),
+    cfg = EmbeddedConfig(cmd=options.wrapped_command(args), rule_paths=tuple(args.rules or ()),
                          policy_overrides=options.policy_overrides(args),
                          decisions_out=Path(args.decisions_out) if args.decisions_out else None,
                          job=args.job, term_grace_s=args.term_grace_s,
@@ -195,7 +187,27 @@ def cmd_run(args: argparse.Namespace) -> int:
                          on_restart=args.on_restart,
                          control_out=Path(args.control_out) if args.control_out else None,
                          attempt=_run_attempt())
+    if not args.no_check:
+        _check(args, cfg)
     return run_embedded(cfg)
+
+
+def _check(args: argparse.Namespace, cfg: EmbeddedConfig) -> None:
+    """The timeout chain once before the launch (cli/check.py): the run's own policy, its
+    in-process heartbeats, nothing to flush at exit."""
+    from faultwatch.cli import check
+    from faultwatch.launch.model import Setting
+
+    given = {"term_grace_s": args.term_grace_s != 10.0,
+             "decision_wait_s": args.decision_wait_s != 60.0}
+    agent = check.agent_settings({"term_grace_s": cfg.term_grace_s,
+                                  "decision_wait_s": cfg.decision_wait_s}, given)
+    for key in ("agent.heartbeat_s", "agent.heartbeat_flowing_s"):
+        agent[key] = Setting(key, HEARTBEAT_S, "derived", "in process (faultwatch run)")
+    agent["agent.exit_flush_timeout_s"] = Setting("agent.exit_flush_timeout_s", 0.0,
+                                                  "derived", "in process: nothing to flush")
+    fw = check.faultwatch_side(cfg.rule_paths, cfg.policy_overrides, agent)
+    check.preflight(cfg.cmd, fw, strict=args.strict, component="run")
 
 
 def _run_attempt() -> int:
@@ -224,6 +236,7 @@ def register(sub: Any) -> None:
                    help="after the command failed, how long to wait for the decision "
                         f"(none: exit {EXIT_UNDECIDED})")
     options.add_verdict(p)
+    options.add_check(p)
     options.add_logging(p, "warning")
     options.add_policy(p)
     p.set_defaults(func=cmd_run)

@@ -18,7 +18,8 @@ def cmd_status(args: argparse.Namespace) -> int:
         raise UsageError(f"--finished-for-s {args.finished_for_s}: must be 0 or more")
     return show(options.need_bootstrap(args), options.topics(args).status,
                 job=args.job_arg or args.job, as_json=args.json, watch=args.watch,
-                interval_s=args.interval_s, wide=args.wide, finished_for_s=args.finished_for_s)
+                interval_s=args.interval_s, wide=args.wide, finished_for_s=args.finished_for_s,
+                holds_topic=options.topics(args).holds)
 
 
 def register(sub: Any) -> None:

@@ -1,9 +1,9 @@
 """The one argparse tree of every `faultwatch` command and its one error handler.
 
-Each command group registers itself from its own module (run, agent, process, read, status,
-diagnose, rules, kafka, nodes, actuate, notify, keys, completion); their shared options come
-from options.py, their descriptions and examples from helptext.py.
-Commands that wrap a training command (`run`, `agent`) take it only after `--`."""
+Each command group registers itself from its own module (run, agent, check, process, read,
+status, describe, diagnose, rules, kafka, nodes, jobs, actuate, notify, keys, completion);
+their shared options come from options.py, their descriptions and examples from helptext.py.
+Commands that wrap a training command (`run`, `agent`, `check`) take it only after `--`."""
 
 from __future__ import annotations
 
@@ -17,9 +17,12 @@ from faultwatch import __version__
 from faultwatch.cli import (
     actuate,
     agent,
+    check,
     completion,
+    describe,
     diagnose,
     helptext,
+    jobs,
     kafka,
     keys,
     nodes,
@@ -39,10 +42,10 @@ from faultwatch.errors import (
     FaultwatchError,
 )
 
-WRAPPERS = ("run", "agent")  # commands whose training command follows `--`
+WRAPPERS = ("run", "agent", "check")  # commands whose training command follows `--`
 AGENT_SUBCOMMANDS = agent.SUBCOMMANDS
-GROUPS = (run, agent, process, notify, status, read, diagnose, rules, kafka, nodes, actuate,
-          keys, completion)
+GROUPS = (run, agent, check, process, notify, status, describe, read, diagnose, rules, kafka,
+          nodes, jobs, actuate, keys, completion)
 
 
 def build_parser() -> options.Parser:

@@ -104,6 +104,7 @@ def _hang(st: JobState, alive: list[NodeState], now_ev: float, policy: Policy,
     if window is None:
         return None  # a stage without hang detection is open (eval)
     silences = []
+    held: dict[str, float] = {}  # node -> until when its launcher assembles the job
     frac = float("inf")  # the least silent node's silence, as a fraction of its window
     for n in alive:
         assert n.last_hb_ts is not None
@@ -111,6 +112,11 @@ def _hang(st: JobState, alive: list[NodeState], now_ev: float, policy: Policy,
             since, w = n.started_ts, max(policy.effective_init_window_s, window)
         else:
             since, w = n.last_output_ts, window
+        if n.start_hold_s is not None and not n.ranked:  # core/start.py
+            hold_until = n.started_ts + n.start_hold_s
+            if hold_until - since > w:
+                w = hold_until - since
+                held[n.node] = hold_until
         frac = min(frac, (n.last_hb_ts - since) / w)
         silences.append((since, n))
     silent_since = max(since for since, _ in silences)
@@ -168,6 +174,8 @@ def _hang(st: JobState, alive: list[NodeState], now_ev: float, policy: Policy,
         "last_lines": st.last_lines_per_rank(),
         "expected": st.expected_evidence(),
     }
+    if held:  # the launchers' own start deadlines held the decision back this long
+        evidence["start_held_until"] = {k: round(v, 3) for k, v in sorted(held.items())}
     if policy.diagnose:  # the probes of this silence and what they found, in one message
         evidence["probes"] = probes_evidence(st.diag_sent, answers, silent_since)
     msg = f"every rank silent for {now_ev - silent_since:.1f}s (window {window:g}s, " \

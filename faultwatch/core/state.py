@@ -24,6 +24,7 @@ from faultwatch.core.events import (
 from faultwatch.core.pmap import EMPTY, PMap, empty
 from faultwatch.core.policy import Policy
 from faultwatch.core.progress import RankProg, fold_step
+from faultwatch.core.start import start_hold_s
 from faultwatch.core.windows import (
     DEFAULT_STAGE,
     STEP_WEIGHT_MAX,
@@ -71,6 +72,10 @@ class NodeState:
     last_output_ts: float | None = None
     last_hb_ts: float | None = None
     seen_at: float | None = None  # processor time of the node's latest record (node lost)
+    # seconds from started_ts its launcher may take to assemble the job (core/start.py);
+    # held until one of the node's ranks prints (`ranked`)
+    start_hold_s: float | None = None
+    ranked: bool = False  # a line of this node carried a rank (not only its launcher's)
 
 
 _NODE_FIELDS = tuple(f.name for f in dataclasses.fields(NodeState))
@@ -285,7 +290,8 @@ def new_attempt(st: JobState, attempt: int) -> JobState:
 
 def fold_start(st: JobState, ev: RunStart, now: float) -> JobState:
     ns = NodeState(node=ev.node, started_ts=ev.ts, run_id=ev.run_id,
-                   world_size=ev.world_size, rank=ev.rank, seen_at=now)
+                   world_size=ev.world_size, rank=ev.rank, seen_at=now,
+                   start_hold_s=start_hold_s(ev.cmd), ranked=ev.rank is not None)
     phase = Phase.RUNNING if st.phase == Phase.DONE else st.phase
     world = max(st.expected_world or 0, ev.world_size or 0) or None
     nn = max(st.expected_nodes or 0, ev.nnodes or 0) or None
@@ -330,8 +336,12 @@ def fold_output(st: JobState, ev: Output, now: float) -> JobState:
                     hists = _add_gaps(hists, pending[:1])
                     pending = pending[1:]
     job_last = ev.ts if prev is None else max(prev, ev.ts)
+    if ns.ranked or not any(rank is not None for rank, _ in ev.rank_last_ts):
+        ns = node_with(ns, last_output_ts=last, seen_at=now)
+    else:  # a rank printed: the launcher has assembled the job (core/start.py)
+        ns = node_with(ns, last_output_ts=last, seen_at=now, ranked=True)
     return evolve(
-        st, nodes=st.nodes.set(ev.node, node_with(ns, last_output_ts=last, seen_at=now)),
+        st, nodes=st.nodes.set(ev.node, ns),
         rank_last_ts=ranks, tail=tail, last_output_ts=job_last, outputs=st.outputs + 1,
         hists=hists, diagnoses=EMPTY if st.diagnoses else st.diagnoses,
         outputs_since_step=st.outputs_since_step + 1, pending_gaps=pending)

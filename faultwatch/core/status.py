@@ -7,7 +7,7 @@ from typing import Any
 
 from faultwatch.core.policy import Policy
 from faultwatch.core.state import JobState, thaw
-from faultwatch.core.windows import choose_window
+from faultwatch.core.windows import choose_window, describe_basis
 
 STATUS_S = 3.0  # how often a processor looks for snapshots to publish (streams/status_publish.py)
 MAX_RANKS_SHOWN = 64  # per snapshot: the quietest ranks first
@@ -22,7 +22,8 @@ def _age(now: float, ts: float | None) -> float | None:
 
 def snapshot(st: JobState, now: float, policy: Policy) -> dict[str, Any]:
     """What `status` shows of one job: run, attempt, nodes and ranks alive, last output age
-    per rank (quietest first), open stages and the silence window in effect, decisions."""
+    per rank (quietest first), open stages and the silence window in effect and why (what
+    `describe` says of it), decisions."""
     stages = st.open_stages()
     window, basis = choose_window(policy, stages, st.hists, st.warmed_up)
     nodes = [{"node": n.node, "rank": n.rank, "alive": n.alive, "exit_code": n.exit_code,
@@ -38,6 +39,7 @@ def snapshot(st: JobState, now: float, policy: Policy) -> dict[str, Any]:
             "rank_last_output_age_s": [[r, _age(now, ts)] for r, ts in ranks],
             "last_output_age_s": _age(now, st.last_output_ts),
             "stages": sorted({s.stage for s in stages}), "window_s": window,
-            "window_basis": basis.get("basis"), "steps": st.steps,
+            "window_basis": basis.get("basis"), "window_why": describe_basis(basis),
+            "steps": st.steps,
             "restarts_used": st.restarts_used,
             "decisions": list(st.decided[-MAX_DECISIONS_SHOWN:]), "nodes": nodes}

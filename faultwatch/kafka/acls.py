@@ -1,11 +1,12 @@
 """Who may do what on Kafka: one principal per role and the ACLs each role needs (pure).
 
 Roles: `agent` (the node side: ships logs, follows decisions), `processor` (Faust workers:
-decide, publish status and registry changes), `actuator` (`faultwatch actuate` and
-`faultwatch notify`: read decisions and the registry, act outside Kafka), `admin` (operators:
-topics, ACLs, `rules push`, `nodes quarantine|release`, `diagnose`). Everything not granted is
-denied (the broker runs with `allow.everyone.if.no.acl.found=false`). docs/operating.md
-holds the same table for people; `table()` is what `faultwatch kafka acls` prints and applies.
+decide, publish status and registry changes, follow holds), `actuator` (`faultwatch actuate`
+and `faultwatch notify`: read decisions, the registry and mutes, act outside Kafka), `admin`
+(operators: topics, ACLs, `rules push|rollback`, `nodes quarantine|release`, `jobs
+hold|mute|release|unmute`, `diagnose`). Everything not granted is denied (the broker runs
+with `allow.everyone.if.no.acl.found=false`). docs/operating.md holds the same table for
+people; `table()` is what `faultwatch kafka acls` prints and applies.
 """
 
 from __future__ import annotations
@@ -140,6 +141,7 @@ def role_acls(role: str, scope: Scope, principal: str) -> list[Acl]:
         g += _grants(principal, "topic", t("rules"), (R, D), "follow pushed rule sets")
         g += _grants(principal, "topic", t("nodes"), (R, W, D), "node registry writer")
         g += _grants(principal, "topic", t("status"), (W, D), "job snapshots")
+        g += _grants(principal, "topic", t("holds"), (R, D), "operators' holds of jobs")
         g += _grants(principal, "topic", f"{scope.app}-",
                      (R, W, D, "create", "describe_configs"),
                      "Faust changelog, repartition and assignor topics", "prefixed")
@@ -147,15 +149,19 @@ def role_acls(role: str, scope: Scope, principal: str) -> list[Acl]:
     elif role == "actuator":
         g += _grants(principal, "topic", t("decisions"), (R, D), "act on / notify decisions")
         g += _grants(principal, "topic", t("nodes"), (R, D), "drain/resume from the registry")
+        g += _grants(principal, "topic", t("status"), (R, D),
+                     "notify --alertmanager: a job healthy again resolves its alerts")
         g += _grants(principal, "group", t("actuate-"), (R, D),
                      "actuate's groups <prefix>actuate-<backend>", "prefixed")
         g += _grants(principal, "group", scope.notify_group, (R, D), "faultwatch notify")
+        g += _grants(principal, "topic", t("holds"), (R, D), "notify honours mutes")
     elif role == "admin":
         g += _grants(principal, "topic", scope.prefix,
                      (R, D, "create", "delete", "alter", "describe_configs", "alter_configs"),
                      "create topics, read everything", "prefixed")
         g += _grants(principal, "topic", t("rules"), (W,), "rules push")
         g += _grants(principal, "topic", t("nodes"), (W,), "nodes quarantine|release")
+        g += _grants(principal, "topic", t("holds"), (W,), "jobs hold|mute|release|unmute")
         g += _grants(principal, "topic", t("control"), (W,),
                      "faultwatch diagnose requests (notify kind diagnose)")
         g += _grants(principal, "group", scope.prefix, (D, "delete"),

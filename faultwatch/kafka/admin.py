@@ -26,7 +26,7 @@ async def ensure_topics(bootstrap: str, topics: Topics, partitions: int = DEFAUL
                         timeout_s: float = 30.0, security: KafkaSecurity | None = None) -> None:
     """Create the processor's topics if missing: logs, signals and decisions with
     `partitions` (signals must match the job table's partition count), the dead letters with
-    one, the rules and status topics compacted with one. Raises BrokerError."""
+    one, the rules, status and holds topics compacted with one. Raises BrokerError."""
     from aiokafka.admin import NewTopic  # type: ignore[import-untyped,unused-ignore]
 
     admin = clients.admin(bootstrap_servers=bootstrap, request_timeout_ms=int(timeout_s * 1000),
@@ -44,7 +44,7 @@ async def ensure_topics(bootstrap: str, topics: Topics, partitions: int = DEFAUL
                if name not in existing]
         if topics.deadletter not in existing:
             new.append(NewTopic(topics.deadletter, num_partitions=1, replication_factor=1))
-        for compacted in (topics.rules, topics.status):
+        for compacted in (topics.rules, topics.status, topics.holds):
             if compacted not in existing:
                 new.append(NewTopic(compacted, num_partitions=1, replication_factor=1,
                                     topic_configs={"cleanup.policy": "compact"}))

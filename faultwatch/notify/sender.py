@@ -1,22 +1,21 @@
-"""Posting one notification to one webhook, with retries and exponential backoff."""
+"""Posting one notification to one webhook (notify/http.py), with retries and exponential
+backoff that honours Retry-After."""
 
 from __future__ import annotations
 
 import asyncio
-import time
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from email.utils import parsedate_to_datetime
 from typing import Any
 
+import httpx2
 import orjson
 
 from faultwatch.errors import ConfigError
-from faultwatch.notify import formats
+from faultwatch.notify import formats, http
 from faultwatch.notify.grouping import Notification
+from faultwatch.notify.http import Outcome
 from faultwatch.notify.limit import Digest
 
 Log = Callable[..., None]
@@ -105,62 +104,31 @@ class RetryPolicy:
         return delay
 
 
-@dataclass(frozen=True)
-class Outcome:
-    """The answer to one post: status (0 when nothing answered), and whether to retry."""
-
-    status: int
-    accepted: bool
-    retry: bool
-    detail: str = ""
-    retry_after_s: float | None = None
-
-
-def _retry_after(value: str | None) -> float | None:
-    if not value:
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        return max(0.0, parsedate_to_datetime(value).timestamp() - time.time())
-    except (TypeError, ValueError):
-        return None
-
-
-def post_once(receiver: Receiver, note: Notification | Digest, timeout_s: float) -> Outcome:
-    """One blocking POST of the note's body; never raises for network trouble."""
+async def post_once(client: httpx2.AsyncClient, receiver: Receiver,
+                    note: Notification | Digest) -> Outcome:
+    """One POST of the note's body in the receiver's format; never raises for network
+    trouble. Feishu and DingTalk answer 200 with an error code when they refuse."""
     data = orjson.dumps(formats.body(receiver.fmt, note, receiver.secret))
     url = formats.dingtalk_url(receiver.url, receiver.secret) if receiver.fmt == "dingtalk" \
         else receiver.url
-    req = urllib.request.Request(url, data=data, method="POST",
-                                 headers={"Content-Type": "application/json",
-                                          "User-Agent": "faultwatch-notify"})
+    out = await http.post(client, url, data, receiver.where)
+    if not out.accepted:
+        return out
     try:
-        with urllib.request.urlopen(req, timeout=timeout_s) as resp:  # noqa: S310
-            status, raw = resp.status, resp.read(65536)
-    except urllib.error.HTTPError as e:
-        retry = e.code >= 500 or e.code in (408, 429)
-        return Outcome(e.code, False, retry, f"HTTP {e.code} {e.reason}",
-                       _retry_after(e.headers.get("Retry-After") if e.headers else None))
-    except (urllib.error.URLError, OSError, TimeoutError) as e:
-        reason = str(getattr(e, "reason", e)).replace(receiver.url, receiver.where)
-        return Outcome(0, False, True, f"{type(e).__name__}: {reason}"[:300])
-    try:
-        answer: Any = orjson.loads(raw) if raw else None
+        answer: Any = orjson.loads(out.answer) if out.answer else None
     except orjson.JSONDecodeError:
         answer = None
-    if formats.accepted(receiver.fmt, status, answer):
-        return Outcome(status, True, False)
-    return Outcome(status, False, False, f"refused: {raw[:300]!r}")
+    if formats.accepted(receiver.fmt, out.status, answer):
+        return out
+    return Outcome(out.status, False, False, f"refused: {out.answer[:300]!r}")
 
 
-async def deliver(receiver: Receiver, note: Notification | Digest, retry: RetryPolicy, log: Log,
+async def deliver(client: httpx2.AsyncClient, receiver: Receiver, note: Notification | Digest,
+                  retry: RetryPolicy, log: Log,
                   sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep) -> bool:
     """Post until accepted, retrying network errors, 5xx, 408 and 429 with backoff."""
     for attempt in range(1, retry.attempts + 1):
-        out = await asyncio.to_thread(post_once, receiver, note, retry.timeout_s)
+        out = await post_once(client, receiver, note)
         if out.accepted:
             log("notification_sent", group=note.key, reason=note.reason, firing=note.firing,
                 new=len(note.new_ids), webhook=receiver.where, format=receiver.fmt,

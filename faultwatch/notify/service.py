@@ -1,4 +1,5 @@
-"""`faultwatch notify`: the thin Kafka shell around the grouping core and the sender."""
+"""`faultwatch notify`: the thin Kafka shell around the grouping core and the senders
+(webhooks; Alertmanager, whose alerts resolve from the status topic)."""
 
 from __future__ import annotations
 
@@ -10,19 +11,27 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import httpx2
+
 from faultwatch import wire
 from faultwatch.core.diagnosis import is_probe
 from faultwatch.errors import DecodeError
+from faultwatch.holds.follow import follow_holds, holds_table
+from faultwatch.holds.table import HoldsTable
 from faultwatch.kafka import calm as broker_calm
 from faultwatch.kafka import clients
 from faultwatch.kafka.errors import diagnose
+from faultwatch.notify.alertmanager import Alertmanager, AlertmanagerSender
+from faultwatch.notify.alerts import AlertBook, AlertPolicy
 from faultwatch.notify.grouping import Grouper, GroupingPolicy, Notification
+from faultwatch.notify.http import HttpSecurity
 from faultwatch.notify.limit import Digest, Limiter, RateLimits
 from faultwatch.notify.sender import Receiver, RetryPolicy, deliver
 from faultwatch.trust.replay import ReplayGuard
 from faultwatch.wire.signing import DecisionGate
 
 Log = Callable[..., None]
+HOLDS_WAIT_S = 10.0  # at start, how long the mutes in force are waited for
 
 
 @dataclass
@@ -37,6 +46,11 @@ class NotifierConfig:
     max_decision_age_s: float = 600.0
     replay_state: Path | None = None  # ids of decisions taken (the replay rule across restarts)
     limits: RateLimits = field(default_factory=RateLimits)
+    alertmanagers: tuple[Alertmanager, ...] = ()
+    alert_policy: AlertPolicy = field(default_factory=AlertPolicy)
+    alertmanager_security: HttpSecurity = field(default_factory=HttpSecurity)
+    status_topic: str | None = None  # where alerts learn that their job is healthy again
+    holds_topic: str | None = None  # operators' mutes (`faultwatch jobs mute`), followed
 
 
 class Notifier:
@@ -46,8 +60,13 @@ class Notifier:
     so a restarted notifier sends what a stopped one had not sent."""
 
     def __init__(self, cfg: NotifierConfig, gate: DecisionGate, log: Log,
-                 clock: Callable[[], float] = time.time):
+                 clock: Callable[[], float] = time.time, holds: HoldsTable | None = None):
         self.cfg, self.gate, self.log, self.clock = cfg, gate, log, clock
+        # the intake asks it whether a job is muted (holds.table.HoldsTable.muted); every
+        # sink (webhooks, Alertmanagers) is behind that one check
+        self.holds = holds if holds is not None else \
+            (holds_table(log) if cfg.holds_topic else None)
+        self.muted_ids: dict[str, int] = {}  # mute id -> decisions not posted under it
         self.grouper = Grouper(cfg.policy)
         self.replay = ReplayGuard("decision", cfg.max_decision_age_s, cfg.replay_state, log)
         self.limiter = Limiter(cfg.limits, clock())
@@ -56,6 +75,12 @@ class Notifier:
         self._tasks: set[asyncio.Task[None]] = set()
         self._queues: dict[int, asyncio.Queue[Notification | Digest]] = {}
         self.sent = 0
+        self._client: httpx2.AsyncClient | None = None  # the webhooks' (pooled)
+        self.book = AlertBook(cfg.alert_policy) if cfg.alertmanagers else None
+        self.alertmanagers = AlertmanagerSender(
+            cfg.alertmanagers, cfg.alertmanager_security, cfg.retry, log,
+            self._alerts_done) if cfg.alertmanagers else None
+        self._am_inflight: dict[str, int] = {}  # decision id -> Alertmanagers still posting
 
     def _consumer(self) -> Any:
         return clients.consumer(
@@ -86,8 +111,40 @@ class Notifier:
                      max_age_s=self.replay.max_age_s, topic=tp.topic, partition=tp.partition,
                      offset=offset)
             return
-        if self.grouper.add(raw, self.clock()):
+        if self._muted(raw):  # before every sink: webhooks and Alertmanager alike
+            return
+        new = self.grouper.add(raw, self.clock()) if self.cfg.receivers else False
+        if self.book is not None:
+            self.book.add(raw, self.clock())
+            new = True
+        if new:
             self._where[str(raw.get("id", ""))] = (tp, offset)
+
+    def _muted(self, raw: dict[str, Any]) -> bool:
+        """A decision about a muted job is not posted: one line when a mute first holds one
+        back, then counted (`notify_muted`); the offset moves on as for a posted one."""
+        mute = self.holds.muted(str(raw["job"]), self.clock()) if self.holds else None
+        if mute is None:
+            return False
+        n = self.muted_ids[mute.id] = self.muted_ids.get(mute.id, 0) + 1
+        if len(self.muted_ids) > 1024:
+            self.muted_ids = {mute.id: n}
+        if n in (1, 10, 100) or n % 1000 == 0:
+            self.log("notify_muted", job=raw["job"], by=mute.by, until=mute.until,
+                     reason=mute.reason, held_back=n, id=raw["id"])
+        return True
+
+    def observe_status(self, value: bytes | None) -> None:
+        """One status-topic record: resolve the alerts its job's snapshot shows healthy."""
+        if self.book is None:
+            return
+        try:
+            snap = wire.decode_status(value)
+        except (DecodeError, KeyError, TypeError):
+            return  # worker records and foreign records share the topic
+        for key in self.book.observe(snap, self.clock()):
+            self.log("alert_resolved", job=snap["job"], attempt=snap.get("attempt"),
+                     phase=snap.get("phase"), alert=key.replace("\x1f", ","))
 
     def flush(self) -> None:
         """Queue the notifications that are due, each webhook within its rate limit (the
@@ -106,6 +163,21 @@ class Notifier:
                              digest_in_s=self.cfg.limits.digest_interval_s)
         for hook, dg in self.limiter.due_digests(now):
             self._queue(int(hook)).put_nowait(dg)
+        if self.book is not None and self.alertmanagers is not None:
+            due = self.book.due(now)
+            if due.alerts:
+                for did in due.ids:
+                    self._am_inflight[did] = self._am_inflight.get(did, 0) + \
+                        len(self.cfg.alertmanagers)
+                self.alertmanagers.submit(due)
+
+    def _alerts_done(self, ids: frozenset[str]) -> None:
+        for did in ids:
+            left = self._am_inflight.get(did, 1) - 1
+            if left <= 0:
+                self._am_inflight.pop(did, None)
+            else:
+                self._am_inflight[did] = left
 
     def _queue(self, i: int) -> asyncio.Queue[Notification | Digest]:
         q = self._queues.get(i)
@@ -133,7 +205,8 @@ class Notifier:
 
     async def _deliver(self, receiver: Receiver, note: Notification | Digest) -> None:
         try:
-            if await deliver(receiver, note, self.cfg.retry, self.log):
+            assert self._client is not None
+            if await deliver(self._client, receiver, note, self.cfg.retry, self.log):
                 self.sent += 1
         finally:
             for did in note.new_ids:
@@ -146,7 +219,10 @@ class Notifier:
     def committable(self, positions: dict[Any, int]) -> dict[Any, int]:
         """Per partition: the offset of the first decision still pending or in flight, else
         the consumer's position."""
-        waiting = self.grouper.pending_ids() | set(self._inflight)
+        waiting = self.grouper.pending_ids() | set(self._inflight) | set(self._am_inflight)
+        if self.book is not None:
+            for alert in self.book.alerts.values():
+                waiting |= alert.ids
         for i in range(len(self.cfg.receivers)):
             dg = self.limiter.pending(str(i))
             if dg is not None:
@@ -174,8 +250,22 @@ class Notifier:
                                                 f"reading {self.cfg.topic}") from e
         self.log("notify_started", topic=self.cfg.topic, group=self.cfg.group_id,
                  webhooks=",".join(r.where for r in self.cfg.receivers),
+                 alertmanagers=",".join(a.where for a in self.cfg.alertmanagers),
                  group_by=",".join(self.cfg.policy.group_by))
+        self._client = HttpSecurity().client(self.cfg.retry.timeout_s)
+        status = None
+        if self.alertmanagers is not None:
+            self.alertmanagers.start()
+            if self.cfg.status_topic:
+                status = asyncio.create_task(self._follow_status(stop))
         committed: dict[Any, int] = {}
+        follower = asyncio.create_task(follow_holds(self.cfg.bootstrap, self.cfg.holds_topic,
+                                                    self.holds, stop)) \
+            if self.holds is not None and self.cfg.holds_topic else None
+        waited = time.monotonic()  # the mutes in force first (bounded: they may be absent)
+        while follower is not None and self.holds is not None and not self.holds.caught_up \
+                and time.monotonic() - waited < HOLDS_WAIT_S and not stop.is_set():
+            await asyncio.sleep(0.1)
         calm = broker_calm.install()  # aiokafka's per-retry errors: one line per state change
         polled = 0.0
         commit_failures = 0  # in a row: the first is logged, then every 100th
@@ -184,7 +274,8 @@ class Notifier:
                 if time.monotonic() - polled >= broker_calm.POLL_S:
                     polled = time.monotonic()
                     calm.poll(time.time())
-                dues = [t for t in (self.grouper.next_due(), self.limiter.next_digest_at())
+                dues = [t for t in (self.grouper.next_due(), self.limiter.next_digest_at(),
+                                    self.book.next_due() if self.book else None)
                         if t is not None]
                 due = min(dues) if dues else None
                 wait_ms = 500 if due is None else int(max(0.0, min(0.5, due - self.clock()))
@@ -212,6 +303,44 @@ class Notifier:
                 await asyncio.wait(queues, timeout=self.cfg.retry.max_s)
             for t in [*queues, *self._tasks]:
                 t.cancel()
+            if self.alertmanagers is not None:
+                await self.alertmanagers.stop(self.cfg.retry.max_s)
         finally:
+            if follower is not None:
+                follower.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await follower
+            if status is not None:
+                status.cancel()
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(c.stop(), 10)
+            with contextlib.suppress(Exception):
+                await self._client.aclose()
+
+    async def _follow_status(self, stop: asyncio.Event) -> None:
+        """Read the status topic from its end while running (no consumer group: every
+        notifier reads it all); a broker or topic away is retried every 5 s."""
+        topic = str(self.cfg.status_topic)
+        while not stop.is_set():
+            c = clients.consumer(topic, bootstrap_servers=self.cfg.bootstrap, group_id=None,
+                                 enable_auto_commit=False, auto_offset_reset="latest",
+                                 client_id="faultwatch-notify-status",
+                                 **broker_calm.client_backoff())
+            try:
+                await c.start()
+                self.log("alert_status_following", topic=topic)
+                while not stop.is_set():
+                    batch = await c.getmany(timeout_ms=500)
+                    for msgs in batch.values():
+                        for m in msgs:
+                            self.observe_status(m.value)
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:  # noqa: BLE001 - alerts then lapse by max_open_s
+                self.log("alert_status_unavailable", topic=topic, error=repr(e)[:300],
+                         retry_in_s=5)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), 5)
+            finally:
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(c.stop(), 10)

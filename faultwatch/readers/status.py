@@ -55,10 +55,29 @@ def _nodes(s: Mapping[str, Any]) -> str:
 PHASE_STYLE = {"decided": "bold red", "settling": "yellow", "done": "dim"}
 
 
+def _phase(s: Mapping[str, Any]) -> str:
+    """`running`, or with an operator's hold or mute `running,held,muted` (as kubectl shows
+    a cordoned node `Ready,SchedulingDisabled`)."""
+    marks = {"hold": "held", "mute": "muted"}
+    return ",".join([str(s.get("phase")), *(marks.get(str(h.get("kind")), "?")
+                                            for h in s.get("holds") or ())])
+
+
+def with_holds(snapshots: Mapping[str, dict[str, Any]], holds: Iterable[Any]
+               ) -> dict[str, dict[str, Any]]:
+    """The snapshots with `holds`: the operators' holds and mutes in force on each job
+    (core.holds.Hold, read from the holds topic by `status`; a snapshot never holds them)."""
+    by_job: dict[str, list[dict[str, Any]]] = {}
+    for h in holds:
+        by_job.setdefault(h.job, []).append(h.to_dict())
+    return {job: ({**s, "holds": by_job[job]} if job in by_job else s)
+            for job, s in snapshots.items()}
+
+
 def compact_cells(s: Mapping[str, Any], now: float) -> list[str]:
     """One job's cells under COMPACT (the 80-column table)."""
     decisions = s.get("decisions") or []
-    return [str(s.get("job")), str(s.get("phase")), str(s.get("attempt")), _nodes(s),
+    return [str(s.get("job")), _phase(s), str(s.get("attempt")), _nodes(s),
             str(s.get("restarts_used")), _quiet(s, 2), _fmt_age(now - float(s.get("ts", now))),
             str(s.get("run_id")), str(s.get("ranks_total")), _window(s),
             str(decisions[-1])[:12] if decisions else "-"]
@@ -80,7 +99,7 @@ WIDE = ("job", "run", "attempt", "phase", "nodes alive", "ranks", "quietest rank
 def wide_cells(s: Mapping[str, Any], now: float) -> list[str]:
     """One job's cells under WIDE (`--wide`: every column, nothing cut)."""
     return [str(s.get("job")), str(s.get("run_id")), str(s.get("attempt")),
-            str(s.get("phase")), _nodes(s), str(s.get("ranks_total")), _quiet(s, 3),
+            _phase(s), _nodes(s), str(s.get("ranks_total")), _quiet(s, 3),
             ",".join(s.get("stages") or []) or "-", _window(s), str(s.get("restarts_used")),
             " ".join(str(d)[:8] for d in s.get("decisions") or []) or "-",
             _fmt_age(now - float(s.get("ts", now)))]
@@ -176,6 +195,15 @@ async def read_status(bootstrap: str, topic: str, job: str | None = None,
     return latest, workers
 
 
+async def read_holds_in_force(bootstrap: str, topic: str | None, now: float) -> list[Any]:
+    """The holds and mutes in force (core.holds.Hold) on the holds topic (none: missing)."""
+    if topic is None:
+        return []
+    from faultwatch.holds.store import load_holds
+
+    return (await load_holds(bootstrap, topic)).in_force(now)
+
+
 async def read_snapshots(bootstrap: str, topic: str, job: str | None = None,
                          must_exist: bool = True) -> dict[str, dict[str, Any]]:
     """The latest snapshot per job on the compacted status topic (read to its end); a missing
@@ -188,14 +216,15 @@ WORKERS_TITLE = "processor workers (faultwatch rules show: layers and sources)"
 
 
 def worker_cells(w: Mapping[str, Any], now: float) -> list[str]:
+    from faultwatch.streams.rules_status import refused_count
+
     rules = w.get("rules") or {}
     pushed: dict[str, Any] = next((la for la in rules.get("layers", [])
                                    if la.get("layer") == "pushed"), {})
     return [str(w.get("worker")), str(w.get("group")), str(rules.get("version")),
             "+".join(str(la.get("layer")) for la in rules.get("layers", [])),
             f"{pushed.get('push_id', '-')} {pushed.get('author', '')}".strip(),
-            str((w.get("rejected") or {}).get("count", 0)),
-            _fmt_age(now - float(w.get("ts", now)))]
+            str(refused_count(w)), _fmt_age(now - float(w.get("ts", now)))]
 
 
 def worker_lines(workers: Iterable[Mapping[str, Any]], now: float) -> list[str]:
@@ -232,14 +261,25 @@ def _block(shown: Sequence[Mapping[str, Any]], workers: Mapping[str, Mapping[str
     return "\n".join(out) + "\n"
 
 
+async def read_view(bootstrap: str, topic: str, job: str | None, holds_topic: str | None,
+                    must_exist: bool = True
+                    ) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]]]:
+    """read_status, each snapshot with the holds and mutes in force on its job."""
+    snaps, workers = await read_status(bootstrap, topic, job, must_exist=must_exist)
+    if snaps and holds_topic is not None:
+        snaps = with_holds(snaps, await read_holds_in_force(bootstrap, holds_topic,
+                                                            time.time()))
+    return snaps, workers
+
+
 def show(bootstrap: str, topic: str, *, job: str | None, as_json: bool, watch: bool,
          interval_s: float = 2.0, wide: bool = False,
-         finished_for_s: float = FINISHED_FOR_S, stop: Callable[[], bool] = lambda: False
-         ) -> int:
+         finished_for_s: float = FINISHED_FOR_S, stop: Callable[[], bool] = lambda: False,
+         holds_topic: str | None = None) -> int:
     """Print the snapshots once (table or JSON lines), or keep a live table until Ctrl-C
     (which waits for a status topic that does not exist yet). Finished jobs age out
     (`visible`) unless `job` names one; a `job` no processor reports is a NotFoundError
-    (exit 7) when not watching."""
+    (exit 7) when not watching. With `holds_topic`, each job shows its holds and mutes."""
     import orjson
     from rich.console import Console
 
@@ -248,7 +288,7 @@ def show(bootstrap: str, topic: str, *, job: str | None, as_json: bool, watch: b
     # a pipe or a file gets whole cells unless COLUMNS asks for a width (`watch` sets it)
     width = console.width if terminal or os.environ.get("COLUMNS") else None
     if as_json or not watch:
-        snaps, workers = asyncio.run(read_status(bootstrap, topic, job))
+        snaps, workers = asyncio.run(read_view(bootstrap, topic, job, holds_topic))
         if job is not None:
             if job not in snaps:
                 raise NotFoundError(f"no processor reports job {job!r} on {topic} (a job "
@@ -273,7 +313,8 @@ def show(bootstrap: str, topic: str, *, job: str | None, as_json: bool, watch: b
         return 0
 
     def view() -> tuple[list[Mapping[str, Any]], dict[str, dict[str, Any]], float, int]:
-        snaps, workers = asyncio.run(read_status(bootstrap, topic, job, must_exist=False))
+        snaps, workers = asyncio.run(read_view(bootstrap, topic, job, holds_topic,
+                                               must_exist=False))
         now = time.time()
         shown: list[Mapping[str, Any]] = list(snaps.values())
         hidden = 0

@@ -22,6 +22,7 @@ from faultwatch.core.registry import RegistryPolicy
 from faultwatch.core.status import STATUS_S
 from faultwatch.errors import ConfigError, DecodeError
 from faultwatch.eventlog import log_event
+from faultwatch.holds.follow import follow_holds, holds_table
 from faultwatch.kafka import calm as broker_calm
 from faultwatch.kafka import clients
 from faultwatch.metrics import ProcessorMetrics
@@ -49,6 +50,7 @@ from faultwatch.streams.job_stage import (
 from faultwatch.streams.matcher_stage import MatcherStage
 from faultwatch.streams.metrics import Metrics
 from faultwatch.streams.records import InRecord, LiveRules
+from faultwatch.streams.refusal_notices import RefusalNotices
 from faultwatch.streams.rules_status import WORKER_S, info_labels, worker_id, worker_record
 from faultwatch.streams.rules_watch import RulesWatcher, base_rules
 from faultwatch.streams.status_publish import StatusPublisher
@@ -275,10 +277,12 @@ def build_processor(cfg: ProcessorConfig, live: LiveRules | None = None,
     # decisions and registry records are signed with the processor's Ed25519 key
     # ($FAULTWATCH_SIGNING_KEY_FILE; legacy: the HMAC decision key); rule sets, registry
     # records and (with node keys) logs records are checked against $FAULTWATCH_TRUST_FILE
+    from faultwatch.trust.announce import announcement
     from faultwatch.trust.decisions import decision_signer, signer_key_id
     from faultwatch.trust.keys import NODE, load_signing_key, load_trust
     from faultwatch.trust.nodesig import NodeVerifier
     from faultwatch.trust.records import NODE_RECORD, RecordGate, signer_for, verifier_for
+    from faultwatch.trust.refusals import REFUSALS, refusals_summary
 
     keyring = decision_signer()
     trust = load_trust()
@@ -291,7 +295,8 @@ def build_processor(cfg: ProcessorConfig, live: LiveRules | None = None,
     if watcher is None:
         watcher = RulesWatcher(cfg.bootstrap, topics.rules, live, base_rules(
             cfg.ruleset, cfg.policy, cfg.rules, cfg.policy_overrides))
-    dead: list[Send] = []  # dead letters of the batch in progress
+    dead: list[Send] = []  # dead letters of the batch in progress (and refusal notices)
+    refusal_notices = RefusalNotices()
 
     def dead_letter(rec: InRecord, err: Exception) -> None:
         err_text = str(err) if isinstance(err, DecodeError) else f"{type(err).__name__}: {err}"
@@ -302,6 +307,14 @@ def build_processor(cfg: ProcessorConfig, live: LiveRules | None = None,
             "offset": rec.offset, "error": err_text[:4096],
             "value_b64": base64.b64encode((rec.value or b"")[:600_000]).decode()})
         dead.append(_sender(dead_t, rec.key, value))
+        about = getattr(err, "about", None)
+        if about is not None:  # a refused node signature: that job's agents are told why
+            notice = refusal_notices.take(about, getattr(err, "reason", ""),
+                                          getattr(err, "detail", ""), time.time(),
+                                          live.rules_version)
+            if notice is not None:
+                dead.append(_sender(control_t, job_key(notice.job),
+                                    signing.encode(decision_to_dict(notice), keyring)))
 
     matcher = MatcherStage(live, dead_letter, metrics, node_verifier=node_verifier)
     jobs = JobStage(live, TableStore(table), dead_letter, metrics, max_jobs=cfg.max_jobs,
@@ -313,6 +326,9 @@ def build_processor(cfg: ProcessorConfig, live: LiveRules | None = None,
         gate=RecordGate("node_record", verifier_for(NODE_RECORD, trust), log_event),
         signer=signer_for(NODE_RECORD, load_signing_key()))
     jobs.gate = NodeGate(registry.writer.quarantined)
+    # operators' holds of jobs (`faultwatch jobs hold`): every worker follows all of them
+    holds = holds_table()
+    jobs.holds = holds.hold_of
     gate = StopGate()
     proc = Processor(app=app, matcher=matcher, jobs=jobs, live=live, watcher=watcher,
                      gate=gate, metrics=metrics)
@@ -460,21 +476,38 @@ def build_processor(cfg: ProcessorConfig, live: LiveRules | None = None,
     published: list[Any] = [None, 0.0]  # (rules version, refusals) last published, when
     prom.watch_rules(lambda: info_labels(watcher.rules), lambda: watcher.rejected)
 
+    announced = announcement(trust)  # the trust policy operators' commands check
+
     async def publish_worker(now: float) -> None:
-        """This worker's record (the rules it runs, their layers and sources) for `rules
-        show` and `status`: when they change, else every WORKER_S."""
-        state = (live.rules_version, watcher.rejected)
+        """This worker's record (the rules it runs, their layers and sources, the trust
+        policy it announces and the records it refused) for `rules show`, `status` and the
+        operators' commands: when they change (a refused agent record waits for the
+        refresh), else every WORKER_S."""
+        state = (live.rules_version, watcher.rejected,
+                 sum(n for (what, _), n in REFUSALS.items() if what != "logs"))
         if state == published[0] and now - published[1] < WORKER_S:
             return
         await status_t.send(key=worker_key(worker), value=worker_record(
             worker, cfg.group, watcher.rules, now, started_at, watcher.rejected,
-            watcher.last_rejected))
+            watcher.last_rejected, announced, refusals_summary()))
         published[:] = [state, now]
 
     async def forget_worker() -> None:
         await status_t.send(key=worker_key(worker), value=None)
 
     proc.forget_worker = forget_worker
+
+    async def announce_at_start() -> None:
+        """The worker's record as soon as it serves partitions (not a STATUS_S tick later):
+        operators' commands check their writes against the trust policy it announces."""
+        while not proc.assigned_once:
+            await asyncio.sleep(0.2)
+        try:
+            await publish_worker(time.time())
+        except Exception as e:  # noqa: BLE001 - the timer publishes it again
+            log_event("produce_failed", what="worker record", error=f"{type(e).__name__}: {e}")
+
+    app.task(announce_at_start)
 
     @app.timer(interval=STATUS_S)
     async def publish_status() -> None:
@@ -499,4 +532,9 @@ def build_processor(cfg: ProcessorConfig, live: LiveRules | None = None,
         await registry.follow()
 
     app.task(registry_follower)
+
+    async def holds_follower() -> None:
+        await follow_holds(cfg.bootstrap, topics.holds, holds)
+
+    app.task(holds_follower)
     return proc

@@ -22,6 +22,7 @@ from faultwatch.core.events import (
     RunStart,
     Signal,
 )
+from faultwatch.core.holds import Hold, hold_decisions
 from faultwatch.core.job import JobState, Phase, apply_batch, new_state, tick
 from faultwatch.eventlog import log_event
 from faultwatch.streams.metrics import Metrics
@@ -113,6 +114,9 @@ class PartitionCache:
     swept: float = float("-inf")  # the last idle sweep
     finished: dict[bytes, float] = field(default_factory=dict)  # decided/done key -> last save
     expire_due: list[tuple[float, bytes]] = field(default_factory=list)  # (due, key), lazily
+    # decided or done since the status publisher last looked: each gets its last snapshot,
+    # the job that ended between two looks too (streams/status_publish.py)
+    ended: set[bytes] = field(default_factory=set)
 
     def watch(self, key: bytes, since: float) -> None:
         """`key` is active: its node-lost check is due no earlier than `since` + window."""
@@ -183,6 +187,8 @@ class JobStage:
         self.finished_ttl_s = finished_ttl_s  # decided/done jobs leave the table (FINISHED_TTL_S)
         self._refusing = False  # at the cap: logged once per state change
         self.guard = BlastGuard()  # many jobs lost or hung together: hold (core/blast.py)
+        # (job, now) -> the operator's hold in force on it (holds.table.HoldsTable.hold_of)
+        self.holds: Callable[[str, float], Hold | None] | None = None
         self._census: tuple[float, Census] | None = None
 
     # ---- batches ------------------------------------------------------------------------
@@ -270,6 +276,8 @@ class JobStage:
             if g is not None and not self._consider(key, partition, g, now):
                 st, new_decs = apply_batch(prev, group, now, hold_policy(live.policy),
                                            live.rules_version)
+            if new_decs and self.holds is not None:  # an operator's hold: notices only
+                st, new_decs = hold_decisions(prev, st, new_decs, self.holds(job, now), now)
             if st is not prev:
                 durable = durable or bool(new_decs) or st.phase != prev.phase \
                     or st.attempt != prev.attempt \
@@ -392,6 +400,8 @@ class JobStage:
                     if key not in guard.held and key not in guard.lapsed:
                         p.watch(key, now)  # returned from a hold just now: checked again
                     continue  # held: the state stays undecided
+                if decs and self.holds is not None:  # an operator's hold: notices only
+                    st2, decs = hold_decisions(st, st2, decs, self.holds(st.job, now), now)
                 if st2 is not st:
                     self.save(key, st2, partition, p, True, now)
                 elif st.phase not in ACTIVE:
@@ -539,6 +549,7 @@ class JobStage:
             p.finished.pop(key, None)
         else:
             p.active.discard(key)
+            p.ended.add(key)
             if key in self.guard.held or key in self.guard.lapsed:
                 self.guard.drop(key)
             self._finished(key, p, now)

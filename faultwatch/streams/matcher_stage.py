@@ -12,6 +12,7 @@ from faultwatch.core.events import Heartbeat
 from faultwatch.streams.matching import signals_of_record
 from faultwatch.streams.metrics import Metrics
 from faultwatch.streams.records import DeadLetter, InRecord, LiveRules
+from faultwatch.trust.nodesig import RefusedRecord
 from faultwatch.wire import (
     MAX_RECORD_BYTES,
     LinesBatch,
@@ -136,7 +137,11 @@ class MatcherStage:
         record wire.decode_logs refuses and ValueError on a signal that cannot fit a record."""
         lr = decode_logs(rec.value)
         if self.node_verifier is not None:  # refused: dead-lettered with the reason
-            self.node_verifier.check(lr.node, rec.value or b"", rec.headers)
+            try:
+                self.node_verifier.check(lr.node, rec.value or b"", rec.headers)
+            except RefusedRecord as e:  # whose record it was: that agent is told why
+                e.about = (lr.job, lr.node, lr.attempt, lr.run_id)
+                raise
         # the node a heartbeat record is about (its only signal), for process_batch's fold
         self._heartbeat = lr if isinstance(lr, Heartbeat) else None
         if isinstance(lr, LinesBatch) and lr.lines:

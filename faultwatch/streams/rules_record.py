@@ -5,10 +5,11 @@
      "pushed_at": 1714557600.0, "builtin": true,
      "push_id": "5f3e0c1a9b2d", "author": "alice@ops-1", "mode": "add"}
 
-`push_id`, `author` and `mode` were added later (optional when read): a pushed set is the
-`pushed` layer ON TOP of each worker's built-in and `--rules` layers (rules/layers.py); "add"
-is the only mode. `version` is the hash of built-in + pushed files, what a worker without
-`--rules` files runs.
+`push_id`, `author`, `mode` and `revision` (the push's number: streams/rules_history.py) are
+optional when read; a rollback adds `rollback_of` and `from_revision` (the revision it undid,
+the one whose files it pushed again). A pushed set is the `pushed` layer ON TOP of each
+worker's built-in and `--rules` layers (rules/layers.py); "add" is the only mode. `version`
+is the hash of built-in + pushed files, what a worker without `--rules` files runs.
 """
 
 from __future__ import annotations
@@ -47,11 +48,19 @@ def read_rule_files(paths: Sequence[str | Path]) -> tuple[list[tuple[str, str]],
 
 
 def build_record(paths: Sequence[str | Path], *, builtin: bool = True,
-                 now: float | None = None) -> tuple[bytes, RuleSet]:
-    """The rules-topic record for these files, or RuleError with every problem (path:line)."""
+                 now: float | None = None, **extra: Any) -> tuple[bytes, RuleSet]:
+    """The rules-topic record for these files, or RuleError with every problem (path:line).
+    `extra` fields (`revision`, `rollback_of`, `from_revision`) go into the record."""
     files, problems = read_rule_files(paths)
     if problems:
         raise RuleError(problems)
+    return record_of_texts(files, builtin=builtin, now=now, **extra)
+
+
+def record_of_texts(files: Sequence[tuple[str, str]], *, builtin: bool = True,
+                    now: float | None = None, **extra: Any) -> tuple[bytes, RuleSet]:
+    """The rules-topic record of (name, text) files (a rollback's: an earlier revision's),
+    or RuleError with every problem."""
     pushed = texts_layer("pushed", files)
     rif, problems = build([*([builtin_layer()] if builtin else []), pushed])
     if rif is None:
@@ -60,7 +69,8 @@ def build_record(paths: Sequence[str | Path], *, builtin: bool = True,
         "v": RECORD_VERSION, "version": rif.version,
         "files": [{"name": os.path.basename(name), "text": text} for name, text in files],
         "pushed_at": time.time() if now is None else now, "builtin": builtin,
-        "push_id": uuid.uuid4().hex[:12], "author": author(), "mode": "add"})
+        "push_id": uuid.uuid4().hex[:12], "author": author(), "mode": "add",
+        **{k: v for k, v in extra.items() if v is not None}})
     return record, rif.ruleset
 
 
@@ -88,7 +98,8 @@ def layer_of_record(value: bytes, where: str = "") -> tuple[Layer, bool, dict[st
             isinstance(f, dict) and isinstance(f.get("name"), str)
             and isinstance(f.get("text"), str) for f in raw_files):
         raise DecodeError("rules record: files must be a list of {name, text} strings")
-    meta = {k: d.get(k) for k in ("push_id", "author", "pushed_at") if d.get(k) is not None}
+    meta = {k: d.get(k) for k in ("push_id", "author", "pushed_at", "revision", "rollback_of")
+            if d.get(k) is not None}
     meta["pushed_version"] = d.get("version") if isinstance(d.get("version"), str) else None
     if where:
         meta["at"] = where

@@ -6,7 +6,9 @@ A worker record (wire.tables.encode_worker, key `\\x00worker/<worker>`):
 
     {"v": 1, "t": "worker", "worker": "host:pid", "group": "faultwatch.processor",
      "ts": <now>, "started_at": ..., "rules": <RulesInForce.describe()>,
-     "rejected": {"count": 1, "last": {"version", "at", "errors"}} | absent}
+     "rejected": {"count": 1, "last": {"version", "at", "errors"}} | absent,
+     "trust": {"verifies": [...], "keys": {...}, "node_keys": N},   (trust/announce.py)
+     "refused": {"counts": {"rules.unsigned": 1}, "last": {...}} | absent}
 
 is published at start, when the set in force or the refusals change, and every WORKER_S;
 a clean stop writes a tombstone. aiokafka is imported lazily (through faultwatch.kafka.reading).
@@ -86,11 +88,14 @@ def worker_id() -> str:
 
 def worker_record(worker: str, group: str, rules: RulesInForce, now: float,
                   started_at: float, rejected: int = 0,
-                  last_rejected: Mapping[str, Any] | None = None) -> bytes:
-    """The status-topic record of a worker running `rules` (wire.encode_worker)."""
+                  last_rejected: Mapping[str, Any] | None = None,
+                  trust: Mapping[str, Any] | None = None,
+                  refused: Mapping[str, Any] | None = None) -> bytes:
+    """The status-topic record of a worker running `rules` (wire.encode_worker): with the
+    trust policy it announces and the records it refused."""
     return encode_worker(worker, group, rules.describe(), now, started_at,
                          {"count": rejected, "last": dict(last_rejected or {})}
-                         if rejected else None)
+                         if rejected else None, trust, refused)
 
 
 def info_labels(rules: RulesInForce) -> dict[str, str]:
@@ -117,6 +122,10 @@ def layer_line(la: Mapping[str, Any]) -> str:
     if la.get("push_id") or la.get("author"):
         line += (f"  push {la.get('push_id', '-')} by {la.get('author', '-')} at "
                  f"{_when(la.get('pushed_at'))}")
+        if la.get("revision") is not None:
+            line += f", revision {la['revision']}"
+            if la.get("rollback_of") is not None:
+                line += f" (rollback of {la['rollback_of']})"
         if la.get("at"):
             line += f" ({la['at']})"
     return line
@@ -162,4 +171,57 @@ def worker_lines(rec: Mapping[str, Any], now: float, rule_id: str | None = None)
         last = rej.get("last") or {}
         out.append(f"  refused pushes: {rej.get('count')}; last {last.get('version')} at "
                    f"{last.get('at')}: {' | '.join(last.get('errors') or [])[:400]}")
+    return out + trust_lines(rec, now)
+
+
+def trust_lines(rec: Mapping[str, Any], now: float) -> list[str]:
+    """What a worker record says of its trust file and the records it refused."""
+    out: list[str] = []
+    trust = rec.get("trust")
+    if isinstance(trust, Mapping):
+        verifies = list(trust.get("verifies") or ())
+        out.append("  trust file: " + (f"verifies {', '.join(map(str, verifies))}" if verifies
+                                       else "none (unsigned records are taken)"))
+    refused = rec.get("refused")
+    counts = refused.get("counts") if isinstance(refused, Mapping) else None
+    if isinstance(counts, Mapping) and counts:
+        out.append("  refused records: " + ", ".join(f"{k} {v}" for k, v in
+                                                     sorted(counts.items())))
+        last = refused.get("last") if isinstance(refused, Mapping) else None
+        for what, d in sorted((last or {}).items()):
+            if isinstance(d, Mapping):
+                ts = d.get("ts")
+                ago = f"{now - float(ts):.0f} s ago" if isinstance(ts, int | float) else "-"
+                out.append(f"    last {what}: {d.get('reason')} {ago}: "
+                           f"{str(d.get('detail', ''))[:300]}")
     return out
+
+
+def refused_count(rec: Mapping[str, Any]) -> int:
+    """Records a worker refused: invalid pushed sets and what its trust file refused."""
+    refused = rec.get("refused")
+    counts = refused.get("counts") if isinstance(refused, Mapping) else None
+    trust = sum(int(v) for v in counts.values() if isinstance(v, int)) \
+        if isinstance(counts, Mapping) else 0
+    rejected = rec.get("rejected")
+    return trust + (int(rejected.get("count", 0)) if isinstance(rejected, Mapping) else 0)
+
+
+async def read_live_workers(bootstrap: str, status_topic: str, now: float
+                            ) -> dict[str, dict[str, Any]]:
+    """The records of the workers alive now (a record within STALE_S), read from the status
+    topic's last STALE_S + WORKER_S seconds only: a live worker refreshes its record every
+    WORKER_S, and the job snapshots before that are not read. A missing topic: none."""
+    from faultwatch.errors import NotFoundError
+    from faultwatch.kafka.reading import read_parts
+
+    records: list[tuple[bytes | None, bytes | None]] = []
+    try:
+        async for batch, _ in read_parts(bootstrap, [status_topic],
+                                         since_s=now - STALE_S - WORKER_S):
+            records += [(m.key, m.value) for m in batch
+                        if m.key is not None and m.key.startswith(WORKER_KEY_PREFIX)]
+    except NotFoundError:
+        return {}
+    return {name: w for name, w in split_status(records)[1].items()
+            if now - float(w.get("ts", 0.0)) <= STALE_S}

@@ -3,7 +3,8 @@ whole, no group), build each set as the `pushed` layer over the layers the worke
 (rules/layers.py: built-in, its `--rules` files, its flags), and swap the worker's matcher,
 policy and rules version together (LiveRules.swap). An invalid set is refused with its
 `path:line` errors in a `rules_rejected` event and the last good set stays; a tombstone
-removes the pushed layer. aiokafka is imported lazily."""
+removes the pushed layer. Only the `ruleset` key is applied: the `revision/N` keys are the
+history `rules rollback` reads (streams/rules_history.py). aiokafka is imported lazily."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from faultwatch.kafka.calm import RETRY_BACKOFF_MS
 from faultwatch.rules import Matcher, RuleSet
 from faultwatch.rules.layers import RulesInForce, build, from_ruleset
 from faultwatch.streams.records import LiveRules
-from faultwatch.streams.rules_record import layer_of_record
+from faultwatch.streams.rules_record import RULESET_KEY, layer_of_record
 from faultwatch.trust.replay import REPLAYED, superseded
 from faultwatch.wire import MAX_RULESET_RECORD_BYTES
 
@@ -202,7 +203,9 @@ class RulesWatcher:
                 batch = await consumer.getmany(timeout_ms=500)
                 for tp, msgs in batch.items():
                     for m in msgs:
-                        pending.append((f"{tp.topic}[{tp.partition}]@{m.offset}", m.value))
+                        if m.key == RULESET_KEY:  # not the revisions (rules_history.py)
+                            pending.append((f"{tp.topic}[{tp.partition}]@{m.offset}",
+                                            m.value))
                         self.next_offsets[tp.partition] = m.offset + 1
             for tp in tps:
                 self.next_offsets.setdefault(tp.partition, end[tp])
@@ -231,10 +234,11 @@ class RulesWatcher:
                     for tp, msgs in batch.items():
                         for m in msgs:
                             self.next_offsets[tp.partition] = m.offset + 1
-                        if msgs:  # several records at once: the newest valid one wins
-                            for m in reversed(msgs):
-                                if self.apply(m.value, f"{tp.topic}[{tp.partition}]@{m.offset}"):
-                                    break
+                        # several records at once: the newest valid one wins (the set
+                        # in force only, not the revisions' copies: rules_history.py)
+                        for m in reversed([m for m in msgs if m.key == RULESET_KEY]):
+                            if self.apply(m.value, f"{tp.topic}[{tp.partition}]@{m.offset}"):
+                                break
             except asyncio.CancelledError:
                 raise
             except Exception as e:  # noqa: BLE001 - keep following; the last good set stays

@@ -24,6 +24,7 @@ class Partitions(Protocol):
 
     cache: dict[bytes, JobState]
     active: set[bytes]
+    ended: set[bytes]  # decided or done since the last look (emptied by the publisher)
 
 
 def material(st: JobState) -> Material:
@@ -51,7 +52,9 @@ class StatusPublisher:
 
     * a job seen for the first time, or whose `material` changed since its last snapshot;
     * a job that left the active phases (decided, done): one last snapshot, then it is
-      forgotten (before, the topic kept its last running snapshot);
+      forgotten. That includes a job that started and ended between two calls (a crash at
+      start, a command that succeeds at once): it was never published while running, and
+      is the job an operator most needs to see (`PartitionCache.ended`);
     * unchanged active jobs, oldest snapshot first, at most `max_per_s * status_s` a call
       (less what changed), each no more often than every `status_s`: with N jobs a job's
       snapshot is refreshed every max(status_s, N / max_per_s) seconds.
@@ -81,9 +84,12 @@ class StatusPublisher:
         out: list[tuple[bytes, bytes]] = []
         for key in [k for k in seen if k not in active]:  # left the active phases or us
             del seen[key]
-            last = next((p.cache[key] for p in parts if key in p.cache), None)
-            if last is not None and last.phase not in ACTIVE:
-                out.append((key, encode_status(snapshot(last, now, policy))))
+        for p in parts:  # ended since the last call: their last snapshot
+            for key in p.ended:
+                last = p.cache.get(key)
+                if last is not None and last.phase not in ACTIVE and key not in active:
+                    out.append((key, encode_status(snapshot(last, now, policy))))
+            p.ended.clear()
         publish: dict[bytes, Material] = {}
         for key, st in active.items():
             m = material(st)

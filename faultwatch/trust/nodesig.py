@@ -15,7 +15,7 @@ from typing import Any
 from faultwatch.errors import DecodeError
 from faultwatch.trust.keys import NODE, SigningKey, TrustSet
 from faultwatch.trust.records import WRONG_ROLE
-from faultwatch.trust.refusals import REFUSALS
+from faultwatch.trust.refusals import note_refusal
 from faultwatch.wire.signing import BAD_SIGNATURE, MALFORMED, UNKNOWN_KEY, UNSIGNED
 
 HEADER_KID, HEADER_SIG = "fw-kid", "fw-sig"
@@ -30,7 +30,10 @@ class RefusedRecord(DecodeError):
 
     def __init__(self, reason: str, detail: str) -> None:
         super().__init__(f"refused ({reason}): {detail}")
-        self.reason = reason
+        self.reason, self.detail = reason, detail
+        # (job, node, attempt, run id) of the refused record, set by the matcher: the
+        # processor tells that agent why (streams/refusal_notices.py)
+        self.about: tuple[str, str, int, str] | None = None
 
 
 class NodeSigner:
@@ -102,5 +105,5 @@ class NodeVerifier:
 
     @staticmethod
     def _refuse(reason: str, detail: str) -> None:
-        REFUSALS[("logs", reason)] += 1
+        note_refusal("logs", reason, detail)
         raise RefusedRecord(reason, detail)

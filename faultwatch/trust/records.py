@@ -10,6 +10,7 @@ as another. The record carries `"signature": {"alg": "Ed25519", "key_id": "<16 h
 | `decision` | `<prefix>decisions`             | processor (operator: `notify` only) |
 | `rules`    | `<prefix>rules`                 | operator              |
 | `node`     | `<prefix>nodes` (the registry)  | processor, operator   |
+| `hold`     | `<prefix>holds` (job holds, mutes) | operator           |
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from typing import Any
 import orjson
 
 from faultwatch.trust.keys import ALG, NODE, OPERATOR, PROCESSOR, SigningKey, TrustSet
-from faultwatch.trust.refusals import REFUSALS
+from faultwatch.trust.refusals import REFUSALS, note_refusal
 from faultwatch.wire.signing import (
     BAD_SIGNATURE,
     MALFORMED,
@@ -35,9 +36,9 @@ from faultwatch.wire.signing import (
 )
 
 WRONG_ROLE = "wrong_role"
-DECISION, RULES, NODE_RECORD = "decision", "rules", "node"
+DECISION, RULES, NODE_RECORD, HOLD = "decision", "rules", "node", "hold"
 SIGNERS: dict[str, tuple[str, ...]] = {DECISION: (PROCESSOR,), RULES: (OPERATOR,),
-                                       NODE_RECORD: (PROCESSOR, OPERATOR)}
+                                       NODE_RECORD: (PROCESSOR, OPERATOR), HOLD: (OPERATOR,)}
 
 
 
@@ -143,7 +144,7 @@ class RecordGate:
 
     def refuse(self, reason: str, detail: str, **where: Any) -> None:
         self.refused += 1
-        REFUSALS[(self.what, reason)] += 1
+        note_refusal(self.what, reason, detail)
         self._log(f"{self.what}_refused", reason=reason, detail=detail, **where)
 
     def admit_value(self, value: bytes | None, **where: Any) -> bool:
@@ -174,5 +175,5 @@ class RecordGate:
         return False
 
 
-__all__ = ["DECISION", "NODE", "NODE_RECORD", "REFUSALS", "RULES", "RecordGate",
+__all__ = ["DECISION", "HOLD", "NODE", "NODE_RECORD", "REFUSALS", "RULES", "RecordGate",
            "RecordSigner", "RecordVerifier", "signed_bytes", "signer_for", "verifier_for"]

@@ -3,9 +3,10 @@
 One module per topic: `logs` (agent -> matcher: line batches, read lazily), `events`
 (lifecycle and notes, the same on the logs and the signals topic), `signals` (matcher -> job
 stage: signals, bounded bundles, ticks), `decisions`, `tables` (the compacted status and
-nodes topics), `topics` (names, partitions and keys), `signing` (signed decisions); `_check`
-holds the bounds and validators every decoder uses. `from faultwatch.wire import X` gives
-every public name below."""
+nodes topics), `holds` (operators' holds and mutes: imported from there, not re-exported),
+`topics` (names, partitions and keys), `signing` (signed decisions); `_check` holds the
+bounds and validators every decoder uses. `from faultwatch.wire import X` gives every public
+name below."""
 
 from __future__ import annotations
 

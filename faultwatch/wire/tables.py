@@ -39,13 +39,21 @@ def worker_key(worker: str) -> bytes:
 
 
 def encode_worker(worker: str, group: str, rules: Mapping[str, Any], now: float,
-                  started_at: float, rejected: Mapping[str, Any] | None = None) -> bytes:
+                  started_at: float, rejected: Mapping[str, Any] | None = None,
+                  trust: Mapping[str, Any] | None = None,
+                  refused: Mapping[str, Any] | None = None) -> bytes:
     """{"v", "t": "worker", "worker", "group", "ts", "started_at", "rules" (a
-    rules.layers.RulesInForce.describe()), "rejected"?: {"count", "last"}}."""
+    rules.layers.RulesInForce.describe()), "rejected"?: {"count", "last"}, "trust"?: the
+    policy it announces (trust/announce.py), "refused"?: {"counts", "last"} (records its
+    trust file refused: trust/refusals.py)}."""
     d: dict[str, Any] = {"v": SCHEMA_VERSION, "t": "worker", "worker": worker, "group": group,
                          "ts": now, "started_at": started_at, "rules": dict(rules)}
     if rejected:
         d["rejected"] = dict(rejected)
+    if trust is not None:
+        d["trust"] = dict(trust)
+    if refused:
+        d["refused"] = dict(refused)
     return orjson.dumps(d, default=str)
 
 

@@ -50,6 +50,11 @@ class Topics:
         """The fleet-wide node registry (compacted, key = node)."""
         return f"{self.prefix}nodes"
 
+    @property
+    def holds(self) -> str:
+        """Operators' holds and mutes of jobs (compacted, key = kind/job: wire/holds.py)."""
+        return f"{self.prefix}holds"
+
 
 def log_key(job: str, node: str) -> bytes:
     """Logs are keyed by job and node so a node's lines and lifecycle stay in order."""

@@ -8,7 +8,8 @@ up the way docs/operating.md says (processor key, operator key, node keys, one t
 2. a hand-written quarantine on the nodes topic is refused by actuate (an operator-signed
    `faultwatch nodes quarantine` is carried out), and the processor blacklists no job placed
    on that node (a job on the operator-quarantined node is);
-3. an unsigned `rules push` is refused by the processor (a signed one is loaded);
+3. an unsigned `rules push` is refused by the command (exit 8), and the same set written
+   around it is refused by the processor (a signed one is loaded);
 4. run 1's restart decision does not restart run 2 of the reused job name; a 40-minute-old
    signed decision replayed to `notify` is not posted (a fresh one is);
 5. a blacklist signed with what an agent holds (a node key) or with the legacy HMAC key is
@@ -297,8 +298,25 @@ def test_case3_only_an_operator_signed_rule_set_is_loaded(kafka_bootstrap: str, 
         "version: 1\nrules:\n  - id: evil.step\n    category: hardware\n    contains: step\n")
     push = [faultwatch_exe(), "rules", "push", "--bootstrap", kafka_bootstrap,
             "--topic-prefix", prefix, str(tmp_path / "evil.yaml"), "--no-builtin"]
+    if not (CODE or OFF):  # the worker has announced its trust policy (a few s after start)
+        show = [faultwatch_exe(), "rules", "show", "--bootstrap", kafka_bootstrap,
+                "--topic-prefix", prefix]
+        wait_until(lambda: subprocess.run(show, env=site.env(), capture_output=True,
+                                          text=True, timeout=60).stdout, 60,
+                   "the worker's trust policy", interval_s=1.0,
+                   until=lambda out: "trust file: verifies" in out)
     res = subprocess.run(push, env=site.env(), capture_output=True, text=True, timeout=60)
-    assert res.returncode == 0, res.stderr
+    if CODE or OFF:  # the command before issue 36, or no keys: it writes the set
+        assert res.returncode == 0, res.stderr
+    else:  # the command reads the trust policy the workers announce and refuses it itself
+        assert res.returncode == 8 and "rules push refused" in res.stderr, res.stderr
+        import asyncio
+
+        from faultwatch.streams.rules_push import publish_record
+        from faultwatch.streams.rules_record import build_record
+
+        record, _ = build_record([tmp_path / "evil.yaml"], builtin=False)
+        asyncio.run(publish_record(kafka_bootstrap, f"{prefix}rules", record))  # around it
     e = wait_event(plog, "rules_refused", 60)
     assert e["reason"] == "unsigned"
     assert refused_metric(plog).get(("rules", "unsigned"), 0) >= 1

@@ -49,6 +49,10 @@ CHECKED: dict[str, list[str]] = {
     "prometheus/*-alerts.test.yml": [
         f"{HERE}::test_promtool_unit_tests_of_the_alert_rules_pass",
         f"{METRICS}::test_promtool_unit_tests_feed_only_series_the_code_exports"],
+    "alertmanager/*.yml": [
+        f"{HERE}::test_amtool_checks_the_alertmanager_config_and_its_routes",
+        "tests/integration/test_alertmanager.py::"
+        "test_decisions_become_alerts_that_group_silence_resend_and_resolve"],
     "grafana/*.json": [
         f"{HERE}::test_grafana_dashboards_are_well_formed",
         f"{METRICS}::test_dashboard_queries_name_only_what_the_code_exports"],
@@ -118,6 +122,36 @@ def test_promtool_checks_the_prometheus_config() -> None:
         out = subprocess.run([promtool(), "check", "rules", str(rules)], capture_output=True,
                              text=True, timeout=60)
         assert out.returncode == 0, out.stdout + out.stderr
+
+
+# Where deploy/alertmanager's routes send each kind of faultwatch alert (labels as
+# faultwatch/notify/alerts.py sets them): the route example does what docs/operating.md says.
+AM_ROUTES = {
+    ("FaultwatchJobFailed", "critical"): "ml-platform-pager",
+    ("FaultwatchJobRestart", "warning"): "ml-platform",
+    ("FaultwatchNodeBlacklisted", "warning"): "ml-platform",
+    ("FaultwatchNotice", "info"): "ml-platform",
+    ("SomeoneElsesAlert", "critical"): "default",
+}
+
+
+def test_amtool_checks_the_alertmanager_config_and_its_routes() -> None:
+    """`amtool check-config` (Debian's prometheus-alertmanager) reads the config, and
+    `amtool config routes test` routes each of faultwatch's alertnames to its receiver."""
+    from faultwatch.notify.alerts import ALERTNAMES, SEVERITY
+
+    amtool = shutil.which("amtool")
+    assert amtool, "Debian's prometheus-alertmanager is needed (scripts/bootstrap.sh)"
+    assert {(ALERTNAMES[a], SEVERITY[a]) for a in ALERTNAMES} < set(AM_ROUTES)
+    for cfg in files("alertmanager/*.yml"):
+        out = subprocess.run([amtool, "check-config", str(cfg)], capture_output=True,
+                             text=True, timeout=60)
+        assert out.returncode == 0 and "SUCCESS" in out.stdout, out.stdout + out.stderr
+        for (name, severity), want in AM_ROUTES.items():
+            out = subprocess.run([amtool, "config", "routes", "test", f"--config.file={cfg}",
+                                  f"alertname={name}", f"severity={severity}", "job=j"],
+                                 capture_output=True, text=True, timeout=60)
+            assert out.stdout.split() == [want], (name, out.stdout + out.stderr)
 
 
 def test_promtool_unit_tests_of_the_alert_rules_pass() -> None:

@@ -20,12 +20,12 @@ import pytest
 import yaml
 
 from faultwatch.actuate.backend import ActuateError
+from faultwatch.actuate.kubeclient import KubeClient, KubeConfig
 from faultwatch.actuate.kubernetes import (
     CORDONED_ANNOTATION,
     QUARANTINE_LABEL,
     REASON_ANNOTATION,
     TAINT_KEY,
-    KubeConfig,
     KubernetesBackend,
 )
 from faultwatch.actuate.plan import QUARANTINE, RELEASE, REQUEUE, Action
@@ -57,11 +57,14 @@ def api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeAPI]:
         k8s.stop(state)
 
 
+def _client(api: KubeAPI, tmp: Path, token: str) -> KubeClient:
+    """The client as an operator's kubeconfig with that token configures it."""
+    return KubeClient(KubeConfig(api.kubeconfig(tmp / f"kubeconfig-{uuid.uuid4().hex[:6]}",
+                                                token=token)))
+
+
 def _backend(api: KubeAPI, tmp: Path, token: str, **kw: Any) -> KubernetesBackend:
-    token_file = tmp / f"token-{uuid.uuid4().hex[:6]}"
-    token_file.write_text(token)
-    return KubernetesBackend(KubeConfig(server=api.server, token_file=token_file,
-                                        ca_file=api.ca), **kw)
+    return KubernetesBackend(_client(api, tmp, token), **kw)
 
 
 @pytest.fixture()
@@ -140,6 +143,114 @@ def test_release_keeps_an_operators_cordon(api: KubeAPI, actuator: KubernetesBac
     assert TAINT_KEY not in {t["key"] for t in obj["spec"].get("taints", [])}
 
 
+def _tainted(api: KubeAPI, node: str) -> bool:
+    return TAINT_KEY in {t["key"] for t in api.get(f"/api/v1/nodes/{node}")["spec"]
+                         .get("taints", [])}
+
+
+@pytest.mark.parametrize(("exec_api", "revoke"), [
+    ("client.authentication.k8s.io/v1", True),  # kubectl's GA version
+    ("client.authentication.k8s.io/v1beta1", False)])  # what EKS/GKE/AKS plugins print
+def test_an_exec_credential_plugin_in_the_context_chosen_by_name(
+        api: KubeAPI, tmp_path: Path, exec_api: str, revoke: bool) -> None:
+    """A kubeconfig whose user runs an exec credential plugin (as `aws eks get-token`,
+    gke-gcloud-auth-plugin and kubelogin are run): a script that prints an ExecCredential
+    with a bound token of the shipped service account from the TokenRequest API. The context
+    is chosen by name: the file's current-context has a token the server refuses (401 there:
+    the control). When the token is revoked (the Secret it is bound to is deleted) the server
+    answers 401 and the plugin is run again for a fresh one."""
+    import sys
+
+    admin = tmp_path / "admin-token"
+    admin.write_text(api.admin_token)
+    admin.chmod(0o600)
+    count = tmp_path / "plugin-runs"
+    count.touch()
+    plugin = [sys.executable, str(REPO / "tests" / "support" / "exec_credential.py"),
+              api.server, str(api.ca), str(admin), SA_NS, SA_NAME, exec_api, str(count)]
+    kc = api.kubeconfig(tmp_path / "kubeconfig", exec_argv=plugin, exec_api=exec_api,
+                        extra_contexts={"stale": "not-a-valid-token"}, current="stale")
+    with pytest.raises(ActuateError, match="401") as err:  # the file's current-context
+        KubeClient(KubeConfig(kc)).connect()
+    assert err.value.permanent
+    assert count.read_text() == ""  # that context's user has no plugin
+
+    client = KubeClient(KubeConfig(kc, context="fw"))
+    client.connect()
+    backend = KubernetesBackend(client)
+    node, job = _names()
+    api.node(node)
+    assert "tainted" in backend.apply(_action(QUARANTINE, node, job))
+    assert _tainted(api, node)
+    runs = count.read_text().splitlines()
+    assert len(runs) == 1, runs  # the credential is kept while the server takes it
+    if not revoke:  # (the server caches a valid token for 10 s: the revocation, once)
+        return
+    secret, token = runs[0].split()
+    api.request("DELETE", f"/api/v1/namespaces/{SA_NS}/secrets/{secret}")  # revoked
+    wait_until(lambda: _refused(api, token), 60, "the revoked token to be refused (401)")
+    assert "untainted" in backend.apply(_action(RELEASE, node, job))
+    assert not _tainted(api, node)
+    assert len(count.read_text().splitlines()) == 2  # the 401 made the plugin run again
+
+
+def _refused(api: KubeAPI, token: str) -> bool:
+    try:
+        api.request("GET", "/version", token=token)
+    except ApiError as e:
+        if e.code == 401:
+            return True
+        raise
+    return False
+
+
+def test_a_client_certificate_from_a_relative_path(api: KubeAPI, tmp_path: Path) -> None:
+    """A kubeconfig user with a client certificate (signed by the API server's client CA)
+    whose paths are relative to the kubeconfig's directory, as kubectl resolves them; the
+    shipped ClusterRole bound to that user's name is enough to quarantine."""
+    import os
+    import subprocess
+
+    user = f"fw-cert-{uuid.uuid4().hex[:6]}"
+    pki = api.ca.parent
+    d = tmp_path / "kube"
+    d.mkdir()
+    subprocess.run(["openssl", "req", "-newkey", "rsa:2048", "-nodes", "-subj", f"/CN={user}",
+                    "-keyout", str(d / "user.key"), "-out", str(d / "user.csr")],
+                   check=True, capture_output=True)
+    subprocess.run(["openssl", "x509", "-req", "-in", str(d / "user.csr"), "-CA", str(api.ca),
+                    "-CAkey", str(pki / "ca.key"), "-CAcreateserial", "-days", "1",
+                    "-out", str(d / "user.crt")], check=True, capture_output=True)
+    api.ensure({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+                "metadata": {"name": user},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                            "name": SA_NAME},
+                "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User",
+                              "name": user}]})
+    kc = api.kubeconfig(d / "config", cert=(Path("user.crt"), Path("user.key")))
+    cwd = os.getcwd()
+    os.chdir(tmp_path)  # not the kubeconfig's directory: the paths resolve against that
+    try:
+        backend = KubernetesBackend(KubeClient(KubeConfig(kc)))
+        node, job = _names()
+        api.node(node)
+        said = wait_until(lambda: _try(backend, _action(QUARANTINE, node, job)), 30,
+                          f"the binding of {user} to be in force")
+    finally:
+        os.chdir(cwd)
+    assert "tainted" in said and _tainted(api, node)
+
+
+def _try(backend: KubernetesBackend, action: Action) -> str | None:
+    """The action's outcome, or None while RBAC still refuses it (a new binding)."""
+    try:
+        return backend.apply(action)
+    except ActuateError as e:
+        if "403" in str(e):
+            return None
+        raise
+
+
 def _budgeted_pods(api: KubeAPI, pods: int) -> tuple[str, str]:
     """A node running `pods` pods of a job that a PodDisruptionBudget keeps all available
     (minAvailable = pods), once the disruption controller has counted them (before, every
@@ -195,8 +306,7 @@ def test_a_conflicting_write_is_retried_and_a_missing_node_is_permanent(
                             {"metadata": {"labels": {"other-writer": str(self.races)}}},
                             content_type="application/merge-patch+json")
 
-    raced = Raced(KubeConfig(server=api.server, token_file=_token(tmp_path, token),
-                             ca_file=api.ca))
+    raced = Raced(_client(api, tmp_path, token))
     assert "tainted" in raced.apply(_action(QUARANTINE, node, job))
     assert raced.races == 0  # both races happened: two real 409s were retried
     obj = api.get(f"/api/v1/nodes/{node}")
@@ -223,8 +333,7 @@ def test_a_pod_replaced_or_gone_meanwhile_is_left_alone(api: KubeAPI, tmp_path: 
             if pod.endswith("-0"):  # its controller recreated it at once
                 api.pod(ns, pod, node, {"job": job})
 
-    raced = Raced(KubeConfig(server=api.server, token_file=_token(tmp_path, token),
-                             ca_file=api.ca))
+    raced = Raced(_client(api, tmp_path, token))
     before = api.pod("ml", f"{job}-0", node, {"job": job})["metadata"]["uid"]
     api.pod("ml", f"{job}-1", node, {"job": job})
     said = raced.apply(_action(REQUEUE, node, job, pod=f"{job}-0", node=node))
@@ -259,8 +368,10 @@ def test_delete_instead_of_evict_needs_its_verb_and_overrides_the_budget(
         if r["resources"] == ["pods"]:
             r["verbs"] = [*r["verbs"], "delete"]
     _bind(api, role, rules)
-    deleter = _backend(api, tmp_path, api.token_for(SA_NS, role), pod_action="delete")
-    wait_until(lambda: _allows(api, deleter, "pods", "delete"), 30, f"{role} to be in force")
+    deleter_token = api.token_for(SA_NS, role)
+    deleter = _backend(api, tmp_path, deleter_token, pod_action="delete")
+    wait_until(lambda: _allows(api, deleter_token, "pods", "delete"), 30,
+               f"{role} to be in force")
     said = deleter.apply(requeue)
     assert said == f"deleted pod ml/{job}-0 on {node}", said
     pod = api.get(f"/api/v1/namespaces/ml/pods/{job}-0")  # no kubelet: left terminating
@@ -280,20 +391,13 @@ def _bind(api: KubeAPI, role: str, rules: list[dict[str, Any]]) -> None:
                 "subjects": [{"kind": "ServiceAccount", "name": role, "namespace": SA_NS}]})
 
 
-def _allows(api: KubeAPI, backend: KubernetesBackend, resource: str, verb: str) -> bool:
-    token = backend.cfg.token_file.read_text() if backend.cfg.token_file else None
+def _allows(api: KubeAPI, token: str, resource: str, verb: str) -> bool:
     review = api.request("POST", "/apis/authorization.k8s.io/v1/selfsubjectrulesreviews",
                          {"apiVersion": "authorization.k8s.io/v1",
                           "kind": "SelfSubjectRulesReview", "spec": {"namespace": "ml"}},
                          token=token)
     return any(resource in r.get("resources", []) and verb in r.get("verbs", [])
                for r in review["status"]["resourceRules"])
-
-
-def _token(tmp: Path, token: str) -> Path:
-    p = tmp / f"token-{uuid.uuid4().hex[:6]}"
-    p.write_text(token)
-    return p
 
 
 # What each rule of the shipped ClusterRole is for: the action that must fail without it.
@@ -320,14 +424,15 @@ def test_every_rule_of_the_shipped_role_is_needed(api: KubeAPI, tmp_path: Path) 
             if r["verbs"]:
                 less.append(r)
         _bind(api, role, less)
-        backend = _backend(api, tmp_path, api.token_for(SA_NS, role), pod_selector="job={job}")
+        token = api.token_for(SA_NS, role)
+        backend = _backend(api, tmp_path, token, pod_selector="job={job}")
         node, job = _names()
         api.node(node)
         api.pod("ml", f"{job}-0", node, {"job": job})
         need = NEEDS[(res, verb)]
         # RBAC caches refresh within a second or two of a new binding: wait for the positive
         # side (the same account can do what the reduced role still allows) first
-        wait_until(lambda b=backend: _bound(api, b), 30,  # type: ignore[misc]
+        wait_until(lambda t=token: _bound(api, t), 30,  # type: ignore[misc]
                    f"{role} to be in force")
         # a 403 is permanent: reported once with its cause, not retried (the runner's side:
         # test_actuate_limits.py::test_a_permanent_error_is_reported_once_and_a_refused_...)
@@ -348,9 +453,8 @@ def test_every_rule_of_the_shipped_role_is_needed(api: KubeAPI, tmp_path: Path) 
             assert err.value.permanent, err.value
 
 
-def _bound(api: KubeAPI, backend: KubernetesBackend) -> bool:
+def _bound(api: KubeAPI, token: str) -> bool:
     """Whether the account's (reduced) role is in force yet: its rules review lists them."""
-    token = backend.cfg.token_file.read_text() if backend.cfg.token_file else None
     review = api.request("POST", "/apis/authorization.k8s.io/v1/selfsubjectrulesreviews",
                          {"apiVersion": "authorization.k8s.io/v1",
                           "kind": "SelfSubjectRulesReview", "spec": {"namespace": "ml"}},
@@ -585,17 +689,22 @@ def test_actuate_taints_a_quarantined_node_and_expiry_removes_the_taint(
     asyncio.run(ensure_topics(kafka_bootstrap, Topics(topic_prefix), 1))
     node, _ = _names()
     api.node(node)
-    token = _token(tmp_path, api.token_for(SA_NS, SA_NAME))
+    kubeconfig = api.kubeconfig(tmp_path / "kubeconfig", token=api.token_for(SA_NS, SA_NAME))
     env = dict(os.environ, FAULTWATCH_BOOTSTRAP=kafka_bootstrap,
                FAULTWATCH_TOPIC_PREFIX=topic_prefix,
                FAULTWATCH_DECISION_KEY="k1:0123456789abcdef0123456789")
+    state = ["--state-file", str(tmp_path / "state.jsonl")]
+    wrong = subprocess.run(  # a context the file does not have: exit 2 at start, saying so
+        [sys.executable, "-m", "faultwatch", "actuate", "--backend", "kubernetes",
+         "--kubeconfig", str(kubeconfig), "--context", "absent", *state],
+        env=env, capture_output=True, text=True, timeout=60)
+    assert wrong.returncode == 2 and "absent" in wrong.stderr, wrong.stderr
     log = tmp_path / "actuate.log"
-    with open(log, "wb") as fh:
+    with open(log, "wb") as fh:  # the kubeconfig from $KUBECONFIG, as kubectl finds it
         proc = subprocess.Popen(
-            [sys.executable, "-m", "faultwatch", "actuate", "--backend", "kubernetes",
-             "--k8s-server", api.server, "--k8s-token-file", str(token),
-             "--k8s-ca-file", str(api.ca), "--state-file", str(tmp_path / "state.jsonl")],
-            stdout=fh, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+            [sys.executable, "-m", "faultwatch", "actuate", "--backend", "kubernetes", *state],
+            stdout=fh, stderr=subprocess.STDOUT, env={**env, "KUBECONFIG": str(kubeconfig)},
+            start_new_session=True)
     try:
         def taints() -> set[str]:
             assert proc.poll() is None, log.read_text()

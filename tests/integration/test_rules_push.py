@@ -58,11 +58,14 @@ def test_push_valid_file_writes_one_record(kafka_bootstrap: str, topic_prefix: s
              "--topic-prefix", topic_prefix)
     assert out.returncode == 0, out.stderr
     version = rules_version_of(out.stdout)
+    assert "as revision 1" in out.stdout
     recs = read_topic(kafka_bootstrap, Topics(topic_prefix).rules)
-    assert len(recs) == 1 and recs[0].key == RULESET_KEY
-    d = orjson.loads(recs[0].value)
+    # the set in force, after its copy as revision 1 (`rules history`, `rules rollback`)
+    assert [r.key for r in recs] == [b"revision/1", RULESET_KEY]
+    assert recs[0].value == recs[1].value
+    d = orjson.loads(recs[1].value)
     assert d["v"] == 1 and d["version"] == version and d["builtin"] is True
-    assert d["files"] == [{"name": "site.yaml", "text": RETRYABLE}]
+    assert d["files"] == [{"name": "site.yaml", "text": RETRYABLE}] and d["revision"] == 1
 
 
 @pytest.fixture

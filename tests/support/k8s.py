@@ -171,6 +171,36 @@ class KubeAPI:
              "spec": {"expirationSeconds": 3600}})
         return str(out["status"]["token"])
 
+    def kubeconfig(self, path: Path, *, token: str | None = None,
+                   exec_argv: list[str] | None = None,
+                   exec_api: str = "client.authentication.k8s.io/v1",
+                   cert: tuple[Path, Path] | None = None,
+                   extra_contexts: dict[str, str] | None = None, current: str = "fw") -> Path:
+        """A kubeconfig for this server (its CA by file) whose current context's user
+        presents `token`, a client certificate (cert, key), or runs `exec_argv` as an exec
+        credential plugin; `extra_contexts` adds contexts name -> token; `current` is the
+        current-context (mode 0600)."""
+        user: dict[str, Any] = {}
+        if token is not None:
+            user["token"] = token
+        if cert is not None:
+            user["client-certificate"], user["client-key"] = str(cert[0]), str(cert[1])
+        if exec_argv is not None:
+            user["exec"] = {"apiVersion": exec_api, "command": exec_argv[0],
+                            "args": exec_argv[1:], "interactiveMode": "Never"}
+        users = [{"name": "fw", "user": user}]
+        contexts = [{"name": "fw", "context": {"cluster": "fw", "user": "fw"}}]
+        for name, tok in (extra_contexts or {}).items():
+            users.append({"name": name, "user": {"token": tok}})
+            contexts.append({"name": name, "context": {"cluster": "fw", "user": name}})
+        doc = {"apiVersion": "v1", "kind": "Config", "current-context": current,
+               "clusters": [{"name": "fw", "cluster": {"server": self.server,
+                                                       "certificate-authority": str(self.ca)}}],
+               "contexts": contexts, "users": users}
+        path.write_text(yaml.safe_dump(doc))
+        path.chmod(0o600)
+        return path
+
     def events_about(self, ns: str, kind: str, name: str) -> list[dict[str, Any]]:
         sel = urllib.parse.urlencode({"fieldSelector": f"involvedObject.kind={kind},"
                                                        f"involvedObject.name={name}"})

@@ -40,6 +40,7 @@ EVERY_COMMAND: list[tuple[list[str], str]] = [
     (["run", "--max-restarts", "1", "--rules", "r.yaml", "--", "python", "t.py"], "cmd_run"),
     (["agent", "--job", "j", "--bootstrap", "b:1", "--", "torchrun", "t.py"], "cmd_agent"),
     (["agent", "--job", "j", "--flush"], "cmd_agent"),
+    (["check", "--strict", "--json", "--", "torchrun", "t.py"], "cmd_check"),
     (["agent", "tail", "--job", "j", "x.log"], "cmd_agent_tail"),
     (["agent", "bootcheck", "--job", "j", "--no-ship"], "cmd_agent_bootcheck"),
     (["process", "--bootstrap", "b:1", "--settle-s", "1", "--rules", "r.yaml"], "cmd_process"),
@@ -49,6 +50,14 @@ EVERY_COMMAND: list[tuple[list[str], str]] = [
     (["rules", "test"], "cmd_rules_test"),
     (["rules", "classify", "--exit-code", "1", "crash.log"], "cmd_rules_classify"),
     (["rules", "push", "a.yaml", "--bootstrap", "b:1"], "cmd_rules_push"),
+    (["rules", "history", "--json"], "cmd_rules_history"),
+    (["rules", "rollback", "--to-revision", "3"], "cmd_rules_rollback"),
+    (["jobs"], "cmd_list"),
+    (["jobs", "hold", "j", "--for", "2h", "--reason", "debugging"], "cmd_set"),
+    (["jobs", "mute", "j", "--for", "30m", "--reason", "noisy"], "cmd_set"),
+    (["jobs", "release", "j"], "cmd_end"),
+    (["jobs", "unmute", "j"], "cmd_end"),
+    (["describe", "j", "--json"], "cmd_describe"),
     (["kafka", "up", "--port", "19999"], "cmd_kafka_up"),
     (["kafka", "down", "--port", "19999"], "cmd_kafka_down"),
     (["kafka", "status", "--json"], "cmd_kafka_status"),
@@ -66,9 +75,9 @@ def test_every_subcommand_parses_to_its_function(argv: list[str], func: str) -> 
 def test_the_tree_names_every_command() -> None:
     sub = next(a for a in cli.build_parser()._actions
                if isinstance(a, argparse._SubParsersAction))
-    assert set(sub.choices) == {"run", "agent", "process", "decisions", "logs", "rules",
-                                "kafka", "notify", "status", "nodes", "actuate", "diagnose",
-                                "keys", "completion"}
+    assert set(sub.choices) == {"run", "agent", "check", "process", "decisions", "logs",
+                                "rules", "kafka", "notify", "status", "nodes", "actuate",
+                                "diagnose", "keys", "jobs", "describe", "completion"}
 
 
 def test_shared_options_are_the_same_everywhere(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -184,6 +193,7 @@ EXPECTED: list[tuple[BaseException, int]] = [
     (errors.BrokerError("unreachable"), EXIT_BROKER),
     (errors.MissingExtraError("processor", "process", "faust"), EXIT_MISSING_EXTRA),
     (errors.ChildError("no such file"), EXIT_CHILD_NOT_STARTED),
+    (errors.RefusedError("rules push refused: unsigned"), errors.EXIT_REFUSED),
     (KeyboardInterrupt(), EXIT_INTERRUPTED),
 ]
 

@@ -52,3 +52,37 @@ def test_the_snapshot_round_trips_the_wire_and_renders() -> None:
     console.print(table([back], 161.0))
     text = console.export_text()
     assert "j1" in text and "slurm-7" in text and "2/2" in text and "r1:40s" in text
+
+
+def test_status_and_describe_show_holds_and_say_why_the_window() -> None:
+    """Issue 36 item 5: a held or muted job says so in `status` (`running,held`, as kubectl
+    shows `Ready,SchedulingDisabled`) and in `describe`, beside the window and why."""
+    from rich.console import Console
+
+    from faultwatch.core.holds import HOLD, MUTE, new_hold
+    from faultwatch.readers.describe import lines
+    from faultwatch.readers.status import with_holds
+
+    st, policy = job_state()
+    s = wire.decode_status(wire.encode_status(snapshot(st, 160.0, policy)))  # type: ignore[arg-type]
+    assert s["window_why"] == "fixed"
+    hold = new_hold(HOLD, "j1", 150.0, 3600, "debugging", "alice@ops", "h1")
+    mute = new_hold(MUTE, "other", 150.0, 3600, "noisy", "bob", "m1")
+    snaps = with_holds({"j1": s, "j2": {**s, "job": "j2"}}, [hold, mute])
+    assert [h["kind"] for h in snaps["j1"].get("holds", [])] == ["hold"]
+    assert "holds" not in snaps["j2"]
+    console = Console(width=200, record=True)
+    console.print(table(snaps.values(), 161.0))
+    rows = console.export_text().splitlines()
+    assert "running,held" in next(r for r in rows if r.startswith("j1"))
+    assert "running " in next(r for r in rows if r.startswith("j2"))  # positive control
+    view = {"job": "j1", "now": 161.0, "status": snaps["j1"],
+            "holds": [{**hold.to_dict(), "in_force": True}],
+            "runs": [{"run_id": "slurm-7", "attempt": 0, "first_ts": None, "decisions": [],
+                      "current": True}],
+            "decisions_total": 0, "decisions": [], "refusals": [], "diagnosis_requests": 0}
+    text = "\n".join(lines(view))
+    assert "Holds:          hold: held by alice@ops for 59m49s more" in text
+    assert "Window:         300s (fixed)" in text
+    assert "r1:40s  r0:10s" in text and "run slurm-7  attempt 0  (current)" in text
+    assert "scheduler kind=slurm job_id=7" in text

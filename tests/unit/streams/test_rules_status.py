@@ -80,6 +80,35 @@ def test_worker_record_round_trip_and_text(tmp_path: Path) -> None:
                       "layers": "builtin+files", "push_id": ""}
 
 
+def test_a_worker_announces_its_trust_policy_and_what_it_refused(tmp_path: Path) -> None:
+    """Issue 36 item 3: `rules show` and `status` say what the trust file refused."""
+    from faultwatch.readers.status import workers_table
+    from faultwatch.streams.rules_status import refused_count
+
+    rules = layers.load([])
+    trust = {"verifies": ["rules", "node", "hold"], "keys": {"operator": ["abc"]},
+             "node_keys": 0}
+    refused = {"counts": {"rules.unsigned": 2, "node_record.unknown_key": 1},
+               "last": {"rules": {"reason": "unsigned", "ts": 95.0,
+                                  "detail": "the rules record carries no signature"}}}
+    rec = decode_worker(worker_record("h:1", "g", rules, 100.0, 90.0, 1, {"version": "x"},
+                                      trust, refused))
+    text = "\n".join(worker_lines(rec, 101.0, None))
+    assert "trust file: verifies rules, node, hold" in text
+    assert "refused records: node_record.unknown_key 1, rules.unsigned 2" in text
+    assert "last rules: unsigned 6 s ago: the rules record carries no signature" in text
+    assert refused_count(rec) == 4  # 3 refused by the trust file, 1 invalid push
+    plain = decode_worker(worker_record("h:2", "g", rules, 100.0, 90.0))
+    assert refused_count(plain) == 0 and "trust file" not in "\n".join(
+        worker_lines(plain, 101.0, None))  # an older worker's record says nothing of it
+    from rich.console import Console
+
+    console = Console(width=200, record=True)
+    console.print(workers_table([rec], 101.0))
+    row = next(ln for ln in console.export_text().splitlines() if "h:1" in ln)
+    assert row.split("│")[6].strip() == "4"
+
+
 def test_rules_info_metric_names_the_version() -> None:
     from prometheus_client import generate_latest
 

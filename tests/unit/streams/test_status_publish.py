@@ -127,3 +127,22 @@ def test_jobs_of_revoked_partitions_are_dropped_without_a_snapshot() -> None:
     js.on_revoked([0], T0 + 1)
     assert published(pub, js, T0 + 3) == [] and pub.seen == {}
     assert orjson.loads(js.store.get(b"a") or b"{}")["phase"] == "running"  # kept in store
+
+
+def test_a_job_that_ends_between_two_looks_still_gets_its_snapshot() -> None:
+    """Issue 36: a job that crashes at start or succeeds at once was never published while
+    running; its final snapshot is published all the same (once)."""
+    js, pub = stage(), StatusPublisher(status_s=3.0, max_per_s=100.0)
+    start(js, ["running"])
+    assert [s["job"] for s in published(pub, js, T0)] == ["running"]
+    feed(js, T0 + 0.1, RunStart("crash", 0, "n0", T0 + 0.1, run_id="r", nnodes=1, rank=0),
+         Exit("crash", 0, "n0", T0 + 0.3, exit_code=1, run_id="r"),
+         RunStart("quick", 0, "n0", T0 + 0.1, run_id="r", nnodes=1, rank=0),
+         Exit("quick", 0, "n0", T0 + 0.2, exit_code=0, run_id="r"))
+    feed(js, T0 + 1.0)  # settle_s passed: the crash is decided
+    snaps = {s["job"]: s for s in published(pub, js, T0 + 3)}
+    assert (snaps["crash"]["phase"], snaps["crash"]["nodes"][0]["exit_code"]) == ("decided", 1)
+    assert len(snaps["crash"]["decisions"]) == 1
+    assert (snaps["quick"]["phase"], snaps["quick"]["nodes"][0]["exit_code"]) == ("done", 0)
+    assert snaps["running"]["phase"] == "running"  # positive control: refreshed as before
+    assert [s["job"] for s in published(pub, js, T0 + 6)] == ["running"]  # once each
