@@ -78,6 +78,25 @@ HELP: dict[str, tuple[str, tuple[str, ...]]] = {
                    "pending push) or, with --rules/--local, the local files.",
                    ("faultwatch rules diff site.yaml",
                     "faultwatch rules diff new.yaml --rules site.yaml --exit-code")),
+    "check": ("", ("faultwatch check -- torchrun --nnodes 8 --rdzv-backend c10d "
+                   "--rdzv-endpoint h0:29400 train.py",
+                   "faultwatch check --strict --bootstrap kafka:9092 --job llm -- python "
+                   "train.py")),
+    "describe": ("", ("faultwatch describe llama-7b", "faultwatch describe llama-7b --json")),
+    "rules history": ("", ("faultwatch rules history", "faultwatch rules history --json")),
+    "rules rollback": ("", ("faultwatch rules rollback --signing-key-file operator.key",
+                            "faultwatch rules rollback --to-revision 3")),
+    "jobs": ("", ("faultwatch jobs", "faultwatch jobs --all --json")),
+    "jobs hold": ("Hold a job: its restart, blacklist and fail decisions are published as "
+                  "notices and not acted on, until the hold expires or is released.",
+                  ("faultwatch jobs hold llama-7b --for 2h --reason 'debugging rank 3'",)),
+    "jobs mute": ("Mute a job: its decisions are acted on, but `notify` posts nothing about "
+                  "it, until the mute expires or is lifted.",
+                  ("faultwatch jobs mute llama-7b --for 30m --reason 'known flaky storage'",)),
+    "jobs release": ("Release a job's hold now: its decisions are acted on again.",
+                     ("faultwatch jobs release llama-7b",)),
+    "jobs unmute": ("Lift a job's mute now: `notify` posts about it again.",
+                    ("faultwatch jobs unmute llama-7b",)),
     "kafka": ("", ("faultwatch kafka up --port 9092", "faultwatch kafka status --port 9092")),
     "kafka up": ("Start a single-node Kafka broker (KRaft) from Maven Central jars, without "
                  "Docker; print its bootstrap address last. --secure locks it down (SASL_SSL, "
@@ -140,5 +159,6 @@ def apply(parser: argparse.ArgumentParser) -> None:
         if not p.description and description:
             p.description = description
         if examples:
-            block = "examples:\n" + "\n".join(f"  {e}" for e in examples)
+            head = "more examples:" if "example" in (p.epilog or "") else "examples:"
+            block = head + "\n" + "\n".join(f"  {e}" for e in examples)
             p.epilog = f"{p.epilog.rstrip()}\n\n{block}" if p.epilog else block

@@ -33,7 +33,9 @@ class Parser(argparse.ArgumentParser):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs["allow_abbrev"] = False
-        kwargs.setdefault("formatter_class", HelpFormatter)
+        given = kwargs.get("formatter_class")  # a command's own raw text stays raw in ours
+        if not (isinstance(given, type) and issubclass(given, HelpFormatter)):
+            kwargs["formatter_class"] = HelpFormatter
         super().__init__(*args, **kwargs)
 
     def format_help(self) -> str:

@@ -55,6 +55,7 @@ def test_every_example_parses() -> None:
 
 def test_options_show_their_default() -> None:
     for path, p in _tree():
+        assert issubclass(p.formatter_class, options.HelpFormatter), path
         text = p.format_help()
         for a in p._actions:  # noqa: SLF001
             d = a.default
