@@ -52,6 +52,13 @@ HELP: dict[str, tuple[str, tuple[str, ...]]] = {
                  "Recorder dump, then print who waits where (cluster mode; embedded mode "
                  "does this before every hang decision).",
                  ("faultwatch diagnose llama-70b", "faultwatch diagnose llama-70b --json")),
+    "report": ("A job's incidents and goodput: where its wall time went (productive, "
+               "start-up, checkpoint, eval, hang silence, detection, restart, lost work, "
+               "waiting), each failure's timeline and lost work, lemon nodes; --fleet: ETTR, "
+               "MTTF by cause, time to recover, incidents per 1,000 node-hours.",
+               ("faultwatch report llama-70b", "faultwatch report llama-70b --html report.html",
+                "faultwatch report --fleet --since 7d",
+                "faultwatch report --from incidents.jsonl")),
     "rules": ("Rule files: check, test, try, push, show and diff them (docs/rules.md).",
               ("faultwatch rules check site.yaml", "faultwatch rules show --rule cuda-oom")),
     "rules check": ("Validate rule files: every problem at once as path:line: message, with "

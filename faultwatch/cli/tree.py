@@ -1,9 +1,10 @@
 """The one argparse tree of every `faultwatch` command and its one error handler.
 
 Each command group registers itself from its own module (run, agent, check, process, read,
-status, describe, diagnose, rules, kafka, nodes, jobs, actuate, notify, keys, completion);
-their shared options come from options.py, their descriptions and examples from helptext.py.
-Commands that wrap a training command (`run`, `agent`, `check`) take it only after `--`."""
+status, describe, diagnose, rules, kafka, nodes, jobs, actuate, notify, keys, report,
+completion); their shared options come from options.py, their descriptions and examples from
+helptext.py. Commands that wrap a training command (`run`, `agent`, `check`) take it only
+after `--`."""
 
 from __future__ import annotations
 
@@ -30,6 +31,7 @@ from faultwatch.cli import (
     options,
     process,
     read,
+    report,
     rules,
     run,
     status,
@@ -44,8 +46,8 @@ from faultwatch.errors import (
 
 WRAPPERS = ("run", "agent", "check")  # commands whose training command follows `--`
 AGENT_SUBCOMMANDS = agent.SUBCOMMANDS
-GROUPS = (run, agent, check, process, notify, status, describe, read, diagnose, rules, kafka,
-          nodes, jobs, actuate, keys, completion)
+GROUPS = (run, agent, check, process, notify, status, describe, read, report, diagnose, rules,
+          kafka, nodes, jobs, actuate, keys, completion)
 
 
 def build_parser() -> options.Parser:

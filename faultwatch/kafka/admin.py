@@ -9,7 +9,7 @@ from typing import Any
 from faultwatch.kafka import clients
 from faultwatch.kafka.errors import diagnose
 from faultwatch.kafka.settings import KafkaSecurity
-from faultwatch.wire.topics import DEFAULT_PARTITIONS, Topics
+from faultwatch.wire.topics import DEFAULT_PARTITIONS, INCIDENTS_RETENTION_S, Topics
 
 
 async def _create_missing(admin: Any, new: list[Any]) -> None:
@@ -23,10 +23,13 @@ async def _create_missing(admin: Any, new: list[Any]) -> None:
 
 
 async def ensure_topics(bootstrap: str, topics: Topics, partitions: int = DEFAULT_PARTITIONS,
-                        timeout_s: float = 30.0, security: KafkaSecurity | None = None) -> None:
+                        timeout_s: float = 30.0, security: KafkaSecurity | None = None,
+                        incidents_retention_s: float = INCIDENTS_RETENTION_S) -> None:
     """Create the processor's topics if missing: logs, signals and decisions with
     `partitions` (signals must match the job table's partition count), the dead letters with
-    one, the rules, status and holds topics compacted with one. Raises BrokerError."""
+    one, the rules, status and holds topics compacted with one, the incidents topic compacted
+    (each run's latest ledger) with `partitions`, both it and the acted topic deleting what is
+    older than `incidents_retention_s`. Raises BrokerError."""
     from aiokafka.admin import NewTopic  # type: ignore[import-untyped,unused-ignore]
 
     admin = clients.admin(bootstrap_servers=bootstrap, request_timeout_ms=int(timeout_s * 1000),
@@ -48,6 +51,16 @@ async def ensure_topics(bootstrap: str, topics: Topics, partitions: int = DEFAUL
             if compacted not in existing:
                 new.append(NewTopic(compacted, num_partitions=1, replication_factor=1,
                                     topic_configs={"cleanup.policy": "compact"}))
+        keep = str(int(incidents_retention_s * 1000))
+        if topics.incidents not in existing:
+            new.append(NewTopic(topics.incidents, num_partitions=partitions,
+                                replication_factor=1,
+                                topic_configs={"cleanup.policy": "compact,delete",
+                                               "retention.ms": keep}))
+        if topics.acted not in existing:
+            new.append(NewTopic(topics.acted, num_partitions=1, replication_factor=1,
+                                topic_configs={"cleanup.policy": "delete",
+                                               "retention.ms": keep}))
         await _create_missing(admin, new)
     finally:
         await admin.close()

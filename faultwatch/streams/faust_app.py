@@ -31,6 +31,7 @@ from faultwatch.nodes.follow import RegistryLink
 from faultwatch.nodes.gate import NodeGate
 from faultwatch.rules import Matcher, RuleSet
 from faultwatch.streams import faust_compat
+from faultwatch.streams.budget import LineBudget, budget_from_env
 from faultwatch.streams.faust_compat import (
     BatchFeed,
     PartitionBatches,
@@ -40,6 +41,7 @@ from faultwatch.streams.faust_compat import (
     keep_queues_when_flowing,
     reread_uncommitted_partitions,
 )
+from faultwatch.streams.incident_publish import IncidentPublisher
 from faultwatch.streams.job_stage import (
     CAUGHT_UP_S,
     FINISHED_TTL_S,
@@ -47,6 +49,7 @@ from faultwatch.streams.job_stage import (
     TICK_S,
     JobStage,
 )
+from faultwatch.streams.lemon_watch import LemonFeed, follow_incidents
 from faultwatch.streams.matcher_stage import MatcherStage
 from faultwatch.streams.metrics import Metrics
 from faultwatch.streams.records import InRecord, LiveRules
@@ -63,7 +66,7 @@ from faultwatch.wire import (
     signing,
     worker_key,
 )
-from faultwatch.wire.topics import DEFAULT_PARTITIONS, Topics
+from faultwatch.wire.topics import DEFAULT_PARTITIONS, INCIDENTS_RETENTION_S, Topics
 
 REPORT_S = 10.0  # the lag gauges of /metrics are refreshed this often
 METRICS_LOG_S = 300.0  # a processor_metrics line this often ($FAULTWATCH_METRICS_LOG_S)
@@ -116,6 +119,12 @@ class ProcessorConfig:
     # a decided or done job unchanged this long leaves the worker's table (docs/operating.md)
     finished_ttl_s: float = field(default_factory=lambda: _env_seconds(
         "FAULTWATCH_FINISHED_TTL_S", FINISHED_TTL_S))
+    # lines per second each node may have matched; past it counted and announced, not
+    # matched (streams/budget.py, docs/operating.md); 0: no budget
+    node_lines_per_s: float = field(default_factory=budget_from_env)
+    # the incidents and acted topics drop what is older (docs/goodput.md)
+    incidents_retention_s: float = field(default_factory=lambda: _env_seconds(
+        "FAULTWATCH_INCIDENTS_RETENTION_S", INCIDENTS_RETENTION_S))
     # one processor_metrics event line this often (rates and lags live on /metrics)
     metrics_log_s: float = field(default_factory=lambda: _env_seconds(
         "FAULTWATCH_METRICS_LOG_S", METRICS_LOG_S))
@@ -281,7 +290,13 @@ def build_processor(cfg: ProcessorConfig, live: LiveRules | None = None,
     from faultwatch.trust.decisions import decision_signer, signer_key_id
     from faultwatch.trust.keys import NODE, load_signing_key, load_trust
     from faultwatch.trust.nodesig import NodeVerifier
-    from faultwatch.trust.records import NODE_RECORD, RecordGate, signer_for, verifier_for
+    from faultwatch.trust.records import (
+        LEDGER,
+        NODE_RECORD,
+        RecordGate,
+        signer_for,
+        verifier_for,
+    )
     from faultwatch.trust.refusals import REFUSALS, refusals_summary
 
     keyring = decision_signer()
@@ -316,7 +331,8 @@ def build_processor(cfg: ProcessorConfig, live: LiveRules | None = None,
                 dead.append(_sender(control_t, job_key(notice.job),
                                     signing.encode(decision_to_dict(notice), keyring)))
 
-    matcher = MatcherStage(live, dead_letter, metrics, node_verifier=node_verifier)
+    matcher = MatcherStage(live, dead_letter, metrics, node_verifier=node_verifier,
+                           budget=LineBudget(cfg.node_lines_per_s))
     jobs = JobStage(live, TableStore(table), dead_letter, metrics, max_jobs=cfg.max_jobs,
                     finished_ttl_s=cfg.finished_ttl_s)
     # the node registry: every worker follows all of it; the job stage gates run-starts and
@@ -472,6 +488,11 @@ def build_processor(cfg: ProcessorConfig, live: LiveRules | None = None,
 
     status_t = app.topic(topics.status, key_type=bytes, value_type=bytes)
     statuses = StatusPublisher()
+    incidents_t = app.topic(topics.incidents, key_type=bytes, value_type=bytes)
+    incidents = IncidentPublisher()  # run ledgers: incidents and goodput (docs/goodput.md)
+    ledger_signer = signer_for(LEDGER, load_signing_key())
+    lemons = LemonFeed(RecordGate("ledger", verifier_for(LEDGER, trust), log_event))
+    prom.watch_goodput(incidents.board, lambda: len(lemons.lemons(time.time())))
     worker, started_at = worker_id(), time.time()
     published: list[Any] = [None, 0.0]  # (rules version, refusals) last published, when
     prom.watch_rules(lambda: info_labels(watcher.rules), lambda: watcher.rejected)
@@ -522,6 +543,25 @@ def build_processor(cfg: ProcessorConfig, live: LiveRules | None = None,
             return
         for key, value in statuses.due(list(jobs.parts.values()), time.time(), live.policy):
             await status_t.send(key=key, value=value)
+        for key, value in incidents.due(list(jobs.parts.values()), jobs.retired_ledgers,
+                                        time.time()):
+            if ledger_signer is not None:
+                value = orjson.dumps(ledger_signer.sign_record(orjson.loads(value)))
+            await incidents_t.send(key=key, value=value)
+
+    async def publish_lemons(decs: list[Decision]) -> None:
+        """Lemon notices: published by the worker owning signals partition 0 only."""
+        if not any(tp.topic == topics.signals and tp.partition == 0
+                   for tp in app.assignor.assigned_actives()):
+            return
+        await deliver(publish(decs), "decisions")
+        await registry.publish(decs, time.time())  # a `quarantine` lemon policy
+
+    async def lemon_follower() -> None:
+        await follow_incidents(cfg.bootstrap, topics.incidents, lemons,
+                               lambda: (live.policy, live.rules_version), publish_lemons)
+
+    app.task(lemon_follower)
 
     async def rules_watcher() -> None:
         await watcher.run()
