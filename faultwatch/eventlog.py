@@ -50,6 +50,7 @@ _INFO_EVENTS = (
     "actuate_retry", "alerts_posted", "alert_resolved", "alert_status_following")
 _WARNING_EVENTS = (
     "broker_down", "broker_refused", "broker_unreachable", "broker_unreachable_summary",
+    "faust_slow_processing",
     "decision_refused", "decisions_not_ready", "decisions_out_failed", "decisions_unverified",
     "decisions_unavailable", "escalate", "flush_timeout", "no_decision", "nodes_timeout",
     "pipes_held_open", "produce_failed", "registry_follow_failed", "replay_state_unwritable",

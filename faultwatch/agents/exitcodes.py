@@ -7,9 +7,9 @@ verdict: in the decision's evidence (`exits`), in the verdict file (`--verdict-o
 one line on stderr. docs/cli.md has the table; docs/schedulers.md what each scheduler does
 with each code, and why these numbers:
 
-- 138 is the one code Kubeflow's training-operator reserves for a user-defined retryable
-  error (`isRetryableExitCode`: 130, 137, 143 and 138 retryable, every other code permanent),
-  so "this node is bad, run me elsewhere" must be 138 to be retried there. The agent handles
+- 138 is the code Kubeflow documents for a user-defined retryable error, and its
+  training-operator retries it (`IsRetryableExitCode` in v1.8.1: every code >= 128; earlier
+  releases 130, 137, 143 and 138), so "this node is bad, run me elsewhere" is 138. The agent handles
   SIGUSR1 (forwards it to the child) so that it never dies by SIGUSR1 itself.
 - 75-78 are far from what a Python process or a shell produce by themselves (1, 2, 126,
   127, 128+N for signal N up to 192 for real-time signals, 255), and are permanent for

@@ -320,7 +320,8 @@ def register(sub: Any) -> None:
     options.add_check(p)
     options.add_logging(p, "warning")
     p.set_defaults(func=cmd_agent)
-    asub = options.subcommands(p, "agent_command", metavar="{tail,bootcheck}")
+    asub = options.subcommands(p, "agent_command", metavar="{tail,bootcheck}",
+                               prog="faultwatch agent")
 
     t = asub.add_parser("tail", help="ship existing log files",
                         description="Ship existing log files (polling; offsets persisted; "
