@@ -132,6 +132,8 @@ def role_acls(role: str, scope: Scope, principal: str) -> list[Acl]:
         g += _grants(principal, "topic", t("logs"), (R,), "--wait-for-nodes reads hellos")
         g += _grants(principal, "topic", t("decisions"), (R, D), "follow decisions (no group)")
         g += _grants(principal, "topic", t("control"), (R, D), "answer probes (no group)")
+        g += _grants(principal, "topic", t("status"), (R, D),
+                     "a waiting hot spare leaves when its run is done (no group)")
     elif role == "processor":
         g += _grants(principal, "topic", t("logs"), (R, D), "matcher stage input")
         g += _grants(principal, "topic", t("signals"), (R, W, D), "matcher -> job stage")
