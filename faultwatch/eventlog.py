@@ -36,18 +36,23 @@ _INFO_EVENTS = (
     "signal", "spool_replay", "node_signing", "decision_signing", "nodes_up",
     "waiting_for_nodes", "bootcheck", "broker_up", "decisions_following",
     "decisions_waiting_for_topic", "waiting_for_topic", "tail_start", "tail_rotated",
-    "torchrun_ranks", "metrics_listening", "timeout_chain",
+    "torchrun_ranks", "metrics_listening", "timeout_chain", "replaced", "spare_waiting",
+    "spare_joining", "spare_released",
     # processor
     "processor_starting", "processor_stopping", "processor_stopped", "processor_metrics",
     "partitions_assigned", "partitions_revoked", "registry_following", "registry_loaded",
     "broker_reachable", "job_cap_cleared", "jobs_expired", "fleet_storm_ended",
-    "allocation_checking", "holds_loaded", "job_hold",
+    "allocation_checking", "incidents_following", "incidents_loaded",
+    "holds_loaded", "job_hold",
     # operating services
     "notify_started", "notification_sent", "notify_muted", "actuate_started", "actuate_following",
     "actuated", "actuate_hold_released", "actuate_holding", "actuate_replay",
-    "actuate_retry", "alerts_posted", "alert_resolved", "alert_status_following")
+    "actuate_retry", "actuate_hold_dropped", "actuate_hold_ended", "actuate_dropped",
+    "actuate_dropped_summary", "actuate_topic_ready", "alerts_posted", "alert_resolved",
+    "alert_status_following")
 _WARNING_EVENTS = (
     "broker_down", "broker_refused", "broker_unreachable", "broker_unreachable_summary",
+    "faust_slow_processing",
     "decision_refused", "decisions_not_ready", "decisions_out_failed", "decisions_unverified",
     "decisions_unavailable", "escalate", "flush_timeout", "no_decision", "nodes_timeout",
     "pipes_held_open", "produce_failed", "registry_follow_failed", "replay_state_unwritable",
@@ -61,11 +66,14 @@ _WARNING_EVENTS = (
     "holds_follow_failed",
     "processor_stop_gave_up", "allocation_unchecked", "actuate_failed", "actuate_gave_up",
     "actuate_refused", "actuate_node_rejected", "actuate_decision_rejected", "actuate_hold",
-    "actuate_journal_bad_line", "notification_failed", "notification_retry",
+    "actuate_journal_bad_line", "actuate_waiting_for_topic", "actuate_stop_forced",
+    "topic_not_created",
+    "notification_failed", "notification_retry",
     "notify_commit_failed", "notify_rate_limited", "metrics_unavailable",
     "metrics_address_file_failed", "alerts_retry", "alerts_failed", "alert_status_unavailable",
-    "run_id_not_shared", "allocation_unavailable", "job_evicted", "run_start_refused",
-    "decision_withheld")
+    "spare_declined", "spare_status_unavailable", "lemon_node", "incidents_follow_failed",
+    "ledger_refused", "ledger_unverified", "run_id_not_shared", "allocation_unavailable",
+    "job_evicted", "run_start_refused", "decision_withheld")
 _ERROR_EVENTS = ("delivery_crashed", "spool_write_failed", "processor_start_failed")
 LEVELS: dict[str, int] = {
     **dict.fromkeys(_DEBUG_EVENTS, DEBUG), **dict.fromkeys(_INFO_EVENTS, INFO),

@@ -17,9 +17,10 @@ MODE=${1:-test}
 PY=$(command -v "${PYTHON:-python3}")
 "$PY" -c 'import sys; assert sys.version_info >= (3, 11), "Python >= 3.11 required"'
 export UV_LINK_MODE=hardlink UV_PYTHON_DOWNLOADS=never UV_NO_PROGRESS=1
-# (the stamp also covers the native part's build: setup.py compiles rules/_batchscan.c in
-# place at the editable install, optional: without a C compiler the install goes on without it)
-want=$(cat pyproject.toml setup.py faultwatch/rules/_batchscan.c | sha256sum | cut -c1-16)
+# (the stamp also covers the native part's build: setup.py builds the matcher's fast path,
+# native/ (Rust, PyO3), in place at the editable install when cargo is found; optional:
+# without cargo the install goes on without it and the matcher takes its exact path)
+want=$(cat pyproject.toml setup.py native/Cargo.toml native/Cargo.lock native/src/*.rs | sha256sum | cut -c1-16)
 
 if [ "$MODE" = demo-embedded ] || [ "$MODE" = demo-cluster ]; then
   extras=""; [ "$MODE" = demo-cluster ] && extras="[processor]"
@@ -49,8 +50,9 @@ done
 # Debian packages the tests run for real: Slurm (slurmctld + two slurmd) with munge, Prometheus
 # (scrapes /metrics; its promtool checks and unit-tests deploy/prometheus/), Alertmanager
 # (notify's receiver; amtool checks deploy/alertmanager/), systemd-analyze
-# (verifies deploy/'s unit file), tmux (the status view in a real terminal). Installed when
-# missing.
+# (verifies deploy/'s unit file), tmux (the status view in a real terminal), chromium (the
+# report's HTML page opened headless, driven by Playwright: no browser is ever downloaded).
+# Installed when missing.
 debs=()
 command -v slurmctld >/dev/null && command -v slurmd >/dev/null || debs+=(slurm-wlm)
 command -v munged >/dev/null || debs+=(munge)
@@ -60,6 +62,7 @@ command -v prometheus-alertmanager >/dev/null && command -v amtool >/dev/null \
 command -v systemd-analyze >/dev/null || debs+=(systemd)
 command -v tmux >/dev/null || debs+=(tmux)
 command -v openssl >/dev/null || debs+=(openssl)
+command -v chromium >/dev/null || debs+=(chromium)
 if [ ${#debs[@]} -gt 0 ]; then
   echo "bootstrap: installing Debian packages: ${debs[*]}" >&2
   SUDO=; [ "$(id -u)" = 0 ] || SUDO="sudo -n"

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, NoReturn
 
+from faultwatch.core.names import did_you_mean
 from faultwatch.errors import EXIT_USAGE, ConfigError
 from faultwatch.kafka import settings as kafka_settings
 from faultwatch.wire.topics import DEFAULT_PREFIX, Topics
@@ -23,19 +24,94 @@ PREFIX_ENV = "FAULTWATCH_TOPIC_PREFIX"
 
 class Parser(argparse.ArgumentParser):
     """argparse without abbreviations (`--topic X` is an error, never `--topic-prefix X`),
-    with a hint appended to usage errors (e.g. where the wrapped command goes). Subparsers
-    made from it are of this class too."""
+    with a hint appended to usage errors (e.g. where the wrapped command goes) and a
+    did-you-mean for a misspelt subcommand, choice or option (`faultwatch stauts`,
+    `--jbo`: what Python 3.14's suggest_on_error does, on every version). Subparsers made
+    from it are of this class too."""
 
     hint = ""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs["allow_abbrev"] = False
+        given = kwargs.get("formatter_class")  # a command's own raw text stays raw in ours
+        if not (isinstance(given, type) and issubclass(given, HelpFormatter)):
+            kwargs["formatter_class"] = HelpFormatter
         super().__init__(*args, **kwargs)
+
+    def format_help(self) -> str:
+        """The help with the shared Kafka options' group after the command's own groups."""
+        groups = self._action_groups
+        self._action_groups = [g for g in groups if g.title != KAFKA_GROUP] + \
+            [g for g in groups if g.title == KAFKA_GROUP]
+        try:
+            return super().format_help()
+        finally:
+            self._action_groups = groups
 
     def error(self, message: str) -> NoReturn:
         self.print_usage(sys.stderr)
         hint = f"\n  hint: {self.hint}" if self.hint else ""
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message}{hint}\n")
+
+    def _check_value(self, action: argparse.Action, value: Any) -> None:
+        try:
+            super()._check_value(action, value)
+        except argparse.ArgumentError as e:
+            hint = did_you_mean(value, action.choices) if isinstance(value, str) and \
+                action.choices is not None else ""
+            if not hint:
+                raise
+            raise argparse.ArgumentError(action, f"invalid choice: {value!r}{hint}") from e
+
+    def unrecognized(self, args: list[str], hint: str = "") -> NoReturn:
+        """The usage error for arguments no option of this (sub)command takes, naming the
+        options close to each misspelt one."""
+        known = [o for a in self._actions for o in a.option_strings if o.startswith("--")]
+        close = "".join(did_you_mean(a.split("=", 1)[0], known, n=2) for a in args
+                        if a.startswith("--"))
+        self.error(f"unrecognized arguments: {' '.join(args)}{close}{hint}")
+
+
+def chosen(parser: argparse.ArgumentParser, ns: argparse.Namespace) -> argparse.ArgumentParser:
+    """The (sub)parser of the command `ns` was parsed for: `faultwatch rules show ...` ->
+    the `show` parser of `rules`."""
+    p = parser
+    while True:
+        sub = next((a for a in p._actions if isinstance(a, argparse._SubParsersAction)), None)
+        name = getattr(ns, sub.dest, None) if sub is not None else None
+        if sub is None or name not in sub.choices:
+            return p
+        p = sub.choices[name]
+
+
+KAFKA_GROUP = "Kafka options (the same on every command that talks to Kafka: docs/cli.md)"
+
+
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Descriptions and examples as written; each option's default shown where it has one
+    (not for flags, nor where the help already says it); the shared Kafka options folded
+    into `[--bootstrap HOST:PORT] [Kafka options]` after the command's own options in the
+    usage line (their group comes last in the help, Parser.format_help)."""
+
+    def add_usage(self, usage: str | None, actions: Any, groups: Any,
+                  prefix: str | None = None) -> None:
+        acts = list(actions)
+        kafka = [a for a in acts if getattr(a, "kafka_option", False)]
+        if usage is None and kafka:
+            own = [a for a in acts if a not in kafka]
+            shown = [a for a in kafka if "--bootstrap" in a.option_strings]
+            folded = argparse.Action(["Kafka options"], dest=argparse.SUPPRESS, nargs=0)
+            acts = [*(a for a in own if a.option_strings), *shown, folded,
+                    *(a for a in own if not a.option_strings)]
+        super().add_usage(usage, acts, groups, prefix)
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        d = action.default
+        if ("default" in text or d is None or d is argparse.SUPPRESS or isinstance(d, bool)
+                or d == [] or not action.option_strings or action.nargs == 0):
+            return text
+        return f"{text} (default %(default)s)"
 
 
 def subcommands(p: argparse.ArgumentParser, dest: str, **kwargs: Any) -> Any:
@@ -52,21 +128,28 @@ def add_kafka(p: argparse.ArgumentParser, *, sub: bool = False) -> None:
     def default(value: Any) -> Any:
         return argparse.SUPPRESS if sub else value
 
-    p.add_argument("--bootstrap", default=default(os.environ.get(BOOTSTRAP_ENV)),
-                   help=f"Kafka bootstrap HOST:PORT (default ${BOOTSTRAP_ENV})")
-    p.add_argument("--topic-prefix", default=default(os.environ.get(PREFIX_ENV, DEFAULT_PREFIX)),
-                   help=f"topic name prefix (default ${PREFIX_ENV} or '{DEFAULT_PREFIX}')")
-    g = p.add_argument_group(
-        "Kafka security (flags over FAULTWATCH_KAFKA_* variables over --kafka-config)")
-    g.add_argument("--kafka-config", type=Path, default=default(None),
-                   help=f"YAML file of Kafka settings (default ${kafka_settings.CONFIG_ENV})")
+    g = p.add_argument_group(KAFKA_GROUP, "security flags override FAULTWATCH_KAFKA_* "
+                             "variables, which override --kafka-config")
+    acts = [g.add_argument("--bootstrap", metavar="HOST:PORT",
+                           default=default(os.environ.get(BOOTSTRAP_ENV)),
+                           help=f"Kafka bootstrap servers (default ${BOOTSTRAP_ENV})"),
+            g.add_argument("--topic-prefix", metavar="PREFIX",
+                           default=default(os.environ.get(PREFIX_ENV, DEFAULT_PREFIX)),
+                           help=f"topic name prefix (default ${PREFIX_ENV} or "
+                                f"'{DEFAULT_PREFIX}')"),
+            g.add_argument("--kafka-config", type=Path, metavar="FILE", default=default(None),
+                           help="YAML file of Kafka settings (default "
+                                f"${kafka_settings.CONFIG_ENV})")]
     for key, help_ in kafka_settings.KEYS.items():
         if key == "password":
             continue
         flag = "--kafka-" + key.replace("_", "-")
         choices = ["true", "false"] if key == "check_hostname" else None
-        g.add_argument(flag, dest="kafka_" + key, default=default(None), choices=choices,
-                       help=help_)
+        metavar = "FILE" if key.endswith("_file") else None if choices else key.upper()
+        acts.append(g.add_argument(flag, dest="kafka_" + key, default=default(None),
+                                   choices=choices, metavar=metavar, help=help_))
+    for a in acts:
+        a.kafka_option = True  # type: ignore[attr-defined]  # folded in usage (HelpFormatter)
 
 
 def kafka_security(args: argparse.Namespace, env: Mapping[str, str] | None = None
@@ -172,7 +255,9 @@ def configure_logging(args: argparse.Namespace) -> None:
 # ---- rule files and policy (run, process) -------------------------------------------------
 
 POLICY_FLAGS: tuple[tuple[str, type, str], ...] = (
-    ("hang_window_s", float, "every rank silent this long -> hang (seconds)"),
+    ("hang_window_s", float, "every rank silent this long -> hang (seconds; default: learned "
+                             "from the job's output, between --hang-floor-s and "
+                             "--hang-ceiling-s)"),
     ("init_window_s", float, "silence allowed before an attempt's first output line "
                              "(default: max(hang window, 120 s))"),
     ("hang_floor_s", float, "shortest learned (adaptive) hang window (seconds)"),
@@ -199,11 +284,22 @@ def add_rules(p: argparse.ArgumentParser) -> None:
 
 
 def add_policy(p: argparse.ArgumentParser) -> None:
-    """The policy overrides shared by `run` and `process`."""
+    """The policy overrides shared by `run` and `process`; each says the policy's default
+    (a flag unset leaves the rule files' value, which defaults to it)."""
+    from faultwatch.core.policy import Policy
+
+    defaults = Policy()
     g = p.add_argument_group("policy (overrides the rule files' policy: sections)")
     for name, typ, help_ in POLICY_FLAGS:
+        value = getattr(defaults, name)
+        text = help_
+        if value is not None and "default" not in help_:
+            shown = f"default {value:g}" if isinstance(value, float) else f"default {value}"
+            text = help_[:-1] + f", {shown})" if help_.endswith(")") else f"{help_} ({shown})"
+        metavar = "S" if name.endswith("_s") else "N" if typ is int else \
+            "RATE" if typ is float else None
         g.add_argument("--" + name.replace("_", "-"), dest=name, type=typ, default=None,
-                       help=help_)
+                       metavar=metavar, help=text)
     g.add_argument("--no-hang-detection", dest="hang_detection", action="store_const",
                    const=False, default=None, help="never decide a hang")
     g.add_argument("--no-adaptive-hang", dest="adaptive_hang", action="store_const",

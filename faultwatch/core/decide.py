@@ -10,7 +10,15 @@ from typing import Any
 from faultwatch.core.events import Decision
 from faultwatch.core.pmap import PMap
 from faultwatch.core.policy import Policy
-from faultwatch.core.state import MAX_DECIDED, MAX_NOTIFY, JobState, Phase, thaw
+from faultwatch.core.state import (
+    MAX_DECIDED,
+    MAX_NOTIFY,
+    JobState,
+    Phase,
+    Spare,
+    evolve,
+    thaw,
+)
 
 Result = tuple[JobState, list[Decision]]
 
@@ -85,14 +93,28 @@ def evidence_ts(st: JobState, now: float, conclusive_at: float | None = None) ->
     return now if at is None else min(now, at)
 
 
+def take(st: JobState, swaps: tuple[tuple[str, str], ...], attempt: int) -> JobState:
+    """The spares of `swaps` are taken by a decision of `attempt`: never offered again."""
+    spares = st.spares
+    for node, spare in swaps:
+        cur: Spare | None = spares.get(spare)
+        if cur is not None:
+            spares = spares.set(spare, dataclasses.replace(
+                cur, state="taken", taken_for=node, taken_attempt=attempt))
+    return evolve(st, spares=spares)
+
+
 def emit(st: JobState, kind: str, episode: str, action: str, now: float, policy: Policy,
          rv: str, *, nodes: tuple[str, ...], ranks: tuple[int, ...], rule: str | None,
          category: str | None, message: str, evidence: dict[str, Any],
-         candidates: tuple[str, ...] = (), ts: float | None = None) -> Result:
+         candidates: tuple[str, ...] = (),
+         swaps: tuple[tuple[str, str], ...] = (), ts: float | None = None) -> Result:
     """Budget and storm guard for restarts, then publish once per (attempt, kind, episode).
-    `notify` decisions leave the phase alone and cost no budget. The decision's time is
-    `ts`, the time of its evidence (evidence_ts), else `now`: a decision made late (a
-    processor catching up, reading history) says how old what it is about is."""
+    `notify` decisions leave the phase alone and cost no budget. `swaps` (hot spares
+    replacing nodes, core/spares.py) stay only on a restart or blacklist that survives the
+    guard; their spares are then taken. The decision's time is `ts`, the time of its
+    evidence (evidence_ts), else `now`: a decision made late (a processor catching up,
+    reading history) says how old what it is about is."""
     if ts is None:
         ts = now
     # a weak run id launched again (core/runs.py) is another run: its decisions other ids
@@ -119,10 +141,21 @@ def emit(st: JobState, kind: str, episode: str, action: str, now: float, policy:
     if g.action == "blacklist":
         blacklist, terms = blacklist_terms(nodes, now, policy, st.blacklist)
         evidence["blacklist"] = terms
-    if g.action in ("restart", "blacklist"):
+    acted = g.action in ("restart", "blacklist")
+    if acted:
         cands = st.blacklist_candidates(policy, candidates)
         if cands:
             evidence["blacklist_candidates"] = cands
+    message = g.message
+    if swaps and acted:
+        st = take(st, swaps, st.attempt)
+        message += "; swapped in " + ", ".join(f"spare {b} for {a}" for a, b in swaps)
+    elif swaps:  # the guard made it a `fail`: nothing is swapped in, and the evidence says so
+        chosen = evidence.get("spares")
+        evidence["spares"] = {**(chosen if isinstance(chosen, dict) else {}), "swapped": False,
+                              "swaps": [], "why": f"the decision is {g.action}: no spare is "
+                                                  "swapped in"}
+        swaps = ()
     st = dataclasses.replace(st, phase=Phase.DECIDED, decided=decided,
                              restarts_used=g.restarts_used, restart_times=g.restart_times,
                              blacklist=blacklist, failed=g.action == "fail")
@@ -131,6 +164,7 @@ def emit(st: JobState, kind: str, episode: str, action: str, now: float, policy:
                "storm_max_restarts": policy.storm_max_restarts,
                "storm_window_s": policy.storm_window_s}
     dec = Decision(id=did, job=st.job, attempt=st.attempt, action=g.action, kind=kind, ts=ts,
-                   nodes=nodes, ranks=ranks, rule=rule, category=category, message=g.message,
-                   evidence=evidence, budgets=budgets, rules_version=rv, **run_of)
+                   nodes=nodes, ranks=ranks, rule=rule, category=category, message=message,
+                   evidence=evidence, budgets=budgets, rules_version=rv, swaps=swaps,
+                   **run_of)
     return st, [dec]

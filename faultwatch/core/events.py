@@ -237,6 +237,7 @@ class Stage:
     hang_window_s: float | None = None
     source: str = "log"
     run_id: str = ""
+    step: int | None = None  # the step it names (a checkpoint's), when the line or SDK says
 
 
 @dataclass(frozen=True, slots=True)
@@ -277,3 +278,5 @@ class Decision:
     run_id: str = ""  # the job run decided about (see RunStart)
     scheduler: dict[str, object] = field(default_factory=dict)  # that run's scheduler identity
     run_ids: tuple[str, ...] = ()  # every run id joined into that run (generated ids), if >1
+    # hot spares swapped in by this decision: (the node replaced, the spare replacing it)
+    swaps: tuple[tuple[str, str], ...] = ()

@@ -40,6 +40,8 @@ POLICY_RANGES: dict[str, tuple[float, float]] = {
     "diagnose_at": (0.0, 1.0),  # and strictly inside
     "loss_spike_factor": (1.0, 1e6),  # and > 1
     "loss_window": (2, 10_000),
+    "lemon_min_jobs": (2, 1000),
+    "lemon_window_s": (60.0, 90 * DAY_S),
 }
 
 
@@ -55,6 +57,8 @@ FAULT_TOLERANT_POLICIES = ("on_failure", "exit_code_and_error_msg", "never")
 # what a diverged loss (NaN/inf) or a loss spike does: a notice, a restart from the last
 # checkpoint (the job's own resume), or failing the job
 DIVERGENCE_ACTIONS = ("notify", "restart", "fail")
+# what a lemon node (core/lemons.py) gets: a notice, or also a quarantine in the registry
+LEMON_ACTIONS = ("notify", "quarantine")
 
 
 @dataclass(frozen=True)
@@ -113,6 +117,12 @@ class Policy:
     loss_spike_action: str = "notify"  # a finite loss above loss_spike_factor x the median
     loss_spike_factor: float = 3.0  # of the running median of the recent losses
     loss_window: int = 50  # recent finite losses the median is taken over
+    # lemon nodes (core/lemons.py): blamed in incidents of this many distinct jobs within
+    # the window -> a `lemon-node` notice; `quarantine` also quarantines it in the registry
+    lemon_detection: bool = True
+    lemon_min_jobs: int = 3
+    lemon_window_s: float = 7 * DAY_S
+    lemon_action: str = "notify"
 
     def __post_init__(self) -> None:
         for f in fields(self):  # a NaN window never fires, an infinite one never ends
@@ -170,6 +180,8 @@ class Policy:
         for name in ("divergence_action", "loss_spike_action"):
             if getattr(self, name) not in DIVERGENCE_ACTIONS:
                 raise ConfigError(name, f"must be one of {', '.join(DIVERGENCE_ACTIONS)}")
+        if self.lemon_action not in LEMON_ACTIONS:
+            raise ConfigError("lemon_action", f"must be one of {', '.join(LEMON_ACTIONS)}")
         if self.loss_spike_factor <= 1:
             raise ConfigError("loss_spike_factor", "must be > 1")
         if self.max_failure_rate != -1 and not 0 < self.max_failure_rate <= 1:

@@ -132,6 +132,8 @@ def role_acls(role: str, scope: Scope, principal: str) -> list[Acl]:
         g += _grants(principal, "topic", t("logs"), (R,), "--wait-for-nodes reads hellos")
         g += _grants(principal, "topic", t("decisions"), (R, D), "follow decisions (no group)")
         g += _grants(principal, "topic", t("control"), (R, D), "answer probes (no group)")
+        g += _grants(principal, "topic", t("status"), (R, D),
+                     "a waiting hot spare leaves when its run is done (no group)")
     elif role == "processor":
         g += _grants(principal, "topic", t("logs"), (R, D), "matcher stage input")
         g += _grants(principal, "topic", t("signals"), (R, W, D), "matcher -> job stage")
@@ -141,6 +143,8 @@ def role_acls(role: str, scope: Scope, principal: str) -> list[Acl]:
         g += _grants(principal, "topic", t("rules"), (R, D), "follow pushed rule sets")
         g += _grants(principal, "topic", t("nodes"), (R, W, D), "node registry writer")
         g += _grants(principal, "topic", t("status"), (W, D), "job snapshots")
+        g += _grants(principal, "topic", t("incidents"), (R, W, D),
+                     "run ledgers (goodput); the lemon watch reads them back")
         g += _grants(principal, "topic", t("holds"), (R, D), "operators' holds of jobs")
         g += _grants(principal, "topic", f"{scope.app}-",
                      (R, W, D, "create", "describe_configs"),
@@ -151,6 +155,7 @@ def role_acls(role: str, scope: Scope, principal: str) -> list[Acl]:
         g += _grants(principal, "topic", t("nodes"), (R, D), "drain/resume from the registry")
         g += _grants(principal, "topic", t("status"), (R, D),
                      "notify --alertmanager: a job healthy again resolves its alerts")
+        g += _grants(principal, "topic", t("acted"), (W, D), "what was done, for reports")
         g += _grants(principal, "group", t("actuate-"), (R, D),
                      "actuate's groups <prefix>actuate-<backend>", "prefixed")
         g += _grants(principal, "group", scope.notify_group, (R, D), "faultwatch notify")

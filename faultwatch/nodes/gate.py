@@ -2,6 +2,8 @@
 quarantined node, a failed boot check and a node whose checks are the odd ones out of its job
 become hardware hits that core decides like any hardware rule hit (settle, blacklist, budget);
 a node whose all-reduce is far slower than the others' becomes a suspect (a bootcheck note).
+A hot spare's note gets the registry's state of its node stamped on it (core/spares.py reads
+it when it chooses a spare); a waiting spare's own check note blames no job.
 
 Check notes are shipped before the child launches, so before the run-start of their attempt
 (which the job state needs first): the gate holds a node's verdict until that node's
@@ -19,18 +21,20 @@ from typing import Any
 
 from faultwatch.core.events import Hit, Match, Notice, RunStart, Signal
 from faultwatch.core.quota import RUN_STARTS, NodeQuota
-from faultwatch.core.registry import NodeRecord
+from faultwatch.core.registry import HEALTHY, QUARANTINED, NodeRecord
 from faultwatch.nodes.checks import blames_node, checks_of, compare_nodes, failed_checks
 
 QUARANTINED_RULE = "node-quarantined"  # the run-start came from a quarantined node
 CHECK_FAILED_RULE = "bootcheck-failed"  # a boot/after-failure check failed on the node
 CHECK_ODD_RULE = "bootcheck-odd-node"  # versions/GPUs unlike the job's other nodes
 BOOTCHECK = "bootcheck"
+SPARE = "spare"  # a hot spare's note (and `when` of a waiting spare's check note)
 HARDWARE = "hardware"
 MAX_KEYS = 4096  # jobs x nodes x attempts remembered (oldest forgotten first)
 MAX_LINE = 1500
 
 Quarantined = Callable[[str, float], NodeRecord | None]
+RegistryState = Callable[[str, float], str]
 
 
 def _iso(ts: float | None) -> str:
@@ -75,9 +79,11 @@ class NodeGate:
     quota (core/quota.py), a node's run-starts beyond it are refused here (`refused` is
     called with the run-start, for the shell to count and log)."""
 
-    def __init__(self, quarantined: Quarantined | None = None, quota: NodeQuota | None = None,
+    def __init__(self, quarantined: Quarantined | None = None,
+                 state: RegistryState | None = None, quota: NodeQuota | None = None,
                  refused: Callable[[RunStart, str], None] | None = None) -> None:
         self.quarantined = quarantined
+        self.state = state  # the registry's state of a node (None: from `quarantined`)
         self.quota = quota
         self.refused = refused
         self.started: OrderedDict[tuple[str, str], tuple[int, str]] = OrderedDict()
@@ -101,9 +107,24 @@ class NodeGate:
                 out += self._on_start(sig, now)
                 continue
             out.append(sig)
-            if isinstance(sig, Notice) and sig.kind == BOOTCHECK:
+            if isinstance(sig, Notice) and sig.kind == SPARE:
+                out[-1] = self._stamp(sig, now)
+            elif isinstance(sig, Notice) and sig.kind == BOOTCHECK \
+                    and not (isinstance(sig.data, dict) and sig.data.get("when") == SPARE):
                 out += self._on_checks(sig)
         return out
+
+    def _stamp(self, sig: Notice, now: float) -> Notice:
+        """A spare's note with the registry's state of its node (whatever the note said)."""
+        if self.state is not None:
+            state = self.state(sig.node, now)
+        else:
+            quarantined = self.quarantined is not None and \
+                self.quarantined(sig.node, now) is not None
+            state = QUARANTINED if quarantined else HEALTHY
+        data = dict(sig.data) if isinstance(sig.data, dict) else {}
+        data["registry"] = state
+        return Notice(sig.job, sig.attempt, sig.node, sig.ts, sig.kind, data, run_id=sig.run_id)
 
     # ---- run-starts ---------------------------------------------------------------------
 

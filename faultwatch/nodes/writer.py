@@ -14,6 +14,7 @@ import orjson
 
 from faultwatch.core.events import Decision
 from faultwatch.core.registry import (
+    HEALTHY,
     QUARANTINED,
     NodeRecord,
     Registry,
@@ -23,7 +24,8 @@ from faultwatch.core.registry import (
 )
 from faultwatch.errors import DecodeError
 from faultwatch.eventlog import log_event
-from faultwatch.trust.replay import REPLAYED, superseded
+from faultwatch.trust.replay import REPLAYED
+from faultwatch.trust.versions import describe, older
 from faultwatch.wire import decode_node, encode_node, node_key
 
 
@@ -59,11 +61,11 @@ class RegistryWriter:
             log_event("undecodable_record", where=where, error=str(e))
             return
         held = self.registry.get(rec.node)
-        if self.gate is not None and self.gate.verifying and held is not None and superseded(
-                held.updated_ts, rec.updated_ts):
-            self.gate.refuse(REPLAYED, f"node {rec.node!r}: a record of {rec.updated_ts:.0f} "
-                             f"after one of {held.updated_ts:.0f} (an old record written "
-                             "again)", where=where)
+        if self.gate is not None and self.gate.verifying and held is not None and older(
+                held.version, rec.version):
+            self.gate.refuse(REPLAYED, f"node {rec.node!r}: {describe(rec.version)} after "
+                             f"{describe(held.version)} (an old record written again)",
+                             where=where)
             return
         self.registry[rec.node] = rec
 
@@ -76,6 +78,11 @@ class RegistryWriter:
                 self.registry[rec.node] = rec
                 out.append((node_key(rec.node), encode_signed(rec, self.signer)))
         return out
+
+    def state(self, node: str, now: float) -> str:
+        """The node's registry state now (healthy, suspect or quarantined)."""
+        rec = self.registry.get(node)
+        return HEALTHY if rec is None else expire(rec, now, self.policy).state
 
     def quarantined(self, node: str, now: float) -> NodeRecord | None:
         rec = self.registry.get(node)

@@ -60,12 +60,17 @@ POLICY_KEYS: Mapping[str, type] = MappingProxyType({
     "loss_spike_action": str,
     "loss_spike_factor": float,
     "loss_window": int,
+    "lemon_detection": bool,
+    "lemon_min_jobs": int,
+    "lemon_window_s": float,
+    "lemon_action": str,
 })
 POLICY_CHOICES: Mapping[str, tuple[str, ...]] = MappingProxyType({
     "execution_mode": ("sync", "async"),
     "fault_tolerant_policy": ("on_failure", "exit_code_and_error_msg", "never"),
     "divergence_action": ("notify", "restart", "fail"),
     "loss_spike_action": ("notify", "restart", "fail"),
+    "lemon_action": ("notify", "quarantine"),
 })
 
 
@@ -173,6 +178,7 @@ class StageMark:
     opens: bool
     hang_window_s: float | None = None
     rule: str = ""
+    step: int | None = None  # the step the line names (a checkpoint's), its `step` group
 
 
 @dataclass(frozen=True, slots=True)

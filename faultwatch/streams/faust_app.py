@@ -32,6 +32,7 @@ from faultwatch.nodes.follow import RegistryLink
 from faultwatch.nodes.gate import NodeGate
 from faultwatch.rules import Matcher, RuleSet
 from faultwatch.streams import faust_compat
+from faultwatch.streams.budget import LineBudget, budget_from_env
 from faultwatch.streams.faust_compat import (
     BatchFeed,
     PartitionBatches,
@@ -41,6 +42,7 @@ from faultwatch.streams.faust_compat import (
     keep_queues_when_flowing,
     reread_uncommitted_partitions,
 )
+from faultwatch.streams.incident_publish import IncidentPublisher
 from faultwatch.streams.job_stage import (
     CAUGHT_UP_S,
     FINISHED_TTL_S,
@@ -48,6 +50,7 @@ from faultwatch.streams.job_stage import (
     TICK_S,
     JobStage,
 )
+from faultwatch.streams.lemon_watch import LemonFeed, follow_incidents
 from faultwatch.streams.matcher_stage import MatcherStage
 from faultwatch.streams.metrics import Metrics
 from faultwatch.streams.records import InRecord, LiveRules
@@ -65,9 +68,10 @@ from faultwatch.wire import (
     signing,
     worker_key,
 )
-from faultwatch.wire.topics import DEFAULT_PARTITIONS, Topics
+from faultwatch.wire.topics import DEFAULT_PARTITIONS, INCIDENTS_RETENTION_S, Topics
 
-REPORT_S = 10.0  # processor metrics interval
+REPORT_S = 10.0  # the lag gauges of /metrics are refreshed this often
+METRICS_LOG_S = 300.0  # a processor_metrics line this often ($FAULTWATCH_METRICS_LOG_S)
 BATCH = 1000  # records per batch, both stages
 BATCH_WITHIN_S = 0.05  # ... or whatever arrived within this long
 FEED_MAX = 4 * BATCH  # fetched records queued per topic before its fetching pauses
@@ -140,6 +144,15 @@ class ProcessorConfig:
     allocations: Any = None
     # no decision whose evidence is older than this is published (docs/decisions.md)
     max_decision_age_s: float = field(default_factory=max_age_s)
+    # lines per second each node may have matched; past it counted and announced, not
+    # matched (streams/budget.py, docs/operating.md); 0: no budget
+    node_lines_per_s: float = field(default_factory=budget_from_env)
+    # the incidents and acted topics drop what is older (docs/goodput.md)
+    incidents_retention_s: float = field(default_factory=lambda: _env_seconds(
+        "FAULTWATCH_INCIDENTS_RETENTION_S", INCIDENTS_RETENTION_S))
+    # one processor_metrics event line this often (rates and lags live on /metrics)
+    metrics_log_s: float = field(default_factory=lambda: _env_seconds(
+        "FAULTWATCH_METRICS_LOG_S", METRICS_LOG_S))
     metrics_address: str = "127.0.0.1"  # ... on this address (0.0.0.0: every interface)
     metrics_address_file: str | None = None  # where /metrics listens (file_sd JSON)
 
@@ -249,6 +262,7 @@ def build_processor(cfg: ProcessorConfig, live: LiveRules | None = None,
     already loaded the rules topic's current set (worker.run_worker does)."""
     faust_compat.slow_retries(broker_calm.RETRY_BACKOFF_MS)
     gate_logs = broker_calm.install()
+    faust_compat.one_line_slow_processing()
     app = faust.App(
         cfg.group,
         broker=f"kafka://{cfg.bootstrap}",
@@ -301,7 +315,13 @@ def build_processor(cfg: ProcessorConfig, live: LiveRules | None = None,
     from faultwatch.trust.decisions import decision_signer, signer_key_id
     from faultwatch.trust.keys import NODE, load_signing_key, load_trust
     from faultwatch.trust.nodesig import NodeVerifier
-    from faultwatch.trust.records import NODE_RECORD, RecordGate, signer_for, verifier_for
+    from faultwatch.trust.records import (
+        LEDGER,
+        NODE_RECORD,
+        RecordGate,
+        signer_for,
+        verifier_for,
+    )
     from faultwatch.trust.refusals import REFUSALS, refusals_summary
 
     keyring = decision_signer()
@@ -348,7 +368,8 @@ def build_processor(cfg: ProcessorConfig, live: LiveRules | None = None,
                 dead.append(_sender(control_t, job_key(notice.job),
                                     signing.encode(decision_to_dict(notice), keyring)))
 
-    matcher = MatcherStage(live, dead_letter, metrics, node_verifier=node_verifier)
+    matcher = MatcherStage(live, dead_letter, metrics, node_verifier=node_verifier,
+                           budget=LineBudget(cfg.node_lines_per_s))
     jobs = JobStage(live, TableStore(table), dead_letter, metrics, max_jobs=cfg.max_jobs,
                     finished_ttl_s=cfg.finished_ttl_s,
                     max_decision_age_s=cfg.max_decision_age_s)
@@ -359,7 +380,7 @@ def build_processor(cfg: ProcessorConfig, live: LiveRules | None = None,
         gate=RecordGate("node_record", verifier_for(NODE_RECORD, trust), log_event),
         signer=signer_for(NODE_RECORD, load_signing_key()))
     jobs.quota = NodeQuota(cfg.node_new_jobs_per_min, cfg.node_run_starts_per_min)
-    jobs.gate = NodeGate(registry.writer.quarantined, quota=jobs.quota,
+    jobs.gate = NodeGate(registry.writer.quarantined, registry.writer.state, quota=jobs.quota,
                          refused=jobs.refused_start)
     # operators' holds of jobs (`faultwatch jobs hold`): every worker follows all of them
     holds = holds_table()
@@ -474,11 +495,6 @@ def build_processor(cfg: ProcessorConfig, live: LiveRules | None = None,
     async def report() -> None:
         dead_log.tick()  # the counts of dead letters since their first lines
         now = time.time()
-        dt = max(1e-6, now - last_report[0])
-        rates = {"records_per_s": round((metrics.records - last_report[1]) / dt, 1),
-                 "lines_per_s": round((metrics.lines - last_report[2]) / dt, 1),
-                 "signals_per_s": round((metrics.jobs_signals - last_report[3]) / dt, 1)}
-        last_report[:] = [now, metrics.records, metrics.lines, metrics.jobs_signals]
         lag: dict[str, int] = {}
         try:
             for tp in app.assignor.assigned_actives():
@@ -491,6 +507,13 @@ def build_processor(cfg: ProcessorConfig, live: LiveRules | None = None,
         except Exception:  # noqa: BLE001 - metrics must never stop the worker
             pass
         prom.jobs.set(sum(len(p.active) for p in jobs.parts.values()))
+        dt = now - last_report[0]
+        if dt < cfg.metrics_log_s:  # the line is a summary for people: /metrics has the rest
+            return
+        rates = {"records_per_s": round((metrics.records - last_report[1]) / dt, 1),
+                 "lines_per_s": round((metrics.lines - last_report[2]) / dt, 1),
+                 "signals_per_s": round((metrics.jobs_signals - last_report[3]) / dt, 1)}
+        last_report[:] = [now, metrics.records, metrics.lines, metrics.jobs_signals]
         log_event("processor_metrics", records=metrics.records, lines=metrics.lines,
                   signals=metrics.signals, signals_records=metrics.signals_records,
                   job_signals=metrics.jobs_signals, decisions=metrics.decisions,
@@ -509,6 +532,11 @@ def build_processor(cfg: ProcessorConfig, live: LiveRules | None = None,
 
     status_t = app.topic(topics.status, key_type=bytes, value_type=bytes)
     statuses = StatusPublisher()
+    incidents_t = app.topic(topics.incidents, key_type=bytes, value_type=bytes)
+    incidents = IncidentPublisher()  # run ledgers: incidents and goodput (docs/goodput.md)
+    ledger_signer = signer_for(LEDGER, load_signing_key())
+    lemons = LemonFeed(RecordGate("ledger", verifier_for(LEDGER, trust), log_event))
+    prom.watch_goodput(incidents.board, lambda: len(lemons.lemons(time.time())))
     worker, started_at = worker_id(), time.time()
     published: list[Any] = [None, 0.0]  # (rules version, refusals) last published, when
     prom.watch_rules(lambda: info_labels(watcher.rules), lambda: watcher.rejected)
@@ -559,6 +587,25 @@ def build_processor(cfg: ProcessorConfig, live: LiveRules | None = None,
             return
         for key, value in statuses.due(list(jobs.parts.values()), time.time(), live.policy):
             await status_t.send(key=key, value=value)
+        for key, value in incidents.due(list(jobs.parts.values()), jobs.retired_ledgers,
+                                        time.time()):
+            if ledger_signer is not None:
+                value = orjson.dumps(ledger_signer.sign_record(orjson.loads(value)))
+            await incidents_t.send(key=key, value=value)
+
+    async def publish_lemons(decs: list[Decision]) -> None:
+        """Lemon notices: published by the worker owning signals partition 0 only."""
+        if not any(tp.topic == topics.signals and tp.partition == 0
+                   for tp in app.assignor.assigned_actives()):
+            return
+        await deliver(publish(decs), "decisions")
+        await registry.publish(decs, time.time())  # a `quarantine` lemon policy
+
+    async def lemon_follower() -> None:
+        await follow_incidents(cfg.bootstrap, topics.incidents, lemons,
+                               lambda: (live.policy, live.rules_version), publish_lemons)
+
+    app.task(lemon_follower)
 
     async def rules_watcher() -> None:
         await watcher.run()

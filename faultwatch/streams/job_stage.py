@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import dataclasses
 import heapq
-from collections.abc import Callable, Iterable, Iterator, MutableMapping
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import orjson
 
+from faultwatch.core import spares
 from faultwatch.core.blast import GUARDED_ACTIONS, GUARDED_KINDS, BlastGuard, Census
 from faultwatch.core.events import (
     Decision,
@@ -24,8 +26,10 @@ from faultwatch.core.events import (
 )
 from faultwatch.core.holds import Hold, hold_decisions
 from faultwatch.core.job import JobState, Phase, apply_batch, new_state, tick
+from faultwatch.core.ledger import Ledger
 from faultwatch.core.membership import NO_ANSWERS, Allocations
 from faultwatch.core.quota import NEW_JOBS, NodeQuota
+from faultwatch.core.timeline import fold_job
 from faultwatch.eventlog import Quiet, log_event
 from faultwatch.streams import job_table
 from faultwatch.streams.allocations import requests
@@ -63,6 +67,7 @@ FINISHED_TTL_S = 86_400.0  # a decided or done job unchanged this long leaves th
 PARTITION_FIELD = "_p"  # stored beside a state: the signals partition it belongs to
 MAX_EVIDENCE_STR = 4096  # evidence strings of a too-big decision are cut to this
 MAX_EVIDENCE_ITEMS = 64  # ... and its lists to this many items
+MAX_RETIRED_LEDGERS = 1024  # ledgers of runs replaced by a new run, held for the publisher
 
 
 class StateStore(Protocol):
@@ -134,8 +139,12 @@ class PartitionCache:
 
 
 def earliest_seen(st: JobState) -> float | None:
-    """Processor time of the least recently heard-from live node (node lost), or None."""
+    """Processor time of the least recently heard-from live node or waiting spare (node
+    lost), or None."""
     seen = [n.seen_at for n in st.nodes.values() if n.alive and n.seen_at is not None]
+    spare = spares.earliest_seen(st) if st.spares else None
+    if spare is not None:
+        seen.append(spare)
     return min(seen) if seen else None
 
 
@@ -224,28 +233,67 @@ class JobStage:
         # repeated refusals and evictions: the first of each kind in full, then a count
         self.quiet = Quiet(log_event, QUIET_EVENTS)
         self._released, self._released_at = 0, float("-inf")  # states freed since a release
+        # the last ledgers of runs a new run replaced (streams/incident_publish.py takes them)
+        self.retired_ledgers: deque[Ledger] = deque(maxlen=MAX_RETIRED_LEDGERS)
 
     # ---- batches ------------------------------------------------------------------------
 
     def process_batch(self, records: Iterable[InRecord], now: float) -> list[Decision]:
-        """Decisions of a batch of signals records (ticks included), in order."""
+        """Decisions of a batch of signals records (ticks included).
+
+        Each job is folded once per batch: its signals from every record of the batch, in
+        order, with one state read and one write (a tick of its partition is a barrier: it
+        sees every signal before it). A record whose signals raise is dead-lettered and its
+        job's other records are folded without it (each alone), as if it had come alone."""
         out: list[Decision] = []
         self._batch_writes = {}  # durable writes wait for the batch's end: one per job
+        # per partition: job key -> its records' (record, signals), in order of first record
+        held: dict[int, dict[str, list[tuple[InRecord, list[Signal]]]]] = {}
         try:
             for rec in records:
                 try:
                     sigs = decode_signals(rec.value)
-                    if isinstance(sigs, Tick):
-                        out += self._tick(rec.partition, sigs.now, now)
-                    elif sigs:
-                        out += self._fold(rec.partition, sigs, now)
                 except Exception as e:  # noqa: BLE001 - one bad record never stops the stage
-                    self.metrics.dead_letters += 1
-                    self.dead_letter(rec, e)
+                    self._dead(rec, e)
+                    continue
+                if isinstance(sigs, Tick):
+                    out += self._fold_held(rec.partition, held.pop(rec.partition, {}), now)
+                    try:
+                        out += self._tick(rec.partition, sigs.now, now)
+                    except Exception as e:  # noqa: BLE001
+                        self._dead(rec, e)
+                elif sigs:
+                    jobs = held.setdefault(rec.partition, {})
+                    jobs.setdefault(sigs[0].job, []).append((rec, sigs))
+            for partition, jobs in held.items():
+                out += self._fold_held(partition, jobs, now)
         finally:
             self._write_batch(now)
             self._batch_writes = None
         return out + self._notices()  # the guard's notices and gauges once per batch
+
+    def _fold_held(self, partition: int, jobs: dict[str, list[tuple[InRecord, list[Signal]]]],
+                   now: float) -> list[Decision]:
+        """Fold each job's held records at once; records of a job whose fold raises are
+        folded again one by one (the one that raises is dead-lettered)."""
+        out: list[Decision] = []
+        for recs in jobs.values():
+            if len(recs) > 1:
+                try:
+                    out += self._fold(partition, [s for _, sigs in recs for s in sigs], now)
+                    continue
+                except Exception:  # noqa: BLE001 - find the record that raises
+                    pass
+            for rec, sigs in recs:
+                try:
+                    out += self._fold(partition, sigs, now)
+                except Exception as e:  # noqa: BLE001 - one bad record never stops the stage
+                    self._dead(rec, e)
+        return out
+
+    def _dead(self, rec: InRecord, err: Exception) -> None:
+        self.metrics.dead_letters += 1
+        self.dead_letter(rec, err)
 
     def _write_batch(self, now: float) -> None:
         pending = self._batch_writes
@@ -319,6 +367,7 @@ class JobStage:
                                            live.rules_version, self.answers)
             if new_decs and self.holds is not None:  # an operator's hold: notices only
                 st, new_decs = hold_decisions(prev, st, new_decs, self.holds(job, now), now)
+            st = self.account(prev, st, group, new_decs)
             if st is not prev:
                 durable = durable or bool(new_decs) or st.phase != prev.phase \
                     or st.attempt != prev.attempt \
@@ -367,6 +416,16 @@ class JobStage:
                                action=d.action, kind=d.kind, age_s=round(now - d.ts, 1),
                                max_age_s=self.max_decision_age_s)
         return kept
+
+    # ---- goodput ------------------------------------------------------------------------
+
+    def account(self, prev: JobState | None, st: JobState, sigs: Sequence[Signal],
+                decs: Sequence[Decision]) -> JobState:
+        """`st` with its run's ledger folded (core/timeline.py: attempts, incidents, progress
+        in event time). A run this record replaced leaves its last ledger to publish."""
+        if prev is not None and prev.run_id != st.run_id and prev.ledger.attempts:
+            self.retired_ledgers.append(prev.ledger)
+        return fold_job(prev, st, sigs, decs)
 
     # ---- the blast-radius guard ---------------------------------------------------------
 
@@ -483,8 +542,11 @@ class JobStage:
                     continue  # held: the state stays undecided
                 if decs and self.holds is not None:  # an operator's hold: notices only
                     st2, decs = hold_decisions(st, st2, decs, self.holds(st.job, now), now)
+                st2 = self.account(st, st2, (), decs)
                 if st2 is not st:
                     self.save(key, st2, partition, p, True, now)
+                    if st2.phase in ACTIVE:  # still running (a spare lost): watched on
+                        p.watch(key, earliest_seen(st2) or now)
                 elif st.phase not in ACTIVE:
                     p.active.discard(key)
                     p.settling.discard(key)

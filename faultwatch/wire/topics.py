@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 DEFAULT_PREFIX = "faultwatch."
 DEFAULT_PARTITIONS = 4  # logs, signals, decisions, control (signals must match the job table's)
+INCIDENTS_RETENTION_S = 30 * 86400.0  # the incidents and acted topics keep a run this long
 
 
 @dataclass(frozen=True)
@@ -54,6 +55,18 @@ class Topics:
     def holds(self) -> str:
         """Operators' holds and mutes of jobs (compacted, key = kind/job: wire/holds.py)."""
         return f"{self.prefix}holds"
+
+    @property
+    def incidents(self) -> str:
+        """Each job run's ledger: incidents and goodput (compacted, key = job and run;
+        written by processors, read by `faultwatch report` and the processors' lemon watch)."""
+        return f"{self.prefix}incidents"
+
+    @property
+    def acted(self) -> str:
+        """What actuators did for decisions (drains, taints), when (written by actuators,
+        read by `faultwatch report`)."""
+        return f"{self.prefix}acted"
 
 
 def log_key(job: str, node: str) -> bytes:

@@ -7,11 +7,23 @@ import dataclasses
 
 import orjson
 
-from faultwatch.core.events import Exit, Heartbeat, Hit, Match, Output, Progress, RunStart, Stage
+from faultwatch.core.events import (
+    Decision,
+    Exit,
+    Heartbeat,
+    Hit,
+    Match,
+    Output,
+    Progress,
+    RunStart,
+    Signal,
+    Stage,
+)
 from faultwatch.core.job import apply
+from faultwatch.core.ledger import Ledger
 from faultwatch.core.pmap import PMap
 from faultwatch.core.policy import Policy
-from faultwatch.core.state import JobState, Phase, freeze, new_attempt
+from faultwatch.core.state import JobState, Phase, Spare, freeze, new_attempt
 from faultwatch.core.windows import GapHist
 
 P = Policy(settle_s=0, max_restarts=3, skew_warn_s=1)
@@ -43,7 +55,23 @@ def busy_state() -> JobState:
         diagnoses=freeze({"a": {"ts": 18.0, "ranks": {"0": {"stack": {"state": "collective"},
                                                               "fr": None}}}}),
         hang_culprits=PMap({"b": 1}), pending_gaps=(("", 1.5, 2.0),), outputs_since_step=2,
-        allocation=frozenset({"a", "b"}), run_gen=1)
+        allocation=frozenset({"a", "b"}), run_gen=1,
+        spares=PMap({"c": Spare("c", 1.0, 2.0, 3.0, "failed", ("disk",), "suspect", "j2",
+                                "taken", "a", 2)}), rdzv_hosts=frozenset({"a"}),
+        ledger=_ledger(sigs))
+
+
+def _ledger(sigs: list[Signal]) -> Ledger:
+    """The run's ledger (of the same signals) with every field away from its default too."""
+    from faultwatch.core.ledger import Checkpoint
+    from faultwatch.core.timeline import observe
+
+    led = observe(Ledger(), [*sigs, Stage("j", 2, "a", 13.5, 0, "eval", False)],
+                  [Decision("d1", "j", 2, "restart", "error", 17.0,
+                            evidence={"first_error": {"ts": 15.0, "node": "a"}})])
+    return dataclasses.replace(led, ckpt=Checkpoint(4, 12.5, 2), stride=2, skipped=1,
+                               earlier=(("productive", 3.0),), earlier_attempts=1,
+                               incidents_dropped=1)
 
 
 def test_every_field_round_trips_through_json() -> None:
