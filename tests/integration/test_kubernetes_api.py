@@ -539,7 +539,8 @@ def _documented_pod_failure_policy_job() -> dict[str, Any]:
     """The Job spec docs/schedulers.md recommends (its exit-code section's YAML block), with
     the one container its rules name."""
     text = (REPO / "docs" / "schedulers.md").read_text()
-    (block,) = [b.split("```", 1)[0] for b in text.split("```yaml")[1:] if "podFailurePolicy" in b]
+    blocks = [b.split("```", 1)[0] for b in text.split("```yaml")[1:]]
+    (block,) = [b for b in blocks if "onExitCodes" in b]
     spec = yaml.safe_load(textwrap.dedent(block))["spec"]
     names = {r["onExitCodes"]["containerName"] for r in spec["podFailurePolicy"]["rules"]
              if "onExitCodes" in r}
@@ -552,7 +553,7 @@ def _documented_pod_failure_policy_job() -> dict[str, Any]:
 def test_the_documented_job_with_its_pod_failure_policy_is_accepted(api: KubeAPI) -> None:
     """docs/schedulers.md's podFailurePolicy and deploy/'s Job carrying it are both created for
     real (the API validates the policy on create) and act on exactly the exit codes of the
-    agent's contract: Ignore 75 and 138, FailJob 1-6, 76, 78, 77 left to Count."""
+    agent's contract: Ignore 75 and 138, FailJob 1-9 (ours), 76, 78, 77 left to Count."""
     (shipped,) = [d for _, d in _manifests() if d["kind"] == "Job"]
     for job in (_documented_pod_failure_policy_job(), copy.deepcopy(shipped)):
         job["metadata"]["name"] = f"fw-{uuid.uuid4().hex[:6]}"
@@ -568,7 +569,7 @@ def test_the_documented_job_with_its_pod_failure_policy_is_accepted(api: KubeAPI
                 by_action.setdefault(r["action"], set()).update(r["onExitCodes"]["values"])
         assert by_action == {
             "Ignore": {exitcodes.EXIT_RESTART, exitcodes.EXIT_ELSEWHERE},
-            "FailJob": {1, 2, 3, 4, 5, 6, exitcodes.EXIT_NODES_TIMEOUT, exitcodes.EXIT_FAILED},
+            "FailJob": {*range(1, 10), exitcodes.EXIT_NODES_TIMEOUT, exitcodes.EXIT_FAILED},
         }, rules
         assert exitcodes.EXIT_UNDECIDED not in set().union(*by_action.values())  # Count
         assert {"action": "Ignore", "onPodConditions": [
