@@ -26,7 +26,6 @@ from typing import Any
 import pytest
 
 from faultwatch.errors import EXIT_CHAIN
-
 from tests.support.cluster import agent_cmd, processor, wait_decisions, wait_processor_ready
 from tests.support.processes import faultwatch_exe, job_env, stop_group
 from tests.support.waiting import wait_until
