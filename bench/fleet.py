@@ -517,6 +517,7 @@ async def in_process(a: argparse.Namespace) -> dict[str, Any]:
     machine's load does not change these (process CPU time), so before/after compare."""
     from faultwatch.core.policy import policy_for
     from faultwatch.rules import Matcher, load_ruleset
+    from faultwatch.streams import gcsettings
     from faultwatch.streams.job_stage import TICK_S, DictStore, JobStage
     from faultwatch.streams.matcher_stage import MatcherStage
     from faultwatch.streams.records import InRecord, LiveRules
@@ -534,6 +535,7 @@ async def in_process(a: argparse.Namespace) -> dict[str, Any]:
     fleet = Fleet(a, prod, "logs")
     t0 = 1_000_000.0
     fleet.build(t0 + 0.5)
+    gcsettings.tune()  # as the processor runs (streams/worker.run_worker)
     t_end = t0 + a.duration_s
     cpu = Counter()
     by_kind = Counter()

@@ -34,7 +34,8 @@ WRAPPERS = ("run", "agent", "check")  # commands whose training command follows 
 def build_parser(full: Collection[str] | None = None) -> options.Parser:
     """The one argparse tree of every `faultwatch` command: with `full` None every command
     registered in full (its module imported); else only the commands named in `full` (and
-    those their module registers with them: decisions, logs), the others as stubs of their name and help (what the top-level help and did-you-mean need)."""
+    those their module registers with them: decisions, logs), the others as stubs of their
+    name and help (what the top-level help and did-you-mean need)."""
     parser = options.Parser(
         prog="faultwatch",
         description="Watch distributed training jobs' logs; decide restarts, blacklists, fails.",
