@@ -20,6 +20,7 @@ import argparse
 import asyncio
 import hashlib
 import heapq
+import os
 import random
 import re
 import subprocess
@@ -40,11 +41,15 @@ from fleet_common import (  # noqa: E402
     GroupWatcher,
     broker_pid,
     lag_of,
+    machine_cpu_ticks,
+    machine_shares,
     percentile,
     proc_cpu_s,
+    sched_shares,
     self_cpu_s,
     start_processor,
     stop_processor,
+    thread_sched_s,
 )
 from processor_throughput import summarize_spy  # noqa: E402
 
@@ -711,6 +716,9 @@ async def main_async(a: argparse.Namespace) -> dict[str, Any]:
     samples: list[dict[str, Any]] = []
     cpu0 = {"gen": self_cpu_s(), "proc": proc_cpu_s(proc.pid) if proc else None,
             "broker": proc_cpu_s(bpid) if bpid else None}
+    # where the event loops' wall time went: on a CPU, runnable but waiting for one, asleep
+    sched0 = {"proc": thread_sched_s(proc.pid) if proc else None,
+              "gen": thread_sched_s(os.getpid()), "machine": machine_cpu_ticks()}
 
     async def sampler() -> None:
         while True:
@@ -732,6 +740,8 @@ async def main_async(a: argparse.Namespace) -> dict[str, Any]:
     await fleet.run(t_end)
     t_gen_end = time.time()
     gen_cpu = self_cpu_s() - cpu0["gen"]
+    sched1 = {"proc": thread_sched_s(proc.pid) if proc else None,
+              "gen": thread_sched_s(os.getpid()), "machine": machine_cpu_ticks()}
     await producer.stop()
 
     # expected decisions
@@ -750,6 +760,7 @@ async def main_async(a: argparse.Namespace) -> dict[str, Any]:
             break
         await asyncio.sleep(0.5)
     t_stop = time.time()
+    sched2 = {"proc": thread_sched_s(proc.pid) if proc else None, "machine": machine_cpu_ticks()}
     stask.cancel()
     final = await watcher.sample()
     await asyncio.sleep(1.0)
@@ -902,6 +913,18 @@ async def main_async(a: argparse.Namespace) -> dict[str, Any]:
                                 "lines_processed"],
             "lag_series": series[:: max(1, len(series) // a.series_points)]},
         "broker_cpu_pct_during_load": cpu_pct("broker_cpu"),
+        # a worker below a core that is rarely asleep was starved by the machine (its cores
+        # busy with the generator, the broker and other work), not waiting on its own
+        "event_loops": {
+            "cols": "on_cpu_pct, waiting_for_cpu_pct (runnable), asleep_pct; main threads",
+            "processor_during_load": sched_shares(sched0["proc"], sched1["proc"],
+                                                  t_gen_end - t0),
+            "processor_after_load": sched_shares(sched1["proc"], sched2["proc"],
+                                                 t_stop - t_gen_end),
+            "generator_during_load": sched_shares(sched0["gen"], sched1["gen"],
+                                                  t_gen_end - t0),
+            "machine_during_load": machine_shares(sched0["machine"], sched1["machine"]),
+            "machine_after_load": machine_shares(sched1["machine"], sched2["machine"])},
         "decisions": {
             "received_unique": len(decs.by_id), "duplicates_seen": decs.dups,
             "by_kind_action": dict(by_kind),

@@ -39,6 +39,63 @@ def proc_cpu_s(pid: int) -> float | None:
         return None
 
 
+def parse_schedstat(text: str) -> tuple[float, float]:
+    """Seconds a thread ran on a CPU and waited runnable for one, from its /proc schedstat
+    line (nanoseconds on a CPU, nanoseconds in the run queue, time slices)."""
+    run_ns, wait_ns = text.split()[:2]
+    return int(run_ns) / 1e9, int(wait_ns) / 1e9
+
+
+def thread_sched_s(pid: int, tid: int | None = None) -> tuple[float, float] | None:
+    """(on a CPU, waiting for a CPU) seconds of one thread (default: the process's main
+    thread, where the processor's event loop runs), None if it is gone or not Linux."""
+    try:
+        with open(f"/proc/{pid}/task/{tid or pid}/schedstat") as f:
+            return parse_schedstat(f.read())
+    except (OSError, ValueError):
+        return None
+
+
+def machine_cpu_ticks() -> list[int] | None:
+    """The machine's CPU time counters (/proc/stat `cpu` line: user nice system idle iowait
+    irq softirq steal ...), None when not on Linux."""
+    try:
+        with open("/proc/stat") as f:
+            return [int(x) for x in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+
+
+def sched_shares(before: tuple[float, float] | None, after: tuple[float, float] | None,
+                 wall_s: float) -> dict[str, float] | None:
+    """A thread's wall time split into on a CPU / runnable but waiting for a CPU / asleep
+    (waiting for I/O, a timer or a lock), in percent: a thread below 100 % of a core that
+    was runnable the rest of the time was starved by the machine, not waiting on its work."""
+    if before is None or after is None or wall_s <= 0:
+        return None
+    run = 100 * (after[0] - before[0]) / wall_s
+    wait = 100 * (after[1] - before[1]) / wall_s
+    return {"on_cpu_pct": round(run, 1), "waiting_for_cpu_pct": round(wait, 1),
+            "asleep_pct": round(max(0.0, 100 - run - wait), 1)}
+
+
+def machine_shares(before: list[int] | None, after: list[int] | None) -> dict[str, float] | None:
+    """The machine's idle, iowait and steal shares (percent of all its CPUs) between two
+    machine_cpu_ticks() readings, and its busy cores."""
+    if before is None or after is None:
+        return None
+    d = [y - x for x, y in zip(before, after, strict=False)]
+    total = sum(d[:8])
+    if total <= 0:
+        return None
+    idle, iowait = d[3], d[4] if len(d) > 4 else 0
+    steal = d[7] if len(d) > 7 else 0
+    cores = os.cpu_count() or 1
+    return {"idle_pct": round(100 * idle / total, 1), "iowait_pct": round(100 * iowait / total, 1),
+            "steal_pct": round(100 * steal / total, 1),
+            "busy_cores": round(cores * (total - idle - iowait - steal) / total, 2)}
+
+
 def self_cpu_s() -> float:
     t = os.times()
     return t.user + t.system
