@@ -39,6 +39,7 @@ import orjson
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from fleet_common import (  # noqa: E402
     GroupWatcher,
+    autogroup,
     broker_pid,
     lag_of,
     machine_cpu_ticks,
@@ -684,7 +685,8 @@ async def main_async(a: argparse.Namespace) -> dict[str, Any]:
     plog = workdir / f"processor-{prefix.strip('.')}.log"
     if not a.no_processor:
         proc, launcher = start_processor(a.bootstrap, prefix, a.partitions, a.hang_window_s,
-                                         a.settle_s, plog, a.launcher)
+                                         a.settle_s, plog, a.launcher,
+                                         own_session=a.processor_session == "own")
     out["launcher"] = launcher
     out["processor_log"] = str(plog)
     bpid = broker_pid(int(a.bootstrap.rsplit(":", 1)[1]))
@@ -718,7 +720,9 @@ async def main_async(a: argparse.Namespace) -> dict[str, Any]:
             "broker": proc_cpu_s(bpid) if bpid else None}
     # where the event loops' wall time went: on a CPU, runnable but waiting for one, asleep
     sched0 = {"proc": thread_sched_s(proc.pid) if proc else None,
-              "gen": thread_sched_s(os.getpid()), "machine": machine_cpu_ticks()}
+              "gen": thread_sched_s(os.getpid()), "machine": machine_cpu_ticks(),
+              "autogroups": {"processor": autogroup(proc.pid) if proc else None,
+                             "generator": autogroup(os.getpid())}}
 
     async def sampler() -> None:
         while True:
@@ -917,6 +921,9 @@ async def main_async(a: argparse.Namespace) -> dict[str, Any]:
         # busy with the generator, the broker and other work), not waiting on its own
         "event_loops": {
             "cols": "on_cpu_pct, waiting_for_cpu_pct (runnable), asleep_pct; main threads",
+            "processor_session": a.processor_session,
+            "autogroups": {"processor": autogroup(proc.pid) if proc else None,
+                           "generator": autogroup(os.getpid())},
             "processor_during_load": sched_shares(sched0["proc"], sched1["proc"],
                                                   t_gen_end - t0),
             "processor_after_load": sched_shares(sched1["proc"], sched2["proc"],
@@ -1003,6 +1010,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--startup-timeout-s", type=float, default=90.0)
     p.add_argument("--no-processor", action="store_true", help="a processor is already running")
     p.add_argument("--launcher", choices=["auto", "cli", "fallback"], default="auto")
+    p.add_argument("--processor-session", choices=["own", "shared"], default="own",
+                   help="the worker in a session of its own (as a service runs: Linux's "
+                        "autogroups share the CPU by session) or in the bench's, beside "
+                        "the generator")
     p.add_argument("--workdir", default="/tmp/fleetbench")
     p.add_argument("--job-prefix", default="")
     p.add_argument("--seed", type=int, default=7)

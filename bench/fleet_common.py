@@ -56,6 +56,15 @@ def thread_sched_s(pid: int, tid: int | None = None) -> tuple[float, float] | No
         return None
 
 
+def autogroup(pid: int) -> str | None:
+    """The scheduler autogroup of a process (/proc/PID/autogroup), None without one."""
+    try:
+        with open(f"/proc/{pid}/autogroup") as f:
+            return f.read().split()[0]
+    except (OSError, IndexError):
+        return None
+
+
 def machine_cpu_ticks() -> list[int] | None:
     """The machine's CPU time counters (/proc/stat `cpu` line: user nice system idle iowait
     irq softirq steal ...), None when not on Linux."""
@@ -115,8 +124,14 @@ def broker_pid(port: int) -> int | None:
 
 def start_processor(bootstrap: str, prefix: str, partitions: int, hang_window_s: float,
                     settle_s: float, log_path: Path, launcher: str = "auto",
-                    extra: list[str] | None = None) -> tuple[subprocess.Popen[bytes], str]:
-    """Start one processor worker; `launcher` is cli, fallback or auto (cli, else fallback)."""
+                    extra: list[str] | None = None, own_session: bool = True,
+                    ) -> tuple[subprocess.Popen[bytes], str]:
+    """Start one processor worker; `launcher` is cli, fallback or auto (cli, else fallback).
+
+    `own_session`: the worker in a session of its own, as a service runs. Linux's autogroup
+    scheduling (kernel.sched_autogroup_enabled) shares the CPU between sessions first: a
+    worker in the bench's session shares one session's part of the machine with the load
+    generator (at 5,000 jobs it was runnable but waiting for a CPU 41 % of the load)."""
     py = sys.executable
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     cli = [py, "-m", "faultwatch", "process", "--bootstrap", bootstrap, "--topic-prefix", prefix,
@@ -129,7 +144,8 @@ def start_processor(bootstrap: str, prefix: str, partitions: int, hang_window_s:
     last_err = ""
     for name, cmd in order:
         logf = open(log_path, "ab")
-        p = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=logf, stderr=subprocess.STDOUT)
+        p = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=logf, stderr=subprocess.STDOUT,
+                             start_new_session=own_session)
         time.sleep(3.0)
         if p.poll() is None:
             return p, name
