@@ -922,8 +922,7 @@ async def main_async(a: argparse.Namespace) -> dict[str, Any]:
         "event_loops": {
             "cols": "on_cpu_pct, waiting_for_cpu_pct (runnable), asleep_pct; main threads",
             "processor_session": a.processor_session,
-            "autogroups": {"processor": autogroup(proc.pid) if proc else None,
-                           "generator": autogroup(os.getpid())},
+            "autogroups": sched0["autogroups"],
             "processor_during_load": sched_shares(sched0["proc"], sched1["proc"],
                                                   t_gen_end - t0),
             "processor_after_load": sched_shares(sched1["proc"], sched2["proc"],
