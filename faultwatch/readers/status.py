@@ -19,7 +19,10 @@ ACTIVE_PHASES = ("running", "settling")
 
 
 def _fmt_age(x: Any) -> str:
-    return "-" if x is None else f"{float(x):.0f}s"
+    """Seconds as kubectl prints an AGE (45s, 3m12s, 5h12m, 3d4h); `-` for none."""
+    from faultwatch.readers.render import age
+
+    return "-" if x is None else age(float(x))
 
 
 def visible(snapshots: Iterable[Mapping[str, Any]], now: float, finished_for_s: float

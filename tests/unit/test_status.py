@@ -86,3 +86,15 @@ def test_status_and_describe_show_holds_and_say_why_the_window() -> None:
     assert "Window:         300s (fixed)" in text
     assert "r1:40s  r0:10s" in text and "run slurm-7  attempt 0  (current)" in text
     assert "scheduler kind=slurm job_id=7" in text
+
+
+def test_ages_and_quiet_times_read_as_kubectl_prints_them() -> None:
+    """A job quiet for 3h12m and last reported 2 days ago reads `r1:3h12m` and `2d`, not
+    `11520s` and `172800s`."""
+    from faultwatch.readers.status import lines
+
+    st, policy = job_state()
+    s = snapshot(st, 120.0 + 11_520.0, policy)  # type: ignore[arg-type]
+    text = "\n".join(lines([s], s["ts"] + 2 * 86_400.0, width=200))
+    assert "r1:3h12m" in text and " 2d" in text, text
+    assert "11520s" not in text and "172800s" not in text, text
