@@ -21,8 +21,8 @@ from faultwatch.agents.exitcodes import (  # noqa: F401 - re-exported
 )
 from faultwatch.agents.identity import resolve_identity
 from faultwatch.errors import ConfigError
+from faultwatch.wire.topics import DEFAULT_PREFIX, Topics
 
-DEFAULT_PREFIX = "faultwatch."
 # how long a line may wait in the agent to share a record with later lines (agents/batcher.py)
 LINGER_MS = 100  # the bound, while lines flow (--linger-ms)
 FIRST_LINGER_MS = 20  # after a quiet spell (a bound below it is used instead)
@@ -208,16 +208,20 @@ class AgentConfig:
         return cls(**{k: v for k, v in kw.items() if v is not None or k in _NULLABLE})
 
     @property
+    def topics(self) -> Topics:
+        return Topics(self.topic_prefix)
+
+    @property
     def topic(self) -> str:
-        return f"{self.topic_prefix}logs"
+        return self.topics.logs
 
     @property
     def decisions_topic(self) -> str:
-        return f"{self.topic_prefix}decisions"
+        return self.topics.decisions
 
     @property
     def control_topic(self) -> str:
-        return f"{self.topic_prefix}control"
+        return self.topics.control
 
     @property
     def leaf(self) -> str:

@@ -11,6 +11,7 @@ from typing import Any
 
 from faultwatch.cli import options
 from faultwatch.errors import ConfigError
+from faultwatch.wire.topics import actuate_group
 
 BACKENDS = ("slurm", "kubernetes", "exec")
 
@@ -50,7 +51,7 @@ def cmd_actuate(args: argparse.Namespace) -> int:
     except ValueError as e:
         raise ConfigError("actuate", str(e)) from None
     cfg = ActuateConfig(bootstrap=bootstrap, prefix=args.topic_prefix, state_file=state,
-                        group=args.group or f"{args.topic_prefix}actuate-{args.backend}",
+                        group=args.group or actuate_group(args.topic_prefix, args.backend),
                         write_registry=args.registry_writer,
                         max_decision_age_s=max_age_s(args.max_decision_age_s),
                         registry_policy=RegistryPolicy(quarantine_s=args.quarantine_s),

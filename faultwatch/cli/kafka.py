@@ -78,8 +78,7 @@ def cmd_kafka_fetch(args: argparse.Namespace) -> int:
 def add_scope_flags(p: argparse.ArgumentParser, *, prefix: bool) -> None:
     """--app-id and --notify-group (and --topic-prefix where the caller has none)."""
     if prefix:
-        p.add_argument("--topic-prefix", default="faultwatch.",
-                       help="topic name prefix (default 'faultwatch.')")
+        options.add_topic_prefix(p)
     p.add_argument("--app-id", default="",
                    help="the processors' Faust app id = consumer group (default "
                         "<prefix>processor, as `faultwatch process`)")
@@ -117,16 +116,15 @@ def cmd_acls(args: argparse.Namespace, need_bootstrap: Callable[[argparse.Namesp
     if not args.apply:
         return EXIT_OK
     from faultwatch.kafka import acl_admin
-    from faultwatch.kafka.admin import ensure_compacted_topic, ensure_topics
+    from faultwatch.kafka.admin import ensure_all
     from faultwatch.wire.topics import DEFAULT_PARTITIONS, Topics
 
     bootstrap = need_bootstrap(args)
     security = kafka_settings.current()
 
     async def run() -> acl_admin.ApplyResult:
-        await ensure_topics(bootstrap, Topics(scope.prefix),
-                            args.partitions or DEFAULT_PARTITIONS, security=security)
-        await ensure_compacted_topic(bootstrap, scope.topic("nodes"), security=security)
+        await ensure_all(bootstrap, Topics(scope.prefix), args.partitions or DEFAULT_PARTITIONS,
+                         security=security)
         return await acl_admin.apply(bootstrap, security, scope, wanted)
 
     result = asyncio.run(run())

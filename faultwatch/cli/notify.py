@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from faultwatch.cli import options
 from faultwatch.errors import ConfigError
 from faultwatch.notify.grouping import GROUP_FIELDS, GroupingPolicy
+from faultwatch.wire.topics import NOTIFY_GROUP
 
 if TYPE_CHECKING:  # the sender (urllib, email) is imported when notify runs, not per command
     from faultwatch.notify.service import NotifierConfig
@@ -59,8 +60,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--retries", type=int, default=6, help="tries per message (default 6)")
     p.add_argument("--retry-base-s", type=float, default=1.0,
                    help="first retry delay, doubled each time up to 60 s")
-    p.add_argument("--group-id", default="faultwatch-notify",
-                   help="consumer group (one notifier group sends each decision once)")
+    p.add_argument("--group-id", default=NOTIFY_GROUP,
+                   help="consumer group (one notifier group sends each decision once; default "
+                        f"{NOTIFY_GROUP})")
     p.add_argument("--from-beginning", action="store_true",
                    help="a new consumer group starts at the oldest decision, not the newest")
     p.add_argument("--max-decision-age-s", type=float, default=None,

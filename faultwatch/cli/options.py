@@ -54,8 +54,7 @@ def add_kafka(p: argparse.ArgumentParser, *, sub: bool = False) -> None:
 
     p.add_argument("--bootstrap", default=default(os.environ.get(BOOTSTRAP_ENV)),
                    help=f"Kafka bootstrap HOST:PORT (default ${BOOTSTRAP_ENV})")
-    p.add_argument("--topic-prefix", default=default(os.environ.get(PREFIX_ENV, DEFAULT_PREFIX)),
-                   help=f"topic name prefix (default ${PREFIX_ENV} or '{DEFAULT_PREFIX}')")
+    add_topic_prefix(p, sub=sub)
     g = p.add_argument_group(
         "Kafka security (flags over FAULTWATCH_KAFKA_* variables over --kafka-config)")
     g.add_argument("--kafka-config", type=Path, default=default(None),
@@ -67,6 +66,13 @@ def add_kafka(p: argparse.ArgumentParser, *, sub: bool = False) -> None:
         choices = ["true", "false"] if key == "check_hostname" else None
         g.add_argument(flag, dest="kafka_" + key, default=default(None), choices=choices,
                        help=help_)
+
+
+def add_topic_prefix(p: argparse.ArgumentParser, *, sub: bool = False) -> None:
+    """--topic-prefix, defaulting to $FAULTWATCH_TOPIC_PREFIX or the one DEFAULT_PREFIX."""
+    value = os.environ.get(PREFIX_ENV, DEFAULT_PREFIX)
+    p.add_argument("--topic-prefix", default=argparse.SUPPRESS if sub else value,
+                   help=f"topic name prefix (default ${PREFIX_ENV} or '{DEFAULT_PREFIX}')")
 
 
 def kafka_security(args: argparse.Namespace, env: Mapping[str, str] | None = None

@@ -9,7 +9,7 @@ from typing import Any
 from faultwatch.kafka import clients
 from faultwatch.kafka.errors import diagnose
 from faultwatch.kafka.settings import KafkaSecurity
-from faultwatch.wire.topics import DEFAULT_PARTITIONS, Topics
+from faultwatch.wire.topics import COMPACT, DEFAULT_PARTITIONS, TOPICS, Topics, TopicSpec
 
 
 async def _create_missing(admin: Any, new: list[Any]) -> None:
@@ -24,9 +24,10 @@ async def _create_missing(admin: Any, new: list[Any]) -> None:
 
 async def ensure_topics(bootstrap: str, topics: Topics, partitions: int = DEFAULT_PARTITIONS,
                         timeout_s: float = 30.0, security: KafkaSecurity | None = None) -> None:
-    """Create the processor's topics if missing: logs, signals and decisions with
-    `partitions` (signals must match the job table's partition count), the dead letters with
-    one, the rules, status and holds topics compacted with one. Raises BrokerError."""
+    """Create the topics the processor creates (TOPICS rows `created="processor"`) if
+    missing: logs, signals, decisions and control with `partitions` (signals must match the
+    job table's partition count), the dead letters with one, the rules, status and holds
+    topics compacted with one. Raises BrokerError."""
     from aiokafka.admin import NewTopic  # type: ignore[import-untyped,unused-ignore]
 
     admin = clients.admin(bootstrap_servers=bootstrap, request_timeout_ms=int(timeout_s * 1000),
@@ -39,18 +40,18 @@ async def ensure_topics(bootstrap: str, topics: Topics, partitions: int = DEFAUL
         raise await diagnose(e, bootstrap, "creating topics") from e
     try:
         existing = set(await admin.list_topics())
-        new = [NewTopic(name, num_partitions=partitions, replication_factor=1)
-               for name in (topics.logs, topics.signals, topics.decisions, topics.control)
-               if name not in existing]
-        if topics.deadletter not in existing:
-            new.append(NewTopic(topics.deadletter, num_partitions=1, replication_factor=1))
-        for compacted in (topics.rules, topics.status, topics.holds):
-            if compacted not in existing:
-                new.append(NewTopic(compacted, num_partitions=1, replication_factor=1,
-                                    topic_configs={"cleanup.policy": "compact"}))
+        new = [_new_topic(NewTopic, spec, topics.prefix, partitions) for spec in TOPICS
+               if spec.created == "processor" and spec.name(topics.prefix) not in existing]
         await _create_missing(admin, new)
     finally:
         await admin.close()
+
+
+def _new_topic(new_topic: Any, spec: TopicSpec, prefix: str, partitions: int) -> Any:
+    """A NewTopic of one TOPICS row: its partition count (else `partitions`) and config."""
+    kw: dict[str, Any] = {"topic_configs": dict(spec.config)} if spec.config else {}
+    return new_topic(spec.name(prefix), num_partitions=spec.partitions or partitions,
+                     replication_factor=1, **kw)
 
 
 async def ensure_compacted_topic(bootstrap: str, topic: str, timeout_s: float = 30.0,
@@ -66,7 +67,17 @@ async def ensure_compacted_topic(bootstrap: str, topic: str, timeout_s: float = 
         if topic in set(await admin.list_topics()):
             return
         await _create_missing(admin, [NewTopic(topic, num_partitions=1, replication_factor=1,
-                                               topic_configs={"cleanup.policy": "compact"})])
+                                               topic_configs=dict(COMPACT))])
     finally:
         await admin.close()
 
+
+
+async def ensure_all(bootstrap: str, topics: Topics, partitions: int = DEFAULT_PARTITIONS,
+                     security: KafkaSecurity | None = None) -> None:
+    """Every TOPICS row: the processor's (ensure_topics) and those their writers create
+    (the nodes topic), as `kafka acls --apply` and `kafka up --secure` provision them."""
+    await ensure_topics(bootstrap, topics, partitions, security=security)
+    for spec in TOPICS:
+        if spec.created == "writer":
+            await ensure_compacted_topic(bootstrap, spec.name(topics.prefix), security=security)

@@ -29,6 +29,7 @@ from faultwatch.notify.limit import Digest, Limiter, RateLimits
 from faultwatch.notify.sender import Receiver, RetryPolicy, deliver
 from faultwatch.trust.replay import ReplayGuard
 from faultwatch.wire.signing import DecisionGate
+from faultwatch.wire.topics import NOTIFY_GROUP
 
 Log = Callable[..., None]
 HOLDS_WAIT_S = 10.0  # at start, how long the mutes in force are waited for
@@ -39,7 +40,7 @@ class NotifierConfig:
     bootstrap: str
     topic: str
     receivers: tuple[Receiver, ...]
-    group_id: str = "faultwatch-notify"
+    group_id: str = NOTIFY_GROUP
     policy: GroupingPolicy = field(default_factory=GroupingPolicy)
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     from_beginning: bool = False

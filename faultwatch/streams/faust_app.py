@@ -63,7 +63,7 @@ from faultwatch.wire import (
     signing,
     worker_key,
 )
-from faultwatch.wire.topics import DEFAULT_PARTITIONS, Topics
+from faultwatch.wire.topics import DEFAULT_PARTITIONS, Topics, processor_group
 
 REPORT_S = 10.0  # processor metrics interval
 BATCH = 1000  # records per batch, both stages
@@ -120,7 +120,7 @@ class ProcessorConfig:
 
     @property
     def group(self) -> str:
-        return self.app_id or f"{self.topics.prefix}processor"
+        return processor_group(self.topics.prefix, self.app_id)
 
 
 def _serve_metrics(cfg: ProcessorConfig, prom: ProcessorMetrics) -> None:
