@@ -13,7 +13,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from faultwatch import __version__
+from faultwatch import __version__, settings
 from faultwatch.errors import ConfigError
 
 try:  # prometheus_client is a light optional dependency of the node side
@@ -332,7 +332,7 @@ class _StageCollector:
         yield refused
         expired = CounterMetricFamily("faultwatch_jobs_expired",
                                       "Decided and done jobs deleted from the worker's table "
-                                      "after FAULTWATCH_FINISHED_TTL_S")
+                                      f"after {settings.FINISHED_TTL_S}")
         expired.add_metric([], float(getattr(c, "extra", {}).get("jobs_expired", 0)))
         yield expired
         storm = getattr(c, "storm", None) or {}

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import faultwatch
-from faultwatch import wire
+from faultwatch import settings, wire
 from faultwatch.agents import torchrun_env
 from faultwatch.agents.agent_log import AgentLog  # noqa: F401 - re-exported
 from faultwatch.agents.batcher import LineBatcher
@@ -72,9 +72,9 @@ def _is_terminal(fd: int) -> bool:
         return False
 
 
-# What the child never inherits: where the node and signing keys are, legacy HMAC secrets.
-SECRET_ENV = ("FAULTWATCH_NODE_KEY_FILE", "FAULTWATCH_SIGNING_KEY_FILE",
-              "FAULTWATCH_DECISION_KEY", "FAULTWATCH_DECISION_KEY_FILE")
+# What the child never inherits: where the node and signing keys are, legacy HMAC secrets
+# (the variables settings.py declares secret).
+SECRET_ENV = settings.CHILD_STRIPPED
 
 
 class Agent:
@@ -255,11 +255,10 @@ class Agent:
     # ---- one run -------------------------------------------------------------------------
     def child_env(self) -> dict[str, str]:
         c = self.cfg
-        env = dict(os.environ if c.env is None else c.env)
-        for secret in SECRET_ENV:  # key files and secrets stay with the agent
-            env.pop(secret, None)
-        env.update(FAULTWATCH_JOB=c.job, FAULTWATCH_NODE=c.node,
-                   FAULTWATCH_ATTEMPT=str(self.attempt), **self.extra_env)
+        # key files and secrets stay with the agent
+        env = settings.child_env(os.environ if c.env is None else c.env, JOB=c.job,
+                                 NODE_NAME=c.node, ATTEMPT=str(self.attempt))
+        env.update(self.extra_env)
         return env
 
     async def supervise(self) -> ExitStatus:

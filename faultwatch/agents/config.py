@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from faultwatch import settings
 from faultwatch.agents.exitcodes import (  # noqa: F401 - re-exported
     EXIT_ELSEWHERE,
     EXIT_FAILED,
@@ -52,7 +53,7 @@ def rank_from_env(env: Mapping[str, str]) -> tuple[int | None, int | None]:
 
 
 def default_spool_dir(env: Mapping[str, str]) -> Path:
-    return Path(env.get("FAULTWATCH_SPOOL_DIR") or Path.home() / ".faultwatch" / "spool")
+    return settings.SPOOL_DIR.get(env) or Path.home() / ".faultwatch" / "spool"
 
 
 _PLAIN = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-")
@@ -173,11 +174,11 @@ class AgentConfig:
         """Fill bootstrap, node, prefix, spool dir and rank fields from env where not given."""
         e = os.environ if env is None else env
         if kw.get("bootstrap") is None:
-            kw["bootstrap"] = e.get("FAULTWATCH_BOOTSTRAP") or ""
+            kw["bootstrap"] = settings.BOOTSTRAP.get(e) or ""
         if not kw["bootstrap"]:
-            raise ConfigError("bootstrap", "no --bootstrap and FAULTWATCH_BOOTSTRAP is unset")
+            raise ConfigError("bootstrap", f"no --bootstrap and {settings.BOOTSTRAP} is unset")
         if kw.get("topic_prefix") is None:
-            kw["topic_prefix"] = e.get("FAULTWATCH_TOPIC_PREFIX", DEFAULT_PREFIX)
+            kw["topic_prefix"] = settings.TOPIC_PREFIX.get(e) or DEFAULT_PREFIX
         if kw.get("spool_dir") is None:
             kw["spool_dir"] = default_spool_dir(e)
         rank, world = rank_from_env(e)
@@ -190,7 +191,7 @@ class AgentConfig:
             # heartbeats), so the default instance name carries the rank; the host is in the
             # run-start record.
             host = socket.gethostname()
-            kw["node"] = e.get("FAULTWATCH_NODE") or (
+            kw["node"] = settings.NODE_NAME.get(e) or (
                 host if kw["rank"] is None else f"{host}-rank{kw['rank']}")
         local = _env_int(e, "LOCAL_RANK")
         if not kw.get("local_ranks") and local is not None:

@@ -24,14 +24,15 @@ import unicodedata
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from faultwatch import settings
 from faultwatch.errors import ConfigError
 
 MAX_ID_CHARS = 256
 TORCHRUN_DEFAULT_RDZV_ID = "none"  # torchrun's default --rdzv-id: not an identity
 FLAG, SLURM, TORCHRUN, KUBERNETES, GENERATED = (
     "flag", "slurm", "torchrun", "kubernetes", "generated")
-K8S_ENV = {"namespace": "FAULTWATCH_K8S_NAMESPACE", "pod": "FAULTWATCH_K8S_POD",
-           "node": "FAULTWATCH_K8S_NODE", "uid": "FAULTWATCH_K8S_UID"}
+K8S_ENV = {"namespace": settings.K8S_NAMESPACE.name, "pod": settings.K8S_POD.name,
+           "node": settings.K8S_NODE.name, "uid": settings.K8S_UID.name}
 
 
 @dataclass(frozen=True)
@@ -102,7 +103,7 @@ def resolve_identity(run_id_flag: str | None, labels: Sequence[str], env: Mappin
                      cmd: Sequence[str], generate: Callable[[], str]) -> RunIdentity:
     """This agent's run identity (see the module docstring for the order of sources)."""
     scheduler = scheduler_of(env, parse_labels(labels))
-    flag = (run_id_flag or "").strip() or _env(env, "FAULTWATCH_RUN_ID")
+    flag = (run_id_flag or "").strip() or _env(env, settings.RUN_ID.name)
     if flag:
         return RunIdentity(check_id("run_id", flag), FLAG, scheduler)
     array_job, array_task = _env(env, "SLURM_ARRAY_JOB_ID"), _env(env, "SLURM_ARRAY_TASK_ID")
@@ -115,7 +116,7 @@ def resolve_identity(run_id_flag: str | None, labels: Sequence[str], env: Mappin
     for rdzv in (rdzv_id_of(cmd), _env(env, "TORCHELASTIC_RUN_ID")):
         if rdzv and rdzv.strip() and rdzv.strip() != TORCHRUN_DEFAULT_RDZV_ID:
             return RunIdentity(check_id("rdzv_id", rdzv.strip()), TORCHRUN, scheduler)
-    if _env(env, "FAULTWATCH_K8S_UID"):
-        return RunIdentity(check_id("FAULTWATCH_K8S_UID", _env(env, "FAULTWATCH_K8S_UID")),
+    if _env(env, settings.K8S_UID.name):
+        return RunIdentity(check_id(settings.K8S_UID.name, _env(env, settings.K8S_UID.name)),
                            KUBERNETES, scheduler)
     return RunIdentity(f"g-{generate()}", GENERATED, scheduler)

@@ -123,9 +123,7 @@ def register(sub: Any) -> argparse.ArgumentParser:
     g.add_argument("--release-hold", action="store_true",
                    help="release the hold of the actuator running with this --state-file "
                         "(or --backend's default) and exit: the held drains run")
-    p.add_argument("--max-decision-age-s", type=float, default=None,
-                   help="refuse decisions older than this (default "
-                        "$FAULTWATCH_MAX_DECISION_AGE_S, else 600 s; the replay rule)")
+    options.add_max_decision_age(p)
     g = p.add_argument_group("slurm")
     g.add_argument("--scontrol", default="scontrol", help="scontrol executable")
     g.add_argument("--squeue", default="squeue", help="squeue executable")

@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from faultwatch import settings
 from faultwatch.agents.config import (
     EXIT_BLACKLISTED,
     EXIT_BOOTCHECK_FAILED,
@@ -24,16 +25,13 @@ from faultwatch.cli import options
 from faultwatch.errors import ConfigError
 
 
-def _env_flag(name: str) -> bool:
-    return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
-
-
 def _follow_decisions(args: argparse.Namespace) -> bool:
     """Node mode acts on decisions by default; rank mode (one agent per rank) does not."""
     if args.follow_decisions is not None:
         return bool(args.follow_decisions)
-    if os.environ.get("FAULTWATCH_FOLLOW_DECISIONS", "").strip():
-        return _env_flag("FAULTWATCH_FOLLOW_DECISIONS")
+    env = settings.FOLLOW_DECISIONS.get()
+    if env is not None:
+        return env
     rank_mode = args.rank is not None or "RANK" in os.environ
     return not rank_mode
 
@@ -41,11 +39,7 @@ def _follow_decisions(args: argparse.Namespace) -> bool:
 def _attempt(args: argparse.Namespace) -> int:
     if args.attempt is not None:
         return int(args.attempt)
-    v = os.environ.get("FAULTWATCH_ATTEMPT", "").strip()
-    try:
-        return int(v) if v else 0
-    except ValueError:
-        raise ConfigError("FAULTWATCH_ATTEMPT", f"not an integer: {v!r}") from None
+    return settings.ATTEMPT.value()
 
 
 def bootcheck_kw(args: argparse.Namespace) -> dict[str, Any]:
@@ -63,7 +57,7 @@ def config_from_args(args: argparse.Namespace) -> AgentConfig:
     if not cmd and not args.flush:
         raise ConfigError("cmd", "no command given: faultwatch agent --job J -- CMD [ARGS...]")
     if not args.job:
-        raise ConfigError("job", "--job is required (or $FAULTWATCH_JOB)")
+        raise ConfigError("job", f"--job is required (or ${settings.JOB})")
     from faultwatch.metrics import check_address_file
 
     check_address_file(getattr(args, "metrics_address_file", None),
@@ -188,10 +182,10 @@ and the decision; docs/cli.md#exit-codes):
 def _add_agent_common(p: argparse.ArgumentParser, job_required: bool) -> None:
     """Flags shared by `agent`, `agent tail` and `agent bootcheck`."""
     options.add_kafka(p)
-    p.add_argument("--job", required=job_required, default=os.environ.get("FAULTWATCH_JOB"),
-                   help="job name (default $FAULTWATCH_JOB)")
+    p.add_argument("--job", required=job_required, default=settings.JOB.get(),
+                   help=f"job name (default ${settings.JOB})")
     p.add_argument("--node", default=None,
-                   help="node name (default $FAULTWATCH_NODE, else the hostname)")
+                   help=f"node name (default ${settings.NODE_NAME}, else the hostname)")
     p.add_argument("--heartbeat-s", type=float, default=2.0,
                    help="heartbeat interval while the child is quiet")
     p.add_argument("--heartbeat-flowing-s", type=float, default=10.0,
@@ -199,14 +193,14 @@ def _add_agent_common(p: argparse.ArgumentParser, job_required: bool) -> None:
                         "keep it + --heartbeat-s below half the processor's node_lost_s")
     p.add_argument("--run-id", default=None,
                    help="the job run's identity, shared by its agents and attempts (default "
-                        "$FAULTWATCH_RUN_ID, else Slurm's job id, torchrun's --rdzv-id, "
-                        "$FAULTWATCH_K8S_UID, else generated per agent)")
+                        f"${settings.RUN_ID}, else Slurm's job id, torchrun's --rdzv-id, "
+                        f"${settings.K8S_UID}, else generated per agent)")
     p.add_argument("--label", action="append", default=[], metavar="KEY=VALUE",
                    help="a label of the run, sent in its run-start record (repeatable)")
     p.add_argument("--spool-dir", default=None,
-                   help="spool root (default $FAULTWATCH_SPOOL_DIR or ~/.faultwatch/spool)")
+                   help=f"spool root (default ${settings.SPOOL_DIR} or ~/.faultwatch/spool)")
     p.add_argument("--attempt", type=int, default=None,
-                   help="attempt number of the job (default $FAULTWATCH_ATTEMPT or 0)")
+                   help=f"attempt number of the job (default ${settings.ATTEMPT} or 0)")
     p.add_argument("--exit-flush-timeout-s", type=float, default=10.0,
                    help="how long to wait for acks at exit; the rest stays spooled")
     p.add_argument("--spool-cap-mb", type=int, default=256, help="spool size cap")
@@ -255,14 +249,14 @@ def register(sub: Any) -> None:
     p.add_argument("--node-key-file", type=Path, default=None,
                    help="this node's Ed25519 key (`faultwatch keys generate --node NODE`): "
                         "signs what the agent sends, so no other node can speak for this one "
-                        "(default $FAULTWATCH_NODE_KEY_FILE; never passed to the child)")
+                        f"(default ${settings.NODE_KEY_FILE}; never passed to the child)")
     p.add_argument("--follow-decisions", action=argparse.BooleanOptionalAction,
                    default=None,
                    help="act on <prefix>decisions for the job: restart the child on `restart`, "
                         f"exit {EXIT_BLACKLISTED} on `blacklist` naming this node, stop and exit "
                         f"{EXIT_FAILED} on `fail`; after a failure wait --decision-wait-s for "
                         "the decision; answer the probes of <prefix>control "
-                        "(default: $FAULTWATCH_FOLLOW_DECISIONS if set, else on in node mode "
+                        f"(default: ${settings.FOLLOW_DECISIONS} if set, else on in node mode "
                         "and off in rank mode, where torchrun or the scheduler restarts ranks)")
     p.add_argument("--decision-wait-s", type=float, default=60.0,
                    help="after the child failed, how long to wait for the job's decision "
@@ -271,7 +265,7 @@ def register(sub: Any) -> None:
                    help="append the job's decisions this agent reads as JSON lines")
     options.add_verdict(p)
     p.add_argument("--sdk", action=argparse.BooleanOptionalAction, default=True,
-                   help="open a Unix socket for the training SDK ($FAULTWATCH_SDK_SOCKET in "
+                   help=f"open a Unix socket for the training SDK (${settings.SDK_SOCKET} in "
                         "the child's env) and ship its messages as notes")
     p.add_argument("--wait-for-nodes", type=int, default=0, metavar="N",
                    help="hold the launch until N nodes of the job have an agent up")

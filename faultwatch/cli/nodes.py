@@ -6,7 +6,6 @@ import argparse
 import os
 import re
 import uuid
-from pathlib import Path
 from typing import Any
 
 import orjson
@@ -106,10 +105,7 @@ def cmd_release(args: argparse.Namespace) -> int:
 
 def _signing_key_flag(p: argparse.ArgumentParser, sub: bool = False) -> None:
     """--signing-key-file; on a subcommand it defaults to SUPPRESS (like options.add_kafka)."""
-    p.add_argument("--signing-key-file", type=Path,
-                   default=argparse.SUPPRESS if sub else None,
-                   help="operator's Ed25519 key that signs the record (default "
-                        "$FAULTWATCH_SIGNING_KEY_FILE; see `faultwatch keys`)")
+    options.add_signing_key_file(p, default=argparse.SUPPRESS if sub else None)
 
 
 def register(sub: Any) -> argparse.ArgumentParser:

@@ -6,11 +6,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import os
 import signal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from faultwatch import settings
 from faultwatch.cli import options
 from faultwatch.errors import ConfigError
 from faultwatch.notify.grouping import GROUP_FIELDS, GroupingPolicy
@@ -19,9 +19,9 @@ from faultwatch.wire.topics import NOTIFY_GROUP
 if TYPE_CHECKING:  # the sender (urllib, email) is imported when notify runs, not per command
     from faultwatch.notify.service import NotifierConfig
 
-SECRET_ENV = "FAULTWATCH_WEBHOOK_SECRET"
-WEBHOOKS_ENV = "FAULTWATCH_WEBHOOKS"
-ALERTMANAGERS_ENV = "FAULTWATCH_ALERTMANAGERS"
+SECRET_ENV = settings.WEBHOOK_SECRET.name
+WEBHOOKS_ENV = settings.WEBHOOKS.name
+ALERTMANAGERS_ENV = settings.ALERTMANAGERS.name
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -65,9 +65,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         f"{NOTIFY_GROUP})")
     p.add_argument("--from-beginning", action="store_true",
                    help="a new consumer group starts at the oldest decision, not the newest")
-    p.add_argument("--max-decision-age-s", type=float, default=None,
-                   help="refuse decisions older than this (default "
-                        "$FAULTWATCH_MAX_DECISION_AGE_S, else 600 s; the replay rule)")
+    options.add_max_decision_age(p)
     g = p.add_argument_group(
         "Alertmanager (its v2 API; every alert to every URL, as Prometheus sends to each "
         "member of an HA cluster; its routes, silences and inhibitions then apply)")
@@ -112,7 +110,7 @@ def config_of(args: argparse.Namespace, bootstrap: str, topic: str,
         except OSError as e:
             raise ConfigError(str(args.webhook_secret_file), f"cannot read: {e.strerror}") from e
     else:
-        secret = os.environ.get(SECRET_ENV) or None
+        secret = settings.WEBHOOK_SECRET.get()
     try:
         policy = GroupingPolicy(
             group_by=tuple(g.strip() for g in args.group_by.split(",") if g.strip()),
@@ -184,7 +182,7 @@ def _specs(flag: str, given: list[str], file_flag: str, files: list[Path],
             raise ConfigError(str(path), f"cannot read: {e.strerror}") from e
         specs += [ln.strip() for ln in text.splitlines()
                   if ln.strip() and not ln.strip().startswith("#")]
-    specs += os.environ.get(env, "").split()
+    specs += (settings.var(env).get() or "").split()
     return specs
 
 

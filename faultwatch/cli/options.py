@@ -7,18 +7,18 @@ policy flags of `run` and `process`. docs/cli.md lists them."""
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, NoReturn
 
+from faultwatch import settings
 from faultwatch.errors import EXIT_USAGE, ConfigError
 from faultwatch.kafka import settings as kafka_settings
 from faultwatch.wire.topics import DEFAULT_PREFIX, Topics
 
-BOOTSTRAP_ENV = "FAULTWATCH_BOOTSTRAP"
-PREFIX_ENV = "FAULTWATCH_TOPIC_PREFIX"
+BOOTSTRAP_ENV = settings.BOOTSTRAP.name
+PREFIX_ENV = settings.TOPIC_PREFIX.name
 
 
 class Parser(argparse.ArgumentParser):
@@ -52,11 +52,11 @@ def add_kafka(p: argparse.ArgumentParser, *, sub: bool = False) -> None:
     def default(value: Any) -> Any:
         return argparse.SUPPRESS if sub else value
 
-    p.add_argument("--bootstrap", default=default(os.environ.get(BOOTSTRAP_ENV)),
+    p.add_argument("--bootstrap", default=default(settings.BOOTSTRAP.get()),
                    help=f"Kafka bootstrap HOST:PORT (default ${BOOTSTRAP_ENV})")
     add_topic_prefix(p, sub=sub)
     g = p.add_argument_group(
-        "Kafka security (flags over FAULTWATCH_KAFKA_* variables over --kafka-config)")
+        f"Kafka security (flags over {settings.PREFIX}KAFKA_* variables over --kafka-config)")
     g.add_argument("--kafka-config", type=Path, default=default(None),
                    help=f"YAML file of Kafka settings (default ${kafka_settings.CONFIG_ENV})")
     for key, help_ in kafka_settings.KEYS.items():
@@ -70,7 +70,7 @@ def add_kafka(p: argparse.ArgumentParser, *, sub: bool = False) -> None:
 
 def add_topic_prefix(p: argparse.ArgumentParser, *, sub: bool = False) -> None:
     """--topic-prefix, defaulting to $FAULTWATCH_TOPIC_PREFIX or the one DEFAULT_PREFIX."""
-    value = os.environ.get(PREFIX_ENV, DEFAULT_PREFIX)
+    value = settings.TOPIC_PREFIX.get() or DEFAULT_PREFIX
     p.add_argument("--topic-prefix", default=argparse.SUPPRESS if sub else value,
                    help=f"topic name prefix (default ${PREFIX_ENV} or '{DEFAULT_PREFIX}')")
 
@@ -107,6 +107,23 @@ def topics(args: argparse.Namespace) -> Topics:
     return Topics(args.topic_prefix)
 
 
+def add_signing_key_file(p: argparse.ArgumentParser, signs: str = "the record",
+                         default: Any = None) -> None:
+    """--signing-key-file of the commands that write an operator's record (`rules push`,
+    `rules rollback`, `nodes quarantine|release`, `jobs hold|mute|...`)."""
+    p.add_argument("--signing-key-file", type=Path, default=default,
+                   help=f"operator's Ed25519 key that signs {signs} (default "
+                        f"${settings.SIGNING_KEY_FILE}; see `faultwatch keys`)")
+
+
+def add_max_decision_age(p: argparse.ArgumentParser) -> None:
+    """--max-decision-age-s of the decisions' consumers (`actuate`, `notify`)."""
+    p.add_argument("--max-decision-age-s", type=float, default=None,
+                   help=f"refuse decisions older than this (default "
+                        f"${settings.MAX_DECISION_AGE_S}, else "
+                        f"{settings.MAX_DECISION_AGE_S.default:g} s; the replay rule)")
+
+
 # ---- output format ------------------------------------------------------------------------
 
 def add_json(p: argparse.ArgumentParser, what: str = "one JSON object per line") -> None:
@@ -134,7 +151,7 @@ def add_logging(p: argparse.ArgumentParser, default_level: str = "info") -> None
 
     g = p.add_argument_group("faultwatch's own event lines")
     g.add_argument("--log-format", choices=eventlog.FORMATS,
-                   default=os.environ.get(eventlog.FORMAT_ENV) or "text",
+                   default=settings.LOG_FORMAT.get() or "text",
                    help="text: `ts=... event=... k=v` lines; json: one JSON object per line, "
                         f"same fields plus level (default ${eventlog.FORMAT_ENV} or text)")
     g.add_argument("-q", "--quiet", action="store_true",
@@ -155,7 +172,7 @@ def log_level(args: argparse.Namespace) -> str:
     verbose = getattr(args, "verbose", 0) or 0
     if verbose:
         return "debug" if verbose > 1 else "info"
-    env = os.environ.get(eventlog.LEVEL_ENV, "").strip().lower()
+    env = (settings.LOG_LEVEL.get() or "").lower()
     if env:
         if env not in eventlog.LEVEL_NAMES:
             raise ConfigError(eventlog.LEVEL_ENV, f"must be one of "

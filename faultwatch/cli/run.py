@@ -11,9 +11,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
+from faultwatch import settings
 from faultwatch.agents.config import EXIT_UNDECIDED
 from faultwatch.cli import options
-from faultwatch.errors import ConfigError
 from faultwatch.eventlog import log_event
 
 if TYPE_CHECKING:  # the wiring's imports are made when `run` runs: every command builds the tree
@@ -212,13 +212,7 @@ def _check(args: argparse.Namespace, cfg: EmbeddedConfig) -> None:
 
 def _run_attempt() -> int:
     """`run`'s first attempt: $FAULTWATCH_ATTEMPT (a relauncher's count), else 0."""
-    import os
-
-    v = os.environ.get("FAULTWATCH_ATTEMPT", "").strip()
-    try:
-        return int(v) if v else 0
-    except ValueError:
-        raise ConfigError("FAULTWATCH_ATTEMPT", f"not an integer: {v!r}") from None
+    return settings.ATTEMPT.value()
 
 
 def register(sub: Any) -> None:

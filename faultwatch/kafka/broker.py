@@ -19,11 +19,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol, TypedDict
 
+from faultwatch import settings
 from faultwatch.errors import BrokerError
 from faultwatch.kafka.settings import KafkaSecurity
 
 KAFKA_VERSION = "3.9.1"
-CACHE_ENV = "FAULTWATCH_KAFKA_CACHE"
+CACHE_ENV = settings.KAFKA_CACHE.name
 HOST = "127.0.0.1"
 READY_TIMEOUT = 60.0
 STOP_TIMEOUT = 30.0
@@ -177,9 +178,9 @@ class BrokerStatus(TypedDict):
 
 def cache_dir() -> Path:
     """Where the broker jars live: $FAULTWATCH_KAFKA_CACHE or ~/.cache/faultwatch/kafka-3.9.1."""
-    env = os.environ.get(CACHE_ENV)
-    if env:
-        return Path(env).expanduser().resolve()
+    given = settings.KAFKA_CACHE.get()
+    if given is not None:
+        return given.resolve()
     return Path.home() / ".cache" / "faultwatch" / f"kafka-{KAFKA_VERSION}"
 
 

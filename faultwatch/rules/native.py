@@ -7,15 +7,16 @@ Python with the same results (tests/unit/rules compare the two readings)."""
 from __future__ import annotations
 
 import importlib
-import os
 from types import ModuleType
 
-NO_NATIVE_ENV = "FAULTWATCH_NO_NATIVE"
+from faultwatch import settings
+
+NO_NATIVE_ENV = settings.NO_NATIVE.name
 
 
 def batchscan() -> ModuleType | None:
     """faultwatch.rules._batchscan, or None when it is not built or turned off."""
-    if os.environ.get(NO_NATIVE_ENV, "") not in ("", "0"):
+    if settings.NO_NATIVE.value():
         return None
     try:
         # (by name: the C module imports nothing, and the layer checks read Python sources)

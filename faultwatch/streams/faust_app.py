@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import math
-import os
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -15,12 +13,13 @@ from typing import Any
 import faust
 import orjson
 
+from faultwatch import settings
 from faultwatch.core.diagnosis import is_probe
 from faultwatch.core.events import Decision
 from faultwatch.core.policy import Policy
 from faultwatch.core.registry import RegistryPolicy
 from faultwatch.core.status import STATUS_S
-from faultwatch.errors import ConfigError, DecodeError
+from faultwatch.errors import DecodeError
 from faultwatch.eventlog import log_event
 from faultwatch.holds.follow import follow_holds, holds_table
 from faultwatch.kafka import calm as broker_calm
@@ -42,8 +41,6 @@ from faultwatch.streams.faust_compat import (
 )
 from faultwatch.streams.job_stage import (
     CAUGHT_UP_S,
-    FINISHED_TTL_S,
-    MAX_JOBS,
     TICK_S,
     JobStage,
 )
@@ -75,20 +72,6 @@ Send = Callable[[], Awaitable[Any]]  # starts one send; its result is awaited fo
 
 
 
-def _env_seconds(name: str, default: float) -> float:
-    """A positive, finite number of seconds from the environment (ConfigError otherwise)."""
-    raw = os.environ.get(name)
-    if raw is None:
-        return default
-    try:
-        value = float(raw)
-    except ValueError:
-        raise ConfigError(name, f"must be a number of seconds, not {raw!r}") from None
-    if not (math.isfinite(value) and value > 0):
-        raise ConfigError(name, f"must be a positive number of seconds, not {raw!r}")
-    return value
-
-
 @dataclass
 class ProcessorConfig:
     """Runtime knobs of `faultwatch process` (pipeline behaviour lives in rule files)."""
@@ -100,7 +83,7 @@ class ProcessorConfig:
     partitions: int = DEFAULT_PARTITIONS
     app_id: str = ""
     session_timeout_s: float = field(
-        default_factory=lambda: float(os.environ.get("FAULTWATCH_SESSION_TIMEOUT_S", "10")))
+        default_factory=lambda: settings.SESSION_TIMEOUT_S.value())
     policy_overrides: dict[str, Any] = field(default_factory=dict)  # flags, kept on push
     # the layers `ruleset`/`policy` were built from (rules.layers.RulesInForce; cli builds
     # it): a push adds its layer on top of them. None: one layer holding `ruleset`
@@ -111,10 +94,10 @@ class ProcessorConfig:
     probes_on_decisions: bool = False
     # active jobs per worker; a new job beyond it is refused (docs/operating.md)
     max_jobs: int = field(
-        default_factory=lambda: int(os.environ.get("FAULTWATCH_MAX_JOBS", str(MAX_JOBS))))
+        default_factory=lambda: settings.MAX_JOBS.value())
     # a decided or done job unchanged this long leaves the worker's table (docs/operating.md)
-    finished_ttl_s: float = field(default_factory=lambda: _env_seconds(
-        "FAULTWATCH_FINISHED_TTL_S", FINISHED_TTL_S))
+    finished_ttl_s: float = field(
+        default_factory=lambda: settings.FINISHED_TTL_S.value())
     metrics_address: str = "127.0.0.1"  # ... on this address (0.0.0.0: every interface)
     metrics_address_file: str | None = None  # where /metrics listens (file_sd JSON)
 
@@ -159,8 +142,7 @@ class Processor:
 
 def _data_root() -> Path:
     """Where Faust keeps its per-app metadata: $FAULTWATCH_PROCESSOR_DIR or the user cache."""
-    env = os.environ.get("FAULTWATCH_PROCESSOR_DIR")
-    root = Path(env) if env else Path.home() / ".cache" / "faultwatch" / "processor"
+    root = settings.PROCESSOR_DIR.get() or Path.home() / ".cache" / "faultwatch" / "processor"
     root.mkdir(parents=True, exist_ok=True)  # Faust creates only the last path component
     return root
 

@@ -12,6 +12,7 @@ from typing import Any, Protocol
 
 import orjson
 
+from faultwatch import settings
 from faultwatch.core.blast import GUARDED_ACTIONS, GUARDED_KINDS, BlastGuard, Census
 from faultwatch.core.events import (
     Decision,
@@ -50,8 +51,10 @@ LIVENESS = (Output, Heartbeat, Progress, ProgressBatch)
 JOB_IDLE_S = 60.0  # a cached state untouched this long leaves the cache (active ones: at
 # least node_lost_s); its encoded state stays in the store (the table, changelog-backed)
 EVICT_SWEEP_S = 5.0  # how often a partition's tick looks for idle cached states
-MAX_JOBS = 20_000  # active jobs per worker; a new job beyond it is refused (counted, logged)
-FINISHED_TTL_S = 86_400.0  # a decided or done job unchanged this long leaves the table too
+# active jobs per worker; a new job beyond it is refused (counted, logged)
+MAX_JOBS: int = settings.MAX_JOBS.fallback
+# a decided or done job unchanged this long leaves the table too
+FINISHED_TTL_S: float = settings.FINISHED_TTL_S.fallback
 # (a tombstone on its changelog): like a Kubernetes Job's ttlSecondsAfterFinished; a job that
 # returns later starts afresh (docs/operating.md 5a). Keep it above the longest relaunch delay
 PARTITION_FIELD = "_p"  # stored beside a state: the signals partition it belongs to
@@ -534,7 +537,7 @@ class JobStage:
         if not self._refusing:
             self._refusing = True
             log_event("job_cap_reached", active=active, max_jobs=self.max_jobs, job=job,
-                      note="new jobs are refused until active ones end (FAULTWATCH_MAX_JOBS)")
+                      note=f"new jobs are refused until active ones end ({settings.MAX_JOBS})")
         return True
 
     def save(self, key: bytes, st: JobState, partition: int, p: PartitionCache, durable: bool,

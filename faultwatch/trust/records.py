@@ -22,6 +22,7 @@ from typing import Any
 
 import orjson
 
+from faultwatch import settings
 from faultwatch.trust.keys import ALG, NODE, OPERATOR, PROCESSOR, SigningKey, TrustSet
 from faultwatch.trust.refusals import REFUSALS, note_refusal
 from faultwatch.wire.signing import (
@@ -139,7 +140,7 @@ class RecordGate:
         if self.verifier is None and not self._warned:
             self._warned = True
             self._log(f"{self.what}_unverified",
-                      hint="no trust file: set FAULTWATCH_TRUST_FILE so that unsigned and "
+                      hint=f"no trust file: set {settings.TRUST_FILE} so that unsigned and "
                            "forged records are refused")
 
     def refuse(self, reason: str, detail: str, **where: Any) -> None:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import os
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -17,13 +16,14 @@ from typing import Any
 
 import orjson
 
+from faultwatch import settings
 from faultwatch.errors import ConfigError
 from faultwatch.metrics import REFUSALS
 
 ALGORITHM = "HMAC-SHA256"
 SIGNATURE_FIELD = "signature"
-KEY_ENV = "FAULTWATCH_DECISION_KEY"  # "<key-id>:<secret>[,<key-id>:<secret>]"
-KEY_FILE_ENV = "FAULTWATCH_DECISION_KEY_FILE"  # lines "<key-id> <secret>", first one signs
+KEY_ENV = settings.DECISION_KEY.name  # "<key-id>:<secret>[,<key-id>:<secret>]"
+KEY_FILE_ENV = settings.DECISION_KEY_FILE.name  # lines "<key-id> <secret>", first one signs
 MIN_SECRET_CHARS = 16
 _KEY_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 
@@ -153,8 +153,7 @@ def load_keyring(key_file: Path | None = None,
                  env: Mapping[str, str] | None = None) -> Keyring | None:
     """The keyring from `key_file`, else $FAULTWATCH_DECISION_KEY_FILE, else
     $FAULTWATCH_DECISION_KEY; None when no key is configured."""
-    e = os.environ if env is None else env
-    path = key_file or (Path(e[KEY_FILE_ENV]) if e.get(KEY_FILE_ENV) else None)
+    path = key_file or settings.DECISION_KEY_FILE.get(env)
     if path is not None:
         try:
             text = path.read_text()
@@ -162,9 +161,8 @@ def load_keyring(key_file: Path | None = None,
             raise ConfigError(str(path), f"cannot read the decision key file: "
                                          f"{exc.strerror or exc}") from exc
         return parse_keys(text, str(path))
-    if e.get(KEY_ENV):
-        return parse_keys(e[KEY_ENV], KEY_ENV)
-    return None
+    keys = settings.DECISION_KEY.raw(env)
+    return None if keys is None else parse_keys(keys, KEY_ENV)
 
 
 class DecisionGate:
@@ -184,7 +182,7 @@ class DecisionGate:
         if self.keyring is None and not self._warned:
             self._warned = True
             self._log("decisions_unverified",
-                      hint="no trust file or decision key: set FAULTWATCH_TRUST_FILE (or the "
+                      hint=f"no trust file or decision key: set {settings.TRUST_FILE} (or the "
                            f"legacy {KEY_FILE_ENV}) so that forged decisions are refused")
 
     def admit_record(self, value: bytes | None, **where: Any) -> bool:

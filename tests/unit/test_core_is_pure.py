@@ -30,8 +30,9 @@ PURE_MODULES = ("faultwatch.nodes.gate", "faultwatch.nodes.checks", "faultwatch.
                 "faultwatch.readers.merge", "faultwatch.readers.select",
                 "faultwatch.readers.timeline", "faultwatch.readers.columns")
 # what a pure module may import from faultwatch besides pure modules (diagnose: the pure
-# comparison of the ranks' stacks and Flight Recorder dumps, plain dicts in and out)
-PURE_MAY_IMPORT = ("faultwatch.errors",)
+# comparison of the ranks' stacks and Flight Recorder dumps, plain dicts in and out); the
+# declarations of the environment variables (a pure module passes its env mapping in)
+PURE_MAY_IMPORT = ("faultwatch.errors", "faultwatch.settings")
 FORBIDDEN = {
     # Kafka, stream processing, ML
     "aiokafka", "kafka", "confluent_kafka", "faust", "mode", "torch", "numpy",
@@ -236,7 +237,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("faultwatch.eventlog", "faultwatch.quiet"),
     ("faultwatch.core",),
     ("faultwatch.sdk", "faultwatch.diagnose", "faultwatch.errors", "faultwatch.metrics",
-     "faultwatch.launch"),
+     "faultwatch.launch", "faultwatch.settings"),
 )
 # Upward imports that exist in modules other work is moving; each is one edge. Empty now
 # that the command modules live in cli/: a new upward import anywhere fails.
