@@ -1,10 +1,18 @@
-"""The one native part: faultwatch.rules._batchscan (the matcher's rank-prefix reading in C).
+"""The one native part: faultwatch.rules._native (the matcher's fast path, Rust: native/).
 
-Optional: where no C compiler is found the build goes on without it and the matcher uses its
-pure-Python reading (same results; rules/native.py). Everything else is in pyproject.toml.
+Optional: where cargo is not found the build goes on without it, and every batch of lines
+takes the matcher's pure-Python exact path (same results, several times the CPU; docs/rules.md
+"Native fast path"). Everything else is in pyproject.toml.
 """
 
-from setuptools import Extension, setup
+from setuptools import setup
 
-setup(ext_modules=[Extension("faultwatch.rules._batchscan", ["faultwatch/rules/_batchscan.c"],
-                             optional=True, extra_compile_args=["-O2"])])
+try:
+    from setuptools_rust import Binding, RustExtension
+except ImportError:  # (a build without pyproject's build requirements)
+    rust = []
+else:
+    rust = [RustExtension("faultwatch.rules._native", "native/Cargo.toml", binding=Binding.PyO3,
+                          py_limited_api=True, optional=True, debug=False)]
+
+setup(rust_extensions=rust)

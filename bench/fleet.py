@@ -168,8 +168,18 @@ class Fleet:
             self.jobs.append(job)
             start = t0 + rng.uniform(0, a.start_spread_s)
             self.at(start, self.job_start, job)
+        ordinary = list(self.jobs)
+        if a.flood_lines_per_s > 0:  # one more job, whose one node floods (no fault)
+            job = Job(name=f"{a.job_prefix}flood", step_s=a.step_hi_s, ckpt_every=10**9,
+                      eval_every=10**9)
+            job.nodes.append(Node(name="node-0", job=job, index=0,
+                                  ranks=list(range(a.ranks_per_node)), run_id="flood-0-r0"))
+            self.jobs.append(job)
+            self.at(t0, self.job_start, job)
+            self.at(t0 + a.flood_start_s, self.flood, job.nodes[0], t0 + a.flood_start_s
+                    + a.flood_s, 0)
         nfault = int(round(a.jobs * a.fault_rate))
-        for k, job in enumerate(rng.sample(self.jobs, nfault)):
+        for k, job in enumerate(rng.sample(ordinary, nfault)):
             job.fault = kinds[k % 3]
             w, d = a.hang_window_s, a.duration_s
             if job.fault == "hang":
@@ -217,6 +227,24 @@ class Fleet:
             chunk = buf[i:i + self.a.lines_per_record]
             v = encode_lines(node.job.name, 0, node.name, node.run_id, chunk)
             await self.send(node, v, "lines_records", len(chunk))
+
+    async def flood(self, node: Node, until: float, k: int, t: float) -> None:
+        """--flood-lines-per-s from one node, in records of --lines-per-record lines, every
+        FLOOD_TICK_S (bypassing the linger: the agent sends full records at once)."""
+        if t >= until or self.stopping:
+            return
+        n = int(self.a.flood_lines_per_s * FLOOD_TICK_S)
+        per = self.a.lines_per_record
+        for i in range(0, n, per):
+            m = min(per, n - i)
+            chunk = [Line("stdout", k + j, t + (i + j) * FLOOD_TICK_S / n,
+                          f"[rank{(k + j) % 8}]: flood {k + j} debug: tensor stats min 0.0 "
+                          "max 1.0 mean 0.5") for j in range(m)]
+            node.last_output_ts = chunk[-1].ts
+            await self.send(node, encode_lines(node.job.name, 0, node.name, node.run_id, chunk),
+                            "lines_records", m)
+            self.sent["flood_lines"] += m
+        self.at(t + FLOOD_TICK_S, self.flood, node, until, k + n)
 
     # -- job behaviour ----------------------------------------------------------------
     async def job_start(self, job: Job, t: float) -> None:
@@ -621,6 +649,7 @@ def fleet_stopped_notice(job: str, kind: str, decided_ts: float, stopped_ts: flo
     return job == NOTICE_JOB and kind == NOTICE_KIND and decided_ts >= stopped_ts
 
 
+FLOOD_TICK_S = 0.05  # the flood's records go out this often
 STEADY_FROM_S = 10.0  # --in-process: jobs start within --start-spread-s (5 s) of the start
 REQUESTS = ("diagnose",)  # notify decisions that ask agents for evidence, about no fault
 
@@ -775,6 +804,7 @@ async def main_async(a: argparse.Namespace) -> dict[str, Any]:
     matched = Counter()
     # node-lost (and the fleet-storm notice) once the simulated fleet stopped heart-beating
     after_stop = 0  # (expected)
+    flood_notices: list[dict[str, Any]] = []
     for job_name, recs in per_job.items():
         recs.sort(key=lambda r: r[0])
         job = faulted.get(job_name)
@@ -797,6 +827,9 @@ async def main_async(a: argparse.Namespace) -> dict[str, Any]:
             brief = {"job": job_name, "kind": kind, "action": action, "rule": rule,
                      "message": d["reason"].get("message", "")[:160],
                      "injected": job.fault if job else None}
+            if job_name == f"{a.job_prefix}flood" and (kind, action) == ("gap", "notify"):
+                flood_notices.append(brief)  # its throttling episodes, announced
+                continue
             if job is None or k > 0:
                 why = "extra decision" if job is not None else (
                     f"{in_stage[job_name].fault}: the stage window applies"
@@ -871,6 +904,7 @@ async def main_async(a: argparse.Namespace) -> dict[str, Any]:
             "expected": len(faulted), "correct": dict(matched),
             "false_decisions": len(false), "false_examples": false[:10],
             "node_lost_after_fleet_stopped": after_stop,
+            "flood_notices": flood_notices[:4], "flood_lines": fleet.sent.get("flood_lines", 0),
             "wrong_root_rule": len(wrong_root), "wrong_root_examples": wrong_root[:5],
             "missed": len(missed), "missed_examples": missed[:10],
             "error_latency_s": {"n": len(err_lat), "p50": percentile(err_lat, 50),
@@ -945,6 +979,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--workdir", default="/tmp/fleetbench")
     p.add_argument("--job-prefix", default="")
     p.add_argument("--seed", type=int, default=7)
+    p.add_argument("--flood-lines-per-s", type=float, default=0.0,
+                   help="one more job whose one node prints this many lines/s (noisy neighbour)")
+    p.add_argument("--flood-s", type=float, default=60.0, help="... for this long")
+    p.add_argument("--flood-start-s", type=float, default=20.0, help="... from this time on")
     p.add_argument("--out", default="", help="also write the JSON here")
     p.add_argument("--py-spy", default="", help="write a py-spy raw profile of the processor "
                                                 "(during the load) here")

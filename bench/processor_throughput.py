@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import random
 import subprocess
 import sys
@@ -215,16 +216,36 @@ def core_stages(recs: list[tuple[bytes, bytes]], lines_total: int,
             "jobstate_roundtrip_us": round(t_rt * 1e6, 1)}
 
 
+class Workers:
+    """Several processor workers of one group, read as one (CPU summed, alive if all are)."""
+
+    def __init__(self, procs: list[Any]) -> None:
+        self.procs = procs
+        self.pid = procs[0].pid
+
+    def cpu_s(self) -> float | None:
+        cpus = [proc_cpu_s(p.pid) for p in self.procs]
+        return None if any(c is None for c in cpus) else sum(c for c in cpus if c is not None)
+
+    def poll(self) -> int | None:
+        codes = [p.poll() for p in self.procs]
+        return next((c for c in codes if c is not None), None)
+
+
 async def processor_run(a: argparse.Namespace, prefix: str, topics: Topics,
-                        total_lines: int) -> dict[str, Any]:
+                        total_lines: int, workers: int = 1) -> dict[str, Any]:
     workdir = Path(a.workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     plog = workdir / f"tp-processor-{prefix.strip('.')}.log"
     watcher = GroupWatcher(a.bootstrap, f"{prefix}processor", [topics.logs, topics.signals])
     await watcher.start()
     t_launch = time.time()
-    proc, launcher = start_processor(a.bootstrap, prefix, a.partitions, 300.0, 1.0, plog,
-                                     a.launcher)
+    procs = []
+    for k in range(workers):  # one group: the partitions are shared among them
+        p, launcher = start_processor(a.bootstrap, prefix, a.partitions, 300.0, 1.0,
+                                      plog.with_suffix(f".{k}.log") if k else plog, a.launcher)
+        procs.append(p)
+    proc = Workers(procs)
     bpid = broker_pid(int(a.bootstrap.rsplit(":", 1)[1]))
     spy = None
     t_stable = t_first = t_logs = t_sig = None
@@ -236,9 +257,9 @@ async def processor_run(a: argparse.Namespace, prefix: str, topics: Topics,
             now = time.time()
             if t_stable is None:
                 st = await watcher.group_state()
-                if "Stable" in st:
+                if "Stable" in st and (workers == 1 or await _members(watcher) >= workers):
                     t_stable = now
-                    cpu_at["stable"] = proc_cpu_s(proc.pid)
+                    cpu_at["stable"] = proc.cpu_s()
                     cpu_at["broker_stable"] = proc_cpu_s(bpid) if bpid else None
                     if a.py_spy:
                         spy = subprocess.Popen(
@@ -253,7 +274,7 @@ async def processor_run(a: argparse.Namespace, prefix: str, topics: Topics,
             series.append([round(now - t_launch, 1), lag_logs, lag_of(s, topics.signals)])
             if t_logs is None and committed > 0 and lag_logs == 0:
                 t_logs = now
-                cpu_at["logs_done"] = proc_cpu_s(proc.pid)
+                cpu_at["logs_done"] = proc.cpu_s()
                 cpu_at["broker_logs_done"] = proc_cpu_s(bpid) if bpid else None
             # ticks keep adding a few records to signals; "caught up" = at most 2 per partition
             if t_logs is not None and lag_of(s, topics.signals) <= 2 * a.partitions:
@@ -269,9 +290,10 @@ async def processor_run(a: argparse.Namespace, prefix: str, topics: Topics,
                 spy.wait(30)
             except subprocess.TimeoutExpired:
                 spy.kill()
-        stop_processor(proc)
+        for p in procs:
+            stop_processor(p)
         await watcher.stop()
-    out: dict[str, Any] = {"launcher": launcher, "log": str(plog)}
+    out: dict[str, Any] = {"launcher": launcher, "log": str(plog), "workers": workers}
     if t_stable is None or t_logs is None:
         out["error"] = "did not finish within --timeout-s"
         out["lag_series"] = series[-10:]
@@ -300,6 +322,16 @@ async def processor_run(a: argparse.Namespace, prefix: str, topics: Topics,
         "lag_series": series[:: max(1, len(series) // 20)],
     })
     return out
+
+
+async def _members(watcher: GroupWatcher) -> int:
+    """How many members the watched group has (0 when it cannot be described)."""
+    try:
+        desc = await watcher.admin.describe_consumer_groups([watcher.group])
+        groups = getattr(desc[0], "groups", None)
+        return len(groups[0][5]) if groups else 0  # (error, id, state, type, protocol, members)
+    except Exception:  # noqa: BLE001 - an admin client without the call, a transient error
+        return 0
 
 
 # where a py-spy sample belongs, first match wins: (part, any of these in its stack)
@@ -418,6 +450,27 @@ async def main_async(a: argparse.Namespace) -> dict[str, Any]:
         "processor_over_peer_per_cpu_s": round(plc / peer_lpc, 4) if plc else None,
     }
     out["summary"].update(cost_split(out, peer_lpc))
+    if a.scale_out:  # the same records read by 1 and by 2 workers of one group, each afresh
+        runs = []
+        for n in (1, 2):
+            pre = f"{prefix}s{n}."
+            tps = Topics(pre)
+            await ensure_topics(a.bootstrap, tps, a.partitions)
+            await fill(a, tps.logs, make_records(a)[0])
+            r = await processor_run(a, pre, tps, total_lines, workers=n)
+            runs.append({"workers": n, **{k: r.get(k) for k in (
+                "lines_per_s", "lines_per_cpu_s", "cpu_pct_while_consuming",
+                "logs_done_after_stable_s", "error")}})
+        one, two = runs
+        out["scale_out"] = {
+            "runs": runs, "loadavg": os.getloadavg(),
+            "wall_ratio_2_over_1": round(two["lines_per_s"] / one["lines_per_s"], 3)
+            if one.get("lines_per_s") and two.get("lines_per_s") else None,
+            # CPU per line with two workers vs one: 1.0 means the second worker adds no
+            # cost per line (it scales with cores where the cores exist)
+            "cpu_per_line_ratio_2_over_1": round(one["lines_per_cpu_s"] / two["lines_per_cpu_s"],
+                                                 3)
+            if one.get("lines_per_cpu_s") and two.get("lines_per_cpu_s") else None}
     prof = out.get("processor_profile", {})
     if "breakdown_pct" in prof:  # where the processor's time goes, by part and function
         out["summary"]["profile_parts_pct"] = prof["breakdown_pct"]
@@ -445,6 +498,8 @@ def main() -> None:
     p.add_argument("--workdir", default="/tmp/fleetbench")
     p.add_argument("--seed", type=int, default=11)
     p.add_argument("--out", default="")
+    p.add_argument("--scale-out", action="store_true",
+                   help="also 1 then 2 workers of one group on fresh copies of the records")
     a = p.parse_args()
     res = asyncio.run(main_async(a))
     s = orjson.dumps(res, option=orjson.OPT_INDENT_2).decode()

@@ -335,6 +335,15 @@ class _StageCollector:
                                       f"after {settings.FINISHED_TTL_S}")
         expired.add_metric([], float(getattr(c, "extra", {}).get("jobs_expired", 0)))
         yield expired
+        for name, k, doc in (
+                ("faultwatch_lines_throttled", "lines_throttled",
+                 "Lines counted but not matched: their node was over its line budget "
+                 f"({settings.NODE_LINES_PER_S})"),
+                ("faultwatch_nodes_throttled", "nodes_throttled",
+                 "Throttling episodes started (a node over its line budget)")):
+            thr = CounterMetricFamily(name, doc)
+            thr.add_metric([], float(getattr(c, "extra", {}).get(k, 0)))
+            yield thr
         storm = getattr(c, "storm", None) or {}
         for name, k, doc in (
                 ("faultwatch_fleet_storm_holding", "holding",

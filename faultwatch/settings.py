@@ -83,6 +83,8 @@ class Var(Generic[T]):
         if text is None:
             return self.default
         value: T = _PARSE[self.type](self.name, text)
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ConfigError(self.name, f"must be a finite number, not {text!r}")
         if isinstance(value, int | float) and not isinstance(value, bool):
             if self.positive and not (math.isfinite(value) and value > 0):
                 raise ConfigError(self.name, f"must be a positive number, not {text!r}")
@@ -196,6 +198,10 @@ DIAG_DIR = _v("DIAG_DIR", Path, None, "where the ranks write Flight Recorder dum
 NO_NATIVE = _v("NO_NATIVE", bool, False, "true: the matcher reads rank prefixes in pure "
                "Python (no `_batchscan`)", (NODE, PROCESSOR))
 
+RULES_CACHE = _v("RULES_CACHE", str, None, "where compiled rule databases are cached (default "
+                 "$XDG_CACHE_HOME/faultwatch/rules); set but empty, 0, off or no: no cache",
+                 (NODE, PROCESSOR))
+
 # ---- the processor (streams/) -------------------------------------------------------------
 MAX_JOBS = _v("MAX_JOBS", int, 20_000, "active jobs per worker; new jobs beyond are refused",
               (PROCESSOR,), lo=1, hi=10**9)
@@ -204,6 +210,9 @@ FINISHED_TTL_S = _v("FINISHED_TTL_S", float, 86_400.0, "a decided or done job un
                     positive=True)
 SESSION_TIMEOUT_S = _v("SESSION_TIMEOUT_S", float, 10.0, "the workers' Kafka session "
                        "timeout (seconds)", (PROCESSOR,), positive=True)
+NODE_LINES_PER_S = _v("NODE_LINES_PER_S", float, 20_000.0, "lines per second each node may "
+                      "have matched; past it counted and announced, not matched (0: no "
+                      "budget)", (PROCESSOR,), lo=0.0)
 PROCESSOR_DIR = _v("PROCESSOR_DIR", Path, None, "where Faust keeps its per-app metadata "
                    "(default ~/.cache/faultwatch/processor)", (PROCESSOR,))
 START_ATTEMPT = _v("START_ATTEMPT", int, 0, "internal: a worker's start attempt after a "

@@ -17,9 +17,10 @@ MODE=${1:-test}
 PY=$(command -v "${PYTHON:-python3}")
 "$PY" -c 'import sys; assert sys.version_info >= (3, 11), "Python >= 3.11 required"'
 export UV_LINK_MODE=hardlink UV_PYTHON_DOWNLOADS=never UV_NO_PROGRESS=1
-# (the stamp also covers the native part's build: setup.py compiles rules/_batchscan.c in
-# place at the editable install, optional: without a C compiler the install goes on without it)
-want=$(cat pyproject.toml setup.py faultwatch/rules/_batchscan.c | sha256sum | cut -c1-16)
+# (the stamp also covers the native part's build: setup.py builds the matcher's fast path,
+# native/ (Rust, PyO3), in place at the editable install when cargo is found; optional:
+# without cargo the install goes on without it and the matcher takes its exact path)
+want=$(cat pyproject.toml setup.py native/Cargo.toml native/Cargo.lock native/src/*.rs | sha256sum | cut -c1-16)
 
 if [ "$MODE" = demo-embedded ] || [ "$MODE" = demo-cluster ]; then
   extras=""; [ "$MODE" = demo-cluster ] && extras="[processor]"

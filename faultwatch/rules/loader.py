@@ -17,7 +17,7 @@ from faultwatch.core.events import ACTIONS, CATEGORIES
 from faultwatch.errors import RuleError, RuleProblem
 from faultwatch.rules import validate as v
 from faultwatch.rules.model import DEFAULT_PRIORITY, KINDS, POLICY_KEYS, Rule, RuleSet, RuleTest
-from faultwatch.rules.patterns import fast_engine_error
+from faultwatch.rules.patterns import fast_engine_errors
 
 BUILTIN_DIR = Path(__file__).parent / "builtin"
 TOP_KEYS = ("version", "rules", "policy", "exceptions")
@@ -67,37 +67,52 @@ class _BadValue:
 BAD_VALUE = _BadValue()
 
 
+# libyaml's parser where PyYAML was built with it (its wheels are): ~10x faster than the
+# pure-Python one, same nodes and marks; a file it refuses is parsed again by the pure-Python
+# one, so that syntax errors read the same everywhere
+FAST_LOADER: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
 def shape_problem(text: str) -> tuple[int, str] | None:
     """(line, message) when the YAML is too deep or its aliases expand too far, found by
     one pass over the parser's events (no recursion, no expansion), else None."""
+    try:
+        return _shape_problem(text, FAST_LOADER)
+    except yaml.YAMLError:
+        if FAST_LOADER is yaml.SafeLoader:
+            return None
+    try:  # (libyaml reads ahead and refuses some shapes before it yields their events)
+        return _shape_problem(text, yaml.SafeLoader)
+    except yaml.YAMLError:
+        return None  # syntax errors are reported with their mark by the composer
+
+
+def _shape_problem(text: str, loader: type[yaml.SafeLoader]) -> tuple[int, str] | None:
     depth = 0
     events = 0
     expanded = 0
     sizes: dict[str, int] = {}
     open_anchors: list[tuple[str | None, int]] = []
-    try:
-        for ev in yaml.parse(text, Loader=yaml.SafeLoader):
-            events += 1
-            line = ev.start_mark.line + 1 if ev.start_mark else 1
-            if isinstance(ev, yaml.CollectionStartEvent):
-                depth += 1
-                if depth > v.MAX_YAML_DEPTH:
-                    return line, f"nesting deeper than {v.MAX_YAML_DEPTH} levels"
-                open_anchors.append((ev.anchor, expanded + events))
-            elif isinstance(ev, yaml.CollectionEndEvent):
-                depth -= 1
-                anchor, start = open_anchors.pop()
-                if anchor is not None:
-                    sizes[anchor] = expanded + events - start + 1
-            elif isinstance(ev, yaml.AliasEvent):
-                expanded += sizes.get(ev.anchor or "", 1)
-            elif isinstance(ev, yaml.ScalarEvent) and ev.anchor is not None:
-                sizes[ev.anchor] = 1
-            if expanded + events > v.MAX_YAML_NODES:
-                return line, (f"the document expands to more than {v.MAX_YAML_NODES} nodes "
-                              "(anchors and aliases)")
-    except yaml.YAMLError:
-        return None  # syntax errors are reported with their mark by the composer
+    for ev in yaml.parse(text, Loader=loader):
+        events += 1
+        line = ev.start_mark.line + 1 if ev.start_mark else 1
+        if isinstance(ev, yaml.CollectionStartEvent):
+            depth += 1
+            if depth > v.MAX_YAML_DEPTH:
+                return line, f"nesting deeper than {v.MAX_YAML_DEPTH} levels"
+            open_anchors.append((ev.anchor, expanded + events))
+        elif isinstance(ev, yaml.CollectionEndEvent):
+            depth -= 1
+            anchor, start = open_anchors.pop()
+            if anchor is not None:
+                sizes[anchor] = expanded + events - start + 1
+        elif isinstance(ev, yaml.AliasEvent):
+            expanded += sizes.get(ev.anchor or "", 1)
+        elif isinstance(ev, yaml.ScalarEvent) and ev.anchor is not None:
+            sizes[ev.anchor] = 1
+        if expanded + events > v.MAX_YAML_NODES:
+            return line, (f"the document expands to more than {v.MAX_YAML_NODES} nodes "
+                          "(anchors and aliases)")
     return None
 
 
@@ -105,7 +120,9 @@ class _FileParser:
     def __init__(self, path: str, text: str):
         self.res = FileResult(path)
         self.text = text
-        self.loader = yaml.SafeLoader(text)
+        self.loader = FAST_LOADER(text)
+        # regexes that passed the other checks, for the linear-time engine's (one compile)
+        self.fast_pending: list[tuple[str, bool, yaml.Node, str | None]] = []
 
     def problem(self, node: yaml.Node | int, message: str, rule_id: str | None = None) -> None:
         line = node if isinstance(node, int) else _line(node)
@@ -147,7 +164,14 @@ class _FileParser:
             self.loader.dispose()
             return self.res
         try:
-            root = self.loader.get_single_node()
+            try:
+                root = self.loader.get_single_node()
+            except yaml.YAMLError:
+                if FAST_LOADER is yaml.SafeLoader:
+                    raise
+                self.loader.dispose()  # the pure-Python parser's words for what is wrong
+                self.loader = yaml.SafeLoader(self.text)
+                root = self.loader.get_single_node()
         except yaml.MarkedYAMLError as e:
             mark = e.problem_mark or e.context_mark
             line = mark.line + 1 if mark else 1
@@ -177,6 +201,11 @@ class _FileParser:
             self.parse_rules(top["rules"][1])
         if "exceptions" in top:
             self.parse_exceptions(top["exceptions"][1])
+        pending = self.fast_pending
+        errs = fast_engine_errors([(pat, ic) for pat, ic, _, _ in pending])
+        for (_, _, node, rid), err in zip(pending, errs, strict=True):
+            if err:
+                self.problem(node, err, rid)
         return self.res
 
     def parse_exceptions(self, node: yaml.Node) -> None:
@@ -314,11 +343,12 @@ class _FileParser:
                 if vals is not None:
                     fields[key] = vals
         for pat in fields.get("regex", ()):
-            err = (v.compile_error(pat) or v.backtracking_error(pat)
-                   or v.repeat_cost_error(pat) or fast_engine_error(pat, "ignore_case" in m
-                                         and self.scalar(m["ignore_case"][1]) is True))
+            err = v.compile_error(pat) or v.backtracking_error(pat) or v.repeat_cost_error(pat)
             if err:
                 self.problem(m["regex"][1], err, rid)
+            else:  # the linear-time engine's check: one compile per file (parse())
+                self.fast_pending.append((pat, "ignore_case" in m and self.scalar(
+                    m["ignore_case"][1]) is True, m["regex"][1], rid))
         for pat in fields.get("contains", ()):
             if len(pat) > v.MAX_PATTERN_LEN:
                 self.problem(m["contains"][1], f"contains string longer than "

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import MutableMapping, Sequence
+from collections.abc import MutableMapping
 from dataclasses import dataclass
 from itertools import accumulate, compress, repeat
 from operator import add
@@ -60,15 +60,6 @@ def hs_source(pattern: str) -> str:
 # one prefix of any kind, for scanners: anchored rules accept a run of these before the text
 PREFIX_ANY = "(?:" + "|".join(hs_source(p) for _, p in PREFIX_KINDS) + ")"
 PREFIX_RUN = PREFIX_ANY + "*"
-# a prefix other than [rank3]: that names a rank (the matcher's fast path knows only
-# [rank3]:, and hands batches with these to the exact path, which attributes their lines)
-_CARRIERS = [p for name, p in PREFIX_KINDS if "(?P<rank>" in p and name != "rank"]
-# (after stream tags and timestamps only: a longer lead makes this marker the scan's most
-# expensive pattern; a carrier stacked behind other prefixes is still read on the exact path)
-_LEAD = "(?:" + "|".join(hs_source(p) for name, p in PREFIX_KINDS
-                         if name in ("stream", "timestamp", "rfc3339")) + ")*"
-ORIGIN_PREFIX_PATTERN = "^" + _LEAD + "(?:" + "|".join(hs_source(p) for p in _CARRIERS) + ")"
-
 def _combined() -> re.Pattern[str]:
     """All kinds in one alternation (same order: the first kind that matches wins), each
     kind its own group `k<i>` with its rank/node groups renamed `rank<i>` / `node<i>`."""
@@ -142,7 +133,9 @@ def normalise_batch(joined: str, n: int, default_rank: int | None
     return stripped, list(map(named.get, range(n), repeat(default_rank)))
 
 
-_MID_RANK = re.compile(r"\[[A-Za-z_]{1,32}?\d{1,7}\]: ?", re.ASCII)
+# a rank prefix left in a line once its run is stripped: merged output (split line by line)
+MID_RANK_PATTERN = r"\[[A-Za-z_]{1,32}?\d{1,7}\]: ?"
+_MID_RANK = re.compile(MID_RANK_PATTERN, re.ASCII)
 
 
 def has_other_prefix(joined: str) -> bool:
@@ -200,55 +193,3 @@ def _ranks_of_runs(pieces: list[str], runs: list[str], nl: list[int],
     at = map(add, nl, range(len(runs)))  # run j starts line nl[j] + j
     keep = list(map(_NO_CARRIER.__ne__, rks))
     return dict(zip(compress(at, keep), compress(rks, keep), strict=False))
-
-
-def prefix_ranks(joined: str, n: int, cache: MutableMapping[str, int], *,
-                 check_mid: bool = True) -> dict[int, int] | None:
-    """The ranks that line prefixes name in a newline-joined batch of n lines, as {line index:
-    rank} for the lines whose prefix run names one (normalise_line's rank, the innermost),
-    with C loops: one regex split, a rank worked out once per distinct run.
-
-    None when a line holds a newline, or (`check_mid`) when a rank prefix sits in the middle
-    of a line once the runs are stripped (merged output): the caller goes line by line."""
-    split = _split_runs(joined, n)
-    if split is None:
-        return None
-    if check_mid:
-        stripped = "\n".join(split[0])
-        if "]:" in stripped and _MID_RANK.search(stripped) is not None:
-            return None
-    return _ranks_of_runs(*split, cache)
-
-
-_LINE_RUN_RANK = re.compile(_RUN_RANK.pattern[:-1] + f"{{1,{MAX_STACK}}}", re.ASCII)
-
-
-NOT_A_RUN = -2
-
-
-def run_rank_of(text: bytes) -> int:
-    """The rank a line's start up to some offset names when that start is exactly a run of
-    prefixes (the innermost rank-carrying one), _NO_CARRIER (-1) when such a run names
-    none, NOT_A_RUN (-2) when it is no run."""
-    if not text.isascii():
-        return NOT_A_RUN
-    s = text.decode("ascii")
-    m = _LINE_RUN_RANK.match(s)
-    if m is None or m.end() != len(s):
-        return NOT_A_RUN
-    return _NO_CARRIER if m.lastindex is None else int(m.group(m.lastindex))
-
-
-def strip_prefixes(text: str) -> str:
-    """normalise_line(text).text with one regex match (the run of prefixes as one repeat)."""
-    m = _LINE_RUN_RANK.match(text)
-    return text if m is None else text[m.end():]
-
-
-def line_ranks(texts: Sequence[str], default_rank: int | None) -> list[int | None]:
-    """normalise_line(t, default_rank).rank for each text, with one regex match per text
-    (the innermost rank-carrying prefix of its run, by the match's last group)."""
-    ms = list(map(_LINE_RUN_RANK.match, texts))
-    idx = [0 if m is None or m.lastindex is None else m.lastindex for m in ms]
-    return [default_rank if i == 0 else int(m.group(i))  # type: ignore[union-attr]
-            for m, i in zip(ms, idx, strict=True)]

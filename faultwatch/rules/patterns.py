@@ -9,6 +9,7 @@ from typing import Any
 
 import regex
 
+from faultwatch.rules import dbcache
 from faultwatch.rules.normalise import PREFIX_RUN
 from faultwatch.rules.validate import REGEX_TIMEOUT_S
 
@@ -16,51 +17,6 @@ log = logging.getLogger(__name__)
 _SPECIAL = set("\\.^$|?*+()[]{}")
 
 Scanner = Callable[[str], list[tuple[int, int]]]
-
-# rank prefixes as the scanner sees them (the `regex`-module form is prefix.PREFIX_RE)
-PREFIX_TOKEN = r"\[[A-Za-z_]{1,32}\d{1,7}\]:"
-# markers for the matcher's fast scan, each reported where it ends: a rank-carrying prefix
-# (normalise.PREFIX_KINDS' rank, rank_word, mpi_tag, srun_label) at a line start or after what
-# ends a prefix (`]`, `]:`, `>:`, or one of LOOSE_ANCHOR's characters and a space): a superset
-# of "a line's run of prefixes names a rank"; and a rank prefix after any other character
-# (stacked on other prefixes, or merged output when it is not part of the line's run)
-CARRIER_LEAD = r"(?:^|[\])>:|] |\]:?|>:|[Z0-9] )"
-RANK_CARRIER_PATTERN = (CARRIER_LEAD + "(?:" + PREFIX_TOKEN + r"|\[Rank \d{1,7}\] "
-                        r"|\[\d{1,6},\d{1,7}\]<(?:stdout|stderr)>:| {0,6}\d{1,6}: )")
-MID_PREFIX_PATTERN = "[^\n]" + PREFIX_TOKEN
-
-
-@dataclass(frozen=True, slots=True)
-class CarrierKind:
-    """One kind of rank-carrying prefix as the matcher's batch scan reads it, without a
-    report per line: `carrier` (RANK_CARRIER_PATTERN's lead and this kind's token) is
-    reported once per scan at most; `run` (a Python `re`) reads, with one split over the
-    batch, the run of this kind's tokens at each line start (its group: the innermost
-    token's rank); `token` (a Python `re`) finds this kind's tokens left after those runs."""
-
-    name: str
-    carrier: str
-    run: str
-    token: str
-    split: bool = True  # False: batches holding this kind are read carrier by carrier
-
-
-# one kind per rank-carrying prefix of normalise.PREFIX_KINDS (rank, rank_word, mpi_tag,
-# srun_label): `run` is that kind's PREFIX_KINDS pattern after a newline, repeated
-CARRIER_KINDS: tuple[CarrierKind, ...] = (
-    CarrierKind("rank", CARRIER_LEAD + PREFIX_TOKEN,
-                r"\n(?:\[[A-Za-z_]{1,32}?(\d{1,7})\]: ?){1,8}", PREFIX_TOKEN),
-    CarrierKind("rank_word", CARRIER_LEAD + r"\[Rank \d{1,7}\] ",
-                r"\n(?:\[Rank (\d{1,7})\] ){1,8}", r"\[Rank \d{1,7}\] "),
-    CarrierKind("mpi_tag", CARRIER_LEAD + r"\[\d{1,6},\d{1,7}\]<(?:stdout|stderr)>:",
-                r"\n(?:\[\d{1,6},(\d{1,7})\]<(?:stdout|stderr)>: ?){1,8}",
-                r"\[\d{1,6},\d{1,7}\]<(?:stdout|stderr)>:"),
-    # (not split: its token search, `\d: `, has no literal to skip to and tries every digit
-    # of a batch; measured slower than the carrier-by-carrier reading)
-    CarrierKind("srun_label", CARRIER_LEAD + r" {0,6}\d{1,6}: ",
-                r"\n(?: {0,6}(\d{1,6}): ){1,8}", r"\d: ", split=False),
-)
-
 
 def lit_escape(s: str) -> str:
     """A literal string as a regex accepted by regex, hyperscan, re2 and ripgrep alike."""
@@ -110,37 +66,72 @@ def anchor_after_prefix(source: str, anchor: str | None = None) -> str:
     return "".join(out)
 
 
-def fast_engine_error(source: str, ignore_case: bool = False) -> str | None:
-    """A message when the pattern cannot run in the linear-time engine exactly (hyperscan,
-    else re2): it would be confirmed by the backtracking `regex` module on every candidate
-    line, so one such pattern can slow the whole matcher. None when it can (or when neither
-    engine is installed here: the matcher's per-match timeout then bounds it)."""
-    src = anchor_after_prefix(source)
+def _fast_error_message(source: str, why: str) -> str:
+    return (f"pattern {source!r} cannot run in the linear-time engine ({why}); it would "
+            "fall back to backtracking on every line. Use plain regex syntax without "
+            "backreferences, lookarounds, branch resets or huge counted repeats")
+
+
+def fast_engine_errors(items: Sequence[tuple[str, bool]]) -> list[str | None]:
+    """For each (source, ignore_case): a message when the pattern cannot run in the
+    linear-time engine exactly (hyperscan, else re2): it would be confirmed by the
+    backtracking `regex` module on every candidate line, so one such pattern can slow the
+    whole matcher. None when it can (or when neither engine is installed here: the
+    matcher's per-match timeout then bounds it). One compile of them all when
+    they all can (the common case; its verdict is cached, rules/dbcache.py); when one
+    cannot, the failing ones are found by halving (a compile per half that fails)."""
+    if not items:
+        return []
+    srcs = [anchor_after_prefix(src).encode() for src, _ in items]
     hs: Any
     try:
         import hyperscan as hs
     except ImportError:
         hs = None
-    if hs is not None:
-        flags = hs.HS_FLAG_MULTILINE | (hs.HS_FLAG_CASELESS if ignore_case else 0)
+    if hs is None:
+        return [_re2_error(src, ic) for src, ic in items]
+    flags = [hs.HS_FLAG_MULTILINE | (hs.HS_FLAG_CASELESS if ic else 0) for _, ic in items]
+    material = _material("validate", srcs, flags)
+    if dbcache.load(material) == b"ok":
+        return [None] * len(items)
+    out: list[str | None] = [None] * len(items)
+
+    def check(idx: list[int]) -> None:
         try:
-            hs.Database().compile(expressions=[src.encode()], ids=[0], flags=[flags])
-            return None
+            hs.Database().compile(expressions=[srcs[i] for i in idx], ids=list(range(len(idx))),
+                                  flags=[flags[i] for i in idx])
         except hs.error as e:
-            why = str(e) or "unsupported construct"
-    else:
-        try:
-            import re2
-        except ImportError:
-            return None
-        try:
-            re2.compile(("(?i)" if ignore_case else "") + src)
-            return None
-        except Exception as e:  # re2 raises its own error type
-            why = str(e) or "unsupported construct"
-    return (f"pattern {source!r} cannot run in the linear-time engine ({why}); it would "
-            "fall back to backtracking on every line. Use plain regex syntax without "
-            "backreferences, lookarounds, branch resets or huge counted repeats")
+            if len(idx) == 1:
+                out[idx[0]] = _fast_error_message(items[idx[0]][0],
+                                                  str(e) or "unsupported construct")
+                return
+            check(idx[:len(idx) // 2])
+            check(idx[len(idx) // 2:])
+
+    check(list(range(len(items))))
+    if not any(out):
+        dbcache.store(material, b"ok")
+    return out
+
+
+def _re2_error(source: str, ignore_case: bool) -> str | None:
+    try:
+        import re2
+    except ImportError:
+        return None
+    try:
+        re2.compile(("(?i)" if ignore_case else "") + anchor_after_prefix(source))
+        return None
+    except Exception as e:  # re2 raises its own error type
+        return _fast_error_message(source, str(e) or "unsupported construct")
+
+
+def _material(kind: str, exprs: Sequence[bytes], flags: Sequence[int]) -> bytes:
+    """What a compiled hyperscan database (or a verdict on one) depends on."""
+    import hyperscan as hs
+    version = getattr(hs, "__version__", "?")  # (the wheel pins its library's version)
+    return b"\0".join([kind.encode(), f"hyperscan {version}".encode(),
+                        *(b"%d:%s" % (f, e) for f, e in zip(flags, exprs, strict=True))])
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,18 +144,26 @@ class Pattern:
     single: bool = False  # report it once per scan at most (hyperscan; re2 reports all)
 
 
-def _hyperscan_scanner(pats: Sequence[Pattern]) -> tuple[Scanner, set[int]]:
-    """A scanner over a joined batch; returns also the ids compiled in prefilter mode."""
-    import hyperscan as hs  # lazy: optional, x86-64 only
+def _hyperscan_db(exprs: list[bytes], flags: list[int]) -> tuple[Any, set[int]]:
+    """A block-mode database of `exprs` (ids = positions) and the ids compiled in prefilter
+    mode (those hyperscan cannot run exactly), from the user's cache when it holds an
+    authenticated copy (rules/dbcache.py), else compiled and kept there."""
+    import hyperscan as hs
 
-    base = hs.HS_FLAG_MULTILINE
-    flags = [base | (hs.HS_FLAG_CASELESS if p.ignore_case else 0)
-             | (hs.HS_FLAG_SINGLEMATCH if p.single else 0) for p in pats]
-    exprs = [p.source.encode() for p in pats]
+    material = _material("scan", exprs, flags)
+    cached = dbcache.load(material)
+    if cached is not None and len(cached) >= 4:
+        n = int.from_bytes(cached[:4], "little")
+        try:
+            pre = {int.from_bytes(cached[4 + 4 * i:8 + 4 * i], "little") for i in range(n)}
+            return hs.loadb(cached[4 + 4 * n:], hs.HS_MODE_BLOCK), pre
+        except (hs.error, ValueError, TypeError) as err:  # (authenticated, yet refused)
+            log.warning("rules_cache_unloadable error=%s (rebuilt)", err)
+    flags = list(flags)
     prefilter: set[int] = set()
     db = hs.Database()
     try:
-        db.compile(expressions=exprs, ids=list(range(len(pats))), flags=flags)
+        db.compile(expressions=exprs, ids=list(range(len(exprs))), flags=flags)
     except hs.error:
         for i, e in enumerate(exprs):  # find the ones hyperscan cannot compile exactly
             try:
@@ -172,7 +171,21 @@ def _hyperscan_scanner(pats: Sequence[Pattern]) -> tuple[Scanner, set[int]]:
             except hs.error:
                 flags[i] |= hs.HS_FLAG_PREFILTER
                 prefilter.add(i)
-        db.compile(expressions=exprs, ids=list(range(len(pats))), flags=flags)
+        db.compile(expressions=exprs, ids=list(range(len(exprs))), flags=flags)
+    head = len(prefilter).to_bytes(4, "little") + b"".join(
+        i.to_bytes(4, "little") for i in sorted(prefilter))
+    dbcache.store(material, head + hs.dumpb(db))
+    return db, prefilter
+
+
+def _hyperscan_scanner(pats: Sequence[Pattern]) -> tuple[Scanner, set[int]]:
+    """A scanner over a joined batch; returns also the ids compiled in prefilter mode."""
+    import hyperscan as hs  # lazy: optional, x86-64 only
+
+    base = hs.HS_FLAG_MULTILINE
+    flags = [base | (hs.HS_FLAG_CASELESS if p.ignore_case else 0)
+             | (hs.HS_FLAG_SINGLEMATCH if p.single else 0) for p in pats]
+    db, prefilter = _hyperscan_db([p.source.encode() for p in pats], flags)
     scratch = hs.Scratch(db)
 
     def scan(data: str | bytes) -> list[tuple[int, int]]:

@@ -189,7 +189,7 @@ def repeat_cost_error(pattern: str) -> str | None:
     the linear-time engines compile them into huge automata (slow to build, slow to scan)."""
     try:
         parsed = sre_parse.parse(pattern)
-    except Exception:  # regex-module-only syntax: patterns.fast_engine_error decides
+    except Exception:  # regex-module-only syntax: patterns.fast_engine_errors decides
         return None
     cost = _cost(parsed)
     if cost > MAX_REPEAT_COST:

@@ -30,6 +30,7 @@ from faultwatch.nodes.follow import RegistryLink
 from faultwatch.nodes.gate import NodeGate
 from faultwatch.rules import Matcher, RuleSet
 from faultwatch.streams import faust_compat
+from faultwatch.streams.budget import LineBudget
 from faultwatch.streams.faust_compat import (
     BatchFeed,
     PartitionBatches,
@@ -98,6 +99,9 @@ class ProcessorConfig:
     # a decided or done job unchanged this long leaves the worker's table (docs/operating.md)
     finished_ttl_s: float = field(
         default_factory=lambda: settings.FINISHED_TTL_S.value())
+    # lines per second each node may have matched; past it counted and announced, not
+    # matched (streams/budget.py, docs/operating.md); 0: no budget
+    node_lines_per_s: float = field(default_factory=lambda: settings.NODE_LINES_PER_S.value())
     metrics_address: str = "127.0.0.1"  # ... on this address (0.0.0.0: every interface)
     metrics_address_file: str | None = None  # where /metrics listens (file_sd JSON)
 
@@ -293,7 +297,8 @@ def build_processor(cfg: ProcessorConfig, live: LiveRules | None = None,
                 dead.append(_sender(control_t, job_key(notice.job),
                                     signing.encode(decision_to_dict(notice), keyring)))
 
-    matcher = MatcherStage(live, dead_letter, metrics, node_verifier=node_verifier)
+    matcher = MatcherStage(live, dead_letter, metrics, node_verifier=node_verifier,
+                           budget=LineBudget(cfg.node_lines_per_s))
     jobs = JobStage(live, TableStore(table), dead_letter, metrics, max_jobs=cfg.max_jobs,
                     finished_ttl_s=cfg.finished_ttl_s)
     # the node registry: every worker follows all of it; the job stage gates run-starts and

@@ -197,24 +197,61 @@ class JobStage:
     # ---- batches ------------------------------------------------------------------------
 
     def process_batch(self, records: Iterable[InRecord], now: float) -> list[Decision]:
-        """Decisions of a batch of signals records (ticks included), in order."""
+        """Decisions of a batch of signals records (ticks included).
+
+        Each job is folded once per batch: its signals from every record of the batch, in
+        order, with one state read and one write (a tick of its partition is a barrier: it
+        sees every signal before it). A record whose signals raise is dead-lettered and its
+        job's other records are folded without it (each alone), as if it had come alone."""
         out: list[Decision] = []
         self._batch_writes = {}  # durable writes wait for the batch's end: one per job
+        # per partition: job key -> its records' (record, signals), in order of first record
+        held: dict[int, dict[str, list[tuple[InRecord, list[Signal]]]]] = {}
         try:
             for rec in records:
                 try:
                     sigs = decode_signals(rec.value)
-                    if isinstance(sigs, Tick):
-                        out += self._tick(rec.partition, sigs.now, now)
-                    elif sigs:
-                        out += self._fold(rec.partition, sigs, now)
                 except Exception as e:  # noqa: BLE001 - one bad record never stops the stage
-                    self.metrics.dead_letters += 1
-                    self.dead_letter(rec, e)
+                    self._dead(rec, e)
+                    continue
+                if isinstance(sigs, Tick):
+                    out += self._fold_held(rec.partition, held.pop(rec.partition, {}), now)
+                    try:
+                        out += self._tick(rec.partition, sigs.now, now)
+                    except Exception as e:  # noqa: BLE001
+                        self._dead(rec, e)
+                elif sigs:
+                    jobs = held.setdefault(rec.partition, {})
+                    jobs.setdefault(sigs[0].job, []).append((rec, sigs))
+            for partition, jobs in held.items():
+                out += self._fold_held(partition, jobs, now)
         finally:
             self._write_batch(now)
             self._batch_writes = None
         return out + self._notices()  # the guard's notices and gauges once per batch
+
+    def _fold_held(self, partition: int, jobs: dict[str, list[tuple[InRecord, list[Signal]]]],
+                   now: float) -> list[Decision]:
+        """Fold each job's held records at once; records of a job whose fold raises are
+        folded again one by one (the one that raises is dead-lettered)."""
+        out: list[Decision] = []
+        for recs in jobs.values():
+            if len(recs) > 1:
+                try:
+                    out += self._fold(partition, [s for _, sigs in recs for s in sigs], now)
+                    continue
+                except Exception:  # noqa: BLE001 - find the record that raises
+                    pass
+            for rec, sigs in recs:
+                try:
+                    out += self._fold(partition, sigs, now)
+                except Exception as e:  # noqa: BLE001 - one bad record never stops the stage
+                    self._dead(rec, e)
+        return out
+
+    def _dead(self, rec: InRecord, err: Exception) -> None:
+        self.metrics.dead_letters += 1
+        self.dead_letter(rec, err)
 
     def _write_batch(self, now: float) -> None:
         pending = self._batch_writes

@@ -8,7 +8,9 @@ from typing import Any
 
 import orjson
 
-from faultwatch.core.events import Heartbeat
+from faultwatch.core.events import Heartbeat, Notice, Output, Signal
+from faultwatch.eventlog import log_event
+from faultwatch.streams.budget import Episode, LineBudget
 from faultwatch.streams.matching import signals_of_record
 from faultwatch.streams.metrics import Metrics
 from faultwatch.streams.records import DeadLetter, InRecord, LiveRules
@@ -75,8 +77,11 @@ class MatcherStage:
     the size bound), so each node's lines still precede its exit on the signals topic."""
 
     def __init__(self, live: LiveRules, dead_letter: DeadLetter, metrics: Metrics | None = None,
-                 max_record_bytes: int = MAX_RECORD_BYTES, node_verifier: Any = None) -> None:
+                 max_record_bytes: int = MAX_RECORD_BYTES, node_verifier: Any = None,
+                 budget: LineBudget | None = None) -> None:
         self.live = live
+        # lines per node matched at most (streams/budget.py); past it, counted and announced
+        self.budget = budget or LineBudget(0)
         # trust.nodesig.NodeVerifier: a record must be signed by the key of the node it names
         self.node_verifier = node_verifier
         self.dead_letter = dead_letter
@@ -152,7 +157,10 @@ class MatcherStage:
             self.logs_lag_s[rec.partition] = self.metrics.logs_event_lag_s
         elif isinstance(lr, Heartbeat):
             self.logs_lag_s[rec.partition] = now - lr.ts
-        sigs = signals_of_record(lr, self.live.matcher)
+        sigs = self._throttled(lr) if isinstance(lr, LinesBatch) and lr.lines \
+            and self.budget.rate > 0 else None
+        if sigs is None:
+            sigs = signals_of_record(lr, self.live.matcher)
         out = []
         for s in sigs:
             raw = orjson.dumps(cap_signal(signal_dict(s)))
@@ -161,6 +169,38 @@ class MatcherStage:
                                  f"bytes after capping (limit {self.max_record_bytes})")
             out.append((s.job, raw))
         return out
+
+    def _throttled(self, lr: LinesBatch) -> list[Signal] | None:
+        """None when the record's lines are within its node's budget (match them), else
+        what a throttled record sends: its liveness (an Output without a tail: count, time)
+        and, when an episode starts or ends, a `gap` notice (a notify decision)."""
+        lines = lr.lines
+        n = len(lines)
+        ts = lines.times[-1]
+        ok, episode = self.budget.take((lr.job, lr.node), n, ts)
+        notes = [] if episode is None else [self._episode_note(lr, episode, ts)]
+        if ok:
+            if notes:  # an episode ended: its notice goes before the record's signals
+                return [*notes, *signals_of_record(lr, self.live.matcher)]
+            return None
+        self.metrics.count("lines_throttled", n)
+        out: list[Signal] = [Output(lr.job, lr.attempt, lr.node, ts, n,
+                                    rank_last_ts=((lr.rank, ts),), run_id=lr.run_id)]
+        return notes + out
+
+    def _episode_note(self, lr: LinesBatch, ep: Episode, ts: float) -> Notice:
+        rate = self.budget.rate
+        if ep.started:
+            self.metrics.count("nodes_throttled")
+        log_event("node_throttled" if ep.started else "node_throttle_ended", job=lr.job,
+                  node=lr.node, budget_lines_per_s=rate, lines_not_matched=ep.lines)
+        reason = (f"over the matcher's budget of {rate:g} lines/s: lines past it are counted, "
+                  "not matched" if ep.started else
+                  f"under the matcher's budget of {rate:g} lines/s again after "
+                  f"{ts - ep.since:.0f} s")
+        return Notice(lr.job, lr.attempt, lr.node, ts, "gap",
+                      {"reason": reason, "dropped_lines": ep.lines, "throttled": ep.started,
+                       "budget_lines_per_s": rate}, lr.run_id)
 
     def _dead(self, rec: InRecord, err: Exception) -> None:
         self.metrics.dead_letters += 1

@@ -59,7 +59,7 @@ def module_files() -> dict[str, Path]:
         rel = info.name.split(".")[1:]
         base = ROOT.joinpath(*rel)
         if not info.ispkg and not base.with_suffix(".py").exists():
-            continue  # a built native module (rules/_batchscan.c): C, it imports no module
+            continue  # a built native module (rules/_native: Rust), it imports no module
         out[info.name] = base / "__init__.py" if info.ispkg else base.with_suffix(".py")
     return out
 

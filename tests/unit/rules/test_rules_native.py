@@ -1,13 +1,12 @@
-"""The native rank-prefix reading (rules/_batchscan.c) gives exactly the pure-Python one's
-results, and the pure-Python fallback stays in use where the module is absent or turned off."""
+"""The native fast path (native/src/lib.rs) gives exactly the exact path's results on
+adversarial prefixes, the matcher stage's bytes are the same both ways, and the exact path
+alone stays in use where the module is absent or turned off."""
 
 from __future__ import annotations
 
 import importlib.util
 import os
-import platform
 import random
-import re
 import shutil
 
 import pytest
@@ -15,18 +14,17 @@ import pytest
 from faultwatch.core.events import Line
 from faultwatch.core.policy import Policy
 from faultwatch.rules import Matcher
-from faultwatch.rules.native import NO_NATIVE_ENV, batchscan
+from faultwatch.rules.native import NO_NATIVE_ENV, native_module
 from faultwatch.rules.normalise import normalise_line
-from faultwatch.rules.patterns import CARRIER_KINDS
 from faultwatch.streams.matcher_stage import MatcherStage
 from faultwatch.streams.records import InRecord, LiveRules
 from faultwatch.wire import encode_line_chunks, encode_lines
 from tests.support.rules import builtin_ruleset
 
 RS = builtin_ruleset()
-NATIVE = batchscan()
-needs_native = pytest.mark.skipif(NATIVE is None, reason="rules/_batchscan.c is not built "
-                                  "here (no C compiler at install, or FAULTWATCH_NO_NATIVE)")
+NATIVE = native_module()
+needs_native = pytest.mark.skipif(Matcher(RS).fast is None, reason="the native fast path is not "
+                                  "built here (no cargo at install, FAULTWATCH_NO_NATIVE)")
 
 # rank prefixes of every kind and their near misses (too many letters or digits, spaces,
 # unicode digits, wide characters), stacked up to past MAX_STACK
@@ -44,7 +42,7 @@ BODIES = ["iteration      5/  100 | lm loss: 2.0 |", "hello", "", "step 12: ok",
           "[log_dist] [Rank 0] time (ms)", "x[rank1]: merged", "[W x] [1,2]<stdout>: y",
           "\u00fc\u00f1\u00ee 3: \u00e7\u00f8d\u00e9", "\u6b65 7/100 [00", "a [b [rank4]: c",
           "[[rank2]:", "9: 8: 7: ", "\U0001f600 [1,2]<stdout>:x", "RuntimeError: CUDA out of "
-          "memory.", "Traceback (most recent call last):"]
+          "memory.", "Traceback (most recent call last):", "a lone surrogate \udc80 step 3/9"]
 
 
 def _texts(rnd: random.Random) -> list[str]:
@@ -60,43 +58,27 @@ def _texts(rnd: random.Random) -> list[str]:
     return out
 
 
-_TIME = re.compile(r"\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d", re.ASCII)
-
-
 @needs_native
-def test_native_run_ranks_equals_the_python_split() -> None:
-    """For any kinds and token search, the C pass gives the Python split's ranks and tokens
-    past the runs (line, end, is `[word3]:`), and _run_ranks the same answer either way; on
-    batches with RFC 3339 times at line starts (runs behind them: read natively only, the
-    Python split declines them) the ranks it gives are normalise_line's."""
-    native, python = Matcher(RS), Matcher(RS, native=False)
-    assert native._native is not None and python._native is None  # noqa: SLF001
+def test_native_ranks_equal_normalise_line() -> None:
+    """Every batch the fast path takes has normalise_line's rank on every line (stacked runs
+    past MAX_STACK, near misses, unicode digits, wide characters), and the same MatchBatch
+    as the exact path; batches it declines are the exact path's alone."""
+    fast, exact = Matcher(RS), Matcher(RS)
+    exact.fast = None
     rnd = random.Random(21)
-    read = tokens = timed = 0
-    for _ in range(6000):
+    taken = 0
+    for _ in range(1500):
         texts = _texts(rnd)
-        joined = "\n".join(texts)
-        kinds = sorted(rnd.sample(CARRIER_KINDS, rnd.randint(1, 4)), key=CARRIER_KINDS.index)
-        search = kinds if rnd.random() < 0.5 else [CARRIER_KINDS[0], *kinds]
         d = rnd.choice([None, 0, 3])
-        args = (kinds, search, texts, joined, d)
-        want = python._split_ranks(*args)  # noqa: SLF001
-        if any(map(_TIME.match, texts)):  # (every kind searched: the scan's markers would)
-            got_ranks = native._run_ranks(  # noqa: SLF001
-                kinds, list(CARRIER_KINDS), texts, joined, d)
-            assert got_ranks is None or got_ranks == [
-                normalise_line(t, d).rank for t in texts], (texts, kinds, search)
-            timed += got_ranks is not None
-            continue
-        if "\n" not in "".join(texts):
-            got = NATIVE.run_ranks(  # type: ignore[union-attr]
-                joined, tuple(CARRIER_KINDS.index(k) for k in kinds),
-                sum({1 << CARRIER_KINDS.index(k) for k in search}), d)
-            assert (None if got is None else (got[0], got[1])) == want, (texts, kinds, search)
-        assert native._run_ranks(*args) == python._run_ranks(*args), texts  # noqa: SLF001
-        read += want is not None
-        tokens += bool(want and want[1])
-    assert read > 800 and tokens > 800 and timed > 3, (read, tokens, timed)  # (seeded)
+        got = fast.fast.scan(texts, [float(i) for i in range(len(texts))], d)
+        lines = [Line("stdout", i, float(i), t) for i, t in enumerate(texts)]
+        if got is not None:
+            taken += 1
+            assert got[1] == [normalise_line(t, d).rank for t in texts], texts
+            assert got[0] == "\n".join(normalise_line(t).text for t in texts).encode(), texts
+        assert fast.match_lines(lines, default_rank=d) == exact.match_lines(
+            lines, default_rank=d), texts
+    assert taken > 20, taken  # (seeded; most batches hold a rule hit or a merged line)
 
 
 LAUNCHERS = [lambda i: f"{i % 12:>2}: ", lambda i: f"[default{i % 8}]:",
@@ -109,10 +91,11 @@ QUIET = ["iteration      5/  100 | lm loss: 2.0 |", "step 12: ok", "{'loss': 1.2
          "[log_dist] [Rank 0] time (ms)", "py:464: UserWarning: x", "\u00fc 3/4", ""]
 
 
+@needs_native
 def test_the_matcher_gives_the_same_batches_with_and_without_the_native_module() -> None:
     """Whole MatchBatches (ranks, each rank's last line, progress, hits) on launchers'
-    batches and mixed ones are the same natively and in pure Python (the fallback is the
-    reading this runs when the module is absent: always tested, also without a compiler)."""
+    batches and mixed ones are the same with the fast path and with the exact path alone
+    (what runs when the module is absent)."""
     native, python = Matcher(RS), Matcher(RS, native=False)
     rnd = random.Random(22)
     for k in range(1500):
@@ -128,6 +111,7 @@ def test_the_matcher_gives_the_same_batches_with_and_without_the_native_module()
         assert got == python.match_lines(lines, default_rank=d), texts
 
 
+@needs_native
 def test_the_matcher_stage_sends_the_same_bytes_both_ways() -> None:
     """The stage's signals records, byte for byte, with and without the native module, on
     both record forms (as bench/matcher_throughput.py --expect-digests checks at scale)."""
@@ -160,18 +144,18 @@ def test_the_matcher_stage_sends_the_same_bytes_both_ways() -> None:
 def test_the_native_module_is_off_with_the_environment_switch(
         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(NO_NATIVE_ENV, "1")
-    assert batchscan() is None
-    assert Matcher(RS)._native is None  # noqa: SLF001
+    assert native_module() is None
+    assert Matcher(RS).fast is None
     monkeypatch.setenv(NO_NATIVE_ENV, "0")
-    built = importlib.util.find_spec("faultwatch.rules._batchscan") is not None
-    assert (batchscan() is not None) == built
+    built = importlib.util.find_spec("faultwatch.rules._native") is not None
+    assert (native_module() is not None) == built
 
 
 @pytest.mark.skipif(not os.environ.get("CI") or os.environ.get(NO_NATIVE_ENV),
                     reason="CI's install builds it (a machine of the project's kind)")
 def test_ci_builds_the_native_module() -> None:
-    """`pip install .` on a fresh machine of this kind builds rules/_batchscan.c (setup.py:
-    optional, so an install without a compiler goes on without it)."""
-    if platform.system() != "Linux" or shutil.which("cc") is None:
-        pytest.skip("no C compiler")
-    assert NATIVE is not None
+    """`pip install .` on a fresh machine of this kind builds native/ (setup.py: optional,
+    so an install without cargo goes on without it), and the built-in rules compile in it."""
+    if shutil.which("cargo") is None:
+        pytest.skip("no cargo")
+    assert NATIVE is not None and Matcher(RS).fast is not None
