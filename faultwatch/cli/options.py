@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from faultwatch import settings
+from faultwatch.core import policy
 from faultwatch.errors import EXIT_USAGE, ConfigError
 from faultwatch.kafka import settings as kafka_settings
 from faultwatch.wire.topics import DEFAULT_PREFIX, Topics
@@ -194,26 +195,9 @@ def configure_logging(args: argparse.Namespace) -> None:
 
 # ---- rule files and policy (run, process) -------------------------------------------------
 
-POLICY_FLAGS: tuple[tuple[str, type, str], ...] = (
-    ("hang_window_s", float, "every rank silent this long -> hang (seconds)"),
-    ("init_window_s", float, "silence allowed before an attempt's first output line "
-                             "(default: max(hang window, 120 s))"),
-    ("hang_floor_s", float, "shortest learned (adaptive) hang window (seconds)"),
-    ("hang_ceiling_s", float, "longest learned hang window; used before anything is learned, "
-                              "and for a silence in which no rank waits for another"),
-    ("stuck_stacks_s", float, "a silence in which no rank communicates is a hang before the "
-                              "ceiling once every rank sat blocked at an unchanged stack this "
-                              "long (seconds)"),
-    ("node_lost_s", float, "no heartbeat from a node this long -> node lost (seconds)"),
-    ("exit_hang_window_s", float, "one node finished, others still running this long (seconds)"),
-    ("max_restarts", int, "restarts before the job is failed"),
-    ("settle_s", float, "wait this long after a failure for other ranks' errors (seconds)"),
-    ("execution_mode", str, "sync (restart the whole job) or async (restart failed nodes)"),
-    ("fault_tolerant_policy", str, "on_failure | exit_code_and_error_msg | never"),
-    ("max_same_error", int, "the same error on one instance more than N times -> fail"),
-    ("max_failure_rate", float, "fraction of failed nodes above which the job fails (-1 off)"),
-)
-POLICY_SWITCHES = ("hang_detection", "enable_restart", "adaptive_hang")
+# the policy flags and --no-X switches, declared with their keys (core/policy.py)
+POLICY_FLAGS: tuple[tuple[str, type, str], ...] = policy.FLAGS
+POLICY_SWITCHES = tuple(key for key, _flag, _help in policy.SWITCHES)
 
 
 def add_rules(p: argparse.ArgumentParser) -> None:
@@ -227,12 +211,9 @@ def add_policy(p: argparse.ArgumentParser) -> None:
     for name, typ, help_ in POLICY_FLAGS:
         g.add_argument("--" + name.replace("_", "-"), dest=name, type=typ, default=None,
                        help=help_)
-    g.add_argument("--no-hang-detection", dest="hang_detection", action="store_const",
-                   const=False, default=None, help="never decide a hang")
-    g.add_argument("--no-adaptive-hang", dest="adaptive_hang", action="store_const",
-                   const=False, default=None, help="never learn the hang window from the job")
-    g.add_argument("--no-restart", dest="enable_restart", action="store_const", const=False,
-                   default=None, help="never restart: every failure fails the job")
+    for name, flag, help_ in policy.SWITCHES:
+        g.add_argument(flag, dest=name, action="store_const", const=False, default=None,
+                       help=help_)
 
 
 def policy_overrides(args: argparse.Namespace) -> dict[str, Any]:
