@@ -42,6 +42,7 @@ _INFO_EVENTS = (
     "processor_starting", "processor_stopping", "processor_stopped", "processor_metrics",
     "partitions_assigned", "partitions_revoked", "registry_following", "registry_loaded",
     "broker_reachable", "job_cap_cleared", "jobs_expired", "fleet_storm_ended",
+    "incidents_following", "incidents_loaded",
     "holds_loaded", "job_hold",
     # operating services
     "notify_started", "notification_sent", "notify_muted", "actuate_started", "actuate_following",
@@ -64,7 +65,8 @@ _WARNING_EVENTS = (
     "actuate_refused", "actuate_node_rejected", "actuate_decision_rejected", "actuate_hold",
     "actuate_journal_bad_line", "notification_failed", "notification_retry",
     "notify_commit_failed", "notify_rate_limited", "metrics_unavailable",
-    "metrics_address_file_failed", "alerts_retry", "alerts_failed", "alert_status_unavailable")
+    "metrics_address_file_failed", "alerts_retry", "alerts_failed", "alert_status_unavailable",
+    "lemon_node", "incidents_follow_failed", "ledger_refused", "ledger_unverified")
 _ERROR_EVENTS = ("delivery_crashed", "spool_write_failed", "processor_start_failed")
 LEVELS: dict[str, int] = {
     **dict.fromkeys(_DEBUG_EVENTS, DEBUG), **dict.fromkeys(_INFO_EVENTS, INFO),

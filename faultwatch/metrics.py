@@ -26,7 +26,11 @@ try:  # prometheus_client is a light optional dependency of the node side
         ProcessCollector,
         generate_latest,
     )
-    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+    from prometheus_client.core import (
+        CounterMetricFamily,
+        GaugeMetricFamily,
+        HistogramMetricFamily,
+    )
     from prometheus_client.registry import Collector
 except ImportError:  # pragma: no cover - reported by serve()
     CollectorRegistry = None  # type: ignore[assignment,misc]
@@ -293,6 +297,12 @@ class ProcessorMetrics:
         labels version, source = the top layer, layers, push_id) and the refused pushes."""
         self.registry.register(_RulesCollector(info, rejected))
 
+    def watch_goodput(self, board: Any, lemons: Callable[[], int]) -> None:
+        """Expose what the worker published on the incidents topic (a
+        streams.incident_publish.GoodputBoard, read at every scrape) and the lemon nodes its
+        watch names now (docs/goodput.md)."""
+        self.registry.register(_GoodputCollector(board, lemons))
+
     def watch(self, counters: Any) -> None:
         """Expose the stages' counters (attributes lines, signals, dead_letters,
         logs_event_lag_s of `counters`), read at every scrape."""
@@ -356,6 +366,46 @@ class _StageCollector:
             g = (CounterMetricFamily if k == "episode" else GaugeMetricFamily)(name, doc)
             g.add_metric([], float(storm.get(k, 0) or 0))
             yield g
+
+    def describe(self) -> Iterator[Any]:
+        return iter(())
+
+
+class _GoodputCollector:
+    def __init__(self, board: Any, lemons: Callable[[], int]):
+        self._b, self._lemons = board, lemons
+
+    def collect(self) -> Iterator[Any]:
+        b = self._b
+        ratio = GaugeMetricFamily("faultwatch_job_goodput_ratio", "A job run's productive "
+                                  "time over its wall time so far (ETTR; the newest runs "
+                                  "this worker published)", labels=["job_name"])
+        for job, r in list(b.ratios.items()):
+            ratio.add_metric([job], float(r))
+        yield ratio
+        prod = CounterMetricFamily("faultwatch_productive_seconds", "Productive training "
+                                   "time of the runs this worker published")
+        prod.add_metric([], float(b.seconds.get("productive", 0.0)))
+        yield prod
+        bad = CounterMetricFamily("faultwatch_badput_seconds", "Wall time of the runs this "
+                                  "worker published that was not productive, by cause",
+                                  labels=["cause"])
+        for cause, v in sorted(b.seconds.items()):
+            if cause != "productive":
+                bad.add_metric([cause], float(v))
+        yield bad
+        hist = HistogramMetricFamily("faultwatch_incident_recovery_seconds", "From an "
+                                     "incident's first sign to the first progress after "
+                                     "its restart")
+        buckets = [(str(le), float(n)) for le, n in zip(b.bounds, b.buckets,
+                                                        strict=True)]
+        hist.add_metric([], buckets + [("+Inf", float(b.recovery_count))],
+                        float(b.recovery_sum))
+        yield hist
+        lem = GaugeMetricFamily("faultwatch_lemon_nodes", "Nodes blamed in incidents of "
+                                "lemon_min_jobs distinct jobs within lemon_window_s")
+        lem.add_metric([], float(self._lemons()))
+        yield lem
 
     def describe(self) -> Iterator[Any]:
         return iter(())

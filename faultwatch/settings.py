@@ -213,6 +213,9 @@ SESSION_TIMEOUT_S = _v("SESSION_TIMEOUT_S", float, 10.0, "the workers' Kafka ses
 NODE_LINES_PER_S = _v("NODE_LINES_PER_S", float, 20_000.0, "lines per second each node may "
                       "have matched; past it counted and announced, not matched (0: no "
                       "budget)", (PROCESSOR,), lo=0.0)
+INCIDENTS_RETENTION_S = _v("INCIDENTS_RETENTION_S", float, 30 * 86_400.0, "the incidents and "
+                           "acted topics drop what is older (seconds, positive; applied when "
+                           "the processor creates them)", (PROCESSOR,), positive=True)
 PROCESSOR_DIR = _v("PROCESSOR_DIR", Path, None, "where Faust keeps its per-app metadata "
                    "(default ~/.cache/faultwatch/processor)", (PROCESSOR,))
 START_ATTEMPT = _v("START_ATTEMPT", int, 0, "internal: a worker's start attempt after a "

@@ -50,8 +50,9 @@ done
 # Debian packages the tests run for real: Slurm (slurmctld + two slurmd) with munge, Prometheus
 # (scrapes /metrics; its promtool checks and unit-tests deploy/prometheus/), Alertmanager
 # (notify's receiver; amtool checks deploy/alertmanager/), systemd-analyze
-# (verifies deploy/'s unit file), tmux (the status view in a real terminal). Installed when
-# missing.
+# (verifies deploy/'s unit file), tmux (the status view in a real terminal), chromium (the
+# report's HTML page opened headless, driven by Playwright: no browser is ever downloaded).
+# Installed when missing.
 debs=()
 command -v slurmctld >/dev/null && command -v slurmd >/dev/null || debs+=(slurm-wlm)
 command -v munged >/dev/null || debs+=(munge)
@@ -61,6 +62,7 @@ command -v prometheus-alertmanager >/dev/null && command -v amtool >/dev/null \
 command -v systemd-analyze >/dev/null || debs+=(systemd)
 command -v tmux >/dev/null || debs+=(tmux)
 command -v openssl >/dev/null || debs+=(openssl)
+command -v chromium >/dev/null || debs+=(chromium)
 if [ ${#debs[@]} -gt 0 ]; then
   echo "bootstrap: installing Debian packages: ${debs[*]}" >&2
   SUDO=; [ "$(id -u)" = 0 ] || SUDO="sudo -n"

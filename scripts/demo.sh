@@ -23,6 +23,8 @@ banner() { printf '\n\033[1m== %s ==\033[0m\n' "$*"; }
 WINDOW_S=${FAULTWATCH_DEMO_WINDOW_S:-30}
 INIT_S=${FAULTWATCH_DEMO_INIT_WINDOW_S:-300}
 if [ "$MODE" = "embedded" ]; then
+  # each run ends with its goodput line ("faultwatch: goodput ... of ...: ... restart, ..."):
+  # where the wall time went (docs/goodput.md)
   banner "1/2 rank 1 raises a retryable network error in attempt 0: expect RESTART, then success"
   rc=0; FW_FAULT=retryable FW_FAULT_ATTEMPTS=0 $FW run --settle-s 1 --hang-window-s "$WINDOW_S" --init-window-s "$INIT_S" -- "${JOB[@]}" || rc=$?
   echo "exit code: $rc"

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from faultwatch.core.blast import NOTICE_JOB
 from faultwatch.core.events import Decision
 from faultwatch.core.registry import HEALTHY, QUARANTINED, NodeRecord
 from faultwatch.errors import ConfigError
@@ -74,9 +75,11 @@ def scheduler_identity(raw: Any) -> dict[str, str]:
 
 def plan_decision(dec: Decision) -> list[Action]:
     """A `blacklist` decision: quarantine each target node, then requeue the job away from
-    it. Other actions need nothing from a scheduler. Raises ConfigError on a field that
-    does not match its pattern (the caller logs it with topic/partition/offset)."""
-    if dec.action != "blacklist":
+    it. Other actions need nothing from a scheduler, nor does a fleet notice (job
+    "(fleet)": a lemon node's quarantine acts through the registry record it leads to).
+    Raises ConfigError on a field that does not match its pattern (the caller logs it with
+    topic/partition/offset)."""
+    if dec.action != "blacklist" or dec.job == NOTICE_JOB:
         return []
     did = check("decision.id", dec.id, DECISION_ID_RE)
     job = valid_job(dec.job, "decision.job")

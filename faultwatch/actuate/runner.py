@@ -76,6 +76,9 @@ class Actuator:
         self.held_why = ""
         self._next_hold_summary = 0.0
         self._unlimited: set[str] = set()  # keys an operator released from a hold
+        # what was done, for the acted topic (reports show it on the incident's timeline)
+        self.acted: deque[tuple[Action, str, float]] = deque(maxlen=10_000)
+        self.acted_failing = False
         self._refused: dict[str, str] = {}  # node -> the error last logged for it
         # keys refused for want of a scheduler identity (a processor's registry record of a
         # blacklist names the job, not its Slurm id or pod): the blacklist decision itself,
@@ -310,9 +313,35 @@ class Actuator:
             elif a.kind == RELEASE:
                 self.limiter.resumed(a.node)
             ran += 1
+            self.acted.append((a, str(result), time.time()))
             log_event("actuated", backend=self.backend.name, kind=a.kind, node=a.node,
                       decision=a.decision, rule=a.rule, job=a.job, result=result)
         return ran
+
+
+async def publish_acted(act: Actuator, topic: str, producer: Any) -> int:
+    """What the actuator did since the last call, on the acted topic (key: the decision), for
+    `faultwatch report`. Best effort: a broker error keeps them for the next call."""
+    from faultwatch.kafka.errors import BROKER_ERRORS
+    from faultwatch.wire.incidents import encode_acted
+
+    sent = 0
+    while act.acted:
+        a, result, ts = act.acted[0]
+        try:
+            await producer.send_and_wait(topic, encode_acted(
+                a.decision, a.job, a.node, a.kind, act.backend.name, result, ts),
+                key=a.decision.encode())
+        except BROKER_ERRORS as e:
+            if not act.acted_failing:  # one line per outage (the topic may not exist yet)
+                log_event("produce_failed", what="acted", pending=len(act.acted),
+                          error=f"{type(e).__name__}: {e}")
+            act.acted_failing = True
+            return sent
+        act.acted_failing = False
+        act.acted.popleft()
+        sent += 1
+    return sent
 
 
 async def run(backend: Backend, cfg: ActuateConfig, stop: asyncio.Event | None = None) -> None:
@@ -354,8 +383,10 @@ async def run(backend: Backend, cfg: ActuateConfig, stop: asyncio.Event | None =
                                client_id=f"faultwatch-actuate-nodes-{uuid.uuid4().hex[:6]}",
                                **backoff)
     dec_c: Any = None
+    producer = clients.producer(bootstrap_servers=cfg.bootstrap, acks="all", **backoff)
     await admin.start()
     await nodes_c.start()
+    await producer.start()
     try:
         tp = TopicPartition(ntopic, 0)
         nodes_c.assign([tp])
@@ -406,11 +437,13 @@ async def run(backend: Backend, cfg: ActuateConfig, stop: asyncio.Event | None =
             act.tick(now)
             act.check_release(now)
             await asyncio.to_thread(act.run_due, now)
+            await publish_acted(act, topics.acted, producer)
             if batch and dec_c is not None:
                 await dec_c.commit()  # every action of these records is journaled
     finally:
         if dec_c is not None:
             await dec_c.stop()
         await nodes_c.stop()
+        await producer.stop()
         await admin.close()
         journal.close()

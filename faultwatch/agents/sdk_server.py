@@ -34,8 +34,11 @@ def _clean(kind: str, rank: int | None, d: dict[str, Any]) -> dict[str, Any] | N
         return out
     if kind == "stage":
         w = d.get("hang_window_s")
-        return {"rank": rank, "stage": str(d["stage"]), "opens": bool(d["opens"]),
-                "hang_window_s": None if w is None else float(w)}
+        out = {"rank": rank, "stage": str(d["stage"]), "opens": bool(d["opens"]),
+               "hang_window_s": None if w is None else float(w)}
+        if d.get("step") is not None:
+            out["step"] = int(d["step"])
+        return out
     if kind == "notify":
         return {"rank": rank, "message": str(d["message"]), "level": str(d.get("level",
                                                                              "warning"))}

@@ -43,6 +43,7 @@ class EmbeddedConfig:
     on_restart: str = "relaunch"
     control_out: Path | None = None  # the in-process control channel (probes), as JSON lines
     attempt: int = 0  # a relauncher's attempt ($FAULTWATCH_ATTEMPT: a shell loop, --on-restart)
+    incidents_out: Path | None = None  # the run ledgers (incidents, goodput), as JSON lines
 
 
 class _Rules:
@@ -131,10 +132,38 @@ def transport_for(cfg: EmbeddedConfig, out: TextIO | None = None) -> LocalTransp
     log_event("rules_loaded", version=rules.rules.version, rules=len(rules.rules.ruleset.rules),
               source=rules.rules.source, layers="+".join(la.name for la in rules.rules.layers),
               files=",".join(cfg.rule_paths) or None)
+
+    def on_tick() -> None:
+        if cfg.reload_rules:
+            rules.maybe_reload()
+        write_ledgers(cfg.incidents_out, pipeline.ledgers(time.time()))
+
     return LocalTransport(pipeline, cfg.job, publisher(out, cfg.decisions_out), time.time,
-                          tick_s=HEARTBEAT_S,
-                          on_tick=rules.maybe_reload if cfg.reload_rules else None,
+                          tick_s=HEARTBEAT_S, on_tick=on_tick,
                           publish_control=_appender(cfg.control_out))
+
+
+def write_ledgers(path: Path | None, records: list[tuple[bytes, bytes]]) -> None:
+    """Embedded mode's incidents "topic": each run ledger record as a JSON line."""
+    if path is None or not records:
+        return
+    with open(path, "ab") as f:
+        for _key, value in records:
+            f.write(value + b"\n")
+
+
+def report_goodput(transport: LocalTransport, cfg: EmbeddedConfig, err: TextIO) -> None:
+    """At the end of `run`: the final ledger to --incidents-out and one goodput line."""
+    from faultwatch.streams.local import LocalPipeline
+
+    pipeline = transport.pipeline
+    assert isinstance(pipeline, LocalPipeline)
+    now = time.time()
+    write_ledgers(cfg.incidents_out, pipeline.ledgers(now))
+    write_ledgers(cfg.incidents_out, pipeline.ledgers(now, final=True))
+    acc = pipeline.account(cfg.job)
+    if acc is not None and acc.wall_s > 0:
+        print(f"faultwatch: {acc.line()}", file=err, flush=True)
 
 
 def _appender(path: Path | None) -> Callable[[Decision], None] | None:
@@ -165,11 +194,16 @@ def agent_config(cfg: EmbeddedConfig) -> AgentConfig:
 
 def run_embedded(cfg: EmbeddedConfig) -> int:
     """Entry point of `faultwatch run`: the agent, with the processor in-process."""
+    import sys
+
     from faultwatch.agents.entry import main_sync
     from faultwatch.readers.render import render_decision
 
-    return main_sync(agent_config(cfg), transport=transport_for(cfg), component="run",
+    transport = transport_for(cfg)
+    code = main_sync(agent_config(cfg), transport=transport, component="run",
                      render=render_decision)
+    report_goodput(transport, cfg, sys.stderr)
+    return code
 
 
 # ---- the command ---------------------------------------------------------------------------
@@ -186,7 +220,8 @@ def cmd_run(args: argparse.Namespace) -> int:
                          verdict_out=Path(args.verdict_out) if args.verdict_out else None,
                          on_restart=args.on_restart,
                          control_out=Path(args.control_out) if args.control_out else None,
-                         attempt=_run_attempt())
+                         attempt=_run_attempt(),
+                         incidents_out=Path(args.incidents_out) if args.incidents_out else None)
     if not args.no_check:
         _check(args, cfg)
     return run_embedded(cfg)
@@ -221,6 +256,9 @@ def register(sub: Any) -> None:
     p.hint = "the training command goes after --: faultwatch run [options] -- CMD [ARGS...]"
     options.add_rules(p)
     p.add_argument("--decisions-out", metavar="FILE", help="append decisions as JSON lines")
+    p.add_argument("--incidents-out", metavar="FILE",
+                   help="append the run's ledger (incidents, goodput) as JSON lines, for "
+                        "`faultwatch report --from FILE`")
     p.add_argument("--control-out", metavar="FILE",
                    help="append the control requests (diagnosis probes) as JSON lines")
     p.add_argument("--job", default="local", help="job name used in decisions")

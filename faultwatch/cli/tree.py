@@ -1,9 +1,9 @@
 """The one argparse tree of every `faultwatch` command and its one error handler.
 
 Each command group registers itself from its own module (run, agent, check, process, read,
-status, describe, diagnose, rules, kafka, nodes, jobs, actuate, notify, keys); their shared
-options come from options.py. Commands that wrap a training command (`run`, `agent`, `check`)
-take it only after `--`."""
+status, describe, diagnose, rules, kafka, nodes, jobs, actuate, notify, keys, report); their
+shared options come from options.py. Commands that wrap a training command (`run`, `agent`,
+`check`) take it only after `--`."""
 
 from __future__ import annotations
 
@@ -26,6 +26,7 @@ from faultwatch.cli import (
     options,
     process,
     read,
+    report,
     rules,
     run,
     status,
@@ -34,8 +35,8 @@ from faultwatch.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, FaultwatchE
 
 WRAPPERS = ("run", "agent", "check")  # commands whose training command follows `--`
 AGENT_SUBCOMMANDS = agent.SUBCOMMANDS
-GROUPS = (run, agent, check, process, notify, status, describe, read, diagnose, rules, kafka,
-          nodes, jobs, actuate, keys)
+GROUPS = (run, agent, check, process, notify, status, describe, read, report, diagnose, rules,
+          kafka, nodes, jobs, actuate, keys)
 
 
 def build_parser() -> argparse.ArgumentParser:

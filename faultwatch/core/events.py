@@ -237,6 +237,7 @@ class Stage:
     hang_window_s: float | None = None
     source: str = "log"
     run_id: str = ""
+    step: int | None = None  # the step it names (a checkpoint's), when the line or SDK says
 
 
 @dataclass(frozen=True, slots=True)

@@ -38,6 +38,7 @@ class StageLike(Protocol):
     stage: str
     opens: bool
     hang_window_s: float | None
+    step: int | None
 
 
 class LossLike(Protocol):
@@ -88,7 +89,8 @@ def signals_of_lines(job: str, attempt: int, node: str, lines: Sequence[Line],
                                 tail=tail, run_id=run_id)]
     out.extend(Hit(job, attempt, node, m, run_id) for m in batch.matches)
     out.extend(Stage(job, attempt, node, st.ts, st.rank, st.stage, st.opens, st.hang_window_s,
-                     run_id=run_id) for st in getattr(batch, "stages", ()))
+                     run_id=run_id, step=getattr(st, "step", None))
+               for st in getattr(batch, "stages", ()))
     marks = getattr(batch, "progress", ())
     if marks:
         out.append(ProgressBatch(job, attempt, node,

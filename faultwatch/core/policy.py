@@ -20,6 +20,8 @@ FAULT_TOLERANT_POLICIES = ("on_failure", "exit_code_and_error_msg", "never")
 # what a diverged loss (NaN/inf) or a loss spike does: a notice, a restart from the last
 # checkpoint (the job's own resume), or failing the job
 DIVERGENCE_ACTIONS = ("notify", "restart", "fail")
+# what a lemon node (core/lemons.py) gets: a notice, or also a quarantine in the registry
+LEMON_ACTIONS = ("notify", "quarantine")
 
 
 @dataclass(frozen=True)
@@ -178,6 +180,17 @@ class Policy:
                                          "recent losses", lo=1.0, hi=1e6, open="lo")
     loss_window: int = knob(50, "how many recent finite losses that median is over", lo=2,
                             hi=10_000)
+    # lemon nodes (core/lemons.py): blamed in incidents of this many distinct jobs within
+    # the window -> a `lemon-node` notice; `quarantine` also quarantines it in the registry
+    lemon_detection: bool = knob(True, "name lemon nodes: nodes blamed in incidents of "
+                                       "several distinct jobs (docs/goodput.md)")
+    lemon_min_jobs: int = knob(3, "a node blamed in incidents of this many distinct jobs "
+                                  "within the window is a lemon", lo=2, hi=1000)
+    lemon_window_s: float = knob(7 * DAY_S, "the window those incidents fall in", lo=60.0,
+                                 hi=90 * DAY_S)
+    lemon_action: str = knob("notify", "a `lemon-node` notice only, or also a quarantine in "
+                                       "the node registry (actuate's limits apply)",
+                             choices=LEMON_ACTIONS)
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -247,9 +260,13 @@ SWITCHES: tuple[tuple[str, str, str], ...] = tuple(
     (k, *kn.switch) for k, kn in KNOBS.items() if kn.switch[0])
 
 
+def _num(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() else f"{x:g}"
+
+
 def _bounds(kn: Knob) -> str:
-    lo = "-inf" if kn.lo is None else f"{kn.lo:g}"
-    hi = "inf" if kn.hi is None else f"{kn.hi:g}"
+    lo = "-inf" if kn.lo is None else _num(kn.lo)
+    hi = "inf" if kn.hi is None else _num(kn.hi)
     left = "(" if kn.open in ("lo", "both") else "["
     right = ")" if kn.open in ("hi", "both") or kn.hi is None else "]"
     return f"{left}{lo}, {hi}{right}"

@@ -21,6 +21,7 @@ from faultwatch.core.events import (
     Stage,
     TailLine,
 )
+from faultwatch.core.ledger import Ledger
 from faultwatch.core.pmap import EMPTY, PMap, empty
 from faultwatch.core.policy import Policy
 from faultwatch.core.progress import RankProg, fold_step
@@ -148,6 +149,9 @@ class JobState:
     retired: tuple[str, ...] = ()  # earlier runs of this job name, newest last (bounded)
     dropped: PMap[str, int] = field(default_factory=empty)  # records refused, by reason
     failed: bool = False  # this attempt was decided `fail` (the run is over)
+    # the run's ledger (core/ledger.py, folded by core/timeline.py): attempts, incidents and
+    # progress in event time, for goodput; a new run starts a new one
+    ledger: Ledger = field(default_factory=Ledger)
 
     # ---- queries (evidence) -------------------------------------------------------------
 
@@ -590,6 +594,8 @@ _CODECS: dict[str, tuple[Enc, Dec]] = {
     "dropped": _str_map(int),
     "failed": (_same, _d(bool)),
     "losses": (list, _d(lambda x: tuple(float(v) for v in x))),
+    "ledger": (lambda led: led.to_dict() if led.attempts else None,
+               _d(lambda x: Ledger() if x is None else Ledger.from_dict(x))),
 }
 
 # attempt-scoped fields: reset to their defaults by new_attempt (see JobState's doc)

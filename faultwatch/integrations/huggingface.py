@@ -28,28 +28,28 @@ class FaultwatchCallback(TrainerCallback):  # type: ignore[misc,unused-ignore]
         self._last: float | None = None
         self._stages = StageTracker()
 
-    def _upcoming(self, control: Any) -> None:
+    def _upcoming(self, state: Any, control: Any) -> None:
         # DefaultFlowCallback runs first and has set what the Trainer does right after
         # on_step_end / on_epoch_end (evaluate, then save)
         if getattr(control, "should_evaluate", False):
             self._stages.enter(EVAL, self.eval_window_s)
         elif getattr(control, "should_save", False):
-            self._stages.enter(CHECKPOINT, self.checkpoint_window_s)
+            self._stages.enter(CHECKPOINT, self.checkpoint_window_s, int(state.global_step))
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         now = time.monotonic()
         dt = None if self._last is None else now - self._last
         self._last = now
         sdk.progress(int(state.global_step), step_time_s=dt)
-        self._upcoming(control)
+        self._upcoming(state, control)
 
     def on_epoch_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        self._upcoming(control)
+        self._upcoming(state, control)
 
     def on_evaluate(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self._stages.leave(EVAL)
         if getattr(control, "should_save", False):
-            self._stages.enter(CHECKPOINT, self.checkpoint_window_s)
+            self._stages.enter(CHECKPOINT, self.checkpoint_window_s, int(state.global_step))
 
     def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self._stages.leave(CHECKPOINT)

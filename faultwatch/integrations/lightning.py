@@ -59,7 +59,7 @@ class FaultwatchCallback(Callback):  # type: ignore[misc,unused-ignore]
         self._last = None
 
     def on_save_checkpoint(self, trainer: Any, pl_module: Any, checkpoint: Any) -> None:
-        self._stages.enter(CHECKPOINT, self.checkpoint_window_s)
+        self._stages.enter(CHECKPOINT, self.checkpoint_window_s, int(trainer.global_step))
         self._last = None
 
     def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:

@@ -12,9 +12,10 @@ class StageTracker:
     def __init__(self) -> None:
         self._open: dict[str, sdk.stage] = {}
 
-    def enter(self, name: str, window_s: float | None) -> None:
+    def enter(self, name: str, window_s: float | None, step: int | None = None) -> None:
+        """Open `name` (once); `step`: the training step it is about (a checkpoint's)."""
         if name not in self._open:
-            st = sdk.stage(name, hang_window_s=window_s)
+            st = sdk.stage(name, hang_window_s=window_s, step=step)
             st.__enter__()
             self._open[name] = st
 

@@ -9,7 +9,14 @@ from typing import Any
 from faultwatch.kafka import clients
 from faultwatch.kafka.errors import diagnose
 from faultwatch.kafka.settings import KafkaSecurity
-from faultwatch.wire.topics import COMPACT, DEFAULT_PARTITIONS, TOPICS, Topics, TopicSpec
+from faultwatch.wire.topics import (
+    COMPACT,
+    DEFAULT_PARTITIONS,
+    INCIDENTS_RETENTION_S,
+    TOPICS,
+    Topics,
+    TopicSpec,
+)
 
 
 async def _create_missing(admin: Any, new: list[Any]) -> None:
@@ -23,11 +30,13 @@ async def _create_missing(admin: Any, new: list[Any]) -> None:
 
 
 async def ensure_topics(bootstrap: str, topics: Topics, partitions: int = DEFAULT_PARTITIONS,
-                        timeout_s: float = 30.0, security: KafkaSecurity | None = None) -> None:
+                        timeout_s: float = 30.0, security: KafkaSecurity | None = None,
+                        incidents_retention_s: float = INCIDENTS_RETENTION_S) -> None:
     """Create the topics the processor creates (TOPICS rows `created="processor"`) if
-    missing: logs, signals, decisions and control with `partitions` (signals must match the
-    job table's partition count), the dead letters with one, the rules, status and holds
-    topics compacted with one. Raises BrokerError."""
+    missing, each with its row's partitions (else `partitions`: logs, signals, decisions,
+    control and incidents; signals must match the job table's partition count) and config;
+    the rows with `retention` (incidents, acted) drop what is older than
+    `incidents_retention_s`. Raises BrokerError."""
     from aiokafka.admin import NewTopic  # type: ignore[import-untyped,unused-ignore]
 
     admin = clients.admin(bootstrap_servers=bootstrap, request_timeout_ms=int(timeout_s * 1000),
@@ -40,16 +49,21 @@ async def ensure_topics(bootstrap: str, topics: Topics, partitions: int = DEFAUL
         raise await diagnose(e, bootstrap, "creating topics") from e
     try:
         existing = set(await admin.list_topics())
-        new = [_new_topic(NewTopic, spec, topics.prefix, partitions) for spec in TOPICS
+        new = [_new_topic(NewTopic, spec, topics.prefix, partitions, incidents_retention_s)
+               for spec in TOPICS
                if spec.created == "processor" and spec.name(topics.prefix) not in existing]
         await _create_missing(admin, new)
     finally:
         await admin.close()
 
 
-def _new_topic(new_topic: Any, spec: TopicSpec, prefix: str, partitions: int) -> Any:
+def _new_topic(new_topic: Any, spec: TopicSpec, prefix: str, partitions: int,
+               retention_s: float) -> Any:
     """A NewTopic of one TOPICS row: its partition count (else `partitions`) and config."""
-    kw: dict[str, Any] = {"topic_configs": dict(spec.config)} if spec.config else {}
+    config = dict(spec.config)
+    if spec.retention:
+        config["retention.ms"] = str(int(retention_s * 1000))
+    kw: dict[str, Any] = {"topic_configs": config} if config else {}
     return new_topic(spec.name(prefix), num_partitions=spec.partitions or partitions,
                      replication_factor=1, **kw)
 

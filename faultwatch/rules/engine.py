@@ -478,11 +478,12 @@ class Matcher:
             if seg in seen:
                 continue
             r = self.rules[self._owner[pid]]
-            if pid in self._confirm and self._extract(pid, texts[seg]) is None:
+            m = self._extract(pid, texts[seg]) if pid in self._confirm else None
+            if pid in self._confirm and m is None:
                 continue
             seen.add(seg)
             out.append(StageMark(ranks[seg], times[lidx(seg)], r.stage or r.id, r.opens,
-                                 r.hang_window_s, r.id))
+                                 r.hang_window_s, r.id, _step_of(m)))
         return tuple(out)
 
     # -- introspection (rule tests, explain) ---------------------------------
@@ -512,6 +513,17 @@ class Matcher:
 
 def _same(i: int) -> int:
     return i
+
+
+def _step_of(m: Any) -> int | None:
+    """A stage line's `step` group (a checkpoint's step), when its pattern has one."""
+    if m is None or m is True or "step" not in m.re.groupindex:
+        return None
+    s = m.group("step")
+    try:
+        return int(s) if s else None
+    except ValueError:
+        return None
 
 
 def split_line(text: str, default_rank: int | None) -> list[tuple[int | None, str]]:

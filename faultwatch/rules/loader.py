@@ -463,9 +463,11 @@ class _FileParser:
                 for nk in nums:
                     if nk in im:
                         val = self.scalar(im[nk][1])
-                        if kind != "progress" or not isinstance(val, int):
+                        allowed = kind == "progress" or (kind == "stage" and nk == "step")
+                        if not allowed or not isinstance(val, int):
                             self.problem(im[nk][1], f"{nk} is an integer, only for progress "
-                                         "rules", rid)
+                                         "rules" + (" and stage rules (a checkpoint's step)"
+                                                    if nk == "step" else ""), rid)
                         else:
                             nums[nk] = val
                 out.append(RuleTest(self.scalar(im["line"][1]), key == "match", _line(item),

@@ -125,6 +125,7 @@ class StageMark:
     opens: bool
     hang_window_s: float | None = None
     rule: str = ""
+    step: int | None = None  # the step the line names (a checkpoint's), its `step` group
 
 
 @dataclass(frozen=True, slots=True)

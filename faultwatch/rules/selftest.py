@@ -32,10 +32,11 @@ def run_rule_tests(ruleset_or_paths: RuleSet | Sequence[str | Path]) -> list[Rul
             elif not t.expect_match and hit:
                 problems.append(RuleProblem(rule.path, t.line, f"rule {rule.id!r} matches "
                                             f"{t.text!r} (listed under no_match)", rule.id))
-            elif hit and rule.kind == "progress" and (t.step is not None or t.total is not None):
+            elif hit and rule.kind in ("progress", "stage") \
+                    and (t.step is not None or t.total is not None):
                 m = hits[rule.id]
-                step = int(m.group("step")) if m is not True and m.group("step") else None
                 gd = m.groupdict() if m is not True else {}
+                step = int(gd["step"]) if gd.get("step") else None
                 total = int(gd["total"]) if gd.get("total") else None
                 if t.step is not None and step != t.step or (
                         t.total is not None and total != t.total):

@@ -204,15 +204,20 @@ class stage:  # noqa: N801 - used like a function: `with sdk.stage(...)`, `@sdk.
 
     hang_window_s is how long every rank may be silent in this stage before the job counts
     as hung; None disables hang detection (e.g. evaluation, checkpointing). Leaving the
-    stage restores the job's window."""
+    stage restores the job's window. `step` names the training step a stage is about (the
+    step a checkpoint saves: goodput's lost work counts from it, docs/goodput.md)."""
 
-    def __init__(self, name: str, *, hang_window_s: float | None):
+    def __init__(self, name: str, *, hang_window_s: float | None, step: int | None = None):
         self.name = str(name)
         self.hang_window_s = None if hang_window_s is None else float(hang_window_s)
+        self.step = None if step is None else int(step)
 
     def _send(self, opens: bool) -> None:
-        _channel.send("stage", {"stage": self.name, "opens": opens,
-                                "hang_window_s": self.hang_window_s})
+        d: dict[str, Any] = {"stage": self.name, "opens": opens,
+                             "hang_window_s": self.hang_window_s}
+        if self.step is not None:
+            d["step"] = self.step
+        _channel.send("stage", d)
 
     def __enter__(self) -> stage:
         self._send(True)

@@ -40,11 +40,13 @@ from faultwatch.streams.faust_compat import (
     keep_queues_when_flowing,
     reread_uncommitted_partitions,
 )
+from faultwatch.streams.incident_publish import IncidentPublisher
 from faultwatch.streams.job_stage import (
     CAUGHT_UP_S,
     TICK_S,
     JobStage,
 )
+from faultwatch.streams.lemon_watch import LemonFeed, follow_incidents
 from faultwatch.streams.matcher_stage import MatcherStage
 from faultwatch.streams.metrics import Metrics
 from faultwatch.streams.records import InRecord, LiveRules
@@ -102,6 +104,9 @@ class ProcessorConfig:
     # lines per second each node may have matched; past it counted and announced, not
     # matched (streams/budget.py, docs/operating.md); 0: no budget
     node_lines_per_s: float = field(default_factory=lambda: settings.NODE_LINES_PER_S.value())
+    # the incidents and acted topics drop what is older (docs/goodput.md)
+    incidents_retention_s: float = field(
+        default_factory=lambda: settings.INCIDENTS_RETENTION_S.value())
     metrics_address: str = "127.0.0.1"  # ... on this address (0.0.0.0: every interface)
     metrics_address_file: str | None = None  # where /metrics listens (file_sd JSON)
 
@@ -262,7 +267,13 @@ def build_processor(cfg: ProcessorConfig, live: LiveRules | None = None,
     from faultwatch.trust.decisions import decision_signer, signer_key_id
     from faultwatch.trust.keys import NODE, load_signing_key, load_trust
     from faultwatch.trust.nodesig import NodeVerifier
-    from faultwatch.trust.records import NODE_RECORD, RecordGate, signer_for, verifier_for
+    from faultwatch.trust.records import (
+        LEDGER,
+        NODE_RECORD,
+        RecordGate,
+        signer_for,
+        verifier_for,
+    )
     from faultwatch.trust.refusals import REFUSALS, refusals_summary
 
     keyring = decision_signer()
@@ -452,6 +463,11 @@ def build_processor(cfg: ProcessorConfig, live: LiveRules | None = None,
 
     status_t = app.topic(topics.status, key_type=bytes, value_type=bytes)
     statuses = StatusPublisher()
+    incidents_t = app.topic(topics.incidents, key_type=bytes, value_type=bytes)
+    incidents = IncidentPublisher()  # run ledgers: incidents and goodput (docs/goodput.md)
+    ledger_signer = signer_for(LEDGER, load_signing_key())
+    lemons = LemonFeed(RecordGate("ledger", verifier_for(LEDGER, trust), log_event))
+    prom.watch_goodput(incidents.board, lambda: len(lemons.lemons(time.time())))
     worker, started_at = worker_id(), time.time()
     published: list[Any] = [None, 0.0]  # (rules version, refusals) last published, when
     prom.watch_rules(lambda: info_labels(watcher.rules), lambda: watcher.rejected)
@@ -502,6 +518,25 @@ def build_processor(cfg: ProcessorConfig, live: LiveRules | None = None,
             return
         for key, value in statuses.due(list(jobs.parts.values()), time.time(), live.policy):
             await status_t.send(key=key, value=value)
+        for key, value in incidents.due(list(jobs.parts.values()), jobs.retired_ledgers,
+                                        time.time()):
+            if ledger_signer is not None:
+                value = orjson.dumps(ledger_signer.sign_record(orjson.loads(value)))
+            await incidents_t.send(key=key, value=value)
+
+    async def publish_lemons(decs: list[Decision]) -> None:
+        """Lemon notices: published by the worker owning signals partition 0 only."""
+        if not any(tp.topic == topics.signals and tp.partition == 0
+                   for tp in app.assignor.assigned_actives()):
+            return
+        await deliver(publish(decs), "decisions")
+        await registry.publish(decs, time.time())  # a `quarantine` lemon policy
+
+    async def lemon_follower() -> None:
+        await follow_incidents(cfg.bootstrap, topics.incidents, lemons,
+                               lambda: (live.policy, live.rules_version), publish_lemons)
+
+    app.task(lemon_follower)
 
     async def rules_watcher() -> None:
         await watcher.run()

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import dataclasses
 import heapq
-from collections.abc import Callable, Iterable, Iterator, MutableMapping
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -25,6 +26,8 @@ from faultwatch.core.events import (
 )
 from faultwatch.core.holds import Hold, hold_decisions
 from faultwatch.core.job import JobState, Phase, apply_batch, new_state, tick
+from faultwatch.core.ledger import Ledger
+from faultwatch.core.timeline import fold_job
 from faultwatch.eventlog import log_event
 from faultwatch.streams.metrics import Metrics
 from faultwatch.streams.records import DeadLetter, InRecord, LiveRules
@@ -60,6 +63,7 @@ FINISHED_TTL_S: float = settings.FINISHED_TTL_S.fallback
 PARTITION_FIELD = "_p"  # stored beside a state: the signals partition it belongs to
 MAX_EVIDENCE_STR = 4096  # evidence strings of a too-big decision are cut to this
 MAX_EVIDENCE_ITEMS = 64  # ... and its lists to this many items
+MAX_RETIRED_LEDGERS = 1024  # ledgers of runs replaced by a new run, held for the publisher
 
 
 class StateStore(Protocol):
@@ -193,6 +197,8 @@ class JobStage:
         # (job, now) -> the operator's hold in force on it (holds.table.HoldsTable.hold_of)
         self.holds: Callable[[str, float], Hold | None] | None = None
         self._census: tuple[float, Census] | None = None
+        # the last ledgers of runs a new run replaced (streams/incident_publish.py takes them)
+        self.retired_ledgers: deque[Ledger] = deque(maxlen=MAX_RETIRED_LEDGERS)
 
     # ---- batches ------------------------------------------------------------------------
 
@@ -318,6 +324,7 @@ class JobStage:
                                            live.rules_version)
             if new_decs and self.holds is not None:  # an operator's hold: notices only
                 st, new_decs = hold_decisions(prev, st, new_decs, self.holds(job, now), now)
+            st = self.account(prev, st, group, new_decs)
             if st is not prev:
                 durable = durable or bool(new_decs) or st.phase != prev.phase \
                     or st.attempt != prev.attempt \
@@ -328,6 +335,16 @@ class JobStage:
             if st is not old:
                 self.save(key, st, partition, p, durable, now)
         return [bounded_decision(d, self.max_record_bytes) for d in decs]
+
+    # ---- goodput ------------------------------------------------------------------------
+
+    def account(self, prev: JobState | None, st: JobState, sigs: Sequence[Signal],
+                decs: Sequence[Decision]) -> JobState:
+        """`st` with its run's ledger folded (core/timeline.py: attempts, incidents, progress
+        in event time). A run this record replaced leaves its last ledger to publish."""
+        if prev is not None and prev.run_id != st.run_id and prev.ledger.attempts:
+            self.retired_ledgers.append(prev.ledger)
+        return fold_job(prev, st, sigs, decs)
 
     # ---- the blast-radius guard ---------------------------------------------------------
 
@@ -442,6 +459,7 @@ class JobStage:
                     continue  # held: the state stays undecided
                 if decs and self.holds is not None:  # an operator's hold: notices only
                     st2, decs = hold_decisions(st, st2, decs, self.holds(st.job, now), now)
+                st2 = self.account(st, st2, (), decs)
                 if st2 is not st:
                     self.save(key, st2, partition, p, True, now)
                 elif st.phase not in ACTIVE:

@@ -6,13 +6,16 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from faultwatch.core.events import Decision
+from faultwatch.core.goodput import Account, account
 from faultwatch.core.policy import Policy
 from faultwatch.errors import DecodeError
 from faultwatch.eventlog import log_event
 from faultwatch.nodes.gate import NodeGate
 from faultwatch.nodes.writer import RegistryWriter
 from faultwatch.rules import Matcher, RuleSet
+from faultwatch.streams.incident_publish import IncidentPublisher
 from faultwatch.streams.job_stage import DictStore, JobStage
+from faultwatch.streams.lemon_watch import LemonFeed
 from faultwatch.streams.matcher_stage import MatcherStage
 from faultwatch.streams.metrics import Metrics
 from faultwatch.streams.records import DeadLetter, InRecord, LiveRules
@@ -45,6 +48,9 @@ class LocalPipeline:
         self.jobs.node_lost = node_lost
         self.nodes = RegistryWriter()  # no nodes topic here: the registry lives in memory
         self.jobs.gate = NodeGate(self.nodes.quarantined)
+        self.incidents = IncidentPublisher()  # the incidents "topic": ledgers() takes them
+        self.lemons = LemonFeed()
+        self.lemon_decisions: list[Decision] = []  # embedded: one job, none expected
         self._logs_offset = 0
         self._signals_offset = 0
 
@@ -64,3 +70,25 @@ class LocalPipeline:
         decs = self.jobs.tick(0, now, now)
         self.nodes.updates(decs, now)
         return decs
+
+    def ledgers(self, now: float, final: bool = False) -> list[tuple[bytes, bytes]]:
+        """The run ledgers due on the incidents "topic" (streams.incident_publish), or
+        (`final`) every job's once more, marked final. The lemon feed sees them too."""
+        parts = list(self.jobs.parts.values())
+        out = self.incidents.final(parts, now) if final else \
+            self.incidents.due(parts, self.jobs.retired_ledgers, now)
+        decs: list[Decision] = []
+        for _key, value in out:
+            decs += self.lemons.take(value, now, self.live.policy, self.live.rules_version)
+        if decs:
+            self.nodes.updates(decs, now)
+            self.lemon_decisions += decs
+        return out
+
+    def account(self, job: str) -> Account | None:
+        """The goodput account of `job`'s current run (None: no such job)."""
+        from faultwatch.wire import job_key
+
+        part = self.jobs.parts.get(0)
+        st = None if part is None else self.jobs.load(job_key(job), part)
+        return None if st is None else account(st.ledger)

@@ -185,7 +185,8 @@ def run_worker(cfg: ProcessorConfig, *, stop_timeout_s: float = DEFAULT_STOP_TIM
         cfg.ruleset, cfg.policy, cfg.rules, cfg.policy_overrides))
 
     async def prepare() -> None:
-        await ensure_topics(cfg.bootstrap, cfg.topics, cfg.partitions)
+        await ensure_topics(cfg.bootstrap, cfg.topics, cfg.partitions,
+                            incidents_retention_s=cfg.incidents_retention_s)
         await watcher.catch_up_bounded()
 
     try:

@@ -10,6 +10,7 @@ as another. The record carries `"signature": {"alg": "Ed25519", "key_id": "<16 h
 | `decision` | `<prefix>decisions`             | processor (operator: `notify` only) |
 | `rules`    | `<prefix>rules`                 | operator              |
 | `node`     | `<prefix>nodes` (the registry)  | processor, operator   |
+| `ledger`   | `<prefix>incidents`             | processor             |
 | `hold`     | `<prefix>holds` (job holds, mutes) | operator           |
 """
 
@@ -37,9 +38,10 @@ from faultwatch.wire.signing import (
 )
 
 WRONG_ROLE = "wrong_role"
-DECISION, RULES, NODE_RECORD, HOLD = "decision", "rules", "node", "hold"
+DECISION, RULES, NODE_RECORD, HOLD, LEDGER = "decision", "rules", "node", "hold", "ledger"
 SIGNERS: dict[str, tuple[str, ...]] = {DECISION: (PROCESSOR,), RULES: (OPERATOR,),
-                                       NODE_RECORD: (PROCESSOR, OPERATOR), HOLD: (OPERATOR,)}
+                                       NODE_RECORD: (PROCESSOR, OPERATOR), HOLD: (OPERATOR,),
+                                       LEDGER: (PROCESSOR,)}
 
 
 

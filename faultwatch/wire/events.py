@@ -141,7 +141,8 @@ def _stage(h: _Head, d: Mapping[str, Any], where: str, source: str, opens: Any) 
                  safe_name(_get(d, "stage", where), f"{where}.stage"),
                  _bool(opens, f"{where}.opens"),
                  _opt_num(d.get("hang_window_s"), f"{where}.hang_window_s", 1e-3, MAX_TS),
-                 source=source, run_id=h.run_id)
+                 source=source, run_id=h.run_id,
+                 step=_opt_int(d.get("step"), f"{where}.step", -MAX_STEP, MAX_STEP))
 
 
 def note_signal(n: Notice) -> Progress | Stage | None:

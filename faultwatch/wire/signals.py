@@ -113,9 +113,11 @@ def signal_dict(sig: Signal) -> dict[str, Any]:
                           "marks": [(m.rank, m.ts, _loss_value(m.value), m.key)
                                     for m in sig.marks]}, sig.run_id)
     if isinstance(sig, Stage):
-        return _with_run({"t": "stage", **head, "ts": sig.ts, "rank": sig.rank,
-                          "stage": sig.stage, "opens": sig.opens,
-                          "hang_window_s": sig.hang_window_s, "src": sig.source}, sig.run_id)
+        d = {"t": "stage", **head, "ts": sig.ts, "rank": sig.rank, "stage": sig.stage,
+             "opens": sig.opens, "hang_window_s": sig.hang_window_s, "src": sig.source}
+        if sig.step is not None:
+            d["step"] = sig.step
+        return _with_run(d, sig.run_id)
     if isinstance(sig, Notice):
         return _with_run({"t": "note", **head, "ts": sig.ts, "kind": sig.kind,
                           "data": dict(sig.data)}, sig.run_id)

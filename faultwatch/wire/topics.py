@@ -10,8 +10,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from faultwatch import settings
+
 DEFAULT_PREFIX = "faultwatch."
 DEFAULT_PARTITIONS = 4  # logs, signals, decisions, control (signals must match the job table's)
+# the incidents and acted topics keep a run this long ($FAULTWATCH_INCIDENTS_RETENTION_S)
+INCIDENTS_RETENTION_S: float = settings.INCIDENTS_RETENTION_S.fallback
 
 # The roles of the Kafka ACLs (kafka/acls.py): the node side, the Faust workers, the
 # operating services (`actuate`, `notify`), operators (topics, ACLs, pushed records).
@@ -44,6 +48,7 @@ class TopicSpec:
     config: Mapping[str, str] = field(default_factory=dict)
     created: str = "processor"
     doc: str = ""
+    retention: bool = False  # retention.ms = the installation's incidents retention
 
     @property
     def compacted(self) -> bool:
@@ -97,6 +102,14 @@ TOPICS: tuple[TopicSpec, ...] = (
         Grant("admin", (W,), "jobs hold|mute|release|unmute"),
     ), partitions=1, config=COMPACT,
         doc="operators' holds and mutes of jobs (compacted, key = kind/job: wire/holds.py)"),
+    TopicSpec("incidents", "job, run (incident_key)", "faultwatch.wire.incidents:decode_ledger", (
+        Grant("processor", (R, W, D), "run ledgers (goodput); the lemon watch reads them back"),
+    ), config={"cleanup.policy": "compact,delete"}, retention=True,
+        doc="each job run's ledger: incidents and goodput (each run's latest)"),
+    TopicSpec("acted", "decision id", "faultwatch.wire.incidents:decode_acted", (
+        Grant("actuator", (W, D), "what was done, for reports"),
+    ), partitions=1, config={"cleanup.policy": "delete"}, retention=True,
+        doc="what actuators did for decisions (drains, taints), when"),
 )
 TOPIC = {t.suffix: t for t in TOPICS}
 
@@ -187,6 +200,18 @@ class Topics:
     def holds(self) -> str:
         """Operators' holds and mutes of jobs (compacted, key = kind/job: wire/holds.py)."""
         return self.of("holds")
+
+    @property
+    def incidents(self) -> str:
+        """Each job run's ledger: incidents and goodput (compacted, key = job and run;
+        written by processors, read by `faultwatch report` and the processors' lemon watch)."""
+        return self.of("incidents")
+
+    @property
+    def acted(self) -> str:
+        """What actuators did for decisions (drains, taints), when (written by actuators,
+        read by `faultwatch report`)."""
+        return self.of("acted")
 
 
 def log_key(job: str, node: str) -> bytes:

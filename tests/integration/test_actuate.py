@@ -17,9 +17,10 @@ import pytest
 from faultwatch.core.events import Decision
 from faultwatch.kafka.admin import ensure_topics
 from faultwatch.wire import decision_to_dict
+from faultwatch.wire.incidents import decode_acted
 from faultwatch.wire.signing import encode, parse_keys
 from faultwatch.wire.topics import Topics
-from tests.support.kafka import produce
+from tests.support.kafka import consume, produce
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.kafka
@@ -73,6 +74,13 @@ def test_actuate_acts_once_on_signed_decisions_and_refuses_forged_ones(
                    until=lambda text: "good2" in text, detail=log.read_text)
         assert out.read_text().splitlines() == ["quarantine gpu-7 good1",
                                                 "quarantine gpu-8 good2"]
+        # what it did is published for reports (docs/goodput.md): each action once
+        done = consume(kafka_bootstrap, topics.acted, lambda recs: len(recs) >= 4)
+        assert sorted((d["decision"], d["node"], d["action"]) for d in done) == [
+            ("good1", "gpu-7", "quarantine"), ("good1", "gpu-7", "requeue"),
+            ("good2", "gpu-8", "quarantine"), ("good2", "gpu-8", "requeue")], done
+        assert {d["backend"] for d in done} == {"exec"}
+        assert all(decode_acted(orjson.dumps(d)) for d in done)
         text = log.read_text()
         # forged, unsigned, not JSON; and the exact copy of good1 (the replay rule)
         assert text.count("event=decision_refused") == 4, text

@@ -193,6 +193,9 @@ def stack(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Ite
                    "the crash's decision to be counted")
         wait_until(lambda: "faultwatch_consumer_lag{" in (scrape(processor) or ""), 60,
                    "the consumer lag to be reported")
+        # the agents' job prints steps: its run ledger is published with a goodput ratio
+        wait_until(lambda: "faultwatch_job_goodput_ratio{" in (scrape(processor) or ""), 60,
+                   "the running job's goodput to be published")
         exported = Exported()
         scraped = {"processor": scrape(processor) or ""}
         exported.add(scraped["processor"])
@@ -365,6 +368,24 @@ def test_prometheus_reads_the_numbers_the_processes_count(stack: Stack) -> None:
     assert (prom.value('sum(faultwatch_records_total{stage="job"})') or 0) > 0
     assert prom.value("sum(faultwatch_dead_letters_total)") in (None, 0.0)
     assert prom.value("faultwatch_jobs_tracked") is not None
+
+
+def test_goodput_series_of_a_real_run_reach_prometheus(stack: Stack) -> None:
+    """The agents' job (50 step lines, then alive): the processor published its run ledger,
+    and Prometheus reads its goodput ratio by job_name, the badput counters by cause and the
+    recovery histogram (docs/goodput.md); the crash job made no progress: no ratio."""
+    prom = stack.prom
+    job = stack.agents[0][1].name.split("-gpu1-")[0]
+    ratio = wait_until(lambda: prom.value(
+        f'max(faultwatch_job_goodput_ratio{{job_name="{job}"}})'), 90,
+        "the running job's goodput in Prometheus", until=lambda v: v is not None)
+    assert ratio is not None and 0 < ratio <= 1, ratio
+    assert prom.value(f'count(faultwatch_job_goodput_ratio{{job_name="{job}-crash"}})') is None
+    causes = wait_until(lambda: prom.value("count(faultwatch_badput_seconds_total)"), 60,
+                        "the badput counters", until=lambda v: v is not None)
+    assert causes == 9  # one series per cause
+    assert prom.value("sum(faultwatch_incident_recovery_seconds_count)") is not None
+    assert prom.value("max(faultwatch_lemon_nodes)") == 0
 
 
 def test_build_info_and_process_metrics_on_both_endpoints(stack: Stack) -> None:

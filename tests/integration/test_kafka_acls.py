@@ -185,7 +185,9 @@ def test_no_password_appears_in_any_argv_while_it_starts(started: Started) -> No
 @pytest.mark.parametrize("role,topic", [
     ("agent", "decisions"), ("agent", "rules"), ("agent", "nodes"), ("agent", "signals"),
     ("agent", "status"), ("actuator", "logs"), ("actuator", "decisions"),
-    ("actuator", "nodes"), ("processor", "rules"), ("processor", "logs")])
+    ("actuator", "nodes"), ("processor", "rules"), ("processor", "logs"),
+    ("agent", "incidents"), ("actuator", "incidents"), ("processor", "acted"),
+    ("agent", "acted")])
 def test_a_role_cannot_write_what_it_does_not_own(broker: SecureBroker, role: str,
                                                    topic: str) -> None:
     before = len(values(broker, PREFIX + topic))
@@ -196,7 +198,7 @@ def test_a_role_cannot_write_what_it_does_not_own(broker: SecureBroker, role: st
 @pytest.mark.parametrize("role,topic", [
     ("agent", "logs"), ("processor", "decisions"), ("processor", "signals"),
     ("processor", "status"), ("processor", "nodes"), ("processor", "deadletter"),
-    ("admin", "rules"), ("admin", "nodes")])
+    ("processor", "incidents"), ("actuator", "acted"), ("admin", "rules"), ("admin", "nodes")])
 def test_a_role_writes_what_it_owns(broker: SecureBroker, role: str, topic: str) -> None:
     before = len(values(broker, PREFIX + topic))
     assert produce(broker, role, PREFIX + topic) == "ok"

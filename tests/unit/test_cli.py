@@ -77,7 +77,7 @@ def test_the_tree_names_every_command() -> None:
                if isinstance(a, argparse._SubParsersAction))
     assert set(sub.choices) == {"run", "agent", "check", "process", "decisions", "logs",
                                 "rules", "kafka", "notify", "status", "nodes", "actuate",
-                                "diagnose", "keys", "jobs", "describe"}
+                                "diagnose", "keys", "jobs", "describe", "report"}
 
 
 def test_shared_options_are_the_same_everywhere(monkeypatch: pytest.MonkeyPatch) -> None:

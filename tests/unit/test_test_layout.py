@@ -19,6 +19,8 @@ NOT_A_WAIT = {
         "a sampler thread: collects every command line until told to stop",
     ("tests/integration/test_processor_stop.py", "produce_jobs"):
         "paces a producer at a fixed rate",
+    ("tests/support/goodput_truth.py", "_run"):
+        "a sampler thread: notes when each command exits until told to stop",
 }
 
 

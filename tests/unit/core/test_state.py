@@ -7,8 +7,20 @@ import dataclasses
 
 import orjson
 
-from faultwatch.core.events import Exit, Heartbeat, Hit, Match, Output, Progress, RunStart, Stage
+from faultwatch.core.events import (
+    Decision,
+    Exit,
+    Heartbeat,
+    Hit,
+    Match,
+    Output,
+    Progress,
+    RunStart,
+    Signal,
+    Stage,
+)
 from faultwatch.core.job import apply
+from faultwatch.core.ledger import Ledger
 from faultwatch.core.pmap import PMap
 from faultwatch.core.policy import Policy
 from faultwatch.core.state import JobState, Phase, freeze, new_attempt
@@ -42,7 +54,21 @@ def busy_state() -> JobState:
         diag_sent=(("d1", 19.0, 20.0),), losses=(2.5, 2.25),
         diagnoses=freeze({"a": {"ts": 18.0, "ranks": {"0": {"stack": {"state": "collective"},
                                                               "fr": None}}}}),
-        hang_culprits=PMap({"b": 1}), pending_gaps=(("", 1.5, 2.0),), outputs_since_step=2)
+        hang_culprits=PMap({"b": 1}), pending_gaps=(("", 1.5, 2.0),), outputs_since_step=2,
+        ledger=_ledger(sigs))
+
+
+def _ledger(sigs: list[Signal]) -> Ledger:
+    """The run's ledger (of the same signals) with every field away from its default too."""
+    from faultwatch.core.ledger import Checkpoint
+    from faultwatch.core.timeline import observe
+
+    led = observe(Ledger(), [*sigs, Stage("j", 2, "a", 13.5, 0, "eval", False)],
+                  [Decision("d1", "j", 2, "restart", "error", 17.0,
+                            evidence={"first_error": {"ts": 15.0, "node": "a"}})])
+    return dataclasses.replace(led, ckpt=Checkpoint(4, 12.5, 2), stride=2, skipped=1,
+                               earlier=(("productive", 3.0),), earlier_attempts=1,
+                               incidents_dropped=1)
 
 
 def test_every_field_round_trips_through_json() -> None:

@@ -36,14 +36,15 @@ def test_the_agent_writes_logs_and_nothing_faultwatch_acts_on() -> None:
 def test_the_processor_may_not_write_rules_or_logs_or_make_topics_of_the_prefix() -> None:
     writes = _writes("processor")
     for topic in ("decisions", "control", "signals", "status", "nodes", "deadletter",
-                  "processor-jobs-changelog", "processor-__assignor-__leader"):
+                  "incidents", "processor-jobs-changelog", "processor-__assignor-__leader"):
         assert _covers(writes, "p." + topic), topic
     for topic in ("rules", "logs", "made-up"):
         assert not _covers(writes, "p." + topic), topic
 
 
-def test_the_actuator_writes_nothing() -> None:
-    assert _writes("actuator") == set()
+def test_the_actuator_writes_only_what_it_did() -> None:
+    """The acted topic (what it drained, when: reports read it); nothing anyone acts on."""
+    assert _writes("actuator") == {("literal", "p.acted")}
 
 
 def test_only_the_processor_and_operators_write_decisions() -> None:
@@ -53,7 +54,8 @@ def test_only_the_processor_and_operators_write_decisions() -> None:
 
 def test_every_topic_and_group_is_covered() -> None:
     got = {(a.resource_type, a.name) for a in acls.table(SCOPE)}
-    for topic in ("logs", "signals", "decisions", "deadletter", "rules", "nodes", "status"):
+    for topic in ("logs", "signals", "decisions", "deadletter", "rules", "nodes", "status",
+                  "incidents", "acted"):
         assert ("topic", "p." + topic) in got
     assert ("group", "p.processor") in got and ("group", "faultwatch-notify") in got
     assert ("group", "p.actuate-") in got
