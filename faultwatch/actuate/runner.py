@@ -26,7 +26,7 @@ from faultwatch.core.registry import (
 from faultwatch.errors import ConfigError, DecodeError, FaultwatchError
 from faultwatch.eventlog import log_event
 from faultwatch.trust.refusals import REFUSALS
-from faultwatch.trust.replay import REPLAYED, ReplayGuard, superseded
+from faultwatch.trust.replay import DEFAULT_MAX_AGE_S, REPLAYED, ReplayGuard, superseded
 from faultwatch.wire import decode_decision, decode_node
 
 
@@ -37,7 +37,7 @@ class ActuateConfig:
     state_file: Path
     group: str
     write_registry: bool = False  # also derive registry updates (the job stage writes them)
-    max_decision_age_s: float = 600.0
+    max_decision_age_s: float = DEFAULT_MAX_AGE_S
     poll_ms: int = 500
     retry_s: float = 5.0
     max_tries: int = 5

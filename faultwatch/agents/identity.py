@@ -20,14 +20,14 @@ SLURMD_NODENAME, job_name) or from the Kubernetes downward-API variables the pod
 
 from __future__ import annotations
 
-import unicodedata
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from faultwatch import settings
+from faultwatch.core.names import MAX_NAME_CHARS, name_problem
 from faultwatch.errors import ConfigError
 
-MAX_ID_CHARS = 256
+MAX_ID_CHARS = MAX_NAME_CHARS
 TORCHRUN_DEFAULT_RDZV_ID = "none"  # torchrun's default --rdzv-id: not an identity
 FLAG, SLURM, TORCHRUN, KUBERNETES, GENERATED = (
     "flag", "slurm", "torchrun", "kubernetes", "generated")
@@ -43,13 +43,10 @@ class RunIdentity:
 
 
 def check_id(key: str, value: str) -> str:
-    """value if it is a safe identity (1..MAX_ID_CHARS, no control characters)."""
-    if not value:
-        raise ConfigError(key, "must not be empty")
-    if len(value) > MAX_ID_CHARS:
-        raise ConfigError(key, f"longer than {MAX_ID_CHARS} characters")
-    if any(unicodedata.category(c) in ("Cc", "Cf", "Zl", "Zp") for c in value):
-        raise ConfigError(key, "contains a control character")
+    """value if it is a safe identity by the one name rule (core/names.py)."""
+    problem = name_problem(value)
+    if problem is not None:
+        raise ConfigError(key, problem)
     return value
 
 

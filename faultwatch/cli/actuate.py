@@ -9,7 +9,9 @@ import signal
 from pathlib import Path
 from typing import Any
 
+from faultwatch.actuate.limits import ActuateLimits
 from faultwatch.cli import options
+from faultwatch.core.registry import RegistryPolicy
 from faultwatch.errors import ConfigError
 from faultwatch.wire.topics import actuate_group
 
@@ -106,17 +108,24 @@ def register(sub: Any) -> argparse.ArgumentParser:
                    help="also write the node registry from blacklist decisions (off: the "
                         "processor's job stage writes it; on only for decisions no "
                         "processor of this prefix makes, e.g. published by another tool)")
-    p.add_argument("--quarantine-s", type=float, default=1800.0,
-                   help="first quarantine of a node (doubles per repeat, capped at 7 days)")
+    p.add_argument("--quarantine-s", type=float,
+                   default=options.default_of(RegistryPolicy, "quarantine_s"),
+                   help="first quarantine of a node (default %(default)g; doubles per "
+                        "repeat, capped at 7 days)")
     g = p.add_argument_group("limits (Kubernetes' --node-eviction-rate and "
                              "--unhealthy-zone-threshold are the anchor; see docs/operating.md)")
-    g.add_argument("--max-drains-per-window", type=int, default=5,
-                   help="drain/taint at most this many nodes per --drain-window-s (default 5)")
-    g.add_argument("--drain-window-s", type=float, default=600.0,
-                   help="the window of --max-drains-per-window (default 600)")
-    g.add_argument("--max-drained-share", type=float, default=0.1,
-                   help="never more than this share of the nodes on the registry drained "
-                        "at once, but always 3 nodes (default 0.1)")
+    g.add_argument("--max-drains-per-window", type=int,
+                   default=options.default_of(ActuateLimits, "max_drains_per_window"),
+                   help="drain/taint at most this many nodes per --drain-window-s (default "
+                        "%(default)s)")
+    g.add_argument("--drain-window-s", type=float,
+                   default=options.default_of(ActuateLimits, "window_s"),
+                   help="the window of --max-drains-per-window (default %(default)g)")
+    g.add_argument("--max-drained-share", type=float,
+                   default=options.default_of(ActuateLimits, "max_drained_share"),
+                   help="never more than this share of the nodes on the registry drained at "
+                        f"once, but always {options.default_of(ActuateLimits, 'min_drained_nodes')}"
+                        " nodes (default %(default)g)")
     g.add_argument("--fleet-nodes", type=int, default=0,
                    help="nodes in the fleet, for --max-drained-share (default: the nodes on "
                         "the registry, which lists only nodes that ever had a record)")

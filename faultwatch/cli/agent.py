@@ -186,9 +186,11 @@ def _add_agent_common(p: argparse.ArgumentParser, job_required: bool) -> None:
                    help=f"job name (default ${settings.JOB})")
     p.add_argument("--node", default=None,
                    help=f"node name (default ${settings.NODE_NAME}, else the hostname)")
-    p.add_argument("--heartbeat-s", type=float, default=2.0,
+    p.add_argument("--heartbeat-s", type=float, default=options.default_of(AgentConfig,
+                                                                          "heartbeat_s"),
                    help="heartbeat interval while the child is quiet")
-    p.add_argument("--heartbeat-flowing-s", type=float, default=10.0,
+    p.add_argument("--heartbeat-flowing-s", type=float,
+                   default=options.default_of(AgentConfig, "heartbeat_flowing_s"),
                    help="heartbeat interval while the child prints (its lines prove it alive); "
                         "keep it + --heartbeat-s below half the processor's node_lost_s")
     p.add_argument("--run-id", default=None,
@@ -201,9 +203,12 @@ def _add_agent_common(p: argparse.ArgumentParser, job_required: bool) -> None:
                    help=f"spool root (default ${settings.SPOOL_DIR} or ~/.faultwatch/spool)")
     p.add_argument("--attempt", type=int, default=None,
                    help=f"attempt number of the job (default ${settings.ATTEMPT} or 0)")
-    p.add_argument("--exit-flush-timeout-s", type=float, default=10.0,
+    p.add_argument("--exit-flush-timeout-s", type=float,
+                   default=options.default_of(AgentConfig, "exit_flush_timeout_s"),
                    help="how long to wait for acks at exit; the rest stays spooled")
-    p.add_argument("--spool-cap-mb", type=int, default=256, help="spool size cap")
+    p.add_argument("--spool-cap-mb", type=int,
+                   default=options.default_of(AgentConfig, "spool_cap_bytes") >> 20,
+                   help="spool size cap (default %(default)s)")
 
 
 def _add_linger(p: argparse.ArgumentParser) -> None:
@@ -223,7 +228,8 @@ def _add_bootcheck_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--bootcheck-allreduce", action=argparse.BooleanOptionalAction,
                    default=True, help="run an all-reduce across the job's nodes (or 2 local "
                    "processes for a 1-node job) and measure its bandwidth")
-    p.add_argument("--bootcheck-timeout-s", type=float, default=120.0,
+    p.add_argument("--bootcheck-timeout-s", type=float,
+                   default=options.default_of(AgentConfig, "bootcheck_timeout_s"),
                    help="timeout of each subprocess check (versions, all-reduce)")
 
 
@@ -242,9 +248,11 @@ def register(sub: Any) -> None:
     p.add_argument("--rank", type=int, default=None, help="rank (default $RANK)")
     p.add_argument("--nnodes", type=int, default=None,
                    help="nodes of the job, sent in RunStart (default from torchrun's env)")
-    p.add_argument("--term-grace-s", type=float, default=10.0,
+    p.add_argument("--term-grace-s", type=float,
+                   default=options.default_of(AgentConfig, "term_grace_s"),
                    help="SIGTERM to SIGKILL escalation when stopping the child")
-    p.add_argument("--max-line-bytes", type=int, default=65536)
+    p.add_argument("--max-line-bytes", type=int,
+                   default=options.default_of(AgentConfig, "max_line_bytes"))
     _add_linger(p)
     p.add_argument("--node-key-file", type=Path, default=None,
                    help="this node's Ed25519 key (`faultwatch keys generate --node NODE`): "
@@ -258,7 +266,8 @@ def register(sub: Any) -> None:
                         "the decision; answer the probes of <prefix>control "
                         f"(default: ${settings.FOLLOW_DECISIONS} if set, else on in node mode "
                         "and off in rank mode, where torchrun or the scheduler restarts ranks)")
-    p.add_argument("--decision-wait-s", type=float, default=60.0,
+    p.add_argument("--decision-wait-s", type=float,
+                   default=options.default_of(AgentConfig, "decision_wait_s"),
                    help="after the child failed, how long to wait for the job's decision "
                         f"(none: exit {EXIT_UNDECIDED})")
     p.add_argument("--decisions-out", metavar="FILE",
@@ -267,9 +276,11 @@ def register(sub: Any) -> None:
     p.add_argument("--sdk", action=argparse.BooleanOptionalAction, default=True,
                    help=f"open a Unix socket for the training SDK (${settings.SDK_SOCKET} in "
                         "the child's env) and ship its messages as notes")
-    p.add_argument("--wait-for-nodes", type=int, default=0, metavar="N",
+    p.add_argument("--wait-for-nodes", type=int, metavar="N",
+                   default=options.default_of(AgentConfig, "wait_for_nodes"),
                    help="hold the launch until N nodes of the job have an agent up")
-    p.add_argument("--wait-for-nodes-timeout-s", type=float, default=900.0,
+    p.add_argument("--wait-for-nodes-timeout-s", type=float,
+                   default=options.default_of(AgentConfig, "wait_for_nodes_timeout_s"),
                    help=f"give up waiting (exit {EXIT_NODES_TIMEOUT}) after this long")
     p.add_argument("--bootcheck", action="store_true",
                    help="run the boot checks before every launch (the first, and each "
@@ -294,7 +305,8 @@ def register(sub: Any) -> None:
     t.add_argument("--poll-s", type=float, default=0.5, help="polling interval")
     t.add_argument("--from-end", action="store_true",
                    help="files without saved offsets start at their end (default: start)")
-    t.add_argument("--max-line-bytes", type=int, default=65536)
+    t.add_argument("--max-line-bytes", type=int,
+                   default=options.default_of(AgentConfig, "max_line_bytes"))
     _add_linger(t)
     t.add_argument("paths", nargs="+", metavar="PATH")
     options.add_logging(t)

@@ -7,6 +7,7 @@ policy flags of `run` and `process`. docs/cli.md lists them."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -37,6 +38,18 @@ class Parser(argparse.ArgumentParser):
         self.print_usage(sys.stderr)
         hint = f"\n  hint: {self.hint}" if self.hint else ""
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message}{hint}\n")
+
+
+def default_of(cls: type, name: str) -> Any:
+    """The default of field `name` of the library's dataclass `cls`: a flag's default is
+    read from the code that uses it, never spelled a second time."""
+    for f in dataclasses.fields(cls):
+        if f.name == name:
+            if f.default is not dataclasses.MISSING:
+                return f.default
+            if f.default_factory is not dataclasses.MISSING:
+                return f.default_factory()
+    raise KeyError(f"{cls.__name__} has no defaulted field {name!r}")
 
 
 def subcommands(p: argparse.ArgumentParser, dest: str, **kwargs: Any) -> Any:

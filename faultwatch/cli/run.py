@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from faultwatch import settings
-from faultwatch.agents.config import EXIT_UNDECIDED
+from faultwatch.agents.config import EXIT_UNDECIDED, AgentConfig
 from faultwatch.cli import options
 from faultwatch.eventlog import log_event
 
@@ -262,9 +262,11 @@ def register(sub: Any) -> None:
     p.add_argument("--control-out", metavar="FILE",
                    help="append the control requests (diagnosis probes) as JSON lines")
     p.add_argument("--job", default="local", help="job name used in decisions")
-    p.add_argument("--term-grace-s", type=float, default=10.0,
+    p.add_argument("--term-grace-s", type=float,
+                   default=options.default_of(AgentConfig, "term_grace_s"),
                    help="SIGTERM -> SIGKILL grace when stopping the command")
-    p.add_argument("--decision-wait-s", type=float, default=60.0,
+    p.add_argument("--decision-wait-s", type=float,
+                   default=options.default_of(AgentConfig, "decision_wait_s"),
                    help="after the command failed, how long to wait for the decision "
                         f"(none: exit {EXIT_UNDECIDED})")
     options.add_verdict(p)

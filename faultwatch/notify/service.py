@@ -27,7 +27,7 @@ from faultwatch.notify.grouping import Grouper, GroupingPolicy, Notification
 from faultwatch.notify.http import HttpSecurity
 from faultwatch.notify.limit import Digest, Limiter, RateLimits
 from faultwatch.notify.sender import Receiver, RetryPolicy, deliver
-from faultwatch.trust.replay import ReplayGuard
+from faultwatch.trust.replay import DEFAULT_MAX_AGE_S, ReplayGuard
 from faultwatch.wire.signing import DecisionGate
 from faultwatch.wire.topics import NOTIFY_GROUP
 
@@ -44,7 +44,7 @@ class NotifierConfig:
     policy: GroupingPolicy = field(default_factory=GroupingPolicy)
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     from_beginning: bool = False
-    max_decision_age_s: float = 600.0
+    max_decision_age_s: float = DEFAULT_MAX_AGE_S
     replay_state: Path | None = None  # ids of decisions taken (the replay rule across restarts)
     limits: RateLimits = field(default_factory=RateLimits)
     alertmanagers: tuple[Alertmanager, ...] = ()
