@@ -20,6 +20,7 @@ EXIT_REFUSED = 8  # an operator write its consumers would refuse (unsigned, untr
 EXIT_CHAIN = 9  # `check --strict` (and run/agent --strict): the job's timeouts do not nest
 EXIT_CHILD_NOT_STARTED = 127  # the supervised command could not be started (as in a shell)
 EXIT_INTERRUPTED = 130  # SIGINT (Ctrl-C)
+EXIT_BROKEN_PIPE = 141  # 128+SIGPIPE: stdout's reader went away (`| head`)
 
 
 class FaultwatchError(Exception):

@@ -37,7 +37,8 @@ _INFO_EVENTS = (
     "signal", "spool_replay", "node_signing", "decision_signing", "nodes_up",
     "waiting_for_nodes", "bootcheck", "broker_up", "decisions_following",
     "decisions_waiting_for_topic", "waiting_for_topic", "tail_start", "tail_rotated",
-    "torchrun_ranks", "metrics_listening", "timeout_chain",
+    "torchrun_ranks", "metrics_listening", "timeout_chain", "replaced", "spare_waiting",
+    "spare_joining", "spare_released",
     # processor
     "processor_starting", "processor_stopping", "processor_stopped", "processor_metrics",
     "partitions_assigned", "partitions_revoked", "registry_following", "registry_loaded",
@@ -50,6 +51,7 @@ _INFO_EVENTS = (
     "actuate_retry", "alerts_posted", "alert_resolved", "alert_status_following")
 _WARNING_EVENTS = (
     "broker_down", "broker_refused", "broker_unreachable", "broker_unreachable_summary",
+    "faust_slow_processing",
     "decision_refused", "decisions_not_ready", "decisions_out_failed", "decisions_unverified",
     "decisions_unavailable", "escalate", "flush_timeout", "no_decision", "nodes_timeout",
     "pipes_held_open", "produce_failed", "registry_follow_failed", "replay_state_unwritable",
@@ -66,7 +68,8 @@ _WARNING_EVENTS = (
     "actuate_journal_bad_line", "notification_failed", "notification_retry",
     "notify_commit_failed", "notify_rate_limited", "metrics_unavailable",
     "metrics_address_file_failed", "alerts_retry", "alerts_failed", "alert_status_unavailable",
-    "lemon_node", "incidents_follow_failed", "ledger_refused", "ledger_unverified")
+    "spare_declined", "spare_status_unavailable", "lemon_node", "incidents_follow_failed",
+    "ledger_refused", "ledger_unverified")
 _ERROR_EVENTS = ("delivery_crashed", "spool_write_failed", "processor_start_failed")
 LEVELS: dict[str, int] = {
     **dict.fromkeys(_DEBUG_EVENTS, DEBUG), **dict.fromkeys(_INFO_EVENTS, INFO),

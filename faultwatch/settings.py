@@ -191,6 +191,12 @@ K8S_UID = _v("K8S_UID", str, None, "a Job/pod-set uid or label: the run id (down
              (NODE,))
 K8S_TERMINATION_GRACE_S = _v("K8S_TERMINATION_GRACE_S", int, None, "the pod's "
                              "terminationGracePeriodSeconds (`faultwatch check`)", (NODE,))
+SPARES = _v("SPARES", int, 0, "hot spares: the last K nodes of the allocation wait (`agent "
+            "--spares`)", (NODE,), lo=0)
+NODES_TOTAL = _v("NODES_TOTAL", int, None, "how many nodes the allocation has, spares "
+                 "included (`agent --nodes-total`)", (NODE,), lo=1)
+LOCK_DIR = _v("LOCK_DIR", Path, None, "where a hot spare's node lock lives (default the "
+              "temporary directory)", (NODE,))
 SDK_SOCKET = _v("SDK_SOCKET", str, None, "the agent's Unix socket for the training SDK, set "
                 "by the agent", (RANK,), to_child=True)
 DIAG_DIR = _v("DIAG_DIR", Path, None, "where the ranks write Flight Recorder dumps on "
@@ -216,6 +222,9 @@ NODE_LINES_PER_S = _v("NODE_LINES_PER_S", float, 20_000.0, "lines per second eac
 INCIDENTS_RETENTION_S = _v("INCIDENTS_RETENTION_S", float, 30 * 86_400.0, "the incidents and "
                            "acted topics drop what is older (seconds, positive; applied when "
                            "the processor creates them)", (PROCESSOR,), positive=True)
+METRICS_LOG_S = _v("METRICS_LOG_S", float, 300.0, "one processor_metrics event line this "
+                   "often (seconds, positive; rates and lags are on /metrics)", (PROCESSOR,),
+                   positive=True)
 PROCESSOR_DIR = _v("PROCESSOR_DIR", Path, None, "where Faust keeps its per-app metadata "
                    "(default ~/.cache/faultwatch/processor)", (PROCESSOR,))
 START_ATTEMPT = _v("START_ATTEMPT", int, 0, "internal: a worker's start attempt after a "

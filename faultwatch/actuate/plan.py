@@ -75,10 +75,11 @@ def scheduler_identity(raw: Any) -> dict[str, str]:
 
 def plan_decision(dec: Decision) -> list[Action]:
     """A `blacklist` decision: quarantine each target node, then requeue the job away from
-    it. Other actions need nothing from a scheduler, nor does a fleet notice (job
-    "(fleet)": a lemon node's quarantine acts through the registry record it leads to).
-    Raises ConfigError on a field that does not match its pattern (the caller logs it with
-    topic/partition/offset)."""
+    it, unless a hot spare replaced the node inside the running job (`swaps`: the node is
+    drained, the job keeps its allocation). Other actions need nothing from a scheduler,
+    nor does a fleet notice (job "(fleet)": a lemon node's quarantine acts through the
+    registry record it leads to). Raises ConfigError on a field that does not match its
+    pattern (the caller logs it with topic/partition/offset)."""
     if dec.action != "blacklist" or dec.job == NOTICE_JOB:
         return []
     did = check("decision.id", dec.id, DECISION_ID_RE)
@@ -88,10 +89,12 @@ def plan_decision(dec: Decision) -> list[Action]:
         raise ConfigError("decision.targets.nodes", f"blacklist {did} names no node")
     sched = scheduler_identity(dec.scheduler)
     out: list[Action] = []
+    swapped = {a for a, _ in dec.swaps}
     for n in dec.nodes:
         node = valid_node(n)
         out.append(Action(QUARANTINE, node, did, rule, job, sched))
-        out.append(Action(REQUEUE, node, did, rule, job, sched))
+        if node not in swapped:
+            out.append(Action(REQUEUE, node, did, rule, job, sched))
     return out
 
 

@@ -36,6 +36,7 @@ from faultwatch.agents.reader import (
     TeeWriter,
     pump,
 )
+from faultwatch.agents.roles import check_spare, role_of
 from faultwatch.agents.sdk_server import SdkServer
 from faultwatch.agents.transport import KafkaTransport, Transport
 from faultwatch.core.events import STDERR, STDOUT, Decision, Exit, Heartbeat, RunStart
@@ -119,6 +120,13 @@ class Agent:
         # a new run). Generated per agent process until a flag or scheduler names the run.
         self.run_id = cfg.run_id or f"g-{uuid.uuid4().hex}"  # agents/identity.py
         self.run_source = cfg.run_source or "generated"
+        # active, or a hot spare waiting to replace a bad node (agents/roles.py, spare.py)
+        self.role = role_of(cfg.spare, cfg.spares, os.environ if cfg.env is None else cfg.env,
+                            cfg.node_index, cfg.nodes_total)
+        if self.role.spare:
+            check_spare(cfg, self.run_source)
+        # after a swap: the nodes of the next attempt wait for each other (prelaunch)
+        self.sync_nodes = 0
         self._new_run()
 
     def _torchrun_ranks(self, env: Mapping[str, str]) -> None:

@@ -350,12 +350,20 @@ async def run_bootchecks(agent: Agent, when: str = "start") -> bool:
     """Run the configured checks, log failures, ship a `bootcheck` note; True when all pass.
     `when`: "start" (first launch) or "restart" (before relaunching after a failed attempt:
     seed 001's troubleshooting)."""
+    return (await bootchecks(agent, when))[0]
+
+
+async def bootchecks(agent: Agent, when: str = "start"
+                     ) -> tuple[bool, list[dict[str, Any]]]:
+    """run_bootchecks with the checks themselves. `when` "spare": a waiting hot spare's
+    checks, whose all-reduce runs among its own processes (the job's ranks are training)."""
     c = agent.cfg
     t0 = time.monotonic()
     env = agent.child_env()
     python = training_python(c.cmd)
     checks = await all_checks(c.bootcheck_paths, c.bootcheck_min_mb_s, c.bootcheck_expect_gpus,
-                              c.bootcheck_allreduce, c.bootcheck_timeout_s, c.nnodes, env,
+                              c.bootcheck_allreduce, c.bootcheck_timeout_s,
+                              None if when == "spare" else c.nnodes, env,
                               float(getattr(c, "bootcheck_min_busbw_gb_s", 0.0) or 0.0),
                               python)
     ok = all(x["status"] != FAIL for x in checks)
@@ -367,7 +375,7 @@ async def run_bootchecks(agent: Agent, when: str = "start") -> bool:
                              "python": python, "seconds": round(time.monotonic() - t0, 2)})
     agent.log("bootcheck", ok=ok, checks=len(checks), when=when,
               seconds=round(time.monotonic() - t0, 1))
-    return ok
+    return ok, checks
 
 
 def bootcheck_now(paths: Sequence[str], min_mb_s: float, expect_gpus: int | None,

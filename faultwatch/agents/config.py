@@ -151,6 +151,14 @@ class AgentConfig:
     verdict_out: Path | None = None
     decisions_out: Path | None = None
     on_restart: str = "relaunch"
+    # Hot spares (agents/roles.py, agents/spare.py): this agent is a spare (`spare`), or the
+    # last `spares` nodes of the allocation are; its place in it when the scheduler's
+    # environment does not say; how often a waiting spare says it is alive
+    spare: bool = False
+    spares: int = 0
+    node_index: int | None = None
+    nodes_total: int | None = None
+    spare_note_s: float = 5.0
 
     def __post_init__(self) -> None:
         if self.on_restart not in ON_RESTART:
@@ -161,6 +169,9 @@ class AgentConfig:
             raise ConfigError("linger_ms", f"must be an integer from 1 to {MAX_LINGER_MS} "
                                            f"(milliseconds), got {self.linger_ms!r}")
         check_name("node", self.node)
+        if not 0.2 <= self.spare_note_s <= 3600:
+            raise ConfigError("spare_note_s", f"must be 0.2..3600 seconds, got "
+                                              f"{self.spare_note_s!r}")
         if not self.run_id:  # built directly (not from the env): a generated identity
             ident = resolve_identity(None, self.labels, {}, (), lambda: uuid.uuid4().hex)
             object.__setattr__(self, "run_id", ident.run_id)
@@ -236,4 +247,4 @@ class AgentConfig:
 
 
 _NULLABLE = {"rank", "world_size", "nnodes", "compression", "env", "bootcheck_expect_gpus",
-             "spool_leaf", "verdict_out", "decisions_out"}
+             "spool_leaf", "verdict_out", "decisions_out", "node_index", "nodes_total"}

@@ -26,6 +26,7 @@ Log = Callable[..., None]
 
 # What the agent does about a decision (None: not for this node / nothing to do).
 RESTART, BLACKLISTED, FAIL, NOTIFY = "restart", "blacklisted", "fail", "notify"
+REPLACED = "replaced"  # a hot spare takes this node's place (decision.swaps): leave
 START_MARGIN_S = 5.0  # also read decisions stamped this long before the start (clock skew)
 STALE_AFTER_S = 6.0  # no fetch answer for this long: the broker is unreachable
 MAX_BACKOFF_S = 10.0  # reconnect attempts while the broker is down: at most this far apart
@@ -37,9 +38,12 @@ def verdict(dec: Decision, node: str, attempt: int) -> str | None:
 
     restart: in sync mode the decision names every node of the job, in async mode only the
     failed ones; an empty node list means the whole job. blacklist: the named node exits
-    (BLACKLISTED), the nodes in evidence.restart_nodes restart. fail: every node stops."""
+    (BLACKLISTED), the nodes in evidence.restart_nodes restart. fail: every node stops.
+    A node a hot spare replaces (decision.swaps) leaves: REPLACED, whatever else it says."""
     if dec.attempt != attempt:
         return None
+    if dec.action in ("restart", "blacklist") and any(a == node for a, _ in dec.swaps):
+        return REPLACED
     nodes = {n for n in dec.nodes if isinstance(n, str)}
     if dec.action == "restart":
         return RESTART if not dec.nodes or node in nodes else None

@@ -7,9 +7,9 @@ verdict: in the decision's evidence (`exits`), in the verdict file (`--verdict-o
 one line on stderr. docs/cli.md has the table; docs/schedulers.md what each scheduler does
 with each code, and why these numbers:
 
-- 138 is the one code Kubeflow's training-operator reserves for a user-defined retryable
-  error (`isRetryableExitCode`: 130, 137, 143 and 138 retryable, every other code permanent),
-  so "this node is bad, run me elsewhere" must be 138 to be retried there. The agent handles
+- 138 is the code Kubeflow documents for a user-defined retryable error, and its
+  training-operator retries it (`IsRetryableExitCode` in v1.8.1: every code >= 128; earlier
+  releases 130, 137, 143 and 138), so "this node is bad, run me elsewhere" is 138. The agent handles
   SIGUSR1 (forwards it to the child) so that it never dies by SIGUSR1 itself.
 - 75-78 are far from what a Python process or a shell produce by themselves (1, 2, 126,
   127, 128+N for signal N up to 192 for real-time signals, 255), and are permanent for
@@ -43,9 +43,14 @@ EXIT_ELSEWHERE = 138  # this node is bad (blacklist decision, failed boot check)
 
 # name -> code; `interrupted` is 128+N for the signal N the agent received (SIGHUP 129,
 # SIGINT 130, SIGTERM 143), `error` the class's code of faultwatch's own error (1-9).
+# `replaced` (a hot spare took this node's place: the job runs on without it) and `released`
+# (a spare whose run ended without needing it) exit 0 too: nothing for the scheduler to do,
+# and 0 leaves a step's or a Job's result to the nodes still training (srun returns the
+# highest code of its tasks, a Job succeeds when its pods do).
 VERDICTS: dict[str, int] = {
     "success": EXIT_SUCCESS, "restart": EXIT_RESTART, "elsewhere": EXIT_ELSEWHERE,
     "failed": EXIT_FAILED, "undecided": EXIT_UNDECIDED, "nodes-timeout": EXIT_NODES_TIMEOUT,
+    "replaced": EXIT_SUCCESS, "released": EXIT_SUCCESS,
 }
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # the agent stops on these
 RESERVED = frozenset(VERDICTS.values()) | {128 + int(s) for s in STOP_SIGNALS}
@@ -124,7 +129,8 @@ class Verdict:
 _OUTCOME = {"success": "succeeded", "failed": "failed", "restart": "restart requested",
             "elsewhere": "this node is bad, run elsewhere", "undecided": "failed, undecided",
             "nodes-timeout": "the other nodes did not come up", "interrupted": "interrupted",
-            "error": "faultwatch error"}
+            "error": "faultwatch error", "replaced": "replaced by a hot spare",
+            "released": "released (the run ended without needing this spare)"}
 
 
 @dataclass

@@ -36,9 +36,8 @@ def _signalled_code(agent: Agent) -> int:
     return 128 + (agent.signals[-1] if agent.signals else int(signal.SIGTERM))
 
 
-async def _wait_nodes(agent: Agent) -> int | None:
+async def _wait_nodes(agent: Agent, want: int) -> int | None:
     c = agent.cfg
-    want = c.wait_for_nodes
     agent.transport.submit_lifecycle(
         wire.encode_notice(c.job, agent.attempt, c.node, time.time(), "hello",
                            hello_data(agent.run_id, c.node, c.rank, socket.gethostname(),
@@ -71,6 +70,9 @@ async def _wait_nodes(agent: Agent) -> int | None:
 async def before_launch(agent: Agent) -> int | None:
     """None to launch the child now, else the agent's exit code (the launch is aborted)."""
     c = agent.cfg
+    from faultwatch.agents.spare import active_note
+
+    await active_note(agent)  # may a hot spare replace this node? (not if it hosts the rendezvous)
     if c.bootcheck:  # at every launch: the first, and each relaunch after a failure
         from faultwatch.agents.bootcheck import run_bootchecks
 
@@ -81,6 +83,8 @@ async def before_launch(agent: Agent) -> int | None:
         if not passed and c.bootcheck_abort:
             agent.log("bootcheck_abort", exit_code=EXIT_BOOTCHECK_FAILED)
             return EXIT_BOOTCHECK_FAILED
-    if c.wait_for_nodes > 0:
-        return await _wait_nodes(agent)
+    want = c.wait_for_nodes or agent.sync_nodes  # after a swap: the attempt's nodes
+    agent.sync_nodes = 0
+    if want > 0:
+        return await _wait_nodes(agent, want)
     return None

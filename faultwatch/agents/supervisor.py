@@ -13,7 +13,7 @@ import orjson
 
 from faultwatch.agents.child import ExitStatus
 from faultwatch.agents.control import answer_probe, refused_why
-from faultwatch.agents.decisions import BLACKLISTED, NOTIFY, RESTART, verdict
+from faultwatch.agents.decisions import BLACKLISTED, NOTIFY, REPLACED, RESTART, verdict
 from faultwatch.agents.exitcodes import (
     EXIT_ELSEWHERE,
     EXIT_FAILED,
@@ -168,12 +168,37 @@ def _before_launch_verdict(agent: Agent, code: int) -> Verdict:
     return _interrupted(agent, None)
 
 
+async def _wait_as_spare(agent: Agent) -> Verdict | None:
+    """A hot spare waits (agents/spare.py): None once it joins the job (its attempt is the
+    swap's next one), else the verdict it leaves with."""
+    from faultwatch.agents.spare import wait_as_spare
+
+    outcome, dec = await wait_as_spare(agent)
+    if dec is not None:
+        _record(agent, dec)
+    if outcome == "joined" and dec is not None:
+        if not await _wait_not_before(agent, dec):
+            return _interrupted(agent, None, dec)
+        return None
+    if outcome == "failed":
+        return _verdict(agent, "failed", EXIT_FAILED, None,
+                        "a fail decision ended the job while this spare waited", dec)
+    if outcome == "released":
+        return _verdict(agent, "released", EXIT_SUCCESS, None,
+                        "the run is done; this hot spare was not needed")
+    return _interrupted(agent, None)
+
+
 async def supervise_job(agent: Agent) -> Verdict:
     """Run the child, relaunching it on restart decisions; the agent's verdict (its exit code
     is the contract of agents/exitcodes.py: never the child's own code)."""
     from faultwatch.agents.prelaunch import before_launch
 
     follower = agent.transport.decisions
+    if agent.role.spare:
+        waited = await _wait_as_spare(agent)
+        if waited is not None:
+            return waited
     while True:
         code = await before_launch(agent)
         if code is not None:
@@ -205,7 +230,17 @@ async def supervise_job(agent: Agent) -> Verdict:
                                 next_attempt=agent.attempt + 1)
             agent.log("restart", decision=dec.id, next_attempt=agent.attempt + 1)
             agent.restart()
+            if dec.swaps:  # a hot spare joins: launch together (agents/spare.py next_nodes)
+                from faultwatch.agents.spare import next_nodes
+
+                agent.sync_nodes = next_nodes(dec)
             continue
+        if v == REPLACED:
+            spare = next((b for a, b in dec.swaps if a == agent.cfg.node), "?")
+            agent.log("replaced", decision=dec.id, spare=spare, exit_code=EXIT_SUCCESS)
+            return _verdict(agent, "replaced", EXIT_SUCCESS, st,
+                            f"hot spare {spare} took this node's place; the job runs on "
+                            "without it", dec)
         if v == BLACKLISTED:
             agent.log("blacklisted", decision=dec.id, exit_code=EXIT_ELSEWHERE)
             return _verdict(agent, "elsewhere", EXIT_ELSEWHERE, st,

@@ -82,7 +82,18 @@ def config_from_args(args: argparse.Namespace) -> AgentConfig:
         node_key_file=getattr(args, "node_key_file", None),
         metrics_address=getattr(args, "metrics_address", None) or "127.0.0.1",
         metrics_address_file=getattr(args, "metrics_address_file", None),
+        spare=bool(getattr(args, "spare", False)), spares=_spares(args),
+        node_index=getattr(args, "node_index", None),
+        nodes_total=getattr(args, "nodes_total", None),
+        spare_note_s=float(getattr(args, "spare_note_s",
+                                   options.default_of(AgentConfig, "spare_note_s"))),
         **bootcheck_kw(args))
+
+
+def _spares(args: argparse.Namespace) -> int:
+    if getattr(args, "spares", None) is not None:
+        return int(args.spares)
+    return settings.SPARES.value()
 
 
 def _path(v: str | None) -> Path | None:
@@ -282,6 +293,24 @@ def register(sub: Any) -> None:
     p.add_argument("--wait-for-nodes-timeout-s", type=float,
                    default=options.default_of(AgentConfig, "wait_for_nodes_timeout_s"),
                    help=f"give up waiting (exit {EXIT_NODES_TIMEOUT}) after this long")
+    p.add_argument("--spares", type=int, default=None, metavar="K",
+                   help="hot spares: the last K nodes of the allocation wait, checked, without "
+                        "the command and replace a bad node inside the running job (the "
+                        "node's place: --node-index/--nodes-total, else SLURM_NODEID of "
+                        "SLURM_STEP_NUM_NODES, or JOB_COMPLETION_INDEX; default "
+                        f"${settings.SPARES} or 0)")
+    p.add_argument("--spare", action="store_true",
+                   help="this agent is a hot spare whatever its place (a second srun step "
+                        "or Job for the spares)")
+    p.add_argument("--node-index", type=int, default=None, metavar="I",
+                   help="this node's place in the allocation, 0-based (with --spares)")
+    p.add_argument("--nodes-total", type=int, default=None, metavar="M",
+                   help="how many nodes the allocation has, spares included (with --spares; "
+                        f"default ${settings.NODES_TOTAL}, else Slurm's)")
+    p.add_argument("--spare-note-s", type=float,
+                   default=options.default_of(AgentConfig, "spare_note_s"),
+                   help="how often a waiting spare tells the processor it is alive (keep it "
+                        "below half the processor's node_lost_s)")
     p.add_argument("--bootcheck", action="store_true",
                    help="run the boot checks before every launch (the first, and each "
                         "relaunch after a failure); ship a bootcheck note")
@@ -294,7 +323,8 @@ def register(sub: Any) -> None:
     options.add_check(p)
     options.add_logging(p, "warning")
     p.set_defaults(func=cmd_agent)
-    asub = options.subcommands(p, "agent_command", metavar="{tail,bootcheck}")
+    asub = options.subcommands(p, "agent_command", metavar="{tail,bootcheck}",
+                               prog="faultwatch agent")
 
     t = asub.add_parser("tail", help="ship existing log files",
                         description="Ship existing log files (polling; offsets persisted; "

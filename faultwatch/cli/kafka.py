@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from faultwatch.cli import options
-from faultwatch.errors import EXIT_OK, BrokerError
+from faultwatch.errors import EXIT_ERROR, EXIT_OK, BrokerError
 from faultwatch.kafka import acls
 from faultwatch.kafka import settings as kafka_settings
 
@@ -36,8 +36,8 @@ def cmd_kafka_down(args: argparse.Namespace) -> int:
     from faultwatch.kafka import broker as kafka_local
 
     try:
-        data = kafka_local.status(args.data_dir, args.port)["data_dir"]
-        stopped = kafka_local.down(args.data_dir, args.port)
+        data = kafka_local.locate(args.data_dir, args.port)
+        stopped = kafka_local.down(data, args.port)
     except OSError as e:
         raise _broker_errors(e) from e
     print(f"stopped the broker of {data}" if stopped else f"no broker running for {data}")
@@ -56,9 +56,13 @@ def cmd_kafka_status(args: argparse.Namespace) -> int:
     elif info["running"]:
         print(f"running: pid {info['pid']}, bootstrap {info['bootstrap']}, "
               f"data dir {info['data_dir']}")
+    elif info["listening"]:
+        print(f"listening: 127.0.0.1:{args.port} accepts connections, a broker faultwatch "
+              f"did not start (no broker of data dir {info['data_dir']})")
     else:
-        print(f"not running (data dir {info['data_dir']})")
-    return EXIT_OK
+        print(f"not running: nothing listens on 127.0.0.1:{args.port} (data dir "
+              f"{info['data_dir']})")
+    return EXIT_OK if info["running"] or info["listening"] else EXIT_ERROR
 
 
 def cmd_kafka_acls(args: argparse.Namespace) -> int:

@@ -52,7 +52,7 @@ def cmd_nodes(args: argparse.Namespace) -> int:
     return print_nodes(bootstrap, topic, as_json=args.json)
 
 
-def _change(args: argparse.Namespace, make: Any) -> int:
+def _change(args: argparse.Namespace, make: Any, must_exist: str | None = None) -> int:
     from faultwatch.eventlog import log_event
     from faultwatch.nodes.manual import change_node
     from faultwatch.streams.write_check import check_operator_write
@@ -67,7 +67,8 @@ def _change(args: argparse.Namespace, make: Any) -> int:
     # a record every verifying worker would refuse is refused here (exit 8)
     check_operator_write(bootstrap, Topics(args.topic_prefix).status, NODE_RECORD, key,
                          f"nodes {args.nodes_command}")
-    rec = change_node(bootstrap, topic, node, make, signer=signer_for(NODE_RECORD, key))
+    rec = change_node(bootstrap, topic, node, make, signer=signer_for(NODE_RECORD, key),
+                      must_exist=must_exist)
     log_event(f"node_{args.nodes_command}", node=node, state=rec.state, until=rec.until,
               strikes=rec.strikes, decision=rec.reasons[-1].decision)
     print(orjson.dumps(node_json(rec)).decode())
@@ -99,7 +100,7 @@ def cmd_release(args: argparse.Namespace) -> int:
                    rule="manual", line=args.reason, job=who)
         return release(rec, node, now, r, forget=args.forget)
 
-    return _change(args, make)
+    return _change(args, make, must_exist=None if args.force else "release")
 
 
 def _signing_key_flag(p: argparse.ArgumentParser, sub: bool = False) -> None:
@@ -135,5 +136,8 @@ def register(sub: Any) -> argparse.ArgumentParser:
     r.add_argument("--reason", default="released by hand", help="why (kept in the history)")
     r.add_argument("--forget", action="store_true",
                    help="also clear its strikes (the next quarantine is short again)")
+    r.add_argument("--force", action="store_true",
+                   help="write the release even for a node the registry does not hold (a "
+                        "node never seen is refused: exit 7, nothing written)")
     r.set_defaults(func=cmd_release)
     return p

@@ -15,6 +15,7 @@ from typing import Any, NoReturn
 
 from faultwatch import settings
 from faultwatch.core import policy
+from faultwatch.core.names import did_you_mean
 from faultwatch.errors import EXIT_USAGE, ConfigError
 from faultwatch.kafka import settings as kafka_settings
 from faultwatch.wire.topics import DEFAULT_PREFIX, Topics
@@ -25,19 +26,94 @@ PREFIX_ENV = settings.TOPIC_PREFIX.name
 
 class Parser(argparse.ArgumentParser):
     """argparse without abbreviations (`--topic X` is an error, never `--topic-prefix X`),
-    with a hint appended to usage errors (e.g. where the wrapped command goes). Subparsers
-    made from it are of this class too."""
+    with a hint appended to usage errors (e.g. where the wrapped command goes) and a
+    did-you-mean for a misspelt subcommand, choice or option (`faultwatch stauts`,
+    `--jbo`: what Python 3.14's suggest_on_error does, on every version). Subparsers made
+    from it are of this class too."""
 
     hint = ""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs["allow_abbrev"] = False
+        given = kwargs.get("formatter_class")  # a command's own raw text stays raw in ours
+        if not (isinstance(given, type) and issubclass(given, HelpFormatter)):
+            kwargs["formatter_class"] = HelpFormatter
         super().__init__(*args, **kwargs)
+
+    def format_help(self) -> str:
+        """The help with the shared Kafka options' group after the command's own groups."""
+        groups = self._action_groups
+        self._action_groups = [g for g in groups if g.title != KAFKA_GROUP] + \
+            [g for g in groups if g.title == KAFKA_GROUP]
+        try:
+            return super().format_help()
+        finally:
+            self._action_groups = groups
 
     def error(self, message: str) -> NoReturn:
         self.print_usage(sys.stderr)
         hint = f"\n  hint: {self.hint}" if self.hint else ""
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message}{hint}\n")
+
+    def _check_value(self, action: argparse.Action, value: Any) -> None:
+        try:
+            super()._check_value(action, value)
+        except argparse.ArgumentError as e:
+            hint = did_you_mean(value, action.choices) if isinstance(value, str) and \
+                action.choices is not None else ""
+            if not hint:
+                raise
+            raise argparse.ArgumentError(action, f"invalid choice: {value!r}{hint}") from e
+
+    def unrecognized(self, args: list[str], hint: str = "") -> NoReturn:
+        """The usage error for arguments no option of this (sub)command takes, naming the
+        options close to each misspelt one."""
+        known = [o for a in self._actions for o in a.option_strings if o.startswith("--")]
+        close = "".join(did_you_mean(a.split("=", 1)[0], known, n=2) for a in args
+                        if a.startswith("--"))
+        self.error(f"unrecognized arguments: {' '.join(args)}{close}{hint}")
+
+
+def chosen(parser: argparse.ArgumentParser, ns: argparse.Namespace) -> argparse.ArgumentParser:
+    """The (sub)parser of the command `ns` was parsed for: `faultwatch rules show ...` ->
+    the `show` parser of `rules`."""
+    p = parser
+    while True:
+        sub = next((a for a in p._actions if isinstance(a, argparse._SubParsersAction)), None)
+        name = getattr(ns, sub.dest, None) if sub is not None else None
+        if sub is None or name not in sub.choices:
+            return p
+        p = sub.choices[name]
+
+
+KAFKA_GROUP = "Kafka options (the same on every command that talks to Kafka: docs/cli.md)"
+
+
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Descriptions and examples as written; each option's default shown where it has one
+    (not for flags, nor where the help already says it); the shared Kafka options folded
+    into `[--bootstrap HOST:PORT] [Kafka options]` after the command's own options in the
+    usage line (their group comes last in the help, Parser.format_help)."""
+
+    def add_usage(self, usage: str | None, actions: Any, groups: Any,
+                  prefix: str | None = None) -> None:
+        acts = list(actions)
+        kafka = [a for a in acts if getattr(a, "kafka_option", False)]
+        if usage is None and kafka:
+            own = [a for a in acts if a not in kafka]
+            shown = [a for a in kafka if "--bootstrap" in a.option_strings]
+            folded = argparse.Action(["Kafka options"], dest=argparse.SUPPRESS, nargs=0)
+            acts = [*(a for a in own if a.option_strings), *shown, folded,
+                    *(a for a in own if not a.option_strings)]
+        super().add_usage(usage, acts, groups, prefix)
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        d = action.default
+        if ("default" in text or d is None or d is argparse.SUPPRESS or isinstance(d, bool)
+                or d == [] or not action.option_strings or action.nargs == 0):
+            return text
+        return f"{text} (default %(default)s)"
 
 
 def default_of(cls: type, name: str) -> Any:
@@ -66,27 +142,51 @@ def add_kafka(p: argparse.ArgumentParser, *, sub: bool = False) -> None:
     def default(value: Any) -> Any:
         return argparse.SUPPRESS if sub else value
 
-    p.add_argument("--bootstrap", default=default(settings.BOOTSTRAP.get()),
-                   help=f"Kafka bootstrap HOST:PORT (default ${BOOTSTRAP_ENV})")
-    add_topic_prefix(p, sub=sub)
-    g = p.add_argument_group(
-        f"Kafka security (flags over {settings.PREFIX}KAFKA_* variables over --kafka-config)")
-    g.add_argument("--kafka-config", type=Path, default=default(None),
-                   help=f"YAML file of Kafka settings (default ${kafka_settings.CONFIG_ENV})")
+    g = p.add_argument_group(KAFKA_GROUP, f"security flags override {settings.PREFIX}KAFKA_* "
+                             "variables, which override --kafka-config")
+    acts = [g.add_argument("--bootstrap", metavar="HOST:PORT",
+                           default=default(settings.BOOTSTRAP.get()),
+                           help=f"Kafka bootstrap servers (default ${BOOTSTRAP_ENV})"),
+            add_topic_prefix(g, sub=sub),
+            g.add_argument("--kafka-config", type=Path, metavar="FILE", default=default(None),
+                           help="YAML file of Kafka settings (default "
+                                f"${kafka_settings.CONFIG_ENV})")]
     for key, help_ in kafka_settings.KEYS.items():
         if key == "password":
             continue
         flag = "--kafka-" + key.replace("_", "-")
         choices = ["true", "false"] if key == "check_hostname" else None
-        g.add_argument(flag, dest="kafka_" + key, default=default(None), choices=choices,
-                       help=help_)
+        metavar = "FILE" if key.endswith("_file") else None if choices else key.upper()
+        acts.append(g.add_argument(flag, dest="kafka_" + key, default=default(None),
+                                   choices=choices, metavar=metavar, help=help_))
+    for a in acts:
+        a.kafka_option = True  # type: ignore[attr-defined]  # folded in usage (HelpFormatter)
 
 
-def add_topic_prefix(p: argparse.ArgumentParser, *, sub: bool = False) -> None:
+def add_topic_prefix(p: Any, *, sub: bool = False) -> argparse.Action:
     """--topic-prefix, defaulting to $FAULTWATCH_TOPIC_PREFIX or the one DEFAULT_PREFIX."""
     value = settings.TOPIC_PREFIX.get() or DEFAULT_PREFIX
-    p.add_argument("--topic-prefix", default=argparse.SUPPRESS if sub else value,
-                   help=f"topic name prefix (default ${PREFIX_ENV} or '{DEFAULT_PREFIX}')")
+    action: argparse.Action = p.add_argument(
+        "--topic-prefix", metavar="PREFIX", default=argparse.SUPPRESS if sub else value,
+        help=f"topic name prefix (default ${PREFIX_ENV} or '{DEFAULT_PREFIX}')")
+    return action
+
+
+def add_signing_key_file(p: argparse.ArgumentParser, signs: str = "the record",
+                         default: Any = None) -> None:
+    """--signing-key-file of the commands that write an operator's record (`rules push`,
+    `rules rollback`, `nodes quarantine|release`, `jobs hold|mute|...`)."""
+    p.add_argument("--signing-key-file", type=Path, default=default,
+                   help=f"operator's Ed25519 key that signs {signs} (default "
+                        f"${settings.SIGNING_KEY_FILE}; see `faultwatch keys`)")
+
+
+def add_max_decision_age(p: argparse.ArgumentParser) -> None:
+    """--max-decision-age-s of the decisions' consumers (`actuate`, `notify`)."""
+    p.add_argument("--max-decision-age-s", type=float, default=None,
+                   help=f"refuse decisions older than this (default "
+                        f"${settings.MAX_DECISION_AGE_S}, else "
+                        f"{settings.MAX_DECISION_AGE_S.fallback:g} s; the replay rule)")
 
 
 def kafka_security(args: argparse.Namespace, env: Mapping[str, str] | None = None
@@ -119,23 +219,6 @@ def need_bootstrap(args: argparse.Namespace) -> str:
 def topics(args: argparse.Namespace) -> Topics:
     """The topic names under the command's --topic-prefix."""
     return Topics(args.topic_prefix)
-
-
-def add_signing_key_file(p: argparse.ArgumentParser, signs: str = "the record",
-                         default: Any = None) -> None:
-    """--signing-key-file of the commands that write an operator's record (`rules push`,
-    `rules rollback`, `nodes quarantine|release`, `jobs hold|mute|...`)."""
-    p.add_argument("--signing-key-file", type=Path, default=default,
-                   help=f"operator's Ed25519 key that signs {signs} (default "
-                        f"${settings.SIGNING_KEY_FILE}; see `faultwatch keys`)")
-
-
-def add_max_decision_age(p: argparse.ArgumentParser) -> None:
-    """--max-decision-age-s of the decisions' consumers (`actuate`, `notify`)."""
-    p.add_argument("--max-decision-age-s", type=float, default=None,
-                   help=f"refuse decisions older than this (default "
-                        f"${settings.MAX_DECISION_AGE_S}, else "
-                        f"{settings.MAX_DECISION_AGE_S.default:g} s; the replay rule)")
 
 
 # ---- output format ------------------------------------------------------------------------
@@ -219,11 +302,20 @@ def add_rules(p: argparse.ArgumentParser) -> None:
 
 
 def add_policy(p: argparse.ArgumentParser) -> None:
-    """The policy overrides shared by `run` and `process`."""
+    """The policy overrides shared by `run` and `process`; each says the policy's default
+    (a flag unset leaves the rule files' value, which defaults to it)."""
+    defaults = policy.Policy()
     g = p.add_argument_group("policy (overrides the rule files' policy: sections)")
     for name, typ, help_ in POLICY_FLAGS:
+        value = getattr(defaults, name)
+        text = help_
+        if value is not None and "default" not in help_:
+            shown = f"default {value:g}" if isinstance(value, float) else f"default {value}"
+            text = help_[:-1] + f", {shown})" if help_.endswith(")") else f"{help_} ({shown})"
+        metavar = "S" if name.endswith("_s") else "N" if typ is int else \
+            "RATE" if typ is float else None
         g.add_argument("--" + name.replace("_", "-"), dest=name, type=typ, default=None,
-                       help=help_)
+                       metavar=metavar, help=text)
     for name, flag, help_ in policy.SWITCHES:
         g.add_argument(flag, dest=name, action="store_const", const=False, default=None,
                        help=help_)

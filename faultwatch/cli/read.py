@@ -24,8 +24,9 @@ def cmd_decisions(args: argparse.Namespace) -> int:
     since, until = _when(args, time.time())
     filt = DecisionFilter(job=args.job, actions=str_set(args.action), kinds=str_set(args.kind),
                           since=since, until=until)
-    return print_decisions(options.need_bootstrap(args), options.topics(args).decisions,
-                           filt=filt, follow=args.follow, as_json=args.json)
+    topics = options.topics(args)
+    return print_decisions(options.need_bootstrap(args), topics.decisions, filt=filt,
+                           follow=args.follow, as_json=args.json, status_topic=topics.status)
 
 
 def cmd_logs(args: argparse.Namespace) -> int:

@@ -41,14 +41,25 @@ def cmd_rules_test(args: argparse.Namespace) -> int:
 
 
 def cmd_rules_classify(args: argparse.Namespace) -> int:
+    from faultwatch.agents.exitcodes import (
+        EXIT_ELSEWHERE,
+        EXIT_FAILED,
+        EXIT_RESTART,
+        EXIT_UNDECIDED,
+    )
     from faultwatch.rules import classify, layers
 
-    ruleset = layers.load(args.rules or ()).ruleset
+    rules = layers.load(args.rules or ())
     if args.logfile in (None, "-"):
         text = sys.stdin.buffer.read().decode("utf-8", errors="replace")
     else:
         text = Path(args.logfile).read_bytes().decode("utf-8", errors="replace")
-    result = classify(ruleset, text, args.exit_code, explain=args.explain)
+    result = classify(rules.ruleset, text, args.exit_code, explain=args.explain,
+                      policy=rules.policy)
+    # what `faultwatch run` / `agent` would then exit with (docs/cli.md#exit-codes)
+    result["exit_code"] = {"fail": EXIT_FAILED, "blacklist": EXIT_ELSEWHERE,
+                           "restart": EXIT_RESTART, "notify": EXIT_UNDECIDED
+                           }.get(str(result["action"]))
     sys.stdout.write(orjson.dumps(result).decode() + "\n")
     return 0
 

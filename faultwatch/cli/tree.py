@@ -1,13 +1,16 @@
 """The one argparse tree of every `faultwatch` command and its one error handler.
 
 Each command group registers itself from its own module (run, agent, check, process, read,
-status, describe, diagnose, rules, kafka, nodes, jobs, actuate, notify, keys, report); their
-shared options come from options.py. Commands that wrap a training command (`run`, `agent`,
-`check`) take it only after `--`."""
+status, describe, diagnose, rules, kafka, nodes, jobs, actuate, notify, keys, report,
+completion); their shared options come from options.py, their descriptions and examples from
+helptext.py. Commands that wrap a training command (`run`, `agent`, `check`) take it only
+after `--`."""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import sys
 from collections.abc import Sequence
 
@@ -16,8 +19,10 @@ from faultwatch.cli import (
     actuate,
     agent,
     check,
+    completion,
     describe,
     diagnose,
+    helptext,
     jobs,
     kafka,
     keys,
@@ -31,15 +36,21 @@ from faultwatch.cli import (
     run,
     status,
 )
-from faultwatch.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, FaultwatchError
+from faultwatch.errors import (
+    EXIT_BROKEN_PIPE,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_USAGE,
+    FaultwatchError,
+)
 
 WRAPPERS = ("run", "agent", "check")  # commands whose training command follows `--`
 AGENT_SUBCOMMANDS = agent.SUBCOMMANDS
 GROUPS = (run, agent, check, process, notify, status, describe, read, report, diagnose, rules,
-          kafka, nodes, jobs, actuate, keys)
+          kafka, nodes, jobs, actuate, keys, completion)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser() -> options.Parser:
     """The one argparse tree of every `faultwatch` command."""
     parser = options.Parser(
         prog="faultwatch",
@@ -49,6 +60,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = options.subcommands(parser, "command", required=True, metavar="COMMAND")
     for group in GROUPS:
         group.register(sub)
+    helptext.apply(parser)
+    completion.attach(parser)
     return parser
 
 
@@ -72,13 +85,28 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     if unknown:
         hint = (f" (the training command goes after --: faultwatch {args.command} [options] "
                 f"-- CMD [ARGS...])" if args.command in WRAPPERS else "")
-        parser.error(f"unrecognized arguments: {' '.join(unknown)}{hint}")
+        chosen = options.chosen(parser, args)
+        sub = chosen if isinstance(chosen, options.Parser) else parser
+        sub.unrecognized(unknown, "" if sub.hint else hint)  # `run`'s own hint says it
     args.cmd = cmd
     return args
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """The console script: parse, run the command, map every FaultwatchError to its exit code."""
+    """The console script: parse, run the command, map every FaultwatchError to its exit
+    code. Output into a pipe whose reader went away (`| head`) ends the command quietly with
+    128+SIGPIPE, as a shell reports a program killed by it: no traceback."""
+    try:
+        code = _run(argv)
+        sys.stdout.flush()  # what is still buffered meets a closed pipe here, not at exit
+        return code
+    except BrokenPipeError:
+        with contextlib.suppress(OSError):  # nothing more reaches stdout, exit included
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
+
+
+def _run(argv: Sequence[str] | None) -> int:
     try:
         args = parse_args(sys.argv[1:] if argv is None else argv)
     except SystemExit as e:  # --help, --version, usage errors (already printed)

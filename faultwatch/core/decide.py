@@ -11,7 +11,15 @@ from faultwatch.core.events import Decision
 from faultwatch.core.pmap import PMap
 from faultwatch.core.policy import Policy
 from faultwatch.core.registry import MAX_QUARANTINE_S, backoff_s
-from faultwatch.core.state import MAX_DECIDED, MAX_NOTIFY, JobState, Phase, thaw
+from faultwatch.core.state import (
+    MAX_DECIDED,
+    MAX_NOTIFY,
+    JobState,
+    Phase,
+    Spare,
+    evolve,
+    thaw,
+)
 
 Result = tuple[JobState, list[Decision]]
 
@@ -78,12 +86,26 @@ def blacklist_terms(nodes: tuple[str, ...], now: float, policy: Policy,
     return out, ev
 
 
+def take(st: JobState, swaps: tuple[tuple[str, str], ...], attempt: int) -> JobState:
+    """The spares of `swaps` are taken by a decision of `attempt`: never offered again."""
+    spares = st.spares
+    for node, spare in swaps:
+        cur: Spare | None = spares.get(spare)
+        if cur is not None:
+            spares = spares.set(spare, dataclasses.replace(
+                cur, state="taken", taken_for=node, taken_attempt=attempt))
+    return evolve(st, spares=spares)
+
+
 def emit(st: JobState, kind: str, episode: str, action: str, now: float, policy: Policy,
          rv: str, *, nodes: tuple[str, ...], ranks: tuple[int, ...], rule: str | None,
          category: str | None, message: str, evidence: dict[str, Any],
-         candidates: tuple[str, ...] = ()) -> Result:
+         candidates: tuple[str, ...] = (),
+         swaps: tuple[tuple[str, str], ...] = ()) -> Result:
     """Budget and storm guard for restarts, then publish once per (attempt, kind, episode).
-    `notify` decisions leave the phase alone and cost no budget."""
+    `notify` decisions leave the phase alone and cost no budget. `swaps` (hot spares
+    replacing nodes, core/spares.py) stay only on a restart or blacklist that survives the
+    guard; their spares are then taken."""
     did = decision_id(st.job, st.attempt, kind, episode, st.run_id)
     run: dict[str, Any] = {"run_id": st.run_id, "scheduler": thaw(st.scheduler),
                            "run_ids": tuple(sorted(st.run_ids)) if len(st.run_ids) > 1 else ()}
@@ -106,10 +128,21 @@ def emit(st: JobState, kind: str, episode: str, action: str, now: float, policy:
     if g.action == "blacklist":
         blacklist, terms = blacklist_terms(nodes, now, policy, st.blacklist)
         evidence["blacklist"] = terms
-    if g.action in ("restart", "blacklist"):
+    acted = g.action in ("restart", "blacklist")
+    if acted:
         cands = st.blacklist_candidates(policy, candidates)
         if cands:
             evidence["blacklist_candidates"] = cands
+    message = g.message
+    if swaps and acted:
+        st = take(st, swaps, st.attempt)
+        message += "; swapped in " + ", ".join(f"spare {b} for {a}" for a, b in swaps)
+    elif swaps:  # the guard made it a `fail`: nothing is swapped in, and the evidence says so
+        chosen = evidence.get("spares")
+        evidence["spares"] = {**(chosen if isinstance(chosen, dict) else {}), "swapped": False,
+                              "swaps": [], "why": f"the decision is {g.action}: no spare is "
+                                                  "swapped in"}
+        swaps = ()
     st = dataclasses.replace(st, phase=Phase.DECIDED, decided=decided,
                              restarts_used=g.restarts_used, restart_times=g.restart_times,
                              blacklist=blacklist, failed=g.action == "fail")
@@ -118,6 +151,6 @@ def emit(st: JobState, kind: str, episode: str, action: str, now: float, policy:
                "storm_max_restarts": policy.storm_max_restarts,
                "storm_window_s": policy.storm_window_s}
     dec = Decision(id=did, job=st.job, attempt=st.attempt, action=g.action, kind=kind, ts=now,
-                   nodes=nodes, ranks=ranks, rule=rule, category=category, message=g.message,
-                   evidence=evidence, budgets=budgets, rules_version=rv, **run)
+                   nodes=nodes, ranks=ranks, rule=rule, category=category, message=message,
+                   evidence=evidence, budgets=budgets, rules_version=rv, swaps=swaps, **run)
     return st, [dec]

@@ -278,3 +278,5 @@ class Decision:
     run_id: str = ""  # the job run decided about (see RunStart)
     scheduler: dict[str, object] = field(default_factory=dict)  # that run's scheduler identity
     run_ids: tuple[str, ...] = ()  # every run id joined into that run (generated ids), if >1
+    # hot spares swapped in by this decision: (the node replaced, the spare replacing it)
+    swaps: tuple[tuple[str, str], ...] = ()

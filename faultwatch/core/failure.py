@@ -21,8 +21,10 @@ process hangs instead of exiting.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable, Sequence
 from typing import Any
 
+from faultwatch.core import spares
 from faultwatch.core.decide import emit
 from faultwatch.core.events import Decision, Match
 from faultwatch.core.policy import Policy
@@ -79,10 +81,29 @@ def _retryable_pattern(st: JobState, policy: Policy, root: Match | None) -> str 
     for h in st.hits:
         texts.append(h.match.line)
         texts.extend(h.match.context)
+    return retryable_in(patterns, texts)
+
+
+def retryable_in(patterns: Sequence[str], texts: Sequence[str]) -> str | None:
+    """The first user pattern (`retryable_errors`, the SDK's) found in any of `texts`."""
     for p in patterns:
         if any(p in t for t in texts):
             return p
     return None
+
+
+def failure_outcome(root: Match | None, category: str, policy: Policy,
+                    retryable: Callable[[], str | None]) -> tuple[str, str, str | None]:
+    """(action, category, pattern) of a failure before budgets: the rule's action or the
+    policy's for its category; a user's retryable pattern (`retryable()`, asked only when it
+    matters) makes a failure that is not hardware a restart. `rules classify` asks it too."""
+    action = _failure_action(root, category, policy)
+    if category != "hardware" and action not in ("restart", "blacklist") \
+            and policy.fault_tolerant_policy != "never":
+        pat = retryable()
+        if pat is not None:
+            return "restart", "retryable", pat
+    return action, category, None
 
 
 # Linux signal numbers a training process dies of (the core imports no `signal`: pure)
@@ -138,14 +159,11 @@ def decide(st: JobState, now: float, policy: Policy, rv: str,
         message = f"{first.node} {how}, no rule matched"
     else:
         message = "a process failed, no rule matched"
-    action = _failure_action(root, category, policy)
-    if category != "hardware" and action not in ("restart", "blacklist") \
-            and policy.fault_tolerant_policy != "never":
-        pat = _retryable_pattern(st, policy, root)
-        if pat is not None:
-            action, category = "restart", "retryable"
-            evidence["retryable_pattern"] = pat
-            message = f"retryable by job pattern {pat!r}: {message}"
+    action, category, pat = failure_outcome(root, category, policy,
+                                            lambda: _retryable_pattern(st, policy, root))
+    if pat is not None:
+        evidence["retryable_pattern"] = pat
+        message = f"retryable by job pattern {pat!r}: {message}"
     # short failed attempts count against the nodes that failed (suspects)
     short_fails = st.short_fails
     start = min((n.started_ts for n in st.nodes.values()), default=None)
@@ -171,16 +189,23 @@ def decide(st: JobState, now: float, policy: Policy, rv: str,
             action = "fail"
             message = f"failure rate {rate:.2f} > {policy.max_failure_rate}: {message}"
     nodes: tuple[str, ...]
+    swaps: spares.Swaps = ()
     if action == "blacklist":
         nodes = (root_hit.node,) if root_hit else tuple(n.node for n in failed[:1])
         evidence["restart_nodes"] = sorted(st.nodes) if policy.execution_mode == "sync" \
             else sorted(set(nodes) | {n.node for n in failed})
+        swaps, chosen = spares.plan(st, nodes, now, policy)
+        if chosen is not None:
+            evidence["spares"] = chosen
+        if swaps:  # hot spares replace the bad node(s): no requeue (core/spares.py)
+            evidence["restart_nodes"] = spares.restart_nodes(st, nodes, swaps, policy)
     elif policy.execution_mode == "async" and action == "restart":
         nodes = tuple(n.node for n in failed)
     else:
         nodes = tuple(sorted(st.nodes))
     out, decs = emit(st, kind, "failure", action, now, policy, rv, nodes=nodes, ranks=ranks,
-                     rule=rule, category=category, message=message, evidence=evidence)
+                     rule=rule, category=category, message=message, evidence=evidence,
+                     swaps=swaps)
     if action == "notify":  # a rule that only notifies: the failure is not acted upon
         out = dataclasses.replace(out, phase=Phase.DECIDED)
     return out, decs

@@ -118,8 +118,8 @@ def hold_decisions(prev: JobState, st: JobState, decs: list[Decision], hold: Hol
                    now: float) -> tuple[JobState, list[Decision]]:
     """What a job stage publishes and keeps for a job under `hold`: its restart, blacklist
     and fail decisions become `notify` notices (evidence.held), and the state keeps what
-    `prev` had spent (restarts, their times, blacklist terms, failed). Anything else, or no
-    hold in force: unchanged."""
+    `prev` had spent (restarts, their times, blacklist terms, failed, hot spares taken).
+    Anything else, or no hold in force: unchanged."""
     if hold is None or hold.kind != HOLD or not hold.in_force(now) \
             or not any(d.action in HELD_ACTIONS for d in decs):
         return st, decs
@@ -130,11 +130,13 @@ def hold_decisions(prev: JobState, st: JobState, decs: list[Decision], hold: Hol
             continue
         held = {"by": hold.by, "reason": hold.reason, "until": hold.until, "id": hold.id,
                 "action": d.action, "decision": d.id}
+        if d.swaps:  # a notice swaps no spare in (it says which it would have)
+            held["swaps"] = [{"node": a, "spare": b} for a, b in d.swaps]
         out.append(dataclasses.replace(
-            d, id=held_id(d), action="notify",
+            d, id=held_id(d), action="notify", swaps=(),
             message=f"held by {hold.by} ({hold.reason}); would {d.action}: {d.message}",
             evidence={**d.evidence, "held": held}))
     st = dataclasses.replace(st, restarts_used=prev.restarts_used,
                              restart_times=prev.restart_times, blacklist=prev.blacklist,
-                             failed=prev.failed)
+                             failed=prev.failed, spares=prev.spares)
     return st, out

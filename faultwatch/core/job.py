@@ -2,6 +2,7 @@
 
 state.py holds the data and its folds; the detectors are functions over it: windows.py
 (fixed, stage and adaptive silence windows), progress.py (step advances, slow ranks),
+spares.py (hot spares: registration, liveness, which spare replaces which node),
 decide.py (budget, storm guard, blacklists), silence.py (hang, exit hang, progress stall,
 node lost), failure.py (errors and exits), notices.py (SDK/agent notes, start skew),
 divergence.py (NaN/inf losses and loss spikes). This
@@ -12,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from faultwatch.core import divergence, failure, notices, silence
+from faultwatch.core import divergence, failure, notices, silence, spares
 from faultwatch.core.decide import decision_id
 from faultwatch.core.diagnosis import DIAGNOSIS_NOTE, fold_answer
 from faultwatch.core.events import (
@@ -68,6 +69,8 @@ def apply(st: JobState, sig: Signal, now: float, policy: Policy,
     st, refused = admit(st, sig)
     if refused is not None:
         return count_drop(st, refused), []
+    if isinstance(sig, Notice) and sig.kind == spares.SPARE_NOTE:  # the run's, any attempt
+        return spares.on_note(st, sig, now, policy, rules_version)
     if sig.attempt < st.attempt:
         return st, []  # a late record of an attempt that was already replaced
     if sig.attempt > st.attempt:
@@ -94,7 +97,8 @@ def apply(st: JobState, sig: Signal, now: float, policy: Policy,
     if isinstance(sig, Hit):
         return fold_hit(st, sig, now), []
     if isinstance(sig, RunStart):
-        return notices.on_start(fold_start(st, sig, now), sig, policy, rv)
+        st = spares.started(fold_start(st, sig, now), sig.node)
+        return notices.on_start(st, sig, policy, rv)
     if isinstance(sig, Exit):
         st = fold_exit(st, sig, now)
         if st.phase == Phase.RUNNING:
@@ -129,8 +133,15 @@ def tick(st: JobState, now: float, policy: Policy, rules_version: str = "", *,
     """Advance processor time: the settle fallback when the shell says it is caught up
     (failure.settle), and node-lost checks when the shell says its clock may be trusted
     (caught up, past the grace after assignment/recovery)."""
+    decs: list[Decision] = []
+    if live_clock and st.spares and policy.node_lost_detection and st.phase != Phase.DONE \
+            and not st.failed:
+        st, decs = spares.check_lost(st, now, policy, rules_version)  # notices only
     if st.phase == Phase.SETTLING:
-        return failure.settle(st, now, policy, rules_version, caught_up=caught_up, timer=True)
+        st, more = failure.settle(st, now, policy, rules_version, caught_up=caught_up,
+                                  timer=True)
+        return st, decs + more
     if live_clock and st.phase == Phase.RUNNING and policy.node_lost_detection:
-        return silence.check_lost(st, now, policy, rules_version)
-    return st, []
+        st, more = silence.check_lost(st, now, policy, rules_version)
+        return st, decs + more
+    return st, decs

@@ -29,3 +29,14 @@ def name_problem(x: Any, *, empty_ok: bool = False) -> str | None:
     if not x.isascii() and any(unicodedata.category(c) in INVISIBLE_CATEGORIES for c in x):
         return "contains a control character"
     return None
+
+
+def did_you_mean(word: str, known: Any, n: int = 3) -> str:
+    """` (did you mean 'x'?)` for the names in `known` close to `word` (difflib's ratio of
+    at least 0.6, as Python's own "Did you mean" on a misspelt name), or "" when none is."""
+    import difflib
+
+    close = difflib.get_close_matches(word, [str(k) for k in known], n=n)
+    if not close:
+        return ""
+    return " (did you mean " + " or ".join(repr(c) for c in close) + "?)"

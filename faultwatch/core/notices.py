@@ -110,8 +110,8 @@ def on_notice(st: JobState, ev: Notice, policy: Policy, rv: str) -> Result:
                        category=level, message=msg,
                        evidence={"level": level, "node": ev.node, "ts": ev.ts})
     if ev.kind == "bootcheck":
-        if d.get("ok", True):
-            return st, []
+        if d.get("ok", True) or d.get("when") == "spare":
+            return st, []  # a waiting spare's checks are judged with it (core/spares.py)
         checks = [c for c in d.get("checks") or () if isinstance(c, dict)]
         bad = [c for c in checks if not c.get("ok", True)]
         st = dataclasses.replace(st, flags=st.flags | {f"boot:{ev.node}"})

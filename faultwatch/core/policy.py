@@ -73,7 +73,9 @@ class Policy:
     # None: adaptive (learned per job and stage, see core/windows.py); a number: fixed window
     hang_window_s: float | None = knob(
         None, "a fixed silence window; unset = learned from the job's output cadence", **W7,
-        default_doc="unset (adaptive)", flag="every rank silent this long -> hang (seconds)")
+        default_doc="unset (adaptive)",
+        flag="every rank silent this long -> hang (seconds; default: learned from the job's "
+             "output, between --hang-floor-s and --hang-ceiling-s)")
     init_window_s: float | None = knob(
         None, "silence allowed before an attempt's first line; unset = max(window, 120)",
         **W7, default_doc="unset (max(window, 120))",

@@ -21,6 +21,7 @@ import dataclasses
 import functools
 from typing import Any
 
+from faultwatch.core import spares
 from faultwatch.core.decide import Result, emit
 from faultwatch.core.diagnosis import (
     ANSWER_WAIT_S,
@@ -415,8 +416,14 @@ def check_lost(st: JobState, now: float, policy: Policy, rv: str) -> Result:
         "window_s": policy.node_lost_s, "last_lines": st.last_lines_per_rank(),
     }
     targets = tuple(sorted(st.nodes)) if policy.execution_mode == "sync" else names
-    return emit(st, "node-lost", "node-lost", "restart", now, policy, rv, nodes=targets, ranks=(),
-                   rule=None, category=None, candidates=names, evidence=evidence,
-                   message=f"no heartbeat from {', '.join(names)} for "
-                           f"{now - max(n.seen_at or now for n in lost):.0f}s "
-                           f"(window {policy.node_lost_s:g}s)")
+    message = (f"no heartbeat from {', '.join(names)} for "
+               f"{now - max(n.seen_at or now for n in lost):.0f}s "
+               f"(window {policy.node_lost_s:g}s)")
+    swaps, chosen = spares.plan(st, names, now, policy)
+    if chosen is not None:
+        evidence["spares"] = chosen
+    if swaps:  # the lost nodes' places go to hot spares; their agents leave if they return
+        targets = tuple(spares.restart_nodes(st, names, swaps, policy))
+    return emit(st, "node-lost", "node-lost", "restart", now, policy, rv, nodes=targets,
+                ranks=(), rule=None, category=None, candidates=names, evidence=evidence,
+                message=message, swaps=swaps)

@@ -36,7 +36,7 @@ from faultwatch.core.windows import (
     OpenStage,
 )
 
-__all__ = ["DECIDED", "DONE", "RUNNING", "SETTLING", "JobState", "NodeState", "Phase"]
+__all__ = ["DECIDED", "DONE", "RUNNING", "SETTLING", "JobState", "NodeState", "Phase", "Spare"]
 
 MAX_HITS = 64  # hits kept per attempt (the earliest ones: the root is among them)
 MAX_TAIL = 16  # recent lines kept per job as silence evidence (~2 kB of the state)
@@ -79,6 +79,25 @@ class NodeState:
     ranked: bool = False  # a line of this node carried a rank (not only its launcher's)
 
 
+@dataclass(frozen=True, slots=True)
+class Spare:
+    """A node of the run's allocation waiting, without the training command, to replace a
+    bad one (core/spares.py): what its own notes say and what the processor stamped on them."""
+
+    node: str
+    since: float  # agent time of its first note (registration)
+    last_ts: float  # agent time of its latest note
+    seen_at: float  # processor time of its latest note (a spare that dies is noticed)
+    checks: str = "off"  # its boot checks: passed | failed | running | off
+    failed: tuple[str, ...] = ()  # the names of the checks that failed
+    registry: str = "healthy"  # the node registry's state of it at its latest note (gate)
+    busy: str = ""  # another job's spare took this node (the agent's node lock says)
+    state: str = "waiting"  # waiting | taken | lost | declined
+    taken_for: str = ""  # the node it replaces (taken)
+    taken_attempt: int = -1  # the attempt whose decision took it
+
+
+_SPARE_FIELDS = tuple(f.name for f in dataclasses.fields(Spare))
 _NODE_FIELDS = tuple(f.name for f in dataclasses.fields(NodeState))
 _NODE_FIELD_SET = frozenset(_NODE_FIELDS)
 _NODE_INDEX = {f: i for i, f in enumerate(_NODE_FIELDS)}
@@ -149,6 +168,10 @@ class JobState:
     retired: tuple[str, ...] = ()  # earlier runs of this job name, newest last (bounded)
     dropped: PMap[str, int] = field(default_factory=empty)  # records refused, by reason
     failed: bool = False  # this attempt was decided `fail` (the run is over)
+    # hot spares of the run (core/spares.py), and the active nodes that host the launch's
+    # rendezvous endpoint (a swap cannot replace those)
+    spares: PMap[str, Spare] = field(default_factory=empty)
+    rdzv_hosts: frozenset[str] = frozenset()
     # the run's ledger (core/ledger.py, folded by core/timeline.py): attempts, incidents and
     # progress in event time, for goodput; a new run starts a new one
     ledger: Ledger = field(default_factory=Ledger)
@@ -521,6 +544,12 @@ def _dec_nodes(x: Any, _d: Mapping[str, Any]) -> PMap[str, NodeState]:
                  for k, v in x.items()})
 
 
+def _spare_of(v: Any) -> Spare:
+    vals = list(v)
+    vals[5] = tuple(vals[5])  # failed check names
+    return Spare(*vals)
+
+
 def _dec_hits(x: Any, d: Mapping[str, Any]) -> tuple[Hit, ...]:
     job, attempt = str(d["job"]), int(d["attempt"])
     return tuple(Hit(job, attempt, h["node"], _match_of(h["m"]), h.get("run_id", ""))
@@ -594,6 +623,9 @@ _CODECS: dict[str, tuple[Enc, Dec]] = {
     "dropped": _str_map(int),
     "failed": (_same, _d(bool)),
     "losses": (list, _d(lambda x: tuple(float(v) for v in x))),
+    "spares": (lambda m: {k: [getattr(v, f) for f in _SPARE_FIELDS] for k, v in m.items()},
+               _d(lambda x: PMap({str(k): _spare_of(v) for k, v in x.items()}))),
+    "rdzv_hosts": (sorted, _d(lambda x: frozenset(str(n) for n in x))),
     "ledger": (lambda led: led.to_dict() if led.attempts else None,
                _d(lambda x: Ledger() if x is None else Ledger.from_dict(x))),
 }

@@ -42,4 +42,9 @@ def snapshot(st: JobState, now: float, policy: Policy) -> dict[str, Any]:
             "window_basis": basis.get("basis"), "window_why": describe_basis(basis),
             "steps": st.steps,
             "restarts_used": st.restarts_used,
-            "decisions": list(st.decided[-MAX_DECISIONS_SHOWN:]), "nodes": nodes}
+            "decisions": list(st.decided[-MAX_DECISIONS_SHOWN:]), "nodes": nodes,
+            **({"spares": [{"node": sp.node, "state": sp.state, "checks": sp.checks,
+                            "registry": sp.registry, "replaces": sp.taken_for or None,
+                            "last_note_age_s": _age(now, sp.last_ts)}
+                           for sp in sorted(st.spares.values(), key=lambda s: s.node)
+                           [:MAX_RANKS_SHOWN]]} if st.spares else {})}

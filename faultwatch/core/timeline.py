@@ -201,7 +201,7 @@ def _progress(led: Ledger, cur: Attempt, marks: Iterable[tuple[float, int]]) -> 
         if newest is None or ts > newest:
             newest = ts
         skipped += 1
-        if opening or skipped >= stride:
+        if (opening or skipped >= stride) and last_step is not None:
             opening = False
             samples, skipped = samples + ((last_ts, last_step, cur.n),), 0
             if len(samples) > MAX_SAMPLES:  # thin by halves: every other one, twice the stride

@@ -168,12 +168,13 @@ def _jaas_quote(text: str) -> str:
 
 
 class BrokerStatus(TypedDict):
-    """What `status` reports about the broker of one data directory."""
+    """What `status` reports about the broker of one data directory (or of a port)."""
 
     running: bool
     pid: int | None
     bootstrap: str | None
     data_dir: str
+    listening: bool  # something accepts connections on 127.0.0.1:port (a broker or not)
 
 
 def cache_dir() -> Path:
@@ -533,9 +534,47 @@ def down(data_dir: Path | None = None, port: int = 9092, timeout: float = STOP_T
 
 
 def status(data_dir: Path | None = None, port: int = 9092) -> BrokerStatus:
-    """Whether the broker of `data_dir` runs, with its pid and bootstrap address."""
-    data = _resolve(data_dir, port)
+    """Whether the broker of `data_dir` runs, with its pid and bootstrap address; without a
+    data dir, the broker faultwatch started that listens on `port` wherever its data dir
+    is (`kafka up --port P --data-dir D`, then `kafka status --port P`). `listening` says
+    whether anything accepts connections on the port, a broker faultwatch did not start too."""
+    data = locate(data_dir, port)
     pid = _broker_pid(data)
+    # asked about a port (no data dir): does anything answer there, ours or not
+    listening = pid is not None or (data_dir is None and _accepts(port))
     return BrokerStatus(running=pid is not None, pid=pid,
                         bootstrap=_bootstrap_of(data) if pid is not None else None,
-                        data_dir=str(data))
+                        data_dir=str(data), listening=listening)
+
+
+def locate(data_dir: Path | str | None, port: int) -> Path:
+    """The data dir `status` and `down` act on: the one given; else the port's default one
+    when its broker runs; else the data dir of a broker faultwatch started that listens on
+    `port`; else the default one."""
+    data = _resolve(data_dir, port)
+    if data_dir is not None or _broker_pid(data) is not None:
+        return data
+    for other in _broker_dirs():
+        listeners = _props(other).get("listeners", "")
+        if any(x.rsplit(":", 1)[-1] == str(port) for x in listeners.split(",")
+               if not x.upper().startswith("CONTROLLER")) and _broker_pid(other) is not None:
+            return other
+    return data
+
+
+def _broker_dirs() -> list[Path]:
+    """The data dirs of the Kafka brokers faultwatch started on this host (their command
+    line ends with DATA/server.properties, _spawn)."""
+    out = []
+    with contextlib.suppress(OSError):
+        for proc in Path("/proc").iterdir():
+            if not proc.name.isdigit():
+                continue
+            with contextlib.suppress(OSError):
+                args = (proc / "cmdline").read_bytes().split(b"\0")
+                if b"kafka.Kafka" in args and len(args) > 1:
+                    props = next((a for a in reversed(args) if a.endswith(
+                        PROPS_FILE.encode())), None)
+                    if props is not None:
+                        out.append(Path(props.decode(errors="replace")).parent)
+    return out

@@ -9,10 +9,61 @@ an aiokafka client itself."""
 
 from __future__ import annotations
 
+import ipaddress
+import logging
+import sys
 from typing import Any
 
 from faultwatch.kafka import settings
 from faultwatch.kafka.settings import KafkaSecurity
+
+CLEARTEXT = "Sending username and password in the clear"
+
+
+def _loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return host == "localhost"
+
+
+def handshake_host() -> str | None:
+    """The broker host of the aiokafka connection whose SASL handshake is logging now (its
+    `_do_sasl_handshake` frame's `self.host`), or None when not called from there."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_name == "_do_sasl_handshake":
+            host = getattr(frame.f_locals.get("self"), "host", None)
+            return host if isinstance(host, str) else None
+        frame = frame.f_back  # type: ignore[assignment]
+    return None
+
+
+class CleartextWarning(logging.Filter):
+    """aiokafka warns "Sending username and password in the clear" at every SASL PLAIN
+    handshake over SASL_PLAINTEXT: 8 lines for one `kafka up --secure`, whose broker-only
+    listeners are on 127.0.0.1. On loopback nothing leaves the host: the warning is dropped;
+    to another host it is kept once per host (it is true there), its repeats dropped."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.warned: set[str] = set()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.getMessage() != CLEARTEXT:
+            return True
+        host = handshake_host()
+        if host is None:
+            return True
+        if _loopback(host) or host in self.warned:
+            return False
+        self.warned.add(host)
+        return True
+
+
+_AIOKAFKA_CONN = logging.getLogger("aiokafka.conn")
+if not any(isinstance(f, CleartextWarning) for f in _AIOKAFKA_CONN.filters):
+    _AIOKAFKA_CONN.addFilter(CleartextWarning())
 
 
 def _secured(kw: dict[str, Any], security: KafkaSecurity | None) -> dict[str, Any]:

@@ -24,7 +24,9 @@ def broker_error(exc: BaseException, bootstrap: str, what: str) -> BrokerError:
     if isinstance(exc, BrokerError):
         return exc
     name = type(exc).__name__
-    detail = str(exc) or name
+    detail = str(exc)
+    if detail.startswith(name):  # aiokafka's KafkaError str() already starts with its name
+        detail = detail[len(name):].lstrip(": ")
     sec = settings.current()
     refused: type[BrokerError] = BrokerAuthError
     if isinstance(exc, ke.AuthenticationFailedError | ke.SaslAuthenticationFailed):
@@ -44,7 +46,8 @@ def broker_error(exc: BaseException, bootstrap: str, what: str) -> BrokerError:
     else:
         hint = f"Kafka failed the request ({sec.describe()})"
         refused = BrokerError
-    return refused(f"{what} at {bootstrap}: {hint} [{name}: {detail[:300]}]")
+    return refused(f"{what} at {bootstrap}: {hint} [{name}" + (f": {detail[:300]}]" if detail
+                                                                else "]"))
 
 
 async def diagnose(exc: BaseException, bootstrap: str, what: str,

@@ -2,6 +2,8 @@
 quarantined node, a failed boot check and a node whose checks are the odd ones out of its job
 become hardware hits that core decides like any hardware rule hit (settle, blacklist, budget);
 a node whose all-reduce is far slower than the others' becomes a suspect (a bootcheck note).
+A hot spare's note gets the registry's state of its node stamped on it (core/spares.py reads
+it when it chooses a spare); a waiting spare's own check note blames no job.
 
 Check notes are shipped before the child launches, so before the run-start of their attempt
 (which the job state needs first): the gate holds a node's verdict until that node's
@@ -18,18 +20,20 @@ from datetime import UTC, datetime
 from typing import Any
 
 from faultwatch.core.events import Hit, Match, Notice, RunStart, Signal
-from faultwatch.core.registry import NodeRecord
+from faultwatch.core.registry import HEALTHY, QUARANTINED, NodeRecord
 from faultwatch.nodes.checks import blames_node, checks_of, compare_nodes, failed_checks
 
 QUARANTINED_RULE = "node-quarantined"  # the run-start came from a quarantined node
 CHECK_FAILED_RULE = "bootcheck-failed"  # a boot/after-failure check failed on the node
 CHECK_ODD_RULE = "bootcheck-odd-node"  # versions/GPUs unlike the job's other nodes
 BOOTCHECK = "bootcheck"
+SPARE = "spare"  # a hot spare's note (and `when` of a waiting spare's check note)
 HARDWARE = "hardware"
 MAX_KEYS = 4096  # jobs x nodes x attempts remembered (oldest forgotten first)
 MAX_LINE = 1500
 
 Quarantined = Callable[[str, float], NodeRecord | None]
+RegistryState = Callable[[str, float], str]
 
 
 def _iso(ts: float | None) -> str:
@@ -72,8 +76,10 @@ def odd_node_line(node: str, finding: dict[str, Any]) -> str:
 class NodeGate:
     """Called by the job stage on each record's signals before they are applied."""
 
-    def __init__(self, quarantined: Quarantined | None = None) -> None:
+    def __init__(self, quarantined: Quarantined | None = None,
+                 state: RegistryState | None = None) -> None:
         self.quarantined = quarantined
+        self.state = state  # the registry's state of a node (None: from `quarantined`)
         self.started: OrderedDict[tuple[str, str], tuple[int, str]] = OrderedDict()
         self.job_started: OrderedDict[str, tuple[int, str]] = OrderedDict()  # last run-start
         self.pending: OrderedDict[tuple[str, str, int], list[Signal]] = OrderedDict()
@@ -87,9 +93,24 @@ class NodeGate:
             out.append(sig)
             if isinstance(sig, RunStart):
                 out += self._on_start(sig, now)
-            elif isinstance(sig, Notice) and sig.kind == BOOTCHECK:
+            elif isinstance(sig, Notice) and sig.kind == SPARE:
+                out[-1] = self._stamp(sig, now)
+            elif isinstance(sig, Notice) and sig.kind == BOOTCHECK \
+                    and not (isinstance(sig.data, dict) and sig.data.get("when") == SPARE):
                 out += self._on_checks(sig)
         return out
+
+    def _stamp(self, sig: Notice, now: float) -> Notice:
+        """A spare's note with the registry's state of its node (whatever the note said)."""
+        if self.state is not None:
+            state = self.state(sig.node, now)
+        else:
+            quarantined = self.quarantined is not None and \
+                self.quarantined(sig.node, now) is not None
+            state = QUARANTINED if quarantined else HEALTHY
+        data = dict(sig.data) if isinstance(sig.data, dict) else {}
+        data["registry"] = state
+        return Notice(sig.job, sig.attempt, sig.node, sig.ts, sig.kind, data, run_id=sig.run_id)
 
     # ---- run-starts ---------------------------------------------------------------------
 

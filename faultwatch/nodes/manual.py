@@ -14,9 +14,11 @@ Change = Callable[[NodeRecord | None, str, float], NodeRecord]  # (record, node,
 
 
 def change_node(bootstrap: str, topic: str, node: str, make: Change,
-                signer: Any = None) -> NodeRecord:
+                signer: Any = None, must_exist: str | None = None) -> NodeRecord:
     """Apply `make` to `node`'s current record (creating the topic if needed); the new
-    record, written (signed by `signer`, trust.records.signer_for, if given)."""
+    record, written (signed by `signer`, trust.records.signer_for, if given). With
+    `must_exist` (what the change is, for the message) a node the registry does not hold is
+    a NotFoundError naming the close ones, and nothing is written."""
     from faultwatch.kafka.admin import ensure_compacted_topic
     from faultwatch.kafka.errors import BROKER_ERRORS, broker_error
     from faultwatch.nodes.store import load_registry, write_records
@@ -24,6 +26,13 @@ def change_node(bootstrap: str, topic: str, node: str, make: Change,
     async def main() -> NodeRecord:
         await ensure_compacted_topic(bootstrap, topic)
         reg = await load_registry(bootstrap, topic)
+        if must_exist and node not in reg:
+            from faultwatch.core.names import did_you_mean
+            from faultwatch.errors import NotFoundError
+
+            raise NotFoundError(f"node {node!r} is not in the registry {topic}: nothing to "
+                                f"{must_exist}{did_you_mean(node, reg)}; nothing written "
+                                "(--force writes the record anyway)")
         rec = make(reg.get(node), node, time.time())
         await write_records(bootstrap, topic, [rec], signer=signer)
         return rec

@@ -14,6 +14,7 @@ import orjson
 
 from faultwatch.core.events import Decision
 from faultwatch.core.registry import (
+    HEALTHY,
     QUARANTINED,
     NodeRecord,
     Registry,
@@ -76,6 +77,11 @@ class RegistryWriter:
                 self.registry[rec.node] = rec
                 out.append((node_key(rec.node), encode_signed(rec, self.signer)))
         return out
+
+    def state(self, node: str, now: float) -> str:
+        """The node's registry state now (healthy, suspect or quarantined)."""
+        rec = self.registry.get(node)
+        return HEALTHY if rec is None else expire(rec, now, self.policy).state
 
     def quarantined(self, node: str, now: float) -> NodeRecord | None:
         rec = self.registry.get(node)

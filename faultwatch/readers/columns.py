@@ -1,5 +1,6 @@
-"""Fitting a table into a terminal's width (pure): abbreviate long cells, drop the least
-useful columns, never wrap. `faultwatch status` uses it for its 80-column table."""
+"""Tables as text (pure): fitting one into a terminal's width (abbreviate long cells, drop
+the least useful columns, never wrap), and plain aligned lines for a pipe or a file (every
+cell in full, one row per line, no trailing padding). `faultwatch status` uses both."""
 
 from __future__ import annotations
 
@@ -70,3 +71,12 @@ def fit(columns: Sequence[Column], rows: Sequence[Sequence[str]], width: int
         spare -= grow
     out_rows = [[abbreviate(r[i], widths[i], columns[i].middle) for i in keep] for r in rows]
     return [columns[i] for i in keep], out_rows
+
+
+def plain_lines(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+    """The header and rows as aligned lines, GAP spaces between columns, nothing cut or
+    wrapped and no trailing spaces (what `kubectl get` prints into a pipe)."""
+    table = [list(header), *[list(r) for r in rows]]
+    widths = [max(len(r[i]) for r in table) for i in range(len(header))]
+    return [(" " * GAP).join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
+            for r in table]

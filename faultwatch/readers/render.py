@@ -22,10 +22,35 @@ _ACTION_STYLE = {"restart": "bold yellow", "fail": "bold red", "blacklist": "bol
                  "notify": "bold cyan"}
 
 
-def render_decision(d: Decision, color: bool = False) -> str:
-    """What was decided, why, and the evidence line, for a person to read; with `color` (a
-    terminal) the first line is styled by the action (rich), the text is the same."""
+def age(seconds: float) -> str:
+    """A duration as kubectl prints an AGE: 45s, 3m12s, 42m, 5h12m, 20h, 3d4h, 30d."""
+    s = max(0, int(seconds))
+    if s < 120:
+        return f"{s}s"
+    m, h, d = s // 60, s // 3600, s // 86400
+    if m < 10:
+        return f"{m}m{s % 60}s" if s % 60 else f"{m}m"
+    if h < 3:
+        return f"{m}m"
+    if h < 8:
+        return f"{h}h{m % 60}m" if m % 60 else f"{h}h"
+    if d < 2:
+        return f"{h}h"
+    if d < 8:
+        return f"{d}d{h % 24}h" if h % 24 else f"{d}d"
+    return f"{d}d"
+
+
+def render_decision(d: Decision, color: bool = False, now: float | None = None) -> str:
+    """What was decided, why, and the evidence line, for a person to read; with `now` (a
+    reader of the topic, not the run that made it) the header also says when, and its age,
+    as kubectl's AGE; with `color` (a terminal) the first line is styled by the action
+    (rich), the text is the same."""
     text = _decision_text(d)
+    if now is not None:
+        head, sep, rest = text.partition("\n")
+        when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(d.ts))
+        text = f"{head} time={when} age={age(now - d.ts)}" + sep + rest
     if not color:
         return text
     head, sep, rest = text.partition("\n")

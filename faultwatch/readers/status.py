@@ -1,11 +1,14 @@
 """`faultwatch status`: the latest snapshot per job read back from the status topic, shown
-as a table (once or live) or as JSON lines."""
+as a table (once or live: on a terminal fitted to its width; in a pipe or file one row per
+line, nothing cut, a block per refresh) or as JSON lines."""
 
 from __future__ import annotations
 
 import asyncio
+import os
+import sys
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from faultwatch.core.status import STALE_S
@@ -89,32 +92,66 @@ def _compact_columns() -> list[Any]:
             Column("last decision", 8, 8)]
 
 
-def table(snapshots: Iterable[Mapping[str, Any]], now: float, width: int = 80,
-          wide: bool = False, hidden: int = 0) -> Any:
-    """A rich Table, one row per job: fitted into `width` columns (job and run names
-    abbreviated in the middle, the least useful columns dropped: readers/columns.py), or
-    with `wide` every column in full (the old table). `hidden` finished jobs are counted in
-    the title."""
-    from rich.table import Table
+WIDE = ("job", "run", "attempt", "phase", "nodes alive", "ranks", "quietest ranks", "stage",
+        "window", "restarts", "last decisions", "age")
 
-    snaps = list(snapshots)
+
+def wide_cells(s: Mapping[str, Any], now: float) -> list[str]:
+    """One job's cells under WIDE (`--wide`: every column, nothing cut)."""
+    return [str(s.get("job")), str(s.get("run_id")), str(s.get("attempt")),
+            _phase(s), _nodes(s), str(s.get("ranks_total")), _quiet(s, 3),
+            ",".join(s.get("stages") or []) or "-", _window(s), str(s.get("restarts_used")),
+            " ".join(str(d)[:8] for d in s.get("decisions") or []) or "-",
+            _fmt_age(now - float(s.get("ts", now)))]
+
+
+def title_of(now: float, hidden: int) -> str:
     title = f"faultwatch status  {time.strftime('%H:%M:%S', time.gmtime(now))}Z"
     if hidden:
         title += f"  ({hidden} finished job{'s' if hidden > 1 else ''} hidden)"
+    return title
+
+
+def lines(snapshots: Iterable[Mapping[str, Any]], now: float, width: int | None = None,
+          wide: bool = False, hidden: int = 0) -> list[str]:
+    """The table as plain lines (a pipe, a file): the title, the header and one line per
+    job, aligned, no trailing spaces. `width` fits the default columns into it (as on a
+    terminal); None keeps every cell whole. `wide`: every column, whole."""
+    from faultwatch.eventlog import clean
+    from faultwatch.readers.columns import abbreviate, fit, plain_lines
+
+    snaps = list(snapshots)
+    title = title_of(now, hidden)
     if wide:
-        t = Table(title=title, title_justify="left")
-        for col in ("job", "run", "attempt", "phase", "nodes alive", "ranks", "quietest ranks",
-                    "stage", "window", "restarts", "last decisions", "age"):
-            t.add_column(col, overflow="fold")
-        for s in snaps:
-            t.add_row(str(s.get("job")), str(s.get("run_id")), str(s.get("attempt")),
-                      _phase(s), _nodes(s), str(s.get("ranks_total")), _quiet(s, 3),
-                      ",".join(s.get("stages") or []) or "-", _window(s),
-                      str(s.get("restarts_used")),
-                      " ".join(str(d)[:8] for d in s.get("decisions") or []) or "-",
-                      _fmt_age(now - float(s.get("ts", now))),
-                      style=PHASE_STYLE.get(str(s.get("phase")), ""))
-        return t
+        return [title, *plain_lines(WIDE, [[clean(c) for c in wide_cells(s, now)]
+                                           for s in snaps])]
+    cells = [[clean(c) for c in compact_cells(s, now)] for s in snaps]
+    cols = _compact_columns()
+    if width is not None:
+        cols, cells = fit(cols, cells, width)
+        title = abbreviate(title, width)
+    return [title, *plain_lines([c.name for c in cols], cells)]
+
+
+def table(snapshots: Iterable[Mapping[str, Any]], now: float, width: int = 80,
+          wide: bool = False, hidden: int = 0) -> Any:
+    """For a terminal, one row per job, coloured by phase: fitted into `width` columns (job
+    and run names abbreviated in the middle, the least useful columns dropped:
+    readers/columns.py), or with `wide` every column in full, never wrapped by us (a
+    narrower terminal wraps the lines itself, as with `kubectl get -o wide`). `hidden`
+    finished jobs are counted in the title."""
+    from rich.table import Table
+    from rich.text import Text
+
+    snaps = list(snapshots)
+    if wide:
+        text = Text(no_wrap=True, overflow="ignore")
+        out = lines(snaps, now, wide=True, hidden=hidden)
+        text.append(out[0] + "\n" + out[1], style="bold")
+        for s, line in zip(snaps, out[2:], strict=True):
+            text.append("\n" + line, style=PHASE_STYLE.get(str(s.get("phase")), ""))
+        return text
+    title = title_of(now, hidden)
     from faultwatch.eventlog import clean
     from faultwatch.readers.columns import fit
 
@@ -174,27 +211,54 @@ async def read_snapshots(bootstrap: str, topic: str, job: str | None = None,
     return (await read_status(bootstrap, topic, job, must_exist=must_exist))[0]
 
 
-def workers_table(workers: Iterable[Mapping[str, Any]], now: float) -> Any:
-    """A rich Table: one row per processor worker and the rules it runs."""
-    from rich.table import Table
+WORKERS = ("worker", "group", "rules version", "layers", "push", "refused", "age")
+WORKERS_TITLE = "processor workers (faultwatch rules show: layers and sources)"
 
+
+def worker_cells(w: Mapping[str, Any], now: float) -> list[str]:
     from faultwatch.streams.rules_status import refused_count
 
-    t = Table(title="processor workers (faultwatch rules show: layers and sources)",
-              title_justify="left")
-    for col in ("worker", "group", "rules version", "layers", "push", "refused", "age"):
-        t.add_column(col, overflow="fold")
-    for w in sorted(workers, key=lambda w: str(w.get("worker"))):
-        rules = w.get("rules") or {}
-        pushed: dict[str, Any] = next((la for la in rules.get("layers", [])
-                                       if la.get("layer") == "pushed"), {})
-        age = now - float(w.get("ts", now))
-        t.add_row(str(w.get("worker")), str(w.get("group")), str(rules.get("version")),
-                  "+".join(str(la.get("layer")) for la in rules.get("layers", [])),
-                  f"{pushed.get('push_id', '-')} {pushed.get('author', '')}".strip(),
-                  str(refused_count(w)), _fmt_age(age),
-                  style="dim" if age > STALE_S else "")
-    return t
+    rules = w.get("rules") or {}
+    pushed: dict[str, Any] = next((la for la in rules.get("layers", [])
+                                   if la.get("layer") == "pushed"), {})
+    return [str(w.get("worker")), str(w.get("group")), str(rules.get("version")),
+            "+".join(str(la.get("layer")) for la in rules.get("layers", [])),
+            f"{pushed.get('push_id', '-')} {pushed.get('author', '')}".strip(),
+            str(refused_count(w)), _fmt_age(now - float(w.get("ts", now)))]
+
+
+def worker_lines(workers: Iterable[Mapping[str, Any]], now: float) -> list[str]:
+    """The processor workers and the rules each runs, as plain aligned lines (title first):
+    one line per worker, no cell cut or split."""
+    from faultwatch.eventlog import clean
+    from faultwatch.readers.columns import plain_lines
+
+    ws = sorted(workers, key=lambda w: str(w.get("worker")))
+    return [WORKERS_TITLE, *plain_lines(WORKERS, [[clean(c) for c in worker_cells(w, now)]
+                                                  for w in ws])]
+
+
+def workers_table(workers: Iterable[Mapping[str, Any]], now: float) -> Any:
+    """For a terminal: worker_lines, a stale worker dimmed, never wrapped by us."""
+    from rich.text import Text
+
+    ws = sorted(workers, key=lambda w: str(w.get("worker")))
+    out = worker_lines(ws, now)
+    text = Text(no_wrap=True, overflow="ignore")
+    text.append(out[0] + "\n" + out[1], style="bold")
+    for w, line in zip(ws, out[2:], strict=True):
+        stale = now - float(w.get("ts", now)) > STALE_S
+        text.append("\n" + line, style="dim" if stale else "")
+    return text
+
+
+def _block(shown: Sequence[Mapping[str, Any]], workers: Mapping[str, Mapping[str, Any]],
+           now: float, width: int | None, wide: bool, hidden: int) -> str:
+    """One refresh for a pipe or a file: the jobs' lines, then the workers' if any."""
+    out = lines(shown, now, width, wide, hidden)
+    if workers:
+        out += ["", *worker_lines(workers.values(), now)]
+    return "\n".join(out) + "\n"
 
 
 async def read_view(bootstrap: str, topic: str, job: str | None, holds_topic: str | None,
@@ -220,6 +284,9 @@ def show(bootstrap: str, topic: str, *, job: str | None, as_json: bool, watch: b
     from rich.console import Console
 
     console = Console(highlight=False)
+    terminal = console.is_terminal
+    # a pipe or a file gets whole cells unless COLUMNS asks for a width (`watch` sets it)
+    width = console.width if terminal or os.environ.get("COLUMNS") else None
     if as_json or not watch:
         snaps, workers = asyncio.run(read_view(bootstrap, topic, job, holds_topic))
         if job is not None:
@@ -236,10 +303,34 @@ def show(bootstrap: str, topic: str, *, job: str | None, as_json: bool, watch: b
                 print(orjson.dumps(s).decode(), flush=True)
             for w in sorted(workers.values(), key=lambda w: str(w.get("worker"))):
                 print(orjson.dumps(w).decode(), flush=True)
-        else:
+        elif terminal:
             console.print(table(shown, now, console.width, wide, hidden))
             if workers:
                 console.print(workers_table(workers.values(), now))
+        else:
+            sys.stdout.write(_block(shown, workers, now, width, wide, hidden))
+            sys.stdout.flush()
+        return 0
+
+    def view() -> tuple[list[Mapping[str, Any]], dict[str, dict[str, Any]], float, int]:
+        snaps, workers = asyncio.run(read_view(bootstrap, topic, job, holds_topic,
+                                               must_exist=False))
+        now = time.time()
+        shown: list[Mapping[str, Any]] = list(snaps.values())
+        hidden = 0
+        if job is None:
+            shown, hidden = visible(snaps.values(), now, finished_for_s)
+        return shown, workers if job is None else {}, now, hidden
+
+    if not terminal:  # a pipe or a file: a block per refresh, a blank line between blocks
+        first = True
+        while not stop():
+            shown, workers, now, hidden = view()
+            sys.stdout.write(("" if first else "\n") + _block(
+                shown, workers, now, width, wide, hidden))
+            sys.stdout.flush()
+            first = False
+            time.sleep(interval_s)
         return 0
     from rich.console import Group
     from rich.live import Live
@@ -247,13 +338,9 @@ def show(bootstrap: str, topic: str, *, job: str | None, as_json: bool, watch: b
     with Live(table([], time.time(), console.width, wide), auto_refresh=False,
               console=console) as live:
         while not stop():
-            snaps, workers = asyncio.run(read_view(bootstrap, topic, job, holds_topic,
-                                                   must_exist=False))
-            now = time.time()
-            shown, hidden = (list(snaps.values()), 0) if job is not None else \
-                visible(snaps.values(), now, finished_for_s)
+            shown, workers, now, hidden = view()
             parts = [table(shown, now, console.width, wide, hidden)]
-            if workers and job is None:
+            if workers:
                 parts.append(workers_table(workers.values(), now))
             live.update(Group(*parts), refresh=True)
             time.sleep(interval_s)

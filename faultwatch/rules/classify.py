@@ -5,8 +5,11 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
+from faultwatch.core.decide import guard_restart
 from faultwatch.core.events import STDERR, Line
-from faultwatch.core.root import DEFAULT_ACTIONS, pick_root
+from faultwatch.core.failure import failure_outcome, retryable_in
+from faultwatch.core.policy import Policy, policy_for
+from faultwatch.core.root import pick_root
 from faultwatch.rules.engine import Matcher
 from faultwatch.rules.model import RuleSet
 from faultwatch.rules.normalise import normalise_line
@@ -55,8 +58,12 @@ def matcher_for(ruleset: RuleSet) -> Matcher:
 
 
 def classify(ruleset: RuleSet, text: str, exit_code: int | None = None, *,
-             explain: bool = False) -> dict[str, object]:
-    """How a failure ending with this log (and exit code) would be classified."""
+             explain: bool = False, policy: Policy | None = None) -> dict[str, object]:
+    """How a failure ending with this log (and exit code) would be classified, and what the
+    job stage would decide about it under `policy` (the rule set's, by default) as the job's
+    first failure: `action` is the pipeline's (`restart`, `blacklist`, `fail`, `notify`),
+    never None for a failure; `why` says what changed it from the rule's. A log that ends
+    with exit code 0 and matches no rule is no failure: action None."""
     matcher = matcher_for(ruleset)
     raw = text.splitlines()
     lines = [Line(STDERR, i, float(i), t) for i, t in enumerate(raw)]
@@ -69,10 +76,21 @@ def classify(ruleset: RuleSet, text: str, exit_code: int | None = None, *,
             if em is not None and not em.cascade:
                 root = em
                 break
-    out: dict[str, object] = {"category": "unknown", "rule": None, "action": None, "line": None}
+    out: dict[str, object] = {"category": "unknown", "rule": None, "action": None, "line": None,
+                              "why": None}
     if root is not None:
-        out = {"category": root.category, "rule": root.rule,
-               "action": root.action or DEFAULT_ACTIONS.get(root.category), "line": root.line}
+        out = {"category": root.category, "rule": root.rule, "action": None, "line": root.line,
+               "why": None}
+    if root is not None or exit_code != 0:  # a failure: what the job stage would decide
+        pol = policy if policy is not None else policy_for(ruleset.policy)
+        category = root.category if root is not None else "unknown"
+        action, category, pattern = failure_outcome(
+            root, category, pol, lambda: retryable_in(pol.retryable_errors, raw))
+        why = f"retryable by pattern {pattern!r}" if pattern is not None else None
+        g = guard_restart(action, "", 0.0, pol, 0, ())  # the first failure's budget
+        if g.action != action:
+            why = g.message.rstrip(": ")
+        out.update(category=category, action=g.action, why=why)
     if explain:
         out["prefixes"] = _stripped(raw)
         out["matches"] = [{"rule": m.rule, "category": m.category, "cascade": m.cascade,

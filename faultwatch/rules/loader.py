@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import hashlib
 import json
 from collections.abc import Iterable, Sequence
@@ -14,6 +13,7 @@ from typing import Any
 import yaml
 
 from faultwatch.core.events import ACTIONS, CATEGORIES
+from faultwatch.core.names import did_you_mean
 from faultwatch.errors import RuleError, RuleProblem
 from faultwatch.rules import validate as v
 from faultwatch.rules.model import DEFAULT_PRIORITY, KINDS, POLICY_KEYS, Rule, RuleSet, RuleTest
@@ -53,8 +53,7 @@ def _line(node: yaml.Node) -> int:
 
 
 def _suggest(key: str, allowed: Iterable[str]) -> str:
-    close = difflib.get_close_matches(key, list(allowed), n=1)
-    return f" (did you mean {close[0]!r}?)" if close else ""
+    return did_you_mean(key, allowed, n=1)
 
 
 class _BadValue:

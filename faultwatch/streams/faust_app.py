@@ -65,7 +65,8 @@ from faultwatch.wire import (
 )
 from faultwatch.wire.topics import DEFAULT_PARTITIONS, Topics, processor_group
 
-REPORT_S = 10.0  # processor metrics interval
+REPORT_S = 10.0  # the lag gauges of /metrics are refreshed this often
+METRICS_LOG_S: float = settings.METRICS_LOG_S.fallback  # a processor_metrics line this often
 BATCH = 1000  # records per batch, both stages
 BATCH_WITHIN_S = 0.05  # ... or whatever arrived within this long
 FEED_MAX = 4 * BATCH  # fetched records queued per topic before its fetching pauses
@@ -107,6 +108,8 @@ class ProcessorConfig:
     # the incidents and acted topics drop what is older (docs/goodput.md)
     incidents_retention_s: float = field(
         default_factory=lambda: settings.INCIDENTS_RETENTION_S.value())
+    # one processor_metrics event line this often (rates and lags live on /metrics)
+    metrics_log_s: float = field(default_factory=lambda: settings.METRICS_LOG_S.value())
     metrics_address: str = "127.0.0.1"  # ... on this address (0.0.0.0: every interface)
     metrics_address_file: str | None = None  # where /metrics listens (file_sd JSON)
 
@@ -215,6 +218,7 @@ def build_processor(cfg: ProcessorConfig, live: LiveRules | None = None,
     already loaded the rules topic's current set (worker.run_worker does)."""
     faust_compat.slow_retries(broker_calm.RETRY_BACKOFF_MS)
     gate_logs = broker_calm.install()
+    faust_compat.one_line_slow_processing()
     app = faust.App(
         cfg.group,
         broker=f"kafka://{cfg.bootstrap}",
@@ -318,7 +322,7 @@ def build_processor(cfg: ProcessorConfig, live: LiveRules | None = None,
         cfg.bootstrap, topics.nodes, RegistryPolicy(quarantine_s=cfg.policy.blacklist_s),
         gate=RecordGate("node_record", verifier_for(NODE_RECORD, trust), log_event),
         signer=signer_for(NODE_RECORD, load_signing_key()))
-    jobs.gate = NodeGate(registry.writer.quarantined)
+    jobs.gate = NodeGate(registry.writer.quarantined, registry.writer.state)
     # operators' holds of jobs (`faultwatch jobs hold`): every worker follows all of them
     holds = holds_table()
     jobs.holds = holds.hold_of
@@ -428,11 +432,6 @@ def build_processor(cfg: ProcessorConfig, live: LiveRules | None = None,
     @app.timer(interval=REPORT_S)
     async def report() -> None:
         now = time.time()
-        dt = max(1e-6, now - last_report[0])
-        rates = {"records_per_s": round((metrics.records - last_report[1]) / dt, 1),
-                 "lines_per_s": round((metrics.lines - last_report[2]) / dt, 1),
-                 "signals_per_s": round((metrics.jobs_signals - last_report[3]) / dt, 1)}
-        last_report[:] = [now, metrics.records, metrics.lines, metrics.jobs_signals]
         lag: dict[str, int] = {}
         try:
             for tp in app.assignor.assigned_actives():
@@ -445,6 +444,13 @@ def build_processor(cfg: ProcessorConfig, live: LiveRules | None = None,
         except Exception:  # noqa: BLE001 - metrics must never stop the worker
             pass
         prom.jobs.set(sum(len(p.active) for p in jobs.parts.values()))
+        dt = now - last_report[0]
+        if dt < cfg.metrics_log_s:  # the line is a summary for people: /metrics has the rest
+            return
+        rates = {"records_per_s": round((metrics.records - last_report[1]) / dt, 1),
+                 "lines_per_s": round((metrics.lines - last_report[2]) / dt, 1),
+                 "signals_per_s": round((metrics.jobs_signals - last_report[3]) / dt, 1)}
+        last_report[:] = [now, metrics.records, metrics.lines, metrics.jobs_signals]
         log_event("processor_metrics", records=metrics.records, lines=metrics.lines,
                   signals=metrics.signals, signals_records=metrics.signals_records,
                   job_signals=metrics.jobs_signals, decisions=metrics.decisions,

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import logging
+import re
+import time
 import types
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -13,6 +16,8 @@ import faust.streams
 from faust.sensors.monitor import Monitor
 from faust.transport.consumer import CONSUMER_FETCHING
 from faust.types import TP
+
+from faultwatch.eventlog import log_event
 
 
 def set_current_event(event: Any) -> None:
@@ -112,12 +117,15 @@ class QuietMonitor(Monitor):
     """Faust's monitor without its per-message and per-send statistics (counters, time
     stamps, latency deques: ~10 µs per record, read only by Faust's web views, which the
     processor does not serve; our metrics are faultwatch.metrics). Offsets, commits,
-    rebalances and assignment are still tracked."""
+    rebalances and assignment are still tracked, and so is when a partition's stream last
+    took an event (`stream_inbound_time`: Faust's consumer reads it to tell a stalled
+    stream from a working one; without it every partition is reported as never started)."""
 
     def on_message_in(self, tp: Any, offset: int, message: Any) -> None:
         return None
 
     def on_stream_event_in(self, tp: Any, offset: int, stream: Any, event: Any) -> None:
+        self.stream_inbound_time[tp] = time.monotonic()
         return None
 
     def on_stream_event_out(self, tp: Any, offset: int, stream: Any, event: Any,
@@ -294,10 +302,61 @@ class BatchFeed:
                 yield keep
 
     def ack(self, messages: list[Any]) -> None:
-        """Acknowledge processed messages: their offsets may be committed."""
+        """Acknowledge processed messages: their offsets may be committed, and their
+        partitions took events now (what Faust's stream would tell its monitor, whose
+        `stream_inbound_time` Faust's consumer reads to report a stalled stream)."""
         ack = self.app.consumer.ack
+        tps = set()
         for m in messages:
             ack(m)
+            tps.add(m.tp)
+        monitor = getattr(self.app, "monitor", None)
+        inbound = getattr(monitor, "stream_inbound_time", None)
+        if isinstance(inbound, dict):
+            now = time.monotonic()
+            for tp in tps:
+                inbound[TP(tp.topic, tp.partition)] = now
+
+
+class SlowProcessingLine(logging.Filter):
+    """Faust's consumer reports a partition whose stream has not started, has stopped, or
+    has not committed as one ERROR of several paragraphs (the message, then "There are
+    multiple possible explanations for this: 1) ... 2) ..."). It becomes one event line,
+    `faust_slow_processing` with the message's first line and the setting it names, so the
+    worker's log stays one event per line."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        try:
+            text = record.getMessage()
+        except Exception:  # noqa: BLE001 - a broken record is not ours to judge
+            return True
+        if "There are multiple possible explanations" not in text:
+            return True
+        first = text.strip().split("\n", 1)[0].strip()
+        setting = re.search(r"defined by the (\w+) setting,\s+currently set to (\S+?)\.?\s",
+                            text)
+        log_event("faust_slow_processing", logger=record.name, message=first,
+                  setting=setting.group(1) if setting else None,
+                  setting_value=setting.group(2) if setting else None)
+        return False
+
+
+def one_line_slow_processing() -> SlowProcessingLine:
+    """Put SlowProcessingLine on the logger of Faust's aiokafka driver (once)."""
+    lg = logging.getLogger(faust_aiokafka_logger())
+    for f in lg.filters:
+        if isinstance(f, SlowProcessingLine):
+            return f
+    f = SlowProcessingLine()
+    lg.addFilter(f)
+    return f
+
+
+def faust_aiokafka_logger() -> str:
+    """The name of the logger Faust's aiokafka driver (its consumer thread) writes to."""
+    from faust.transport.drivers import aiokafka as driver
+
+    return str(driver.logger.name)
 
 
 def _can_deliver_now(app: Any, consumer: Any, tp: Any) -> bool:

@@ -14,6 +14,7 @@ from typing import Any, Protocol
 import orjson
 
 from faultwatch import settings
+from faultwatch.core import spares
 from faultwatch.core.blast import GUARDED_ACTIONS, GUARDED_KINDS, BlastGuard, Census
 from faultwatch.core.events import (
     Decision,
@@ -133,8 +134,12 @@ class PartitionCache:
 
 
 def earliest_seen(st: JobState) -> float | None:
-    """Processor time of the least recently heard-from live node (node lost), or None."""
+    """Processor time of the least recently heard-from live node or waiting spare (node
+    lost), or None."""
     seen = [n.seen_at for n in st.nodes.values() if n.alive and n.seen_at is not None]
+    spare = spares.earliest_seen(st) if st.spares else None
+    if spare is not None:
+        seen.append(spare)
     return min(seen) if seen else None
 
 
@@ -462,6 +467,8 @@ class JobStage:
                 st2 = self.account(st, st2, (), decs)
                 if st2 is not st:
                     self.save(key, st2, partition, p, True, now)
+                    if st2.phase in ACTIVE:  # still running (a spare lost): watched on
+                        p.watch(key, earliest_seen(st2) or now)
                 elif st.phase not in ACTIVE:
                     p.active.discard(key)
                     p.settling.discard(key)

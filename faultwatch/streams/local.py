@@ -47,7 +47,7 @@ class LocalPipeline:
         self.jobs = JobStage(self.live, self.store, dead_letter, self.metrics)
         self.jobs.node_lost = node_lost
         self.nodes = RegistryWriter()  # no nodes topic here: the registry lives in memory
-        self.jobs.gate = NodeGate(self.nodes.quarantined)
+        self.jobs.gate = NodeGate(self.nodes.quarantined, self.nodes.state)
         self.incidents = IncidentPublisher()  # the incidents "topic": ledgers() takes them
         self.lemons = LemonFeed()
         self.lemon_decisions: list[Decision] = []  # embedded: one job, none expected

@@ -8,7 +8,7 @@ from faultwatch.wire import LinesBatch, LogsRecord
 
 # note kinds the job state uses as they are (progress and stage notes arrive as signals)
 NOTICE_KINDS = ("notify", "retryable_errors", "bootcheck", "gap", "spawn_failed",
-                "diagnosis")
+                "diagnosis", "spare")
 
 
 def signals_of_record(rec: LogsRecord, matcher: LineMatcher) -> list[Signal]:

@@ -14,7 +14,8 @@ from typing import Any, TextIO
 
 import orjson
 
-from faultwatch.errors import EXIT_ERROR, EXIT_OK, RuleError
+from faultwatch.core.names import did_you_mean
+from faultwatch.errors import EXIT_ERROR, EXIT_OK, NotFoundError, RuleError
 from faultwatch.rules import diff as rdiff
 from faultwatch.rules import layers
 from faultwatch.streams.rules_record import layer_of_record, read_rule_files
@@ -27,10 +28,20 @@ from faultwatch.streams.rules_status import (
 from faultwatch.wire.topics import Topics
 
 
+def known_rule(rule_id: str | None, known: set[str]) -> None:
+    """A `--rule ID` no layer defines or disables is a NotFoundError (exit 7) naming the
+    close ids, never "not overridden"."""
+    if rule_id is not None and rule_id not in known:
+        raise NotFoundError(f"unknown rule {rule_id!r}{did_you_mean(rule_id, known)}: no "
+                            "layer defines or disables it (`faultwatch rules show` lists "
+                            "the layers)")
+
+
 def show_local(files: Sequence[str], *, rule_id: str | None = None, as_json: bool = False,
                out: TextIO = sys.stdout) -> int:
     """The set `faultwatch run --rules FILES` runs (built-in + files), with provenance."""
     rules = layers.load(files)
+    known_rule(rule_id, {r.id for r in rules.ruleset.rules} | set(rules.disabled()))
     d = rules.describe()
     if as_json:
         print(orjson.dumps({"t": "local", "rules": d,
@@ -51,6 +62,13 @@ def show_cluster(bootstrap: str, topics: Topics, *, rule_id: str | None = None,
     ever ran under it), never "no workers"."""
     workers = asyncio.run(read_workers(bootstrap, topics.status, must_exist=True))
     now = time.time()
+    if rule_id is not None:  # the built-in ids, and what each worker's layers add or disable
+        known = {r.id for res in layers.builtin_layer().results for r in res.rules}
+        for w in workers.values():
+            d = w.get("rules") or {}
+            known |= set(d.get("origins") or {}) | set(d.get("disabled") or {})
+            known |= {i for la in d.get("layers", []) for i in la.get("ids", [])}
+        known_rule(rule_id, known)
     if as_json:
         for w in sorted(workers.values(), key=lambda w: str(w.get("worker"))):
             print(orjson.dumps(w).decode(), file=out)

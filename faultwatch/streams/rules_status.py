@@ -146,7 +146,7 @@ def describe_lines(d: Mapping[str, Any], rule_id: str | None = None,
             [f"disabled at {d['disabled'][rule_id]}"] if rule_id in (d.get("disabled") or {})
             else [])
         if not chain:
-            chain = ["built-in, not overridden (or unknown: see `rules show --rules`)"]
+            chain = ["built-in, not overridden"]
         out.append(f"  rule {rule_id}: " + " <- ".join(reversed(chain)))
         return out
     over = {k: v for k, v in origins.items() if len(v) > 1}

@@ -29,14 +29,16 @@ class Partitions(Protocol):
 
 def material(st: JobState) -> Material:
     """What a snapshot's reader acts on (`faultwatch diagnose` reads run, attempt, phase and
-    live nodes): run, attempt, phase, restarts, decisions, each node's liveness and exit.
+    live nodes; a hot spare leaves once its run is done): run, attempt, phase, restarts,
+    decisions, each node's liveness and exit, each spare's state.
     Not the ages and step counter that change with every line, the ranks seen (they grow
     as each node first prints), nor open stages and the window (an eval or checkpoint opens
     and closes one every minute or so per job): at 5,000 jobs those made ~180 snapshots a
     second. The refresh shows them."""
     return (st.run_id, st.attempt, st.phase, st.restarts_used, len(st.decided),
             st.decided[-1] if st.decided else None,
-            tuple(sorted((n.node, n.alive, n.exit_code) for n in st.nodes.values())))
+            tuple(sorted((n.node, n.alive, n.exit_code) for n in st.nodes.values())),
+            tuple(sorted((s.node, s.state, s.checks, s.registry) for s in st.spares.values())))
 
 
 @dataclass

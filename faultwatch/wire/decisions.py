@@ -46,6 +46,7 @@ def decision_to_dict(dec: Decision) -> dict[str, Any]:
         "rules_version": dec.rules_version,
         "ts": dec.ts,
         **({"run_ids": list(dec.run_ids)} if dec.run_ids else {}),
+        **({"swaps": [{"node": a, "spare": b} for a, b in dec.swaps]} if dec.swaps else {}),
     }
 
 
@@ -88,7 +89,29 @@ def decision_of(d: Mapping[str, Any]) -> Decision:
         run_id=safe_name(d.get("run_id", ""), "decision.run_id", empty_ok=True),
         scheduler=_scheduler(d.get("scheduler") or {}, "decision"),
         run_ids=tuple(safe_name(r, "decision.run_ids")
-                      for r in _list(d.get("run_ids") or [], "decision.run_ids")))
+                      for r in _list(d.get("run_ids") or [], "decision.run_ids")),
+        swaps=_swaps(d.get("swaps") or [], action))
+
+
+MAX_SWAPS = 1024
+
+
+def _swaps(x: Any, action: str) -> tuple[tuple[str, str], ...]:
+    """`swaps`: [{node, spare}], only on a restart or blacklist; no node or spare twice and
+    never a node replaced by itself (a consumer acting on it would stop and start one node)."""
+    items = _list(x, "decision.swaps", MAX_SWAPS)
+    if items and action not in ("restart", "blacklist"):
+        raise _bad("decision.swaps", "only a restart or blacklist swaps spares in", action)
+    out: list[tuple[str, str]] = []
+    for item in items:
+        o = _obj(item, "decision.swaps[]")
+        pair = (safe_name(_get(o, "node", "decision.swaps[]"), "decision.swaps[].node"),
+                safe_name(_get(o, "spare", "decision.swaps[]"), "decision.swaps[].spare"))
+        out.append(pair)
+    names = [n for pair in out for n in pair]
+    if len(set(names)) != len(names):
+        raise _bad("decision.swaps", "a node or spare appears twice", names)
+    return tuple(out)
 
 
 def decode_decision(value: bytes | None) -> Decision:

@@ -92,6 +92,7 @@ TOPICS: tuple[TopicSpec, ...] = (
     ), partitions=1, config=COMPACT, created="writer",
         doc="the fleet-wide node registry (compacted, key = node)"),
     TopicSpec("status", "job; worker/<host:pid>", "faultwatch.wire.tables:decode_status", (
+        Grant("agent", (R, D), "a waiting hot spare leaves when its run is done (no group)"),
         Grant("processor", (W, D), "job snapshots"),
         Grant("actuator", (R, D), "notify --alertmanager: a job healthy again resolves its "
                                   "alerts"),

@@ -33,7 +33,8 @@ def test_a_done_job_leaves_the_table_after_its_ttl_and_a_running_one_stays(
     run = uuid.uuid4().hex[:6]
     done, live = f"ttl-done-{run}", f"ttl-live-{run}"
     with processor(kafka_bootstrap, topic_prefix, log, "--node-lost-s", "300",
-                   env={"FAULTWATCH_FINISHED_TTL_S": str(TTL_S)}) as proc:
+                   env={"FAULTWATCH_FINISHED_TTL_S": str(TTL_S),
+                        "FAULTWATCH_METRICS_LOG_S": "1"}) as proc:  # every report
         wait_processor_ready(kafka_bootstrap, topic_prefix, proc, log)
         runner = subprocess.Popen(
             agent_cmd(kafka_bootstrap, topic_prefix, live, "n0", [sys.executable, "-c", LIVE],

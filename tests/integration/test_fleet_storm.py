@@ -40,7 +40,8 @@ def test_fleet_freeze_is_held_with_one_notice_and_a_lone_loss_is_decided(
     lone, fleet = jobs[0], jobs[1:]
     agents: dict[str, subprocess.Popen[bytes]] = {}
     with processor(kafka_bootstrap, topic_prefix, log, "--node-lost-s", str(LOST_S),
-                   "--hang-floor-s", str(LOST_S)) as proc:
+                   "--hang-floor-s", str(LOST_S),
+                   env={"FAULTWATCH_METRICS_LOG_S": "1"}) as proc:  # every report
         wait_processor_ready(kafka_bootstrap, topic_prefix, proc, log)
         try:
             for j in jobs:

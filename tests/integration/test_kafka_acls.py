@@ -382,3 +382,37 @@ def test_kafka_acls_prints_the_table_without_a_broker() -> None:
     writes = {(r["principal"], r["name"]) for r in rows if r["operation"] == "write"}
     assert ("User:faultwatch-processor", "p.rules") not in writes
     assert ("User:faultwatch-admin", "p.rules") in writes
+
+
+def test_up_secure_prints_no_cleartext_password_warning(started: Started,
+                                                        caplog: pytest.LogCaptureFixture
+                                                        ) -> None:
+    """`kafka up --secure` printed aiokafka's "Sending username and password in the clear"
+    8 times (issue 36 item 8): its own SASL_PLAINTEXT listeners are on 127.0.0.1, where
+    nothing leaves the host. Positive control: a real handshake on that listener logs the
+    warning once the filter is off."""
+    import logging
+
+    from aiokafka.conn import create_conn
+
+    from faultwatch.kafka import clients
+
+    assert clients.CLEARTEXT not in started.stderr + started.stdout
+    plan = secure_broker.LockedDown(started.broker.data_dir)
+    host, port = plan.internal_bootstrap().rsplit(":", 1)
+    conn_log = logging.getLogger("aiokafka.conn")
+    gate = next(f for f in conn_log.filters if isinstance(f, clients.CleartextWarning))
+
+    async def handshake() -> None:
+        conn = await create_conn(host, int(port), **plan.broker_security().client_kwargs())
+        conn.close()
+
+    with caplog.at_level(logging.WARNING, logger="aiokafka.conn"):
+        asyncio.run(handshake())
+        assert clients.CLEARTEXT not in caplog.text  # loopback: dropped
+        conn_log.removeFilter(gate)
+        try:
+            asyncio.run(handshake())
+        finally:
+            conn_log.addFilter(gate)
+    assert caplog.text.count(clients.CLEARTEXT) == 1, caplog.text

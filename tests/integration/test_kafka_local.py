@@ -78,12 +78,13 @@ def test_data_survives_restart_and_status_follows(broker_dir: Path) -> None:
     assert asyncio.run(_read_all(bootstrap, "persist")) == [b"hello across restarts"]
     again = kafka_broker.status(broker_dir)
     assert again == {"running": True, "pid": again["pid"], "bootstrap": bootstrap,
-                     "data_dir": str(broker_dir.resolve())}
+                     "data_dir": str(broker_dir.resolve()), "listening": True}
     assert again["pid"] != first["pid"]
 
     assert kafka_broker.down(broker_dir) is True
     assert kafka_broker.status(broker_dir) == {"running": False, "pid": None, "bootstrap": None,
-                                              "data_dir": str(broker_dir.resolve())}
+                                              "data_dir": str(broker_dir.resolve()),
+                                              "listening": False}
     assert kafka_broker.down(broker_dir) is False
 
 
@@ -118,10 +119,29 @@ def test_cli_prints_exactly_the_bootstrap_address(broker_dir: Path) -> None:
     info = json.loads(shown.stdout)
     assert info["running"] is True and info["bootstrap"] == f"127.0.0.1:{port}"
     assert "running: pid" in _cli("status", *where).stdout
+    # asked by port alone (issue 36 item 9): the broker listening there, wherever its data
+    by_port = _cli("status", "--port", str(port))
+    assert by_port.returncode == 0 and f"data dir {broker_dir.resolve()}" in by_port.stdout, \
+        by_port
 
-    stopped = _cli("down", *where)
-    assert stopped.returncode == 0, stopped.stderr
+    stopped = _cli("down", "--port", str(port))  # and stopped by port alone too
+    assert stopped.returncode == 0 and str(broker_dir.resolve()) in stopped.stdout, stopped
     assert json.loads(_cli("status", "--json", *where).stdout)["running"] is False
+    gone = _cli("status", "--port", str(port))
+    assert gone.returncode == 1 and "not running: nothing listens" in gone.stdout, gone
+
+
+def test_status_by_port_reports_any_listener(tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as other:  # not a broker faultwatch started: said so, not "not running"
+        other.bind(("127.0.0.1", 0))
+        other.listen()
+        port = other.getsockname()[1]
+        shown = _cli("status", "--port", str(port))
+        assert shown.returncode == 0 and shown.stdout.startswith("listening: "), shown
+        assert json.loads(_cli("status", "--port", str(port), "--json").stdout)[
+            "listening"] is True
 
 
 def test_cli_reports_errors_on_stderr(tmp_path: Path) -> None:

@@ -104,3 +104,27 @@ def test_quarantined_node_is_turned_away_and_hardware_blacklists_quarantine(
         assert decisions(kafka_bootstrap, topic_prefix, on_good) == []
         assert good not in reg
         assert proc.poll() is None, log.read_text()[-3000:]
+
+
+def test_releasing_a_node_never_seen_writes_nothing_unless_forced(
+        kafka_bootstrap: str, topic_prefix: str) -> None:
+    """`nodes release gpu-99` (issue 36 item 7): a typo or a node the registry never held is
+    exit 7 naming the close ones, and no record is written; `--force` writes it."""
+    from faultwatch.errors import EXIT_NOT_FOUND
+
+    tag = uuid.uuid4().hex[:6]
+    known = f"gpu-{tag}-17"
+    fw_ok(kafka_bootstrap, topic_prefix, "nodes", "quarantine", known, "--for", "1h",
+          "--reason", "ECC errors seen by hand")
+    typo = f"gpu-{tag}-71"
+    res = subprocess.run([faultwatch_exe(), "nodes", "release", typo, "--bootstrap",
+                          kafka_bootstrap, "--topic-prefix", topic_prefix],
+                         capture_output=True, text=True, timeout=60, env=job_env())
+    assert res.returncode == EXIT_NOT_FOUND, (res.returncode, res.stderr)
+    assert f"node '{typo}' is not in the registry" in res.stderr
+    assert f"did you mean '{known}'" in res.stderr and res.stdout == ""
+    assert set(node_records(kafka_bootstrap, topic_prefix)) == {known}  # nothing written
+    fw_ok(kafka_bootstrap, topic_prefix, "nodes", "release", known)  # positive control
+    assert node_records(kafka_bootstrap, topic_prefix)[known]["state"] == "healthy"
+    fw_ok(kafka_bootstrap, topic_prefix, "nodes", "release", typo, "--force")
+    assert set(node_records(kafka_bootstrap, topic_prefix)) == {known, typo}

@@ -11,6 +11,7 @@ import os
 import re
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from typing import Any
@@ -242,6 +243,24 @@ def test_decisions_filters(kafka_bootstrap: str, topic_prefix: str) -> None:
     assert ids("--kind", "hang") == [decs[1].id, decs[3].id]
     assert ids("--job", job, "--since", "1h") == [decs[0].id, decs[1].id]
 
+    # text as a person reads it: when each was made, and its age (issue 36 item 6)
+    res = fw(kafka_bootstrap, topic_prefix, "decisions", "--job", job)
+    heads = [x for x in res.stdout.splitlines() if x.startswith("[faultwatch] decision")]
+    assert len(heads) == 3 and all(re.search(r" time=\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ "
+                                             r"age=\d", h) for h in heads), res.stdout
+    assert heads[2].endswith(("age=120m", "age=121m")), heads[2]  # 2 h ago, as kubectl
+    # a job never seen is exit 7 naming the close ones, like `logs` and `status` (item 7)
+    res = fw(kafka_bootstrap, topic_prefix, "decisions", "--job", "dec-filtres")
+    assert res.returncode == EXIT_NOT_FOUND and res.stdout == "", res
+    assert "no decision of job 'dec-filtres'" in res.stderr
+    assert "did you mean 'dec-filters'" in res.stderr, res.stderr
+    # a job the processors report that has no decision yet is no mistake: nothing, exit 0
+    snap = snapshot("quiet-job", "running", time.time())
+    publish(kafka_bootstrap, Topics(topic_prefix).status,
+            [(wire.job_key("quiet-job"), wire.encode_status(snap))])
+    res = fw(kafka_bootstrap, topic_prefix, "decisions", "--job", "quiet-job")
+    assert (res.returncode, res.stdout) == (0, ""), res.stderr
+
 
 def snapshot(job: str, phase: str, ts: float) -> dict[str, Any]:
     from faultwatch.core.events import RunStart
@@ -284,3 +303,45 @@ def test_status_fits_80_columns_ages_out_and_names_unknown_jobs(
     assert "no processor reports job 'never-seen'" in res.stderr and res.stdout == ""
     res = fw(kafka_bootstrap, topic_prefix, "status", "done-old", "--json")
     assert res.returncode == 0 and json_rows(res.stdout)[0]["job"] == "done-old"  # named
+
+
+def test_status_in_a_pipe_keeps_every_cell_whole_and_prints_a_block_per_refresh(
+        kafka_bootstrap: str, topic_prefix: str) -> None:
+    """`status --wide | cat` and `status -w > file` (issue 36 item 6): one row per line,
+    nothing wrapped or cut, no padding; `-w` prints a block per refresh."""
+    topics = Topics(topic_prefix)
+    asyncio.run(ensure_topics(kafka_bootstrap, topics))
+    long = "train-llama-70b-pretraining-stage2-" + "x" * 40 + "-final"
+    snaps = [snapshot(long, "running", time.time()), snapshot("j2", "running", time.time())]
+    publish(kafka_bootstrap, topics.status, [(wire.job_key(s["job"]), wire.encode_status(s))
+                                             for s in snaps])
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    for wide in ([], ["--wide"]):
+        res = subprocess.run(  # a real shell pipe, as a person types it
+            f"{sys.executable} -m faultwatch status {' '.join(wide)} --bootstrap "
+            f"{kafka_bootstrap} --topic-prefix {topic_prefix} | grep -- -final",
+            shell=True, capture_output=True, text=True, timeout=120, env=env)
+        assert res.returncode == 0, res.stderr[-2000:]
+        rows = res.stdout.splitlines()
+        assert len(rows) == 1 and rows[0].startswith(long + "  "), res.stdout
+        assert "running" in rows[0] and rows[0] == rows[0].rstrip()
+        if wide:
+            assert "slurm-12345678" in rows[0] and "\x1b" not in rows[0]
+    res = fw(kafka_bootstrap, topic_prefix, "status", "--wide", env={"COLUMNS": ""})
+    assert all(x == x.rstrip() for x in res.stdout.splitlines()), res.stdout
+    out = subprocess.Popen([sys.executable, "-m", "faultwatch", "status", "-w",
+                            "--interval-s", "0.5", "--bootstrap", kafka_bootstrap,
+                            "--topic-prefix", topic_prefix], stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True, env=env)
+    seen: list[str] = []
+    reader = threading.Thread(target=lambda: seen.extend(out.stdout or ()), daemon=True)
+    reader.start()
+    try:
+        wait_until(lambda: sum(x.startswith("faultwatch status") for x in seen), 120,
+                   "two blocks of `status -w` in a pipe", until=lambda n: n >= 2,
+                   detail=lambda: "".join(seen)[-2000:])
+        first = "".join(seen).split("\n\n")[0].splitlines()
+        assert [x for x in first if x.startswith(long)] and len(first) == 4, seen
+    finally:
+        out.terminate()
+        out.wait(30)

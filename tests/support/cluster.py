@@ -91,7 +91,8 @@ def decisions(bootstrap: str, prefix: str, job: str) -> list[dict[str, Any]]:
     out = subprocess.run([faultwatch_exe(), "decisions", "--bootstrap", bootstrap,
                           "--topic-prefix", prefix, "--job", job, "--json"],
                          capture_output=True, text=True, timeout=60, env=job_env())
-    if out.returncode == 7 and "does not exist" in out.stderr:  # NotFoundError: no decision yet
+    if out.returncode == 7 and ("does not exist" in out.stderr  # NotFoundError: no topic
+                                or "no decision of job" in out.stderr):  # nor job, yet
         return []
     assert out.returncode == 0, out.stderr
     got = [json.loads(x) for x in out.stdout.splitlines() if x.strip()]

@@ -61,9 +61,12 @@ def _exe(name: str) -> str:
 
 
 class SlurmCluster:
-    """One slurmctld and two slurmd (`-N n1`, `-N n2`), each with its own Port=."""
+    """One slurmctld and a slurmd per node name (`-N n1`, `-N n2` unless `nodes` says more),
+    each with its own Port=."""
 
-    def __init__(self, root: Path | None = None, extra_conf: Sequence[str] = ()) -> None:
+    def __init__(self, root: Path | None = None, extra_conf: Sequence[str] = (),
+                 nodes: Sequence[str] = NODES) -> None:
+        self.nodes = tuple(nodes)  # each a slurmd `-N <name>` on localhost
         self.root = root or Path(tempfile.mkdtemp(prefix="fw-slurm-"))
         self.extra_conf = tuple(extra_conf)  # slurm.conf lines added (e.g. RequeueExit=...)
         self.name = "fw" + uuid.uuid4().hex[:8]
@@ -90,7 +93,7 @@ class SlurmCluster:
         why = missing()
         if why:
             raise SlurmUnavailable(why)
-        for d in ("munge", "state", "log", "spool/n1", "spool/n2"):
+        for d in ("munge", "state", "log", *(f"spool/{n}" for n in self.nodes)):
             (self.root / d).mkdir(parents=True, exist_ok=True)
         (self.root / "munge").chmod(0o711)  # munged wants the socket dir traversable
         key = self.root / "munge" / "munge.key"
@@ -102,12 +105,12 @@ class SlurmCluster:
                                f"--pid-file={self.root}/munge/munged.pid",
                                f"--seed-file={self.root}/munge/seed"])
         self._wait(lambda: self.munge_socket.exists(), timeout_s, "munged socket")
-        ctld_port, *node_ports = _free_ports(1 + len(NODES))
+        ctld_port, *node_ports = _free_ports(1 + len(self.nodes))
         self.conf.write_text(self._conf_text(ctld_port, node_ports))
         self._spawn("slurmctld", [_exe("slurmctld"), "-D", "-f", str(self.conf)])
-        for n in NODES:
+        for n in self.nodes:
             self._spawn(f"slurmd-{n}", [_exe("slurmd"), "-D", "-N", n, "-f", str(self.conf)])
-        self._wait(self.all_idle, timeout_s, "sinfo showing n1 and n2 idle")
+        self._wait(self.all_idle, timeout_s, f"sinfo showing {', '.join(self.nodes)} idle")
 
     def _conf_text(self, ctld_port: int, node_ports: list[int]) -> str:
         r = self.root
@@ -146,14 +149,14 @@ class SlurmCluster:
             *self.extra_conf,
         ]
         # lower Weight is allocated first: a job lands on n1 while n1 is usable
-        for i, (n, port) in enumerate(zip(NODES, node_ports, strict=True), start=1):
+        for i, (n, port) in enumerate(zip(self.nodes, node_ports, strict=True), start=1):
             lines.append(f"NodeName={n} NodeHostname=localhost NodeAddr=127.0.0.1 Port={port} "
                          f"CPUs=1 RealMemory=256 Weight={i} State=UNKNOWN")
-        lines.append(f"PartitionName=debug Nodes={','.join(NODES)} Default=YES "
+        lines.append(f"PartitionName=debug Nodes={','.join(self.nodes)} Default=YES "
                      "MaxTime=INFINITE State=UP")
         # a node set: `scontrol update nodename=gpus` reaches both nodes (test_slurm.py
         # checks that faultwatch never gives Slurm such a name)
-        lines.append(f"NodeSet={NODE_SET} Nodes={','.join(NODES)}")
+        lines.append(f"NodeSet={NODE_SET} Nodes={','.join(self.nodes)}")
         return "\n".join(lines) + "\n"
 
     def _spawn(self, name: str, argv: list[str]) -> None:
@@ -206,7 +209,7 @@ class SlurmCluster:
 
     def all_idle(self) -> bool:
         st = self.node_states()
-        return all(st.get(n) == "idle" for n in NODES)
+        return all(st.get(n) == "idle" for n in self.nodes)
 
     def node_info(self, node: str) -> dict[str, str]:
         return _kv(self.run("scontrol", "show", "node", node, check=False).stdout)

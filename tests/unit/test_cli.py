@@ -77,7 +77,8 @@ def test_the_tree_names_every_command() -> None:
                if isinstance(a, argparse._SubParsersAction))
     assert set(sub.choices) == {"run", "agent", "check", "process", "decisions", "logs",
                                 "rules", "kafka", "notify", "status", "nodes", "actuate",
-                                "diagnose", "keys", "jobs", "describe", "report"}
+                                "diagnose", "keys", "jobs", "describe", "report",
+                                "completion"}
 
 
 def test_shared_options_are_the_same_everywhere(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -244,6 +245,7 @@ def test_the_docs_table_matches_the_code() -> None:
     for name, code in VERDICTS.items():  # the exit contract of run/agent (exitcodes.py)
         assert table[name] == code, name
     assert table["interrupted"] == EXIT_INTERRUPTED
+    assert table["broken-pipe"] == errors.EXIT_BROKEN_PIPE
     assert EXIT_BLACKLISTED == EXIT_BOOTCHECK_FAILED == table["elsewhere"]
     assert EXIT_FAILED_BY_DECISION == table["failed"]
 

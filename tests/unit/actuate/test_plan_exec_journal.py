@@ -45,6 +45,17 @@ def test_blacklist_plans_quarantine_then_requeue_with_identity() -> None:
     assert drain_reason(acts[0]) == "faultwatch 0f1e2d3c4b5a69788796: nvidia-xid-hardware"
 
 
+def test_a_node_a_hot_spare_replaced_is_drained_and_the_job_not_requeued() -> None:
+    acts = plan_decision(_dec(swaps=[{"node": "n1", "spare": "n3"}]))
+    assert [(a.kind, a.node) for a in acts] == [(QUARANTINE, "n1")]
+    # two bad nodes, one swapped (a decision a processor never makes: all or none): the
+    # other is still requeued away from
+    two = _dec(targets={"nodes": ["n1", "n2"], "ranks": []},
+               swaps=[{"node": "n1", "spare": "n3"}])
+    assert [(a.kind, a.node) for a in plan_decision(two)] == [
+        (QUARANTINE, "n1"), (QUARANTINE, "n2"), (REQUEUE, "n2")]
+
+
 @pytest.mark.parametrize("over", [
     {"targets": {"nodes": ["n1; scontrol shutdown"], "ranks": []}},
     {"targets": {"nodes": ["-n1"], "ranks": []}},

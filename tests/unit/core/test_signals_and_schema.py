@@ -27,6 +27,7 @@ from faultwatch.rules import Matcher
 from faultwatch.streams.matching import signals_of_record as signals_of
 from faultwatch.wire import (
     LogsRecord,
+    decision_of,
     decision_to_dict,
     decode,
     decode_logs,
@@ -155,6 +156,19 @@ def all_kinds_of_decisions() -> list:
     decs += apply(st, Heartbeat("j", 0, "b", 1000, True, 999), 0, p)[1]  # exit-hang
     st = td.start(policy=p)
     decs += apply(st, Exit("j", 0, "n0", 110, 3), 110, p)[1]  # exit, fail (all exited)
+    # hot spares: a blacklist that swaps one in, a spare's failed checks and its loss
+    st = td.start(("a", "b"), policy=p)
+    for spare, checks in (("c", "passed"), ("d", "failed")):
+        st, d = apply(st, Notice("j", 0, spare, 100.5, "spare", {"checks": checks}), 100.5, p)
+        decs += d
+    st, _ = apply(st, td.hit("nvidia-xid", "hardware", 101.0, node="b"), 101.0, p)
+    for n in ("a", "b"):  # settled by both nodes' heartbeats: blacklist of b, c swapped in
+        st, d = apply(st, Heartbeat("j", 0, n, 101.5, True, 101.0), 101.5, p)
+        decs += d
+    st = td.start(("a",), policy=p)
+    st, _ = apply(st, Notice("j", 0, "c", 100.0, "spare", {}), 100.0, p)
+    st, _ = apply(st, Heartbeat("j", 0, "a", 150.0, True, 150.0), 150.0, p)
+    decs += tick(st, 150.0, p, live_clock=True)[1]  # the spare is lost: a notify
     return decs
 
 
@@ -167,9 +181,12 @@ def test_real_decisions_validate_against_the_published_schema() -> None:
     kinds = {d.kind for d in decs}
     assert kinds >= {"slow", "hang", "skew", "node-lost", "custom", "gap", "bootcheck", "error",
                      "exit-hang", "exit"}, kinds
+    assert [d.swaps for d in decs if d.swaps] == [(("b", "c"),)]
+    assert any(d.evidence.get("spare") for d in decs)
     for d in decs:
         rec = orjson.loads(orjson.dumps(decision_to_dict(d)))
         jsonschema.validate(rec, schema)
+        assert decision_of(rec) == d  # the published shape decodes to the same decision
     bad = orjson.loads(orjson.dumps(decision_to_dict(decs[0])))
     bad["action"] = "reboot"
     with pytest.raises(jsonschema.ValidationError):

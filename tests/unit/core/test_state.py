@@ -23,7 +23,7 @@ from faultwatch.core.job import apply
 from faultwatch.core.ledger import Ledger
 from faultwatch.core.pmap import PMap
 from faultwatch.core.policy import Policy
-from faultwatch.core.state import JobState, Phase, freeze, new_attempt
+from faultwatch.core.state import JobState, Phase, Spare, freeze, new_attempt
 from faultwatch.core.windows import GapHist
 
 P = Policy(settle_s=0, max_restarts=3, skew_warn_s=1)
@@ -55,6 +55,8 @@ def busy_state() -> JobState:
         diagnoses=freeze({"a": {"ts": 18.0, "ranks": {"0": {"stack": {"state": "collective"},
                                                               "fr": None}}}}),
         hang_culprits=PMap({"b": 1}), pending_gaps=(("", 1.5, 2.0),), outputs_since_step=2,
+        spares=PMap({"c": Spare("c", 1.0, 2.0, 3.0, "failed", ("disk",), "suspect", "j2",
+                                "taken", "a", 2)}), rdzv_hosts=frozenset({"a"}),
         ledger=_ledger(sigs))
 
 

@@ -178,3 +178,24 @@ def test_a_failed_all_reduce_across_nodes_blames_no_node_but_a_local_one_does() 
              "scope": "node"}
     out = gate([_note("n0", [wrong])], 100.0)
     assert [s.match.rule for s in out if isinstance(s, Hit)] == [CHECK_FAILED_RULE]
+
+
+def test_a_spares_note_carries_the_registrys_word_and_its_checks_blame_no_job() -> None:
+    w = _quarantined_registry("bad")
+    gate = NodeGate(w.quarantined, w.state)
+    said = Notice("job", 0, "bad", 100.0, "spare", {"checks": "passed", "registry": "healthy"},
+                  run_id="r1")
+    [out] = gate([said], 100.0)
+    assert isinstance(out, Notice) and out.data["registry"] == "quarantined"  # not its own
+    [ok] = gate([Notice("job", 0, "good", 100.0, "spare", {}, run_id="r1")], 100.0)
+    assert isinstance(ok, Notice) and ok.data["registry"] == "healthy"
+    # without a state lookup (older wiring) the quarantine still shows
+    [out] = NodeGate(w.quarantined)([said], 100.0)
+    assert isinstance(out, Notice) and out.data["registry"] == "quarantined"
+    # a waiting spare's failed check is no hardware hit of the job; an active node's is
+    failed = [check("disk:/x", False, detail="NotADirectoryError")]
+    spare_checks = _note("c", failed)
+    spare_checks = Notice(spare_checks.job, 0, "c", 99.0, "bootcheck",
+                          {**spare_checks.data, "when": "spare"}, run_id="r1")
+    assert gate([_start("a"), spare_checks], 100.0) == [_start("a"), spare_checks]
+    assert any(isinstance(s, Hit) for s in gate([_note("a", failed)], 100.0))

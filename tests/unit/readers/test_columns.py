@@ -80,3 +80,25 @@ def test_finished_jobs_age_out() -> None:
     shown, hidden = visible(snaps, 1000.0, 1e9)
     assert len(shown) == 5 and hidden == 0
     assert "(2 finished jobs hidden)" in render([snaps[0]], 80, hidden=2)
+
+
+def test_in_a_pipe_every_cell_is_whole_one_row_a_line_no_padding() -> None:
+    """`faultwatch status | cat` (issue 36 item 6): grep finds a job by its whole name."""
+    from faultwatch.readers.status import lines, worker_lines
+
+    long = "train-llama-70b-pretraining-stage2-final-run"
+    for wide in (False, True):
+        out = lines([snap(long), snap("j2", phase="done")], 1005.0, wide=wide)
+        assert len(out) == 4 and out[0].startswith("faultwatch status"), out
+        assert [x for x in out if long in x] == [out[2]] and out[2].startswith(long + "  ")
+        assert all(x == x.rstrip() for x in out)
+        assert len({x.index("phase") if "phase" in x else -1 for x in out[1:2]}) == 1
+    assert "slurm-12345678-" + long in lines([snap(long)], 1005.0, wide=True)[2]
+    fitted = lines([snap(long)], 1005.0, width=60)  # COLUMNS=60 in a pipe: fitted, as before
+    assert max(len(x) for x in fitted) <= 60 and "…" in fitted[2]
+    workers = worker_lines([{"worker": "w-1", "group": "fw-processor", "ts": 1000.0,
+                             "rules": {"version": "abc", "layers": [
+                                 {"layer": "builtin"}, {"layer": "pushed", "push_id": "p7",
+                                                        "author": "alice@host"}]}}], 1005.0)
+    assert workers[2].split() == ["w-1", "fw-processor", "abc", "builtin+pushed", "p7",
+                                  "alice@host", "0", "5s"]

@@ -176,7 +176,7 @@ def test_nccls_last_error_detail_names_the_bad_gpu() -> None:
 def test_classify_shape() -> None:
     out = classify(RS, "hello\n[rank2]:RuntimeError: CUDA error: an illegal memory access "
                        "was encountered\nWatchdog caught collective operation timeout")
-    assert set(out) == {"category", "rule", "action", "line"}
+    assert set(out) == {"category", "rule", "action", "line", "why"}
     assert out["category"] == "retryable" and out["action"] == "restart"
     ex = classify(RS, "nothing\n", 143, explain=True)
     assert ex["rule"] == "exit-sigterm" and ex["matches"] == []
@@ -185,8 +185,28 @@ def test_classify_shape() -> None:
     assert ex["matches"] == [{"rule": "ib-async-fatal-event", "category": "hardware",
                               "cascade": False, "rank": None, "lineno": 2,
                               "line": "NCCL WARN NET/IB : Got async event : port error"}]
-    assert classify(RS, "all fine") == {"category": "unknown", "rule": None, "action": None,
-                                        "line": None}
+    assert classify(RS, "all fine", 0) == {"category": "unknown", "rule": None,
+                                           "action": None, "line": None, "why": None}
+
+
+def test_classify_answers_what_the_pipeline_does_with_a_failure() -> None:
+    """A failure no rule explains is failed by the default policy (exit_code_and_error_msg),
+    not `action: null`; budgets and the policy change the rule's action as the job stage
+    does (issue 36 item 7)."""
+    from faultwatch.core.policy import Policy
+
+    out = classify(RS, "all fine", 1)
+    assert (out["category"], out["action"]) == ("unknown", "fail"), out
+    assert classify(RS, "all fine")["action"] == "fail"  # a failure log without its code
+    assert classify(RS, "torch.OutOfMemoryError: CUDA out of memory.", 1)["action"] == "fail"
+    assert classify(RS, "all fine", 1, policy=Policy(fault_tolerant_policy="on_failure")
+                    )["action"] == "restart"
+    no_budget = classify(RS, "ConnectionError: [Errno 104] Connection reset by peer", 1,
+                         policy=Policy(max_restarts=0))
+    assert no_budget["action"] == "fail" and "budget exhausted (0/0)" in str(no_budget["why"])
+    mine = classify(RS, "my flaky thing\n", 1, policy=Policy(retryable_errors=("flaky",)))
+    assert (mine["category"], mine["action"]) == ("retryable", "restart")
+    assert mine["why"] == "retryable by pattern 'flaky'"
 
 
 def test_policy_retryable_errors(tmp_path) -> None:  # type: ignore[no-untyped-def]

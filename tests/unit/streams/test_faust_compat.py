@@ -8,6 +8,7 @@ import inspect
 import aiokafka
 import faust
 import faust.streams
+import pytest
 from faust.transport.drivers import aiokafka as faust_aiokafka
 from mode.threads import ServiceThread
 
@@ -391,3 +392,56 @@ def test_a_failed_metadata_update_waits_the_retry_backoff() -> None:
         assert asyncio.run(three_updates()) < 0.1  # positive control: aiokafka's own
     faust_compat.metadata_backoff()
     assert asyncio.run(three_updates()) >= 0.45
+
+
+def test_partitions_the_feed_serves_count_as_streaming_for_fausts_stall_check() -> None:
+    """Faust's consumer reports a partition whose monitor never saw a stream event as "Stream
+    has not started processing" (several paragraphs at ERROR, issue 36 item 8); the feed and
+    the quiet monitor tell it when a partition took events, as Faust's own streams do."""
+    import asyncio
+
+    from faust.types import TP
+
+    src = inspect.getsource(faust_aiokafka.AIOKafkaConsumerThread.verify_event_path)
+    assert "monitor.stream_inbound_time.get(tp)" in src  # what Faust reads
+    app, feed = _feed_app()
+    app.monitor = faust_compat.QuietMonitor()  # what the processor runs with
+    app.topics._acking_topics.add("logs")  # noqa: SLF001 - as the conductor does on subscribe
+    msgs = [_Msg("logs", 0, 0), _Msg("logs", 3, 0)]
+
+    async def main() -> None:
+        feed.ack(msgs)
+
+    assert app.monitor.stream_inbound_time == {}
+    asyncio.run(main())
+    assert set(app.monitor.stream_inbound_time) == {TP("logs", 0), TP("logs", 3)}
+    quiet = faust_compat.QuietMonitor()
+    quiet.on_stream_event_in(TP("rules", 0), 1, None, None)  # type: ignore[arg-type]
+    assert TP("rules", 0) in quiet.stream_inbound_time
+
+
+def test_fausts_slow_processing_report_becomes_one_event_line(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    import logging
+
+    from faust.types import TP
+
+    msg = faust_aiokafka.SLOW_PROCESSING_STREAM_IDLE_SINCE_START
+    thread = faust_aiokafka.AIOKafkaConsumerThread.__new__(
+        faust_aiokafka.AIOKafkaConsumerThread)
+    text = thread._make_slow_processing_error(  # noqa: SLF001 - Faust's own message
+        msg, [faust_aiokafka.SLOW_PROCESSING_CAUSE_STREAM], "stream_processing_timeout", 300.0)
+    assert text.count("\n") > 5  # the several paragraphs Faust writes
+    name = faust_compat.faust_aiokafka_logger()
+    assert name == faust_aiokafka.logger.name
+    record = logging.LogRecord(name, logging.ERROR, __file__, 1, text,
+                               (TP("fw.logs", 3), "5.02 minutes ago"), None)
+    line_filter = faust_compat.SlowProcessingLine()
+    assert line_filter.filter(record) is False  # Faust's record is not written
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "event=faust_slow_processing" in err, err
+    assert "Stream has not started processing TP(topic='fw.logs', partition=3)" in err
+    assert "setting=stream_processing_timeout setting_value=300.0" in err
+    other = logging.LogRecord(name, logging.ERROR, __file__, 1, "anything else", (), None)
+    assert line_filter.filter(other) is True  # positive control: others pass
+    assert faust_compat.one_line_slow_processing() in logging.getLogger(name).filters

@@ -105,8 +105,10 @@ def test_a_worker_announces_its_trust_policy_and_what_it_refused(tmp_path: Path)
 
     console = Console(width=200, record=True)
     console.print(workers_table([rec], 101.0))
-    row = next(ln for ln in console.export_text().splitlines() if "h:1" in ln)
-    assert row.split("│")[6].strip() == "4"
+    shown = console.export_text().splitlines()
+    at = next(ln for ln in shown if ln.startswith("worker ")).index("refused")
+    row = next(ln for ln in shown if "h:1" in ln)
+    assert row[at:].split()[0] == "4"  # the refused column (aligned columns, no borders)
 
 
 def test_rules_info_metric_names_the_version() -> None:
@@ -143,3 +145,27 @@ def test_diff_names_added_removed_changed_and_policy(tmp_path: Path) -> None:
            f"(files {new_f}:3)" in lines
     same = rdiff.diff(layers.load([old_f]), layers.load([old_f]))
     assert rdiff.is_empty(same) and not rdiff.is_empty(d)
+
+
+def test_show_of_an_unknown_rule_is_not_found_with_the_close_ids(tmp_path: Path) -> None:
+    """`rules show --rule cuda-omm` (issue 36 item 7): a typo is exit 7 naming cuda-oom, never
+    "not overridden"; a rule a file disables is known (it says where)."""
+    import io
+
+    import pytest
+
+    from faultwatch.errors import EXIT_NOT_FOUND, NotFoundError
+    from faultwatch.streams.rules_show import show_local
+
+    site = tmp_path / "site.yaml"
+    site.write_text("version: 1\nrules:\n  - id: nccl-watchdog-timeout\n    disabled: true\n")
+    with pytest.raises(NotFoundError, match=r"unknown rule 'cuda-omm' \(did you mean "
+                                            r"'cuda-oom'") as e:
+        show_local([], rule_id="cuda-omm", out=io.StringIO())
+    assert e.value.exit_code == EXIT_NOT_FOUND
+    out = io.StringIO()
+    assert show_local([], rule_id="cuda-oom", out=out) == 0  # positive control
+    assert "rule cuda-oom: in force <- builtin" in out.getvalue()
+    out = io.StringIO()
+    assert show_local([str(site)], rule_id="nccl-watchdog-timeout", out=out) == 0
+    assert "disabled at" in out.getvalue()
