@@ -25,9 +25,10 @@ from faultwatch.core.registry import (
 )
 from faultwatch.errors import ConfigError, DecodeError, FaultwatchError
 from faultwatch.eventlog import log_event
+from faultwatch.trust.intake import DecisionIntake, fresh, where_of
 from faultwatch.trust.refusals import REFUSALS
 from faultwatch.trust.replay import DEFAULT_MAX_AGE_S, REPLAYED, ReplayGuard, superseded
-from faultwatch.wire import decode_decision, decode_node
+from faultwatch.wire import decode_node
 
 
 @dataclass(frozen=True)
@@ -105,15 +106,10 @@ class Actuator:
     def take_decision(self, value: bytes | None, now: float, gate: Any, *, topic: str,
                       partition: int, offset: int) -> list[NodeRecord]:
         """One decisions-topic record: signature (gate), decode, the replay rule, plan."""
-        if not gate.admit_record(value, topic=topic, partition=partition, offset=offset):
-            return []  # unsigned or forged while a key is configured: refused, logged
-        try:
-            dec = decode_decision(value)
-        except DecodeError as e:
-            log_event("undecodable_record", topic=topic, partition=partition, offset=offset,
-                      error=str(e))
-            return []
-        return self.on_decision(dec, now, f"{topic}[{partition}]@{offset}")
+        dec = DecisionIntake(gate, self.replay, log_event).decode(
+            value, topic=topic, partition=partition, offset=offset)
+        return [] if dec is None else self.on_decision(dec, now, where_of(topic, partition,
+                                                                          offset))
 
     def take_node(self, value: bytes | None, now: float, gate: Any, *, topic: str,
                   partition: int, offset: int) -> None:
@@ -140,11 +136,7 @@ class Actuator:
 
     def on_decision(self, dec: Decision, now: float, where: str) -> list[NodeRecord]:
         """Plan a decision's actions; return the registry records it changes (to publish)."""
-        why = self.replay.check(dec.id, dec.ts, now, where)
-        if why is not None:
-            log_event("decision_refused", reason=why, id=dec.id, job=dec.job,
-                      action=dec.action, where=where, age_s=round(now - dec.ts, 1),
-                      max_age_s=self.replay.max_age_s)
+        if not fresh(self.replay, dec, now, log_event, where, where=where):
             return []
         try:
             actions = plan_decision(dec)
@@ -357,8 +349,13 @@ async def run(backend: Backend, cfg: ActuateConfig, stop: asyncio.Event | None =
     from faultwatch.nodes.store import write_records
     from faultwatch.trust.decisions import decision_verifier
     from faultwatch.trust.keys import load_signing_key, load_trust
-    from faultwatch.trust.records import NODE_RECORD, RecordGate, signer_for, verifier_for
-    from faultwatch.wire.signing import DecisionGate
+    from faultwatch.trust.records import (
+        NODE_RECORD,
+        DecisionGate,
+        RecordGate,
+        signer_for,
+        verifier_for,
+    )
     from faultwatch.wire.topics import Topics
 
     stop = stop or asyncio.Event()

@@ -209,7 +209,7 @@ def run(cfg: NotifierConfig) -> int:
     from faultwatch.eventlog import log_event, set_component
     from faultwatch.notify.service import Notifier
     from faultwatch.trust.decisions import decision_verifier
-    from faultwatch.wire.signing import DecisionGate
+    from faultwatch.trust.records import DecisionGate
 
     set_component("notify")
     gate = DecisionGate(decision_verifier(), log_event)

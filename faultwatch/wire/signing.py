@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,7 +18,6 @@ import orjson
 
 from faultwatch import settings
 from faultwatch.errors import ConfigError
-from faultwatch.metrics import REFUSALS
 
 ALGORITHM = "HMAC-SHA256"
 SIGNATURE_FIELD = "signature"
@@ -163,56 +162,3 @@ def load_keyring(key_file: Path | None = None,
         return parse_keys(text, str(path))
     keys = settings.DECISION_KEY.raw(env)
     return None if keys is None else parse_keys(keys, KEY_ENV)
-
-
-class DecisionGate:
-    """What a consumer (agent, actuator, notifier) does with a decision before acting.
-
-    With a keyring, unsigned and forged decisions are refused and logged (event
-    `decision_refused`); without one, every decision passes and `decisions_unverified` is
-    logged once."""
-
-    def __init__(self, keyring: Any, log: Callable[..., None]):
-        self.keyring, self._log = keyring, log
-        self._warned = False
-        self.refused = 0
-
-    def announce(self) -> None:
-        """Log `decisions_unverified` now (once) when there is no key."""
-        if self.keyring is None and not self._warned:
-            self._warned = True
-            self._log("decisions_unverified",
-                      hint=f"no trust file or decision key: set {settings.TRUST_FILE} (or the "
-                           f"legacy {KEY_FILE_ENV}) so that forged decisions are refused")
-
-    def admit_record(self, value: bytes | None, **where: Any) -> bool:
-        """admit() for a raw decisions-topic record value (the signed JSON as published)."""
-        if self.keyring is None:
-            self.announce()
-            return True
-        try:
-            decision = orjson.loads(value) if value is not None else None
-        except orjson.JSONDecodeError:
-            decision = None
-        if not isinstance(decision, dict):
-            self.refused += 1
-            self._log("decision_refused", reason=MALFORMED, detail="not a JSON object", **where)
-            return False
-        return self.admit(decision, **where)
-
-    def admit(self, decision: Mapping[str, Any], **where: Any) -> bool:
-        if self.keyring is None:
-            self.announce()
-            return True
-        v = verify(decision, self.keyring)
-        if v.ok:
-            return True
-        self._count(v.reason)
-        self._log("decision_refused", reason=v.reason, detail=v.detail, key_id=v.key_id,
-                  id=str(decision.get("id"))[:256], job=str(decision.get("job"))[:256],
-                  action=str(decision.get("action"))[:32], **where)
-        return False
-
-    def _count(self, reason: str) -> None:
-        self.refused += 1
-        REFUSALS[("decision", reason)] += 1
