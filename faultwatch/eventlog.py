@@ -48,7 +48,9 @@ _INFO_EVENTS = (
     # operating services
     "notify_started", "notification_sent", "notify_muted", "actuate_started", "actuate_following",
     "actuated", "actuate_hold_released", "actuate_holding", "actuate_replay",
-    "actuate_retry", "alerts_posted", "alert_resolved", "alert_status_following")
+    "actuate_retry", "actuate_hold_dropped", "actuate_hold_ended", "actuate_dropped",
+    "actuate_dropped_summary", "actuate_topic_ready", "alerts_posted", "alert_resolved",
+    "alert_status_following")
 _WARNING_EVENTS = (
     "broker_down", "broker_refused", "broker_unreachable", "broker_unreachable_summary",
     "faust_slow_processing",
@@ -65,7 +67,9 @@ _WARNING_EVENTS = (
     "holds_follow_failed",
     "processor_stop_gave_up", "allocation_unchecked", "actuate_failed", "actuate_gave_up",
     "actuate_refused", "actuate_node_rejected", "actuate_decision_rejected", "actuate_hold",
-    "actuate_journal_bad_line", "notification_failed", "notification_retry",
+    "actuate_journal_bad_line", "actuate_waiting_for_topic", "actuate_stop_forced",
+    "topic_not_created",
+    "notification_failed", "notification_retry",
     "notify_commit_failed", "notify_rate_limited", "metrics_unavailable",
     "metrics_address_file_failed", "alerts_retry", "alerts_failed", "alert_status_unavailable",
     "spare_declined", "spare_status_unavailable", "lemon_node", "incidents_follow_failed",

@@ -40,6 +40,8 @@ class Journal:
                     elif phase == "done":
                         self.done_keys[key] = float(d.get("ts", 0.0))
                         self.pending.pop(key, None)
+                    elif phase == "dropped":  # overtaken by the registry: not done, not due
+                        self.pending.pop(key, None)
                 except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as e:
                     # a torn last line after a crash: the action is replayed, nothing lost
                     log_event("actuate_journal_bad_line", path=str(self.path), line=lineno,
@@ -65,6 +67,13 @@ class Journal:
         self._append({"key": action.key, "phase": "done", "ts": now, "result": result})
         if len(self.done_keys) > MAX_KEYS:
             self._compact()
+
+    def drop(self, action: Action, why: str) -> None:
+        """A begun action the registry overtook (recheck.py): no longer pending, not done
+        either (the same intent, asked for again by a newer record, may still run)."""
+        if self.pending.pop(action.key, None) is not None:
+            self._append({"key": action.key, "phase": "dropped", "ts": time.time(),
+                          "why": why[:300]})
 
     def _compact(self) -> None:
         keep = sorted(self.done_keys.items(), key=lambda kv: kv[1])[-MAX_KEYS // 2:]

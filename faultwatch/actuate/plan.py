@@ -33,6 +33,8 @@ class Action:
     rule: str = ""
     job: str = ""  # faultwatch job name
     scheduler: dict[str, str] = field(default_factory=dict)  # validated identity fields
+    ts: float = field(default=0.0, compare=False)  # when its cause happened (the decision's
+    #                 time, the registry record's): a newer registry record overtakes it
 
     @property
     def key(self) -> str:
@@ -40,13 +42,15 @@ class Action:
 
     def to_dict(self) -> dict[str, Any]:
         return {"kind": self.kind, "node": self.node, "decision": self.decision,
-                "rule": self.rule, "job": self.job, "scheduler": dict(self.scheduler)}
+                "rule": self.rule, "job": self.job, "scheduler": dict(self.scheduler),
+                "ts": self.ts}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Action:
         return cls(kind=str(d["kind"]), node=str(d["node"]), decision=str(d["decision"]),
                    rule=str(d.get("rule", "")), job=str(d.get("job", "")),
-                   scheduler={str(k): str(v) for k, v in dict(d.get("scheduler", {})).items()})
+                   scheduler={str(k): str(v) for k, v in dict(d.get("scheduler", {})).items()},
+                   ts=float(d.get("ts", 0.0)))
 
 
 def scheduler_identity(raw: Any) -> dict[str, str]:
@@ -92,9 +96,9 @@ def plan_decision(dec: Decision) -> list[Action]:
     swapped = {a for a, _ in dec.swaps}
     for n in dec.nodes:
         node = valid_node(n)
-        out.append(Action(QUARANTINE, node, did, rule, job, sched))
+        out.append(Action(QUARANTINE, node, did, rule, job, sched, dec.ts))
         if node not in swapped:
-            out.append(Action(REQUEUE, node, did, rule, job, sched))
+            out.append(Action(REQUEUE, node, did, rule, job, sched, dec.ts))
     return out
 
 
@@ -105,7 +109,7 @@ def plan_node(rec: NodeRecord, now: float) -> list[Action]:
     last = rec.reasons[-1] if rec.reasons else None
     if rec.state == QUARANTINED:
         if rec.until is not None and now >= rec.until:
-            return [Action(RELEASE, node, f"expire-{int(rec.until)}")]
+            return [Action(RELEASE, node, f"expire-{int(rec.until)}", ts=rec.updated_ts)]
         q = next((r for r in reversed(rec.reasons) if r.event == "quarantine"), None)
         did = q.decision if q and q.decision else f"registry-{int(rec.updated_ts)}"
         rule = q.rule if q and q.rule else "registry"
@@ -113,8 +117,9 @@ def plan_node(rec: NodeRecord, now: float) -> list[Action]:
         by_job = q is not None and q.job and q.decision and not q.decision.startswith("manual-")
         job = valid_job(q.job) if by_job and q is not None else ""
         return [Action(QUARANTINE, node, check("decision.id", did, DECISION_ID_RE),
-                       check("rule", rule, RULE_ID_RE), job)]
+                       check("rule", rule, RULE_ID_RE), job, ts=rec.updated_ts)]
     if rec.state == HEALTHY and last is not None and last.event == "release":
         did = last.decision or f"release-{int(last.ts)}"
-        return [Action(RELEASE, node, check("decision.id", did, DECISION_ID_RE))]
+        return [Action(RELEASE, node, check("decision.id", did, DECISION_ID_RE),
+                       ts=rec.updated_ts)]
     return []

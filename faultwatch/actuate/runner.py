@@ -1,10 +1,10 @@
-"""`faultwatch actuate`'s loop: consume decisions and the node registry, plan, dedupe, act."""
+"""`faultwatch actuate`'s middle: decisions and node records in, actions (journaled) out;
+planned, deduped, limited, re-checked against the registry, confirmed, run (the Kafka loop
+around it is service.py)."""
 
 from __future__ import annotations
 
-import asyncio
 import time
-import uuid
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,6 +15,7 @@ from faultwatch.actuate.confirm import confirm
 from faultwatch.actuate.journal import Journal
 from faultwatch.actuate.limits import ActuateLimits, DrainLimiter
 from faultwatch.actuate.plan import QUARANTINE, RELEASE, REQUEUE, Action, plan_decision, plan_node
+from faultwatch.actuate.recheck import stale
 from faultwatch.core.events import Decision
 from faultwatch.core.registry import (
     QUARANTINED,
@@ -27,7 +28,8 @@ from faultwatch.errors import ConfigError, DecodeError, FaultwatchError
 from faultwatch.eventlog import log_event
 from faultwatch.trust.intake import DecisionIntake, fresh, where_of
 from faultwatch.trust.refusals import REFUSALS
-from faultwatch.trust.replay import DEFAULT_MAX_AGE_S, REPLAYED, ReplayGuard, superseded
+from faultwatch.trust.replay import DEFAULT_MAX_AGE_S, REPLAYED, ReplayGuard
+from faultwatch.trust.versions import describe, older
 from faultwatch.wire import decode_node
 
 
@@ -47,6 +49,7 @@ class ActuateConfig:
     fleet_nodes: int = 0  # the fleet's size when the registry knows fewer (healthy nodes
     #                       that never had a record are not on it)
     hold_summary_s: float = 300.0  # while holding: one line this often with the count
+    nodes_retry_s: float = 10.0  # the nodes topic missing or not authorised: ask this often
 
 
 def hold_file(state_file: Path) -> Path:
@@ -85,7 +88,8 @@ class Actuator:
         # blacklist names the job, not its Slurm id or pod): the blacklist decision itself,
         # read after it, carries the identity and is confirmed afresh
         self._unidentified: set[str] = set()
-        for a in journal.pending.values():  # begun before a crash: replay
+        self._drops_logged = 0  # in this pass of run_due (a released hold drops many)
+        for a in journal.pending.values():  # begun before a crash: replay (re-checked first)
             log_event("actuate_replay", key=a.key)
             self._enqueue(a, replay=True)
 
@@ -112,9 +116,10 @@ class Actuator:
                                                                           offset))
 
     def take_node(self, value: bytes | None, now: float, gate: Any, *, topic: str,
-                  partition: int, offset: int) -> None:
+                  partition: int, offset: int, plan: bool = True) -> None:
         """One nodes-topic record: signature (gate; tombstones are refused with a trust
-        file, ignored without), decode, plan."""
+        file, ignored without), decode, its version, then plan (not while the registry is
+        read at start: then only each node's latest record is planned, plan_registry)."""
         if not gate.admit_value(value, topic=topic, partition=partition, offset=offset):
             return
         if value is None:
@@ -126,13 +131,13 @@ class Actuator:
                       error=str(e))
             return
         held = self.registry.get(rec.node)
-        if getattr(gate, "verifying", False) and held is not None and superseded(
-                held.updated_ts, rec.updated_ts):
-            gate.refuse(REPLAYED, f"node {rec.node!r}: a record of {rec.updated_ts:.0f} after "
-                        f"one of {held.updated_ts:.0f} (an old record written again)",
+        if getattr(gate, "verifying", False) and held is not None and older(
+                held.version, rec.version):
+            gate.refuse(REPLAYED, f"node {rec.node!r}: {describe(rec.version)} after "
+                        f"{describe(held.version)} (an old record written again)",
                         topic=topic, partition=partition, offset=offset)
             return
-        self.on_node(rec, now)
+        self.on_node(rec, now, plan=plan)
 
     def on_decision(self, dec: Decision, now: float, where: str) -> list[NodeRecord]:
         """Plan a decision's actions; return the registry records it changes (to publish)."""
@@ -153,8 +158,19 @@ class Actuator:
             self._enqueue(a)
         return ups
 
-    def on_node(self, rec: NodeRecord, now: float) -> None:
+    def on_node(self, rec: NodeRecord, now: float, plan: bool = True) -> None:
         self.registry[rec.node] = rec
+        self._prune_held(rec.node, now)
+        if plan:
+            self._plan_node(rec, now)
+
+    def plan_registry(self, now: float) -> None:
+        """After the registry was read at start: act on each node's latest record (never on
+        its history: drain, resume, drain... of a state file that is new or lost)."""
+        for rec in list(self.registry.values()):
+            self._plan_node(rec, now)
+
+    def _plan_node(self, rec: NodeRecord, now: float) -> None:
         try:
             for a in plan_node(rec, now):
                 self._enqueue(a)
@@ -175,6 +191,46 @@ class Actuator:
                 continue
             if any(a.kind == QUARANTINE and self.journal.is_done(a.key) for a in acts):
                 self.limiter.drained(rec.node, now)
+
+    def _prune_held(self, node: str, now: float) -> None:
+        """A newer record of `node` arrived: held actions it overtook leave the hold (an
+        operator who releases held nodes drops their drains)."""
+        gone = [(k, why) for k, a in self.held.items() if a.node == node
+                for why in [stale(a, self.registry, now)] if why is not None]
+        if not gone:
+            return
+        for k, _why in gone:
+            a = self.held.pop(k)
+            self._unlimited.discard(k)
+            self.journal.drop(a, _why)
+        log_event("actuate_hold_dropped", node=node, actions=len(gone), why=gone[0][1],
+                  still_held=len(self.held_nodes()))
+        if self.held:
+            self._write_hold()
+            return
+        log_event("actuate_hold_ended", why="every held action was overtaken by the registry",
+                  since_s=round(now - (self.held_since or now)))
+        self.held_since = None
+        hold_file(self.cfg.state_file).unlink(missing_ok=True)
+
+    def _drop(self, a: Action, why: str) -> None:
+        """A queued action the registry overtook: not run, not done (see Journal.drop)."""
+        self.queued.discard(a.key)
+        self._unlimited.discard(a.key)
+        self.journal.drop(a, why)
+        self._drops_logged += 1
+        if self._drops_logged <= 5:
+            log_event("actuate_dropped", backend=self.backend.name, kind=a.kind, node=a.node,
+                      decision=a.decision, why=why)
+
+    def _refuse_requeue(self, a: Action, refusal: str) -> None:
+        """The drain of `a` was refused (not_allocated): the requeue of the same decision on
+        that node must not run either (the job does not run there)."""
+        rq = Action(REQUEUE, a.node, a.decision, a.rule, a.job, a.scheduler, a.ts)
+        if rq.key in self.queued or rq.key in self.held:
+            self.queued.discard(rq.key)
+            self.held.pop(rq.key, None)
+            self.journal.done(rq, f"refused: its drain was refused ({refusal[:200]})")
 
     def _hold(self, a: Action, why: str, now: float) -> None:
         first = not self.held
@@ -251,12 +307,21 @@ class Actuator:
                 self.on_node(rec, now)
 
     def run_due(self, now: float) -> int:
-        """Run every queued action that is due, in order; returns how many ran."""
+        """Run every queued action that is due, in order, each re-checked against its node's
+        latest registry record first (recheck.py); returns how many ran."""
         ran = 0
+        self._drops_logged = 0
         for _ in range(len(self.queue)):
             a, tries, not_before = self.queue.popleft()
-            if not_before > now:
-                self.queue.append((a, tries, not_before))
+            if a.key not in self.queued:
+                continue  # dropped meanwhile (its drain was refused)
+            if not_before > now or (a.kind == REQUEUE and Action(
+                    QUARANTINE, a.node, a.decision).key in self.queued):
+                self.queue.append((a, tries, not_before))  # a requeue waits for its drain
+                continue
+            overtaken = stale(a, self.registry, now)
+            if overtaken is not None:
+                self._drop(a, overtaken)
                 continue
             why = self._limit(a, now)
             if why is not None:
@@ -275,6 +340,7 @@ class Actuator:
                               detail=refusal)
                     self.journal.done(a, f"refused: {refusal}")
                     self.queued.discard(a.key)
+                    self._refuse_requeue(a, refusal)
                     continue
                 result = self.backend.apply(a)
             except (ActuateError, FaultwatchError) as e:
@@ -308,139 +374,6 @@ class Actuator:
             self.acted.append((a, str(result), time.time()))
             log_event("actuated", backend=self.backend.name, kind=a.kind, node=a.node,
                       decision=a.decision, rule=a.rule, job=a.job, result=result)
+        if self._drops_logged > 5:
+            log_event("actuate_dropped_summary", dropped=self._drops_logged, logged=5)
         return ran
-
-
-async def publish_acted(act: Actuator, topic: str, producer: Any) -> int:
-    """What the actuator did since the last call, on the acted topic (key: the decision), for
-    `faultwatch report`. Best effort: a broker error keeps them for the next call."""
-    from faultwatch.kafka.errors import BROKER_ERRORS
-    from faultwatch.wire.incidents import encode_acted
-
-    sent = 0
-    while act.acted:
-        a, result, ts = act.acted[0]
-        try:
-            await producer.send_and_wait(topic, encode_acted(
-                a.decision, a.job, a.node, a.kind, act.backend.name, result, ts),
-                key=a.decision.encode())
-        except BROKER_ERRORS as e:
-            if not act.acted_failing:  # one line per outage (the topic may not exist yet)
-                log_event("produce_failed", what="acted", pending=len(act.acted),
-                          error=f"{type(e).__name__}: {e}")
-            act.acted_failing = True
-            return sent
-        act.acted_failing = False
-        act.acted.popleft()
-        sent += 1
-    return sent
-
-
-async def run(backend: Backend, cfg: ActuateConfig, stop: asyncio.Event | None = None) -> None:
-    """Consume <prefix>nodes (from the beginning, no group) and <prefix>decisions (consumer
-    group, offsets committed once the actions are journaled) until `stop` is set. The
-    decisions topic is the processor's to create (with its partition count): until it
-    exists only the registry is acted on."""
-    from aiokafka import TopicPartition
-
-    from faultwatch.kafka import calm as broker_calm
-    from faultwatch.kafka import clients
-    from faultwatch.kafka.admin import ensure_compacted_topic
-    from faultwatch.nodes.store import write_records
-    from faultwatch.trust.decisions import decision_verifier
-    from faultwatch.trust.keys import load_signing_key, load_trust
-    from faultwatch.trust.records import (
-        NODE_RECORD,
-        DecisionGate,
-        RecordGate,
-        signer_for,
-        verifier_for,
-    )
-    from faultwatch.wire.topics import Topics
-
-    stop = stop or asyncio.Event()
-    gate = DecisionGate(decision_verifier(), log_event)  # $FAULTWATCH_TRUST_FILE (or HMAC)
-    gate.announce()
-    node_gate = RecordGate("node_record", verifier_for(NODE_RECORD, load_trust()), log_event)
-    node_gate.announce()
-    signer = signer_for(NODE_RECORD, load_signing_key()) if cfg.write_registry else None
-    topics = Topics(cfg.prefix)
-    ntopic = topics.nodes
-    await ensure_compacted_topic(cfg.bootstrap, ntopic)
-    journal = Journal(cfg.state_file)
-    seen = cfg.state_file.with_name(cfg.state_file.name + ".seen")
-    act = Actuator(backend, journal, cfg,
-                   ReplayGuard("decision", cfg.max_decision_age_s, seen, log_event))
-    calm = broker_calm.install()  # aiokafka's per-retry errors: one line per state change
-    backoff = broker_calm.client_backoff()  # ... and retries at most once a second
-    admin = clients.admin(bootstrap_servers=cfg.bootstrap, request_timeout_ms=30_000,
-                          **backoff)
-    nodes_c = clients.consumer(bootstrap_servers=cfg.bootstrap, group_id=None,
-                               enable_auto_commit=False,
-                               client_id=f"faultwatch-actuate-nodes-{uuid.uuid4().hex[:6]}",
-                               **backoff)
-    dec_c: Any = None
-    producer = clients.producer(bootstrap_servers=cfg.bootstrap, acks="all", **backoff)
-    await admin.start()
-    await nodes_c.start()
-    await producer.start()
-    try:
-        tp = TopicPartition(ntopic, 0)
-        nodes_c.assign([tp])
-        await nodes_c.seek_to_beginning(tp)
-        end = (await nodes_c.end_offsets([tp]))[tp]
-
-        async def pump_nodes(timeout_ms: int) -> None:
-            batch = await nodes_c.getmany(timeout_ms=timeout_ms)
-            for msgs in batch.values():
-                for m in msgs:
-                    act.take_node(m.value, time.time(), node_gate, topic=m.topic,
-                                  partition=m.partition, offset=m.offset)
-
-        while await nodes_c.position(tp) < end:  # the registry as it is, before decisions
-            await pump_nodes(cfg.poll_ms)
-        act.seed_drained(time.time())
-        log_event("actuate_started", backend=backend.name, nodes=len(act.registry),
-                  group=cfg.group, state_file=str(cfg.state_file),
-                  replaying=len(journal.pending))
-        next_topic_check = polled = 0.0
-        while not stop.is_set():
-            batch: dict[Any, list[Any]] = {}
-            if dec_c is None and time.monotonic() >= next_topic_check:
-                next_topic_check = time.monotonic() + 2.0
-                if topics.decisions in set(await admin.list_topics()):
-                    dec_c = clients.consumer(
-                        topics.decisions, bootstrap_servers=cfg.bootstrap, group_id=cfg.group,
-                        enable_auto_commit=False, auto_offset_reset="earliest",
-                        client_id=f"faultwatch-actuate-{uuid.uuid4().hex[:6]}", **backoff)
-                    await dec_c.start()
-                    log_event("actuate_following", topic=topics.decisions)
-            if dec_c is not None:
-                await pump_nodes(0)
-                batch = await dec_c.getmany(timeout_ms=cfg.poll_ms)
-            else:
-                await pump_nodes(cfg.poll_ms)
-            ups: list[NodeRecord] = []
-            for msgs in batch.values():
-                for m in msgs:
-                    ups.extend(act.take_decision(m.value, time.time(), gate, topic=m.topic,
-                                                 partition=m.partition, offset=m.offset))
-            if ups:
-                await write_records(cfg.bootstrap, ntopic, ups, signer=signer)
-            now = time.time()
-            if now - polled >= broker_calm.POLL_S:
-                polled = now
-                calm.poll(now)
-            act.tick(now)
-            act.check_release(now)
-            await asyncio.to_thread(act.run_due, now)
-            await publish_acted(act, topics.acted, producer)
-            if batch and dec_c is not None:
-                await dec_c.commit()  # every action of these records is journaled
-    finally:
-        if dec_c is not None:
-            await dec_c.stop()
-        await nodes_c.stop()
-        await producer.stop()
-        await admin.close()
-        journal.close()

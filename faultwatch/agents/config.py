@@ -198,10 +198,12 @@ class AgentConfig:
         if kw.get("node") is None:
             # Rank mode: every rank's agent is its own instance of the job (its own exit and
             # heartbeats), so the default instance name carries the rank; the host is in the
-            # run-start record.
+            # run-start record. Node mode under Slurm: the node's name as slurmd knows it
+            # (what actuate drains and a node key is made for), else the host name.
             host = socket.gethostname()
             kw["node"] = settings.NODE_NAME.get(e) or (
-                host if kw["rank"] is None else f"{host}-rank{kw['rank']}")
+                (e.get("SLURMD_NODENAME") or host) if kw["rank"] is None
+                else f"{host}-rank{kw['rank']}")
         local = _env_int(e, "LOCAL_RANK")
         if not kw.get("local_ranks") and local is not None:
             kw["local_ranks"] = (local,)

@@ -75,11 +75,15 @@ async def wait_for_nodes(bootstrap: str, topic: str, job: str, attempt: int, wan
             tp = TopicPartition(topic, ordered[(murmur2(wire.job_key(job)) & 0x7FFFFFFF)
                                                % len(ordered)])
             c.assign([tp])
-            off = (await c.offsets_for_times({tp: int(since * 1000)})).get(tp)
+            off = None
+            while off is None and time.monotonic() < deadline:
+                off = (await c.offsets_for_times({tp: int(since * 1000)})).get(tp)
+                if off is None:  # nothing on the partition since then, not even our own
+                    await asyncio.sleep(0.2)  # hello (sent asynchronously): starting at the
+                    #                           end could skip it, so ask again
             if off is None:
-                await c.seek_to_end(tp)
-            else:
-                c.seek(tp, off.offset)
+                break
+            c.seek(tp, off.offset)
             while time.monotonic() < deadline:
                 batch = await c.getmany(timeout_ms=500)
                 recs = [(m.key, m.value) for msgs in batch.values() for m in msgs]

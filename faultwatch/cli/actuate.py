@@ -34,7 +34,8 @@ def build_backend(args: argparse.Namespace) -> Any:
 
 def cmd_actuate(args: argparse.Namespace) -> int:
     from faultwatch.actuate.limits import ActuateLimits
-    from faultwatch.actuate.runner import ActuateConfig, run
+    from faultwatch.actuate.runner import ActuateConfig
+    from faultwatch.actuate.service import run_until_stopped
     from faultwatch.core.registry import RegistryPolicy
     from faultwatch.eventlog import set_component
     from faultwatch.trust.replay import max_age_s
@@ -65,7 +66,7 @@ def cmd_actuate(args: argparse.Namespace) -> int:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
-        await run(backend, cfg, stop)
+        await run_until_stopped(backend, cfg, stop)
 
     from faultwatch.kafka.errors import BROKER_ERRORS, broker_error
 

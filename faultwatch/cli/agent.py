@@ -196,7 +196,8 @@ def _add_agent_common(p: argparse.ArgumentParser, job_required: bool) -> None:
     p.add_argument("--job", required=job_required, default=settings.JOB.get(),
                    help=f"job name (default ${settings.JOB})")
     p.add_argument("--node", default=None,
-                   help=f"node name (default ${settings.NODE_NAME}, else the hostname)")
+                   help=f"node name (default ${settings.NODE_NAME}, else $SLURMD_NODENAME "
+                        "under Slurm, else the hostname)")
     p.add_argument("--heartbeat-s", type=float, default=options.default_of(AgentConfig,
                                                                           "heartbeat_s"),
                    help="heartbeat interval while the child is quiet")

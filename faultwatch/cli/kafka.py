@@ -126,10 +126,16 @@ def cmd_acls(args: argparse.Namespace, need_bootstrap: Callable[[argparse.Namesp
     bootstrap = need_bootstrap(args)
     security = kafka_settings.current()
 
-    async def run() -> acl_admin.ApplyResult:
+    async def topics() -> None:
         await ensure_all(bootstrap, Topics(scope.prefix), args.partitions or DEFAULT_PARTITIONS,
                          security=security)
-        return await acl_admin.apply(bootstrap, security, scope, wanted)
+
+    async def run() -> acl_admin.ApplyResult:
+        # the ACLs first: on a new prefix the admin role may create its topics only once
+        # its own grants exist (the other order created no topic on the first run)
+        result = await acl_admin.apply(bootstrap, security, scope, wanted)
+        await acl_admin.retry_unauthorized(topics)
+        return result
 
     result = asyncio.run(run())
     for a in result.extra:

@@ -4,7 +4,9 @@ One `NodeRecord` per node is the value of the compacted `<prefix>nodes` topic (k
 A quarantine lasts `quarantine_s * 2**(strikes-1)` (capped at `max_quarantine_s`); when it
 expires the node is on probation (state `suspect`) for `probation_s`, and a new quarantine
 during probation doubles again. Strikes are never forgotten by expiry, only by a release
-with `forget=True`. Every change appends a `Reason` to a bounded history.
+with `forget=True`. Every change appends a `Reason` to a bounded history and bumps `seq`,
+the record's version: a follower orders a node's records by (seq, updated_ts), so an old
+record written again is refused whatever the clocks say (trust/versions.py).
 """
 
 from __future__ import annotations
@@ -58,11 +60,17 @@ class NodeRecord:
     reasons: tuple[Reason, ...] = field(default_factory=tuple)
     updated_ts: float = 0.0
     probation: bool = False  # suspect because a quarantine expired (until = probation end)
+    seq: int = 0  # the record's version: each change derived from the record before is +1
 
     def to_dict(self) -> dict[str, Any]:
         return {"node": self.node, "state": self.state, "until": self.until,
                 "strikes": self.strikes, "reasons": [r.to_dict() for r in self.reasons],
-                "updated_ts": self.updated_ts, "probation": self.probation}
+                "updated_ts": self.updated_ts, "probation": self.probation, "seq": self.seq}
+
+    @property
+    def version(self) -> tuple[int, float]:
+        """What orders two records of one node: the newer has the greater version."""
+        return (self.seq, self.updated_ts)
 
     def decisions(self) -> set[str]:
         return {r.decision for r in self.reasons if r.decision}
@@ -75,7 +83,7 @@ def _with_reason(rec: NodeRecord, reason: Reason, **changes: Any) -> NodeRecord:
     line = reason.line[:MAX_LINE_CHARS] if reason.line else reason.line
     reason = dataclasses.replace(reason, line=line)
     return dataclasses.replace(rec, reasons=(rec.reasons + (reason,))[-MAX_REASONS:],
-                               updated_ts=reason.ts, **changes)
+                               updated_ts=reason.ts, seq=rec.seq + 1, **changes)
 
 
 def backoff_s(first_s: float, strikes: int, cap_s: float = MAX_QUARANTINE_S) -> float:

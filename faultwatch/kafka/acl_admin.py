@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -114,3 +114,22 @@ async def apply(bootstrap: str, security: KafkaSecurity, scope: acls.Scope,
     finally:
         with contextlib.suppress(Exception):
             await admin.close()
+
+
+async def retry_unauthorized(step: Callable[[], Awaitable[None]], timeout_s: float = 15.0
+                             ) -> None:
+    """Run `step` (e.g. create topics) again while the broker still refuses it as not
+    authorised, for up to `timeout_s`: ACLs just created reach every broker's authorizer
+    from the metadata log a moment after CreateAcls answers."""
+    from faultwatch.kafka.admin import TOPIC_AUTHORIZATION_FAILED, TopicNotCreated
+
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while True:
+        try:
+            await step()
+            return
+        except TopicNotCreated as e:
+            if e.code != TOPIC_AUTHORIZATION_FAILED or \
+                    asyncio.get_running_loop().time() > deadline:
+                raise
+        await asyncio.sleep(0.5)

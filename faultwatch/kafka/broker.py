@@ -11,6 +11,7 @@ import os
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import time
 import uuid
@@ -345,7 +346,22 @@ def write_private(path: Path, text: str) -> None:
         handle.write(text)
 
 
-def _format(java: str, libs: Path, data: Path, extra: Sequence[str] = ()) -> None:
+def _make_private(data: Path) -> None:
+    """A locked-down broker's data directory is its owner's alone (0700, and no group or
+    other bits below it): every topic's data and the SCRAM hashes in the metadata log sit
+    under it, and the ACLs do not guard files. Also run on a directory made before."""
+    data.chmod(0o700)
+    for root, dirs, files in os.walk(data):
+        for name in dirs + files:
+            p = Path(root) / name
+            with contextlib.suppress(OSError):
+                mode = p.lstat().st_mode
+                if not stat.S_ISLNK(mode) and mode & 0o077:
+                    p.chmod(stat.S_IMODE(mode) & 0o700)
+
+
+def _format(java: str, libs: Path, data: Path, extra: Sequence[str] = (),
+            umask: int = -1) -> None:
     """Format the storage once. `extra` arguments (SCRAM users with their passwords) go
     through a 0600 argument file (`@file`, read by kafka-storage), never on the argv."""
     if (data / "logs" / "meta.properties").exists():
@@ -357,7 +373,8 @@ def _format(java: str, libs: Path, data: Path, extra: Sequence[str] = ()) -> Non
         write_private(args_file, "".join(f"{arg}\n" for arg in extra))
         cmd.append(f"@{args_file}")
     try:
-        proc = subprocess.run(cmd, cwd=data, capture_output=True, text=True, timeout=120)
+        proc = subprocess.run(cmd, cwd=data, capture_output=True, text=True, timeout=120,
+                              umask=umask)
     finally:
         args_file.unlink(missing_ok=True)
     if proc.returncode != 0:
@@ -365,13 +382,15 @@ def _format(java: str, libs: Path, data: Path, extra: Sequence[str] = ()) -> Non
                           f"(exit {proc.returncode}):\n{_tail(proc.stdout + proc.stderr)}")
 
 
-def _spawn(java: str, libs: Path, data: Path) -> int:
-    """Start the broker detached (own session, reparented away from us); return its pid."""
+def _spawn(java: str, libs: Path, data: Path, umask: int = -1) -> int:
+    """Start the broker detached (own session, reparented away from us); return its pid.
+    The files it creates take `umask` (0o077 for a locked-down broker)."""
     cmd = [java, "-Xmx512m", "-Djava.awt.headless=true", "-cp", f"{libs}/*",
            f"-Dlog4j.configuration=file:{data / LOG4J_FILE}", "kafka.Kafka", str(data / PROPS_FILE)]
     script = 'log=$1; shift; "$@" </dev/null >>"$log" 2>&1 & echo $!'
     proc = subprocess.run(["sh", "-c", script, "sh", str(data / LOG_FILE), *cmd], cwd=data,
-                          capture_output=True, text=True, start_new_session=True, timeout=30)
+                          capture_output=True, text=True, start_new_session=True, timeout=30,
+                          umask=umask)
     if proc.returncode != 0 or not proc.stdout.strip().isdigit():
         raise BrokerError(f"could not launch the Kafka broker: {proc.stderr.strip()}")
     return int(proc.stdout.strip())
@@ -473,12 +492,15 @@ def up(port: int = 9092, data_dir: Path | None = None, controller_port: int | No
     data = _resolve(data_dir, port)
     libs = ensure_jars()
     data.mkdir(parents=True, exist_ok=True)
+    umask = 0o077 if listeners is not None else -1  # -1: the caller's umask
     with _locked(data / ".lock"):
         locked_down = "authorizer.class.name" in _props(data)
         if (data / "logs" / "meta.properties").exists() and locked_down != (listeners is not None):
             raise BrokerError(
                 f"{data} holds a broker formatted " + ("with" if locked_down else "without")
                 + " --secure; start it the same way (or use a new data directory)")
+        if listeners is not None:
+            _make_private(data)
         pid = _broker_pid(data)
         if pid is not None:
             bootstrap = _bootstrap_of(data) or f"{HOST}:{port}"
@@ -501,13 +523,13 @@ def up(port: int = 9092, data_dir: Path | None = None, controller_port: int | No
                       _SERVER.format(listener_lines=lines, logs=data / "logs")
                       + (secure.properties() if secure is not None else ""))
         _format(java, libs, data, listeners.format_args() if listeners is not None
-                else secure.scram_args() if secure is not None else ())
+                else secure.scram_args() if secure is not None else (), umask=umask)
         log = data / LOG_FILE
         with open(log, "a") as handle:
             handle.write(f"=== faultwatch: starting Kafka {KAFKA_VERSION} on {HOST}:{port} "
                          f"at {time.strftime('%Y-%m-%d %H:%M:%S')} ===\n")
         since = log.stat().st_size
-        pid = _spawn(java, libs, data)
+        pid = _spawn(java, libs, data, umask)
         (data / PID_FILE).write_text(f"{pid}\n")
         bootstrap = f"{HOST}:{port}"
         try:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass, field
 from typing import Any
 
 from faultwatch.core.registry import NodeRecord, Registry
@@ -36,6 +37,44 @@ async def load_registry(bootstrap: str, topic: str, must_exist: bool = False) ->
                                              must_exist=must_exist):
         apply_record(reg, msg.key, decoded)
     return reg
+
+
+@dataclass
+class Refused:
+    """Records of one key the trust file refused: reasons counted, where the last one was."""
+
+    count: int = 0
+    reasons: dict[str, int] = field(default_factory=dict)
+    last_at: str = ""
+
+
+async def load_verified(bootstrap: str, topic: str, verifier: Any, must_exist: bool = False
+                        ) -> tuple[Registry, dict[str, Refused]]:
+    """The registry as its consumers (processors, actuate) take it with `verifier` (a
+    trust.records.RecordVerifier): signed records in version order; unsigned, forged and
+    replayed ones are left out and returned per key instead of being shown as the state."""
+    from faultwatch.kafka.reading import read_topic
+    from faultwatch.nodes.writer import RegistryWriter
+    from faultwatch.trust.records import RecordGate
+
+    refused: dict[str, Refused] = {}
+    key = ""
+
+    def note(event: str, **fields: Any) -> None:
+        if not event.endswith("_refused"):
+            return
+        r = refused.setdefault(key, Refused())
+        r.count += 1
+        reason = str(fields.get("reason", "?"))
+        r.reasons[reason] = r.reasons.get(reason, 0) + 1
+        r.last_at = str(fields.get("where", ""))
+
+    writer = RegistryWriter(gate=RecordGate("node_record", verifier, note))
+    async for msg, value in read_topic(bootstrap, topic, decoder=lambda v: v,
+                                       must_exist=must_exist):
+        key = (msg.key or b"").decode(errors="replace")
+        writer.observe(msg.key, value, where=f"{msg.topic}[{msg.partition}]@{msg.offset}")
+    return writer.registry, refused
 
 
 async def write_records(bootstrap: str, topic: str, records: list[NodeRecord],

@@ -24,7 +24,8 @@ from faultwatch.core.registry import (
 )
 from faultwatch.errors import DecodeError
 from faultwatch.eventlog import log_event
-from faultwatch.trust.replay import REPLAYED, superseded
+from faultwatch.trust.replay import REPLAYED
+from faultwatch.trust.versions import describe, older
 from faultwatch.wire import decode_node, encode_node, node_key
 
 
@@ -60,11 +61,11 @@ class RegistryWriter:
             log_event("undecodable_record", where=where, error=str(e))
             return
         held = self.registry.get(rec.node)
-        if self.gate is not None and self.gate.verifying and held is not None and superseded(
-                held.updated_ts, rec.updated_ts):
-            self.gate.refuse(REPLAYED, f"node {rec.node!r}: a record of {rec.updated_ts:.0f} "
-                             f"after one of {held.updated_ts:.0f} (an old record written "
-                             "again)", where=where)
+        if self.gate is not None and self.gate.verifying and held is not None and older(
+                held.version, rec.version):
+            self.gate.refuse(REPLAYED, f"node {rec.node!r}: {describe(rec.version)} after "
+                             f"{describe(held.version)} (an old record written again)",
+                             where=where)
             return
         self.registry[rec.node] = rec
 

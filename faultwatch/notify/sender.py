@@ -4,6 +4,7 @@ backoff that honours Retry-After."""
 from __future__ import annotations
 
 import asyncio
+import re
 import urllib.parse
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -62,26 +63,53 @@ def redact(url: str) -> str:
     return f"{parts.scheme}://{host}{port}"
 
 
-# where the webhooks of the common chat services keep their token (their documented URL forms)
-_TOKEN_PATHS = ("/services/", "/hook/", "/webhooks/")  # Slack; Feishu/Lark; Discord
+# where the webhooks of the common chat services keep their token (their documented URL forms):
+# Slack; Feishu/Lark; Discord; Mattermost, Rocket.Chat and Zapier; Microsoft Teams connectors
+_TOKEN_PATHS = ("/services/", "/hook/", "/webhooks/", "/hooks/", "/webhookb2/",
+                "/incomingwebhook/")
 _TOKEN_QUERY = frozenset({"access_token", "token", "key", "secret", "sig", "signature",
-                          "code", "auth", "apikey", "api_key"})
+                          "code", "auth", "apikey", "api_key", "sp", "sv"})
+_TOKENISH = re.compile(r"[A-Za-z0-9_\-.~+=:%@]{16,}")  # a path segment or query value
+TELEGRAM_BOT = re.compile(r"/bot\d+:[^/]+")  # api.telegram.org/bot<id>:<token>/sendMessage
+
+
+def _tokenish(part: str) -> bool:
+    """The general case: a long random-looking value (letters and digits mixed, or 32+
+    characters of a token alphabet), e.g. Mattermost's 26-character key, a UUID, a JWT."""
+    if not _TOKENISH.fullmatch(part):
+        return False
+    return len(part) >= 32 or (any(c.isdigit() for c in part) and any(c.isalpha()
+                                                                       for c in part))
 
 
 def holds_token(spec: str) -> str | None:
-    """What in a webhook's URL is a credential (a Slack `services/T/B/x` or Feishu `hook/<id>`
-    path, a DingTalk `access_token` or WeCom `key` query...), or None: such URLs belong in a
-    file or the environment, never on a command line that `ps` shows everyone."""
+    """What in a webhook's URL is a credential, or None: a Slack `services/T/B/x`, Feishu
+    `hook/<id>`, Discord `webhooks/`, Mattermost/Rocket.Chat `hooks/<key>`, Teams
+    `webhookb2/...` or Telegram `bot<id>:<token>` path; a DingTalk `access_token`, WeCom `key`
+    or Power Automate `sig` query; a user or password in the address; and in general any path
+    segment or query value that looks like a token (16+ characters mixing letters and
+    digits, or 32+ of a token alphabet). Such URLs belong in a file or the environment,
+    never on a command line that `ps` shows everyone. The answer names where, not what."""
     parts = urllib.parse.urlsplit(Receiver.parse(spec).url)
-    keys = {k.lower() for k, _ in urllib.parse.parse_qsl(parts.query, keep_blank_values=True)}
-    hit = sorted(keys & _TOKEN_QUERY)
+    query = urllib.parse.parse_qsl(parts.query, keep_blank_values=True)
+    hit = sorted({k.lower() for k, _ in query} & _TOKEN_QUERY)
     if hit:  # DingTalk access_token, WeCom key, ...
         return f"the query parameter {hit[0]!r}"
+    path = parts.path.lower()
     for p in _TOKEN_PATHS:
-        if p in parts.path and parts.path.split(p, 1)[1].strip("/"):
+        if p in path and path.split(p, 1)[1].strip("/"):
             return f"the path after {p!r}"
+    if TELEGRAM_BOT.search(parts.path):
+        return "the bot token in the path"
     if parts.password:
         return "the password in the address"
+    if parts.username:
+        return "the user name in the address"
+    if any(_tokenish(urllib.parse.unquote(seg)) for seg in parts.path.split("/")):
+        return "a path segment that looks like a token"
+    for k, v in query:
+        if _tokenish(v):
+            return f"the value of query parameter {k[:40]!r}, which looks like a token"
     return None
 
 

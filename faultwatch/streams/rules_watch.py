@@ -24,7 +24,8 @@ from faultwatch.rules import Matcher, RuleSet
 from faultwatch.rules.layers import RulesInForce, build, from_ruleset
 from faultwatch.streams.records import LiveRules
 from faultwatch.streams.rules_record import RULESET_KEY, layer_of_record
-from faultwatch.trust.replay import REPLAYED, superseded
+from faultwatch.trust.replay import REPLAYED
+from faultwatch.trust.versions import describe, older, record_version
 from faultwatch.wire import MAX_RULESET_RECORD_BYTES
 
 CATCH_UP_TIMEOUT_S = 15.0  # how long a starting worker waits for the topic's current set
@@ -127,16 +128,17 @@ class RulesWatcher:
         return True
 
     def _replayed(self, rec: dict[str, Any], where: str) -> bool:
-        """With signatures checked: a signed rule set pushed before the one in force (beyond
-        the clock allowance) is an old push written again (refused, `replayed`)."""
+        """With signatures checked: a signed rule set of a lower version (its `revision`,
+        then `pushed_at`) than the one in force is an old push written again (refused,
+        `replayed`)."""
         held = self.rules.layer("pushed")
-        held_at = held.meta.get("pushed_at") if held else None
-        at = rec.get("pushed_at")
-        if not self.gate.verifying or not isinstance(held_at, int | float) \
-                or not isinstance(at, int | float) or not superseded(float(held_at), at):
+        held_v = record_version(held.meta, "pushed_at", "revision") if held else None
+        new_v = record_version(rec, "pushed_at", "revision")
+        if not self.gate.verifying or new_v is None or not older(held_v, new_v):
             return False
-        self.gate.refuse(REPLAYED, f"a rule set pushed at {at:.0f} after one pushed at "
-                                   f"{held_at:.0f} (an old push written again)",
+        assert held_v is not None
+        self.gate.refuse(REPLAYED, f"a rule set of {describe(new_v)} after one of "
+                                   f"{describe(held_v)} (an old push written again)",
                          at=where or None, kept=self.live.rules_version)
         return True
 

@@ -185,8 +185,10 @@ def run_worker(cfg: ProcessorConfig, *, stop_timeout_s: float = DEFAULT_STOP_TIM
         cfg.ruleset, cfg.policy, cfg.rules, cfg.policy_overrides))
 
     async def prepare() -> None:
+        # strict=False: on a secured cluster the admin made the topics; one this worker may
+        # not see nor create (another role's, like acted) is logged, not fatal
         await ensure_topics(cfg.bootstrap, cfg.topics, cfg.partitions,
-                            incidents_retention_s=cfg.incidents_retention_s)
+                            incidents_retention_s=cfg.incidents_retention_s, strict=False)
         await watcher.catch_up_bounded()
 
     try:

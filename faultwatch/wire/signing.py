@@ -1,8 +1,9 @@
 """Signed decisions: HMAC-SHA256 over a decision's canonical JSON, keyrings that rotate.
 
 HMAC is the legacy mode (whoever verifies can sign); Ed25519 signatures (faultwatch.trust)
-go through the same gate: `sign`, `encode` and `DecisionGate` take either a Keyring or an
-object with `sign_record` / `verify_record` (trust.records.RecordSigner / RecordVerifier)."""
+go through the same calls: `sign`, `encode`, `verify` (and so trust.records.DecisionGate)
+take either a Keyring or an object with `sign_record` / `verify_record`
+(trust.records.RecordSigner / RecordVerifier)."""
 
 from __future__ import annotations
 

@@ -115,4 +115,5 @@ def decode_node(value: bytes | None) -> NodeRecord:
                       strikes=_int(_get(d, "strikes", "node"), "node.strikes", 0, 1_000_000),
                       reasons=tuple(reasons), updated_ts=_num(d.get("updated_ts", 0.0),
                                                               "node.updated_ts"),
-                      probation=_bool(d.get("probation", False), "node.probation"))
+                      probation=_bool(d.get("probation", False), "node.probation"),
+                      seq=_int(d.get("seq", 0), "node.seq", 0, 2**53))

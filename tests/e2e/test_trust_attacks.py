@@ -20,7 +20,10 @@ Every refusal is also read back from the refusing process's /metrics
 
 With FAULTWATCH_TRUST_TESTS_OFF=1 the same tests run without keys, --exec-confirm and
 --replay-state, and FAULTWATCH_TRUST_TESTS_CODE=/path/to/an/old/tree runs the faultwatch
-processes from that tree: that is how they were checked to fail on the code before issue 28."""
+processes from that tree: that is how they were checked to fail on the code before issue 28.
+
+Issue 35's rows (cases 6-9) run on a locked-down broker with the shipped deploy/ configuration:
+test_trust_attacks_secure.py."""
 
 from __future__ import annotations
 

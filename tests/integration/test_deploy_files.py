@@ -33,10 +33,13 @@ DEPLOY = REPO / "deploy"
 K8S = "tests/integration/test_kubernetes_api.py"
 METRICS = "tests/integration/test_deploy_metrics.py"
 HERE = "tests/integration/test_deploy_files.py"
+SECURE = "tests/e2e/test_trust_attacks_secure.py"
 CHECKED: dict[str, list[str]] = {
     "kubernetes/*.yaml": [
         f"{K8S}::test_every_manifest_in_deploy_passes_a_server_side_dry_run",
-        f"{HERE}::test_faultwatch_command_lines_in_deploy_parse"],
+        f"{HERE}::test_faultwatch_command_lines_in_deploy_parse",
+        f"{HERE}::test_every_shipped_consumer_is_on_the_secure_path",
+        f"{SECURE}::test_case8_the_kubernetes_manifests_verify_what_they_act_on"],
     "prometheus/prometheus.yml": [
         f"{HERE}::test_promtool_checks_the_prometheus_config",
         f"{HERE}::test_agents_write_their_address_files_where_the_scrape_config_looks",
@@ -58,10 +61,14 @@ CHECKED: dict[str, list[str]] = {
         f"{METRICS}::test_dashboard_queries_name_only_what_the_code_exports"],
     "slurm/*.service": [
         f"{HERE}::test_systemd_units_verify",
-        f"{HERE}::test_faultwatch_command_lines_in_deploy_parse"],
+        f"{HERE}::test_faultwatch_command_lines_in_deploy_parse",
+        f"{HERE}::test_every_shipped_consumer_is_on_the_secure_path",
+        f"{SECURE}::test_case8_the_slurm_units_verify_what_they_act_on"],
     "slurm/*.sbatch": [
         f"{HERE}::test_batch_scripts_are_valid_bash",
-        f"{HERE}::test_faultwatch_command_lines_in_deploy_parse"],
+        f"{HERE}::test_faultwatch_command_lines_in_deploy_parse",
+        f"{HERE}::test_every_shipped_consumer_is_on_the_secure_path",
+        f"{SECURE}::test_case8_the_slurm_units_verify_what_they_act_on"],
 }
 
 
@@ -322,6 +329,78 @@ def test_faultwatch_command_lines_in_deploy_parse(capsys: pytest.CaptureFixture[
         parse_args(["decisions", "--topic", "faultwatch.deadletter"])
 
 
+# ---- the secure path (issue 35 item 5) -------------------------------------------------------
+
+ROLE_OF = {"process": "processor", "notify": "actuator", "actuate": "actuator",
+           "agent": "agent"}
+
+
+def shipped_consumers() -> list[tuple[str, list[str], dict[str, str], set[str]]]:
+    """(where, argv, env, Secrets mounted) of every faultwatch process deploy/ runs: the
+    Kubernetes containers, the systemd units, the batch script's agents."""
+    out = []
+    for path in files("kubernetes/*.yaml"):
+        for doc in yaml.safe_load_all(path.read_text()):
+            spec = (doc or {}).get("spec", doc) or {}
+            spec = (spec.get("template") or {}).get("spec", spec) if isinstance(spec, dict) \
+                else {}
+            vols = {v["name"]: v for v in spec.get("volumes", [])}
+            for c in _containers(doc):
+                argv = [*(c.get("command") or []), *(c.get("args") or [])]
+                argv = argv[1:] if argv and argv[0] == "faultwatch" else argv
+                if not argv or argv[0] not in ROLE_OF:
+                    continue
+                env = {e["name"]: str(e.get("value", e.get("valueFrom")))
+                       for e in c.get("env", [])}
+                secrets = {vols[m["name"]]["secret"]["secretName"]
+                           for m in c.get("volumeMounts", []) if "secret" in vols[m["name"]]}
+                out.append((f"{path.name}:{c['name']}", argv, env, secrets))
+    for path in files("slurm/*.service"):
+        text = path.read_text()
+        env = dict(line.split("=", 1) for line in re.findall(r"^Environment=(.*)$", text, re.M))
+        (line,) = re.findall(r"^ExecStart=(.*)$", text, re.M)
+        out.append((path.name, _from_faultwatch(_shell_words(line)) or [], env, set()))
+    for path in files("slurm/*.sbatch"):
+        text = path.read_text()
+        env = dict(re.findall(r"^export (\w+)=(\S+)", text, re.M))
+        for name, argv in deploy_commands():
+            if name == path.name and argv[0] == "agent":
+                out.append((name, argv, env, set()))
+    return out
+
+
+def test_every_shipped_consumer_is_on_the_secure_path() -> None:
+    """Ed25519 and a trust file everywhere, one Kafka client file per role, no legacy HMAC
+    key, no key in a training job beyond its node's own, webhooks from a file. (That each
+    of them then refuses what it must is tests/e2e/test_trust_attacks_secure.py's case 8,
+    which runs them.)"""
+    found = shipped_consumers()
+    kinds = {(where.split(":")[0], argv[0]) for where, argv, _, _ in found}
+    assert {("processor.yaml", "process"), ("processor.yaml", "notify"),
+            ("actuate-deployment.yaml", "actuate"), ("training-job.yaml", "agent"),
+            ("agent-pod-snippet.yaml", "agent"), ("faultwatch-processor.service", "process"),
+            ("faultwatch-notify.service", "notify"), ("faultwatch-actuate.service", "actuate"),
+            ("train.sbatch", "agent")} <= kinds, kinds
+    for where, argv, env, secrets in found:
+        role = ROLE_OF[argv[0]]
+        assert env.get("FAULTWATCH_KAFKA_CONFIG", "").endswith(f"/{role}.yaml"), (where, env)
+        assert env.get("FAULTWATCH_TRUST_FILE"), where
+        assert not [k for k in env if "DECISION_KEY" in k or k == "FAULTWATCH_KAFKA_PASSWORD"
+                    or k.startswith("FAULTWATCH_KAFKA_") and k != "FAULTWATCH_KAFKA_CONFIG"], \
+            (where, env)
+        assert ("FAULTWATCH_SIGNING_KEY_FILE" in env) == (role == "processor"), where
+        assert ("FAULTWATCH_NODE_KEY_FILE" in env) == (role == "agent"), where
+        assert "--webhook" not in argv and not any(a.startswith("--webhook=") for a in argv)
+        if argv[0] == "notify":  # where it posts: a Secret file (URLs hold credentials)
+            assert any(a.split("=")[0] in ("--webhook-file", "--alertmanager-file")
+                       for a in argv), where
+        if role == "agent":  # a training job holds its node's key and its Kafka role only
+            assert secrets <= {"faultwatch-agent-kafka"}, (where, secrets)
+    legacy = [str(p) for p in DEPLOY.rglob("*") if p.is_file() and
+              re.search(r"DECISION_KEY|decision-keys|SLACK_WEBHOOK", p.read_text())]
+    assert not legacy, legacy
+
+
 # ---- the agent pod snippet and docs/agent.md -------------------------------------------------
 
 def _env(entries: list[dict[str, Any]]) -> dict[str, Any]:
@@ -329,15 +408,18 @@ def _env(entries: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def test_the_agent_pod_snippet_names_node_and_run_as_docs_agent_md_does() -> None:
-    """The snippet and the documented pod spec give the agent the same identity: the pod as
-    FAULTWATCH_NODE (a blacklist names what the scheduler can act on), the scheduler
-    identity from the downward API."""
+    """The snippet and the documented pod spec give the agent the same identity: the node
+    (spec.nodeName) as FAULTWATCH_NODE with that node's key (a blacklist names what actuate
+    taints, like a kubelet under NodeRestriction), the scheduler identity from the downward
+    API, the agent role's Kafka client file and the trust file."""
     doc = (REPO / "docs" / "agent.md").read_text()
     block = doc[doc.index("### Kubernetes"):]
     block = block[block.index("```yaml") + 7:]
     documented = _env(yaml.safe_load(block[:block.index("```")])["containers"][0]["env"])
     identity = ["FAULTWATCH_NODE", "FAULTWATCH_K8S_NAMESPACE", "FAULTWATCH_K8S_POD",
-                "FAULTWATCH_K8S_NODE", "FAULTWATCH_K8S_UID"]
+                "FAULTWATCH_K8S_NODE", "FAULTWATCH_K8S_UID", "FAULTWATCH_NODE_KEY_FILE",
+                "FAULTWATCH_KAFKA_CONFIG", "FAULTWATCH_TRUST_FILE"]
+    assert documented["FAULTWATCH_NODE"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
     agents = [(path.name, c) for path in files("kubernetes/*.yaml")
               for d in yaml.safe_load_all(path.read_text()) for c in _containers(d)
               if "agent" in (c.get("command") or [])]

@@ -83,6 +83,22 @@ def test_posts_to_one_webhook_are_spaced() -> None:
     ("https://qyapi.weixin.qq.com/cgi-bin/webhook/send?key=693a", "'key'", "693a"),
     ("https://discord.com/api/webhooks/123/t0ken", "'/webhooks/'", "t0ken"),
     ("https://user:pw9@hooks.example/x", "password", "pw9"),
+    # Mattermost and Rocket.Chat incoming webhooks, Teams connectors, Telegram bots
+    ("https://mm.example.com/hooks/xi3nn9qm6jf5zbx7ur5xhwb8me", "'/hooks/'",
+     "xi3nn9qm6jf5zbx7ur5xhwb8me"),
+    ("https://rc.example.com/hooks/5e4a/ABCDEFG123", "'/hooks/'", "ABCDEFG123"),
+    ("https://acme.webhook.office.com/webhookb2/3f1c2a2e-1111@aaaa/IncomingWebhook/ab/cd",
+     "'/webhookb2/'", "3f1c2a2e-1111"),
+    ("https://api.telegram.org/bot123456:ABC-DEF1234ghIkl/sendMessage", "bot token",
+     "ABC-DEF1234ghIkl"),
+    ("https://prod-1.logic.azure.com/workflows/w/invoke?api-version=2016-06-01&sig=Z9x",
+     "'sig'", "Z9x"),
+    ("https://tok9@hooks.example/x", "user name", "tok9"),
+    # the general case: a path segment or query value that looks like a token
+    ("https://alerts.example.com/notify/9f86d081884c7d659a2feaa0c55ad015", "path segment",
+     "9f86d081884c7d659a2feaa0c55ad015"),
+    ("https://alerts.example.com/post?channel=ops&c=Ab12Cd34Ef56Gh78", "query parameter 'c'",
+     "Ab12Cd34Ef56Gh78"),
 ])
 def test_a_webhook_flag_that_holds_a_token_is_refused(spec: str, part: str, secret: str) -> None:
     import argparse
@@ -104,8 +120,9 @@ def test_a_webhook_flag_without_a_token_and_any_webhook_file_are_taken(tmp_path:
     from faultwatch.cli.notify import webhook_specs
     from faultwatch.notify.sender import holds_token
 
-    plain = ["http://127.0.0.1:9/x", "slack=http://alerts.internal:8080/post", "https://h/"]
-    assert [holds_token(s) for s in plain] == [None, None, None]
+    plain = ["http://127.0.0.1:9/x", "slack=http://alerts.internal:8080/post", "https://h/",
+             "https://ops.example.com/api/v2/faultwatch-notifications?channel=ml-ops"]
+    assert [holds_token(s) for s in plain] == [None, None, None, None]
     hooks = tmp_path / "hooks"
     hooks.write_text("slack=https://hooks.slack.com/services/T0/B0/tok\n")
     args = argparse.Namespace(webhook=plain, webhook_file=[hooks])
