@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import base64
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -56,13 +55,13 @@ from faultwatch.streams.rules_watch import RulesWatcher, base_rules
 from faultwatch.streams.status_publish import StatusPublisher
 from faultwatch.streams.stopping import StopGate
 from faultwatch.wire import (
-    SCHEMA_VERSION,
     decision_to_dict,
     encode_tick,
     job_key,
     signing,
     worker_key,
 )
+from faultwatch.wire.deadletter import encode_dead
 from faultwatch.wire.topics import DEFAULT_PARTITIONS, Topics, processor_group
 
 REPORT_S = 10.0  # the lag gauges of /metrics are refreshed this often
@@ -298,10 +297,7 @@ def build_processor(cfg: ProcessorConfig, live: LiveRules | None = None,
         err_text = str(err) if isinstance(err, DecodeError) else f"{type(err).__name__}: {err}"
         log_event("dead_letter", topic=rec.topic, partition=rec.partition, offset=rec.offset,
                   error=err_text)
-        value = orjson.dumps({
-            "v": SCHEMA_VERSION, "topic": rec.topic, "partition": rec.partition,
-            "offset": rec.offset, "error": err_text[:4096],
-            "value_b64": base64.b64encode((rec.value or b"")[:600_000]).decode()})
+        value = encode_dead(rec.topic, rec.partition, rec.offset, err_text, rec.value)
         dead.append(_sender(dead_t, rec.key, value))
         about = getattr(err, "about", None)
         if about is not None:  # a refused node signature: that job's agents are told why

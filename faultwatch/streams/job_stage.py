@@ -4,12 +4,11 @@ record or one broken job state never stops a batch, a tick or the other jobs."""
 
 from __future__ import annotations
 
-import dataclasses
 import heapq
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, MutableMapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol
 
 import orjson
 
@@ -42,7 +41,8 @@ from faultwatch.streams.storm import (
     log_guard,
     notice_decision,
 )
-from faultwatch.wire import MAX_RECORD_BYTES, Tick, decode_signals, encode_decision, job_key
+from faultwatch.wire import MAX_RECORD_BYTES, Tick, decode_signals, job_key
+from faultwatch.wire.decisions import bounded_decision  # noqa: F401 - used and re-exported
 
 TICK_S = 0.5  # how often the shell sends a tick to each signals partition it owns
 CAUGHT_UP_S = 2.0  # a tick older than this when processed: the partition is lagging
@@ -62,8 +62,6 @@ FINISHED_TTL_S: float = settings.FINISHED_TTL_S.fallback
 # (a tombstone on its changelog): like a Kubernetes Job's ttlSecondsAfterFinished; a job that
 # returns later starts afresh (docs/operating.md 5a). Keep it above the longest relaunch delay
 PARTITION_FIELD = "_p"  # stored beside a state: the signals partition it belongs to
-MAX_EVIDENCE_STR = 4096  # evidence strings of a too-big decision are cut to this
-MAX_EVIDENCE_ITEMS = 64  # ... and its lists to this many items
 MAX_RETIRED_LEDGERS = 1024  # ledgers of runs replaced by a new run, held for the publisher
 
 
@@ -141,32 +139,6 @@ def earliest_seen(st: JobState) -> float | None:
     if spare is not None:
         seen.append(spare)
     return min(seen) if seen else None
-
-
-def _cut(x: Any, depth: int = 0) -> Any:
-    if isinstance(x, str):
-        return x if len(x) <= MAX_EVIDENCE_STR else x[:MAX_EVIDENCE_STR] + "...[cut]"
-    if depth > 8:
-        return None
-    if isinstance(x, dict):
-        return {str(k)[:256]: _cut(v, depth + 1) for k, v in list(x.items())[:MAX_EVIDENCE_ITEMS]}
-    if isinstance(x, list | tuple):
-        return [_cut(v, depth + 1) for v in list(x)[:MAX_EVIDENCE_ITEMS]]
-    return x
-
-
-def bounded_decision(dec: Decision, max_bytes: int = MAX_RECORD_BYTES) -> Decision:
-    """The decision, with its evidence cut (and `evidence.truncated` set) if its record would
-    pass `max_bytes`; the id, action, targets and reason never change."""
-    if len(encode_decision(dec)) <= max_bytes:
-        return dec
-    ev = _cut(dict(dec.evidence))
-    ev["truncated"] = True
-    small = dataclasses.replace(dec, evidence=ev)
-    if len(encode_decision(small)) > max_bytes:  # still too big: keep only what acts
-        small = dataclasses.replace(dec, evidence={"truncated": True},
-                                    message=dec.message[:MAX_EVIDENCE_STR])
-    return small
 
 
 class JobStage:

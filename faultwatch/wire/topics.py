@@ -78,10 +78,10 @@ TOPICS: tuple[TopicSpec, ...] = (
         Grant("admin", (W,), "faultwatch diagnose requests (notify kind diagnose)"),
     ), doc="control traffic for the agents (diagnosis requests), keyed by job; schedulers, "
            "readers and notifiers never read it (docs/decisions.md, \"Control topic\")"),
-    TopicSpec("deadletter", "the bad record's key", "faultwatch.wire._check:decode", (
+    TopicSpec("deadletter", "the bad record's key", "faultwatch.wire.deadletter:decode_dead", (
         Grant("processor", (W, D), "undecodable records"),
     ), partitions=1, doc="records that could not be decoded, with where they came from"),
-    TopicSpec("rules", "ruleset, revision/<n>", "faultwatch.streams.rules_record:layer_of_record", (
+    TopicSpec("rules", "ruleset, revision/<n>", "faultwatch.wire.rules:decode_ruleset", (
         Grant("processor", (R, D), "follow pushed rule sets"),
         Grant("admin", (W,), "rules push"),
     ), partitions=1, config=COMPACT, doc="pushed rule sets and their history"),
