@@ -9,27 +9,19 @@ import signal
 from pathlib import Path
 from typing import Any
 
+from faultwatch.actuate import plugins
 from faultwatch.actuate.limits import ActuateLimits
 from faultwatch.cli import options
 from faultwatch.core.registry import RegistryPolicy
 from faultwatch.errors import ConfigError
 from faultwatch.wire.topics import actuate_group
 
-BACKENDS = ("slurm", "kubernetes", "exec")
+BACKENDS = plugins.names()
 
 
 def build_backend(args: argparse.Namespace) -> Any:
-    if args.backend == "slurm":
-        from faultwatch.actuate import slurm
-
-        return slurm.from_args(args)
-    if args.backend == "kubernetes":
-        from faultwatch.actuate import kubernetes
-
-        return kubernetes.from_args(args)
-    from faultwatch.actuate import exec as exec_backend
-
-    return exec_backend.from_args(args)
+    """The chosen plug-in, built from its own options' values."""
+    return plugins.build(args.backend, vars(args))
 
 
 def cmd_actuate(args: argparse.Namespace) -> int:
@@ -134,32 +126,11 @@ def register(sub: Any) -> argparse.ArgumentParser:
                    help="release the hold of the actuator running with this --state-file "
                         "(or --backend's default) and exit: the held drains run")
     options.add_max_decision_age(p)
-    g = p.add_argument_group("slurm")
-    g.add_argument("--scontrol", default="scontrol", help="scontrol executable")
-    g.add_argument("--squeue", default="squeue", help="squeue executable")
-    g = p.add_argument_group("kubernetes (needs faultwatch[kubernetes]; kubectl's credentials: "
-                             "--kubeconfig, else $KUBECONFIG, ~/.kube/config, in-cluster)")
-    g.add_argument("--kubeconfig", metavar="FILE",
-                   help="kubeconfig file: contexts, client certificates, tokens, exec "
-                        "credential plugins (default: $KUBECONFIG, a ':'-separated list, "
-                        "else ~/.kube/config, else the in-cluster service account)")
-    g.add_argument("--context", metavar="NAME",
-                   help="kubeconfig context (default: its current-context)")
-    g.add_argument("--k8s-pod-selector",
-                   help="also move every pod on the node matching this label selector; "
-                        "{job} is the faultwatch job, e.g. training.kubeflow.org/job-name={job}")
-    g.add_argument("--k8s-pod-action", choices=("evict", "delete"), default="evict",
-                   help="how a pod leaves a quarantined node: the Eviction API, which respects "
-                        "PodDisruptionBudgets (a refusal is retried), or a plain delete "
-                        "(default: %(default)s)")
-    g = p.add_argument_group("exec (JSON argv lists; placeholders {node} {decision} {rule} "
-                             "{job} {job_id} {namespace} {pod} {kind})")
-    g.add_argument("--exec-quarantine", metavar="JSON")
-    g.add_argument("--exec-release", metavar="JSON")
-    g.add_argument("--exec-requeue", metavar="JSON")
-    g.add_argument("--exec-confirm", metavar="JSON",
-                   help="asked before a node is drained for a job: exit 0 if the scheduler "
-                        "runs {job} ({job_id}/{pod}) on {node}, 1 if not")
+    for plugin in plugins.plugins().values():  # each backend's own options, as it declares
+        g = p.add_argument_group(plugin.TITLE)
+        for o in plugin.OPTIONS:
+            g.add_argument(o.flag, dest=o.dest, default=o.default, metavar=o.metavar,
+                           choices=o.choices, help=o.help or None)
     options.add_metrics(p)
     options.add_logging(p)
     p.set_defaults(func=cmd_actuate)
