@@ -1,9 +1,11 @@
-"""Memory per idle job in the job stage (issue 29 item 3): --jobs jobs each send ONE run-start
-record and nothing else; processor time then runs on (ticks every 0.5 s) past the node-lost
-window and the idle time. Prints one JSON object: Python heap per job while the states are
-cached and once they are idle (tracemalloc, the store's encoded states included), RSS, and
-the decisions made (with the blast-radius guard: one notice, no mass restart), and the posts
-one webhook of `faultwatch notify` would get for them (its grouping and rate-limit cores with
+"""Memory per idle job in the job stage (issue 29 item 3, issue 35 item 7): --jobs jobs each
+send ONE run-start record and nothing else (each from a node of its own, or with --one-node
+all from one: the phantom flood of issue 35); processor time then runs on (ticks every
+0.5 s) past the node-lost window and the idle time. Prints one JSON object: Python heap per
+job while the states are cached and once they are idle (tracemalloc, the store's encoded
+states included), RSS, the longest tick, and the decisions made (with the blast-radius
+guard: one notice, no mass restart), and the posts one webhook of `faultwatch notify`
+would get for them (its grouping and rate-limit cores with
 their defaults, on processor time: `notify_posts`).
 
     .venv/bin/python bench/idle_jobs.py --jobs 10000
@@ -34,7 +36,12 @@ from faultwatch.core.policy import Policy  # noqa: E402
 from faultwatch.notify.grouping import Grouper  # noqa: E402
 from faultwatch.notify.limit import Limiter, RateLimits  # noqa: E402
 from faultwatch.rules import Matcher, load_ruleset  # noqa: E402
-from faultwatch.streams.job_stage import TICK_S, DictStore, JobStage  # noqa: E402
+from faultwatch.streams.job_stage import (  # noqa: E402
+    FINISHED_TTL_S,
+    TICK_S,
+    DictStore,
+    JobStage,
+)
 from faultwatch.streams.records import InRecord, LiveRules  # noqa: E402
 
 T0 = 1_700_000_000.0
@@ -82,12 +89,14 @@ class Posts:
 
 
 def run(jobs: int, partitions: int, run_s: float, trace: bool = True,
-        guard: bool = True) -> dict[str, Any]:
+        guard: bool = True, one_node: bool = False,
+        finished_ttl_s: float = FINISHED_TTL_S) -> dict[str, Any]:
     rs = load_ruleset([])
     live = LiveRules(Matcher(rs), Policy(fleet_storm_detection=guard), rs.version)
     posts = Posts(T0)
     store = DictStore()
-    stage = JobStage(live, store, lambda rec, err: None, max_jobs=max(jobs, 1) * 2)
+    stage = JobStage(live, store, lambda rec, err: None, max_jobs=max(jobs, 1) * 2,
+                     finished_ttl_s=finished_ttl_s)
     decisions: Counter[str] = Counter()
     if trace:
         tracemalloc.start()
@@ -97,7 +106,8 @@ def run(jobs: int, partitions: int, run_s: float, trace: bool = True,
     for i in range(jobs):
         job = f"idle-{i:06d}"
         part = i % partitions
-        value = wire.encode_bundle(job, [RunStart(job, 0, "n0", T0, run_id=f"r{i}",
+        node = "n0" if one_node else f"n{i:06d}"
+        value = wire.encode_bundle(job, [RunStart(job, 0, node, T0, run_id=f"r{i}",
                                                   world_size=8, rank=0)])
         batch.append(InRecord("bench.signals", part, i, wire.job_key(job), value))
         if len(batch) >= 1000:
@@ -114,10 +124,14 @@ def run(jobs: int, partitions: int, run_s: float, trace: bool = True,
     feed_s = time.perf_counter() - t_wall
     cached_heap, cached_rss = measure()
     now = T0
+    max_tick_s = 0.0  # the longest tick: the worker's loop is held this long
     while now < T0 + run_s:
         now += TICK_S
         for part in range(partitions):
-            for d in stage.tick(part, now, now):
+            t_tick = time.perf_counter()
+            decided = stage.tick(part, now, now)
+            max_tick_s = max(max_tick_s, time.perf_counter() - t_tick)
+            for d in decided:
                 decisions[f"{d.action}:{d.kind}"] += 1
                 posts.add(d, now)
         posts.flush(now)
@@ -127,7 +141,7 @@ def run(jobs: int, partitions: int, run_s: float, trace: bool = True,
     stored = sum(len(v) for v in store.data.values())
     return {
         "jobs": jobs, "partitions": partitions, "processor_time_s": run_s,
-        "feed_s": round(feed_s, 3),
+        "feed_s": round(feed_s, 3), "max_tick_s": round(max_tick_s, 3),
         "cached_bytes_per_job": round((cached_heap - base_heap) / max(1, jobs)),
         "idle_bytes_per_job": round((idle_heap - base_heap) / max(1, jobs)),
         "stored_bytes_per_job": round(stored / max(1, jobs)),
@@ -136,6 +150,7 @@ def run(jobs: int, partitions: int, run_s: float, trace: bool = True,
         "rss_mb": {"base": round(base_rss / 1024, 1), "cached": round(cached_rss / 1024, 1),
                    "idle": round(idle_rss / 1024, 1)},
         "jobs_cached_idle": sum(len(p.cache) for p in stage.parts.values()),
+        "jobs_stored_idle": len(store.data),
         "jobs_active_idle": sum(len(p.active) for p in stage.parts.values()),
         "guard": stage.guard.state(),
         "decisions": dict(decisions),
@@ -152,11 +167,18 @@ def main() -> None:
     ap.add_argument("--processor-time-s", type=float, default=150.0,
                     help="processor time simulated after the run-starts (past node-lost "
                          "and the idle time)")
+    ap.add_argument("--one-node", action="store_true",
+                    help="every job's run-start from one node (a phantom flood; no quota "
+                         "here: the stage alone). Default: a node per job (a fleet)")
+    ap.add_argument("--finished-ttl-s", type=float, default=FINISHED_TTL_S,
+                    help="decided jobs leave the table after this long (below "
+                         "--processor-time-s: what is left once they are gone)")
     ap.add_argument("--no-guard", action="store_true",
                     help="the blast-radius guard off (fleet_storm_detection: false): the peer")
     args = ap.parse_args()
     print(json.dumps(run(args.jobs, args.partitions, args.processor_time_s,
-                         trace=not args.rss_only, guard=not args.no_guard)))
+                         trace=not args.rss_only, guard=not args.no_guard,
+                         one_node=args.one_node, finished_ttl_s=args.finished_ttl_s)))
 
 
 if __name__ == "__main__":

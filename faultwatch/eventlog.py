@@ -43,7 +43,7 @@ _INFO_EVENTS = (
     "processor_starting", "processor_stopping", "processor_stopped", "processor_metrics",
     "partitions_assigned", "partitions_revoked", "registry_following", "registry_loaded",
     "broker_reachable", "job_cap_cleared", "jobs_expired", "fleet_storm_ended",
-    "incidents_following", "incidents_loaded",
+    "allocation_checking", "incidents_following", "incidents_loaded",
     "holds_loaded", "job_hold",
     # operating services
     "notify_started", "notification_sent", "notify_muted", "actuate_started", "actuate_following",
@@ -73,7 +73,8 @@ _WARNING_EVENTS = (
     "notify_commit_failed", "notify_rate_limited", "metrics_unavailable",
     "metrics_address_file_failed", "alerts_retry", "alerts_failed", "alert_status_unavailable",
     "spare_declined", "spare_status_unavailable", "lemon_node", "incidents_follow_failed",
-    "ledger_refused", "ledger_unverified")
+    "ledger_refused", "ledger_unverified", "run_id_not_shared", "allocation_unavailable",
+    "job_evicted", "run_start_refused", "decision_withheld")
 _ERROR_EVENTS = ("delivery_crashed", "spool_write_failed", "processor_start_failed")
 LEVELS: dict[str, int] = {
     **dict.fromkeys(_DEBUG_EVENTS, DEBUG), **dict.fromkeys(_INFO_EVENTS, INFO),
@@ -254,6 +255,16 @@ class Quiet:
             self._log(f"{event}_summary", count=sum(c.values()), total=self.total[event],
                       by=",".join(f"{k}:{v}" for k, v in c.most_common(8)),
                       interval_s=self.interval_s)
+
+    def tick(self) -> None:
+        """Log the counts whose interval has passed (a caller's timer: the summary of a
+        flood that stopped is not held back until the next such event)."""
+        if not self._counts:
+            return
+        now = self._clock()
+        for event in list(self._counts):
+            if now - self._last_summary.get(event, now) >= self.interval_s:
+                self._summary(event, now)
 
     def flush(self) -> None:
         """Log what is counted and not yet summarised (at exit)."""

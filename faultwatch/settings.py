@@ -219,6 +219,11 @@ SESSION_TIMEOUT_S = _v("SESSION_TIMEOUT_S", float, 10.0, "the workers' Kafka ses
 NODE_LINES_PER_S = _v("NODE_LINES_PER_S", float, 20_000.0, "lines per second each node may "
                       "have matched; past it counted and announced, not matched (0: no "
                       "budget)", (PROCESSOR,), lo=0.0)
+NODE_NEW_JOBS_PER_MIN = _v("NODE_NEW_JOBS_PER_MIN", float, 60.0, "new jobs a minute each node "
+                           "may start; past it refused (0: no quota)", (PROCESSOR,), lo=0.0)
+NODE_RUN_STARTS_PER_MIN = _v("NODE_RUN_STARTS_PER_MIN", float, 120.0, "run-starts a minute "
+                             "each node may announce; past it refused (0: no quota)",
+                             (PROCESSOR,), lo=0.0)
 INCIDENTS_RETENTION_S = _v("INCIDENTS_RETENTION_S", float, 30 * 86_400.0, "the incidents and "
                            "acted topics drop what is older (seconds, positive; applied when "
                            "the processor creates them)", (PROCESSOR,), positive=True)

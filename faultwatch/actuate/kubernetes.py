@@ -235,11 +235,14 @@ def _instance() -> str:
 NAME = "kubernetes"
 TITLE = ("kubernetes (needs faultwatch[kubernetes]; kubectl's credentials: --kubeconfig, "
          "else $KUBECONFIG, ~/.kube/config, in-cluster)")
-OPTIONS = (
+CONNECTION = (
     Option("--kubeconfig", "kubeconfig file: contexts, client certificates, tokens, exec "
            "credential plugins (default: $KUBECONFIG, a ':'-separated list, else "
            "~/.kube/config, else the in-cluster service account)", metavar="FILE"),
     Option("--context", "kubeconfig context (default: its current-context)", metavar="NAME"),
+)  # also `faultwatch process --allocation-check kubernetes`'s (streams/allocations.py)
+OPTIONS = (
+    *CONNECTION,
     Option("--k8s-pod-selector", "also move every pod on the node matching this label "
            "selector; {job} is the faultwatch job, e.g. training.kubeflow.org/job-name={job}"),
     Option("--k8s-pod-action", "how a pod leaves a quarantined node: the Eviction API, which "

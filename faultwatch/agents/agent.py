@@ -16,7 +16,7 @@ from typing import Any
 
 import faultwatch
 from faultwatch import settings, wire
-from faultwatch.agents import torchrun_env
+from faultwatch.agents import rendezvous, torchrun_env
 from faultwatch.agents.agent_log import AgentLog  # noqa: F401 - re-exported
 from faultwatch.agents.batcher import LineBatcher
 from faultwatch.agents.child import Child, ExitStatus
@@ -120,6 +120,7 @@ class Agent:
         # a new run). Generated per agent process until a flag or scheduler names the run.
         self.run_id = cfg.run_id or f"g-{uuid.uuid4().hex}"  # agents/identity.py
         self.run_source = cfg.run_source or "generated"
+        self._warn_unshared_run_id(os.environ if cfg.env is None else cfg.env)
         # active, or a hot spare waiting to replace a bad node (agents/roles.py, spare.py)
         self.role = role_of(cfg.spare, cfg.spares, os.environ if cfg.env is None else cfg.env,
                             cfg.node_index, cfg.nodes_total)
@@ -128,6 +129,19 @@ class Agent:
         # after a swap: the nodes of the next attempt wait for each other (prelaunch)
         self.sync_nodes = 0
         self._new_run()
+
+    def _warn_unshared_run_id(self, env: Mapping[str, str]) -> None:
+        """A launch over several nodes with a generated run id: each node's agent has its
+        own, so the job stage sees one run per node (docs/agent.md, "Run identity")."""
+        launch = rendezvous.launch_of(self.cfg.cmd, env)
+        if self.run_source == "generated" and rendezvous.spans_nodes(launch, self.cfg.nnodes,
+                                                                      env):
+            self.log("run_id_not_shared", run_id=self.run_id, nnodes=launch.nnodes or
+                     self.cfg.nnodes, endpoint=launch.endpoint,
+                     hint="this launch spans nodes but names no shared run: give every "
+                          f"node's agent the same --run-id (or {settings.RUN_ID.name}), "
+                          "torchrun "
+                          "--rdzv-id, or a rendezvous endpoint other nodes reach")
 
     def _torchrun_ranks(self, env: Mapping[str, str]) -> None:
         tmp = Path(tempfile.mkdtemp(prefix="faultwatch-torchrun-"))

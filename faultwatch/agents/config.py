@@ -215,7 +215,7 @@ class AgentConfig:
         kw["bootcheck_paths"] = tuple(kw.get("bootcheck_paths") or ())
         kw["labels"] = tuple(kw.get("labels") or ())
         ident = resolve_identity(kw.get("run_id"), kw["labels"], e, kw["cmd"],
-                                 lambda: uuid.uuid4().hex)
+                                 lambda: uuid.uuid4().hex, job=str(kw.get("job") or ""))
         kw.update(run_id=ident.run_id, run_source=ident.run_source, scheduler=ident.scheduler)
         return cls(**{k: v for k, v in kw.items() if v is not None or k in _NULLABLE})
 

@@ -19,7 +19,7 @@ from faultwatch.kafka import clients
 from faultwatch.trust.decisions import decision_verifier
 from faultwatch.trust.intake import DecisionIntake, fresh
 from faultwatch.trust.records import DecisionGate
-from faultwatch.trust.replay import ReplayGuard, max_age_s, run_matches
+from faultwatch.trust.replay import BEFORE_START, ReplayGuard, max_age_s, run_matches
 
 QUIET_EVENTS = ("decision_refused", "decision_other_run", "undecodable_decision")
 
@@ -172,6 +172,14 @@ class DecisionFollower:
                 self._log("decision_refused", reason=why, id=dec.id, run_id=dec.run_id,
                           ours=self.run_id, action=dec.action)
                 return
+        if time.time() - self.replay.max_age_s <= dec.ts < self.start_ts - START_MARGIN_S:
+            # its evidence predates this agent: about an earlier run or attempt (a derived
+            # run id launched again names both), never about the child this agent runs
+            self.replay.refuse_run(BEFORE_START)
+            self._log("decision_refused", reason=BEFORE_START, id=dec.id, action=dec.action,
+                      age_s=round(time.time() - dec.ts, 1),
+                      started_s_ago=round(time.time() - self.start_ts, 1))
+            return
         if not fresh(self.replay, dec, time.time(), self._log):
             return
         self._pending.append(dec)

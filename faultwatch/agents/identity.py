@@ -9,7 +9,12 @@ run id, first match wins:
 | `slurm`      | `SLURM_ARRAY_JOB_ID`_`SLURM_ARRAY_TASK_ID` for array tasks, else `SLURM_JOB_ID` |
 | `torchrun`   | `--rdzv-id`/`--rdzv_id` in the wrapped command, else `TORCHELASTIC_RUN_ID` |
 | `kubernetes` | `FAULTWATCH_K8S_UID` (the downward API: a Job/pod-set uid or label)    |
+| `rendezvous` | `rdzv-<hash>` of the job name and the launch's rendezvous endpoint, for a |
+|              | multi-node launch without an id (rendezvous.py): the same on every node |
 | `generated`  | `g-<uuid hex>`, one per agent process (stable across its attempts)     |
+
+`shared(identity)` says whether every agent of a multi-node launch derives the same id; a
+multi-node launch whose id is generated is the one the agent warns about (rendezvous.py).
 
 The scheduler identity (`RunStart.scheduler`, copied into decisions) is filled from the
 Slurm environment (`kind: slurm`, job_id, array_job_id, array_task_id, node from
@@ -24,13 +29,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from faultwatch import settings
+from faultwatch.agents.rendezvous import TORCHRUN_DEFAULT_RDZV_ID, derived_run_id, launch_of
 from faultwatch.core.names import MAX_NAME_CHARS, name_problem
 from faultwatch.errors import ConfigError
 
 MAX_ID_CHARS = MAX_NAME_CHARS
-TORCHRUN_DEFAULT_RDZV_ID = "none"  # torchrun's default --rdzv-id: not an identity
-FLAG, SLURM, TORCHRUN, KUBERNETES, GENERATED = (
-    "flag", "slurm", "torchrun", "kubernetes", "generated")
+FLAG, SLURM, TORCHRUN, KUBERNETES, RENDEZVOUS, GENERATED = (
+    "flag", "slurm", "torchrun", "kubernetes", "rendezvous", "generated")
 K8S_ENV = {"namespace": settings.K8S_NAMESPACE.name, "pod": settings.K8S_POD.name,
            "node": settings.K8S_NODE.name, "uid": settings.K8S_UID.name}
 
@@ -63,13 +68,7 @@ def parse_labels(items: Sequence[str]) -> dict[str, str]:
 
 def rdzv_id_of(cmd: Sequence[str]) -> str | None:
     """torchrun's --rdzv-id / --rdzv_id in a wrapped command line (either `=` or a space)."""
-    for i, arg in enumerate(cmd):
-        for flag in ("--rdzv-id", "--rdzv_id"):
-            if arg == flag and i + 1 < len(cmd):
-                return cmd[i + 1]
-            if arg.startswith(flag + "="):
-                return arg[len(flag) + 1:]
-    return None
+    return launch_of(cmd, {}).rdzv_id
 
 
 def _env(env: Mapping[str, str], name: str) -> str:
@@ -97,7 +96,8 @@ def scheduler_of(env: Mapping[str, str], labels: Mapping[str, str]) -> dict[str,
 
 
 def resolve_identity(run_id_flag: str | None, labels: Sequence[str], env: Mapping[str, str],
-                     cmd: Sequence[str], generate: Callable[[], str]) -> RunIdentity:
+                     cmd: Sequence[str], generate: Callable[[], str], job: str = ""
+                     ) -> RunIdentity:
     """This agent's run identity (see the module docstring for the order of sources)."""
     scheduler = scheduler_of(env, parse_labels(labels))
     flag = (run_id_flag or "").strip() or _env(env, settings.RUN_ID.name)
@@ -110,10 +110,14 @@ def resolve_identity(run_id_flag: str | None, labels: Sequence[str], env: Mappin
     if _env(env, "SLURM_JOB_ID"):
         return RunIdentity(check_id("SLURM_JOB_ID", _env(env, "SLURM_JOB_ID")), SLURM,
                            scheduler)
-    for rdzv in (rdzv_id_of(cmd), _env(env, "TORCHELASTIC_RUN_ID")):
+    launch = launch_of(cmd, env)
+    for rdzv in (launch.rdzv_id, _env(env, "TORCHELASTIC_RUN_ID")):
         if rdzv and rdzv.strip() and rdzv.strip() != TORCHRUN_DEFAULT_RDZV_ID:
             return RunIdentity(check_id("rdzv_id", rdzv.strip()), TORCHRUN, scheduler)
     if _env(env, settings.K8S_UID.name):
         return RunIdentity(check_id(settings.K8S_UID.name, _env(env, settings.K8S_UID.name)),
                            KUBERNETES, scheduler)
+    derived = derived_run_id(job, launch)
+    if derived is not None:
+        return RunIdentity(derived, RENDEZVOUS, scheduler)
     return RunIdentity(f"g-{generate()}", GENERATED, scheduler)

@@ -127,10 +127,7 @@ def register(sub: Any) -> argparse.ArgumentParser:
                         "(or --backend's default) and exit: the held drains run")
     options.add_max_decision_age(p)
     for plugin in plugins.plugins().values():  # each backend's own options, as it declares
-        g = p.add_argument_group(plugin.TITLE)
-        for o in plugin.OPTIONS:
-            g.add_argument(o.flag, dest=o.dest, default=o.default, metavar=o.metavar,
-                           choices=o.choices, help=o.help or None)
+        options.add_plugin_options(p.add_argument_group(plugin.TITLE), plugin.OPTIONS)
     options.add_metrics(p)
     options.add_logging(p)
     p.set_defaults(func=cmd_actuate)

@@ -9,9 +9,9 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from faultwatch import settings
 from faultwatch.core import policy
@@ -19,6 +19,9 @@ from faultwatch.core.names import did_you_mean
 from faultwatch.errors import EXIT_USAGE, ConfigError
 from faultwatch.kafka import settings as kafka_settings
 from faultwatch.wire.topics import DEFAULT_PREFIX, Topics
+
+if TYPE_CHECKING:
+    from faultwatch.actuate.backend import Option
 
 BOOTSTRAP_ENV = settings.BOOTSTRAP.name
 PREFIX_ENV = settings.TOPIC_PREFIX.name
@@ -187,6 +190,13 @@ def add_max_decision_age(p: argparse.ArgumentParser) -> None:
                    help=f"refuse decisions older than this (default "
                         f"${settings.MAX_DECISION_AGE_S}, else "
                         f"{settings.MAX_DECISION_AGE_S.fallback:g} s; the replay rule)")
+
+
+def add_plugin_options(g: Any, opts: Iterable[Option]) -> None:
+    """A plug-in's own options (actuate/backend.Option) as flags of group `g`."""
+    for o in opts:
+        g.add_argument(o.flag, dest=o.dest, default=o.default, metavar=o.metavar,
+                       choices=o.choices, help=o.help or None)
 
 
 def kafka_security(args: argparse.Namespace, env: Mapping[str, str] | None = None

@@ -41,15 +41,17 @@ NOTICE_JOB = "(fleet)"  # the notice's job field: no job's name has parentheses 
 
 @dataclass(frozen=True)
 class Census:
-    """What the shell sees now: active jobs and their live nodes; of them, the jobs (keys)
-    and nodes that have sent nothing for at least node_lost_s - fleet_storm_window_s, or
-    whose output went silent long enough for a diagnosis request (suspected hung)."""
+    """What the shell sees now: active jobs and their live nodes (distinct names); of them,
+    the jobs (keys) and nodes that have sent nothing for at least node_lost_s -
+    fleet_storm_window_s, or whose output went silent long enough for a diagnosis request
+    (suspected hung)."""
 
     jobs: int
     nodes: int
     silent: frozenset[bytes]
     silent_nodes: int
     last_heartbeats: tuple[float, ...] = ()  # event time of the silent nodes' last heartbeats
+    silent_names: frozenset[str] = frozenset()  # the silent nodes' names
 
 
 @dataclass(frozen=True)
@@ -78,10 +80,13 @@ class BlastGuard:
     returned_at: dict[bytes, float] = field(default_factory=dict)  # released: return time
     lapsed: dict[bytes, int] = field(default_factory=dict)  # hold ran out: key -> partition
     lapsed_decided: set[bytes] = field(default_factory=set)  # released to a decision
-    recent: deque[tuple[float, bytes]] = field(default_factory=deque)  # guarded decisions
+    # guarded decisions acted on: (when, job key, the nodes it named)
+    recent: deque[tuple[float, bytes, tuple[str, ...]]] = field(default_factory=deque)
     affected: set[bytes] = field(default_factory=set)  # every job the episode touched
     notices: list[Notice] = field(default_factory=list)  # to publish (take_notices)
     ended: list[dict[str, Any]] = field(default_factory=list)  # episode summaries (to log)
+    _acc: tuple[Census, set[bytes], set[str], int] | None = None  # the tally of a census
+    _forgotten: int = 0  # entries the window dropped from `recent` (the tally is rebuilt)
     _tokens: float = 0.0
     _tokens_at: float | None = None
     _gaps: list[float] = field(default_factory=list)  # returned jobs' heartbeat gaps
@@ -91,9 +96,14 @@ class BlastGuard:
         return self.tripped_at is not None
 
     def consider(self, key: bytes, partition: int, kind: str, action: str, now: float,
-                 policy: Policy, census: Callable[[], Census]) -> bool:
+                 policy: Policy, census: Callable[[], Census],
+                 nodes: tuple[str, ...] = ()) -> bool:
         """True: act on this decision now; False: hold it (the shell keeps the job's state
-        undecided and stops re-checking it until `release_due()` or `returned()`)."""
+        undecided and stops re-checking it until `release_due()` or `returned()`).
+
+        Shares count node identities, not jobs: jobs going silent together count at most as
+        many as the distinct nodes they are on (40 phantom jobs of one node are one node:
+        a node's key cannot trip the guard and hold a real lost node's decision)."""
         if not policy.fleet_storm_detection or kind not in GUARDED_KINDS \
                 or action not in GUARDED_ACTIONS:
             return True
@@ -111,17 +121,45 @@ class BlastGuard:
             return False
         self._forget(now, policy)
         c = census()
-        decided = {k for _, k in self.recent} - c.silent - {key}  # no longer active
-        together = (decided | set(c.silent) | {key}) - self.lapsed.keys()
-        jobs, of_jobs = len(together), c.jobs + len(decided)
+        # the jobs acted on in the window that are silent no more, with their nodes: counted
+        # with the silent ones, each once (sizes only: one consider costs what it adds, not
+        # the fleet, so 10,000 lost jobs of one tick are not 10,000 passes over the fleet)
+        decided, decided_names = self._acted(c)
+        in_decided = key in decided
+        jobs = len(c.silent) + len(decided) + (0 if key in c.silent or in_decided else 1)
+        jobs -= sum(1 for k in self.lapsed if k in c.silent or k in decided or k == key)
+        of_jobs = c.jobs + len(decided) - in_decided
+        fresh = {n for n in nodes if n not in c.silent_names and n not in decided_names}
+        names = len(c.silent_names) + len(decided_names) + len(fresh)
+        of_names = c.nodes + len(decided_names)
+        if names:  # as many jobs as distinct nodes at most (shell censuses name them)
+            jobs, of_jobs = min(jobs, names), min(of_jobs, max(of_names, names))
         share = jobs / max(1, of_jobs)
-        node_share = c.silent_nodes / max(1, c.nodes)
+        node_share = names / max(1, of_names) if names else c.silent_nodes / max(1, c.nodes)
         if jobs >= policy.fleet_storm_min_jobs and max(share, node_share) >= \
                 policy.fleet_storm_share:
             self._trip(key, partition, kind, now, policy, c, jobs, of_jobs)
             return False
-        self.recent.append((now, key))
+        self.recent.append((now, key, tuple(nodes)))
+        if key not in c.silent:  # keep the tally of this census in step
+            decided.add(key)
+            decided_names.update(n for n in nodes if n not in c.silent_names)
         return True
+
+    def _acted(self, c: Census) -> tuple[set[bytes], set[str]]:
+        """Of the jobs acted on in the window (`recent`), those census `c` does not count as
+        silent, and their nodes it does not name: built once per census (and again after
+        the window dropped some), then kept in step by `consider`."""
+        acc = self._acc
+        if acc is None or acc[0] is not c or acc[3] != self._forgotten:
+            keys: set[bytes] = set()
+            names: set[str] = set()
+            for _, k, named in self.recent:
+                if k not in c.silent:
+                    keys.add(k)
+                    names.update(n for n in named if n not in c.silent_names)
+            acc = self._acc = (c, keys, names, self._forgotten)
+        return acc[1], acc[2]
 
     def _hold(self, key: bytes, partition: int, now: float, kind: str) -> None:
         if key not in self.held:
@@ -228,6 +266,7 @@ class BlastGuard:
         horizon = now - policy.fleet_storm_window_s
         while self.recent and self.recent[0][0] < horizon:
             self.recent.popleft()
+            self._forgotten += 1
         if self.returned_at:
             for k in [k for k, t in self.returned_at.items() if t < horizon]:
                 del self.returned_at[k]

@@ -86,6 +86,14 @@ def blacklist_terms(nodes: tuple[str, ...], now: float, policy: Policy,
     return out, ev
 
 
+def evidence_ts(st: JobState, now: float, conclusive_at: float | None = None) -> float:
+    """When the evidence of a decision made at `now` was complete, in event time:
+    `conclusive_at` (a silence that became a loss, a settle that timed out) or the newest
+    evidence the state holds, never later than `now`."""
+    at = conclusive_at if conclusive_at is not None else st.latest_event_ts()
+    return now if at is None else min(now, at)
+
+
 def take(st: JobState, swaps: tuple[tuple[str, str], ...], attempt: int) -> JobState:
     """The spares of `swaps` are taken by a decision of `attempt`: never offered again."""
     spares = st.spares
@@ -101,13 +109,19 @@ def emit(st: JobState, kind: str, episode: str, action: str, now: float, policy:
          rv: str, *, nodes: tuple[str, ...], ranks: tuple[int, ...], rule: str | None,
          category: str | None, message: str, evidence: dict[str, Any],
          candidates: tuple[str, ...] = (),
-         swaps: tuple[tuple[str, str], ...] = ()) -> Result:
+         swaps: tuple[tuple[str, str], ...] = (), ts: float | None = None) -> Result:
     """Budget and storm guard for restarts, then publish once per (attempt, kind, episode).
     `notify` decisions leave the phase alone and cost no budget. `swaps` (hot spares
     replacing nodes, core/spares.py) stay only on a restart or blacklist that survives the
-    guard; their spares are then taken."""
-    did = decision_id(st.job, st.attempt, kind, episode, st.run_id)
-    run: dict[str, Any] = {"run_id": st.run_id, "scheduler": thaw(st.scheduler),
+    guard; their spares are then taken. The decision's time is `ts`, the time of its
+    evidence (evidence_ts), else `now`: a decision made late (a processor catching up,
+    reading history) says how old what it is about is."""
+    if ts is None:
+        ts = now
+    # a weak run id launched again (core/runs.py) is another run: its decisions other ids
+    run = f"{st.run_id}#{st.run_gen}" if st.run_gen else st.run_id
+    did = decision_id(st.job, st.attempt, kind, episode, run)
+    run_of: dict[str, Any] = {"run_id": st.run_id, "scheduler": thaw(st.scheduler),
                            "run_ids": tuple(sorted(st.run_ids)) if len(st.run_ids) > 1 else ()}
     if did in st.decided:
         return (st if action == "notify" else dataclasses.replace(st, phase=Phase.DECIDED)), []
@@ -119,9 +133,9 @@ def emit(st: JobState, kind: str, episode: str, action: str, now: float, policy:
         budgets: dict[str, object] = {"restarts_used": st.restarts_used,
                                       "max_restarts": policy.max_restarts}
         return st, [Decision(id=did, job=st.job, attempt=st.attempt, action=action, kind=kind,
-                             ts=now, nodes=nodes, ranks=ranks, rule=rule, category=category,
+                             ts=ts, nodes=nodes, ranks=ranks, rule=rule, category=category,
                              message=message, evidence=evidence, budgets=budgets,
-                             rules_version=rv, **run)]
+                             rules_version=rv, **run_of)]
     g = guard_restart(action, message, now, policy, st.restarts_used, st.restart_times)
     evidence = {**evidence, **g.evidence}
     blacklist = st.blacklist
@@ -150,7 +164,8 @@ def emit(st: JobState, kind: str, episode: str, action: str, now: float, policy:
                "max_same_error": policy.max_same_error,
                "storm_max_restarts": policy.storm_max_restarts,
                "storm_window_s": policy.storm_window_s}
-    dec = Decision(id=did, job=st.job, attempt=st.attempt, action=g.action, kind=kind, ts=now,
+    dec = Decision(id=did, job=st.job, attempt=st.attempt, action=g.action, kind=kind, ts=ts,
                    nodes=nodes, ranks=ranks, rule=rule, category=category, message=message,
-                   evidence=evidence, budgets=budgets, rules_version=rv, swaps=swaps, **run)
+                   evidence=evidence, budgets=budgets, rules_version=rv, swaps=swaps,
+                   **run_of)
     return st, [dec]

@@ -257,6 +257,11 @@ Signal = (RunStart | Output | Hit | Heartbeat | Exit | Progress | ProgressBatch 
           | LossBatch)
 
 
+def no_budgets() -> dict[str, object]:
+    """The budgets of a decision that spends none (a notice): the schema's required fields."""
+    return {"restarts_used": 0, "max_restarts": 0}
+
+
 @dataclass(frozen=True, slots=True)
 class Decision:
     """What to do about a job, and why; `id` is deterministic so consumers can dedupe."""
@@ -273,7 +278,8 @@ class Decision:
     category: str | None = None
     message: str = ""
     evidence: dict[str, object] = field(default_factory=dict)
-    budgets: dict[str, object] = field(default_factory=dict)
+    # a notice spends no budget: zeros, so that every decision carries the schema's fields
+    budgets: dict[str, object] = field(default_factory=no_budgets)
     rules_version: str = ""
     run_id: str = ""  # the job run decided about (see RunStart)
     scheduler: dict[str, object] = field(default_factory=dict)  # that run's scheduler identity

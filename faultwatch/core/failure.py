@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from faultwatch.core import spares
-from faultwatch.core.decide import emit
+from faultwatch.core.decide import emit, evidence_ts
 from faultwatch.core.events import Decision, Match
 from faultwatch.core.policy import Policy
 from faultwatch.core.root import default_action, pick_root
@@ -68,7 +68,11 @@ def settle(st: JobState, now: float, policy: Policy, rv: str, *, caught_up: bool
             basis = "timeout"
     if basis is None:
         return st, []
-    return decide(st, now, policy, rv, settle={
+    conclusive = None
+    if basis in ("timeout", "processor-time") and st.failure_ts is not None:
+        conclusive = st.failure_ts + policy.settle_s + (
+            policy.node_lost_s if basis == "timeout" else 0.0)
+    return decide(st, now, policy, rv, ts=evidence_ts(st, now, conclusive), settle={
         "basis": basis, "failure_ts": st.failure_ts,
         "waited_s": None if seen is None else round(max(0.0, now - seen), 3)})
 
@@ -117,7 +121,8 @@ def _signame(sig: int) -> str:
 
 
 def decide(st: JobState, now: float, policy: Policy, rv: str,
-           settle: dict[str, Any] | None = None) -> tuple[JobState, list[Decision]]:
+           settle: dict[str, Any] | None = None, ts: float | None = None
+           ) -> tuple[JobState, list[Decision]]:
     matches = [h.match for h in st.hits]
     root = pick_root(matches)
     root_hit = next((h for h in st.hits if h.match is root), None)
@@ -205,7 +210,7 @@ def decide(st: JobState, now: float, policy: Policy, rv: str,
         nodes = tuple(sorted(st.nodes))
     out, decs = emit(st, kind, "failure", action, now, policy, rv, nodes=nodes, ranks=ranks,
                      rule=rule, category=category, message=message, evidence=evidence,
-                     swaps=swaps)
+                     swaps=swaps, ts=evidence_ts(st, now) if ts is None else ts)
     if action == "notify":  # a rule that only notifies: the failure is not acted upon
         out = dataclasses.replace(out, phase=Phase.DECIDED)
     return out, decs

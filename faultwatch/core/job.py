@@ -31,6 +31,7 @@ from faultwatch.core.events import (
     Signal,
     Stage,
 )
+from faultwatch.core.membership import NO_ANSWERS, Allocations
 from faultwatch.core.policy import Policy
 from faultwatch.core.runs import MAX_ATTEMPT_STEP, admit, count_drop, new_state
 from faultwatch.core.state import (
@@ -59,14 +60,15 @@ Result = tuple[JobState, list[Decision]]
 
 
 def apply(st: JobState, sig: Signal, now: float, policy: Policy,
-          rules_version: str = "") -> Result:
+          rules_version: str = "", answers: Allocations = NO_ANSWERS) -> Result:
     """Fold one signal into the state; may decide from its evidence (event time).
 
     The state is of the job's current run (core/runs.py): a run-start of a new run returns
     a fresh state; a record of a retired or unknown run, or of an attempt no run-start
     announced, is refused (counted in `dropped`). A job with no state starts one with
-    new_state(sig), which is None unless `sig` is a run-start."""
-    st, refused = admit(st, sig)
+    new_state(sig), which is None unless `sig` is a run-start. `answers`: the scheduler's
+    allocations the shell asked for (core/membership.py)."""
+    st, refused = admit(st, sig, answers)
     if refused is not None:
         return count_drop(st, refused), []
     if isinstance(sig, Notice) and sig.kind == spares.SPARE_NOTE:  # the run's, any attempt
@@ -116,13 +118,13 @@ def apply(st: JobState, sig: Signal, now: float, policy: Policy,
 
 
 def apply_batch(st: JobState, sigs: Sequence[Signal], now: float, policy: Policy,
-                rules_version: str = "") -> Result:
+                rules_version: str = "", answers: Allocations = NO_ANSWERS) -> Result:
     """Fold a job's signals in order (a bundle, as the matcher stage sends them): the same
     state and decisions as apply() one by one, without the caller's per-signal bookkeeping.
     Every signal must be of this job."""
     decs: list[Decision] = []
     for sig in sigs:
-        st, new = apply(st, sig, now, policy, rules_version)
+        st, new = apply(st, sig, now, policy, rules_version, answers)
         if new:
             decs += new
     return st, decs

@@ -22,7 +22,7 @@ import functools
 from typing import Any
 
 from faultwatch.core import spares
-from faultwatch.core.decide import Result, emit
+from faultwatch.core.decide import Result, emit, evidence_ts
 from faultwatch.core.diagnosis import (
     ANSWER_WAIT_S,
     DIAGNOSE_KIND,
@@ -424,6 +424,10 @@ def check_lost(st: JobState, now: float, policy: Policy, rv: str) -> Result:
         evidence["spares"] = chosen
     if swaps:  # the lost nodes' places go to hot spares; their agents leave if they return
         targets = tuple(spares.restart_nodes(st, names, swaps, policy))
+    # in event time the loss is conclusive a window after the lost nodes' last word
+    heard = [t for n in lost for t in (n.started_ts, n.last_output_ts, n.last_hb_ts)
+             if t is not None]
+    ts = evidence_ts(st, now, max(heard) + policy.node_lost_s if heard else None)
     return emit(st, "node-lost", "node-lost", "restart", now, policy, rv, nodes=targets,
                 ranks=(), rule=None, category=None, candidates=names, evidence=evidence,
-                message=message, swaps=swaps)
+                message=message, swaps=swaps, ts=ts)

@@ -168,6 +168,9 @@ class JobState:
     retired: tuple[str, ...] = ()  # earlier runs of this job name, newest last (bounded)
     dropped: PMap[str, int] = field(default_factory=empty)  # records refused, by reason
     failed: bool = False  # this attempt was decided `fail` (the run is over)
+    # the nodes the scheduler says the run holds (core/membership.py); None: not asked
+    allocation: frozenset[str] | None = None
+    run_gen: int = 0  # runs before this one that had its run id (a derived id reused)
     # hot spares of the run (core/spares.py), and the active nodes that host the launch's
     # rendezvous endpoint (a swap cannot replace those)
     spares: PMap[str, Spare] = field(default_factory=empty)
@@ -234,6 +237,28 @@ class JobState:
                 lines.insert(0, t.text)
         return out
 
+    def latest_event_ts(self) -> float | None:
+        """The event time of the newest evidence this attempt holds: a node's start, output,
+        heartbeat or exit, or a hit (the agents' clocks; None before any)."""
+        best: float | None = None
+        for n in self.nodes.values():
+            for t in (n.started_ts, n.last_output_ts, n.last_hb_ts, n.exit_ts):
+                if t is not None and (best is None or t > best):
+                    best = t
+        for h in self.hits:
+            if best is None or h.match.ts > best:
+                best = h.match.ts
+        return best
+
+    def shown_nothing(self) -> bool:
+        """Nothing but run-starts so far: no output, heartbeat, hit or exit. The cheapest
+        job to forget when the table is full (a phantom stays like this; a real job leaves
+        it with its first heartbeat, seconds after it starts)."""
+        if self.outputs or self.hits or self.phase != Phase.RUNNING:
+            return False
+        return all(n.last_hb_ts is None and n.exit_ts is None and n.last_output_ts is None
+                   for n in self.nodes.values())
+
     def blacklist_candidates(self, policy: Policy, extra: tuple[str, ...] = ()) -> list[str]:
         """Nodes to avoid at the next restart: suspects of short failed attempts, nodes slow
         in two attempts, failed boot checks, lost nodes."""
@@ -247,8 +272,14 @@ class JobState:
     # ---- persistence (Faust tables store plain dicts) -----------------------------------
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain JSON-able data, one entry per field (see _CODECS)."""
-        return {name: enc(getattr(self, name)) for name, (enc, _) in _CODECS.items()}
+        """Plain JSON-able data, one entry per field that differs from its default (see
+        _CODECS; from_dict fills the others in): a job that showed little is stored small."""
+        out: dict[str, Any] = {}
+        for name, (enc, _) in _CODECS.items():
+            v = getattr(self, name)
+            if name in _ALWAYS or v != _DEFAULT_VALUE.get(name, _NO_DEFAULT):
+                out[name] = enc(v)
+        return out
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> JobState:
@@ -622,6 +653,9 @@ _CODECS: dict[str, tuple[Enc, Dec]] = {
     "retired": (list, _d(lambda x: tuple(str(r) for r in x))),
     "dropped": _str_map(int),
     "failed": (_same, _d(bool)),
+    "allocation": (lambda a: None if a is None else sorted(a),
+                   _opt(lambda x: frozenset(str(n) for n in x))),
+    "run_gen": (_same, _d(int)),
     "losses": (list, _d(lambda x: tuple(float(v) for v in x))),
     "spares": (lambda m: {k: [getattr(v, f) for f in _SPARE_FIELDS] for k, v in m.items()},
                _d(lambda x: PMap({str(k): _spare_of(v) for k, v in x.items()}))),
@@ -649,6 +683,12 @@ def _defaults() -> dict[str, Any]:
 
 _ATTEMPT_RESET = _defaults()
 _FIELD_SET = frozenset(f.name for f in dataclasses.fields(JobState))
+_NO_DEFAULT = object()
+_DEFAULT_VALUE: dict[str, Any] = {
+    f.name: f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+    for f in dataclasses.fields(JobState)
+    if f.default_factory is not dataclasses.MISSING or f.default is not dataclasses.MISSING}
+_ALWAYS = frozenset({"job", "attempt", "phase"})  # what readers of the raw table look at
 
 _missing = {f.name for f in dataclasses.fields(JobState)} ^ set(_CODECS)
 if _missing:  # a field added without a codec (or a codec for a removed field)

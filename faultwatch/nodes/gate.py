@@ -20,6 +20,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from faultwatch.core.events import Hit, Match, Notice, RunStart, Signal
+from faultwatch.core.quota import RUN_STARTS, NodeQuota
 from faultwatch.core.registry import HEALTHY, QUARANTINED, NodeRecord
 from faultwatch.nodes.checks import blames_node, checks_of, compare_nodes, failed_checks
 
@@ -74,26 +75,39 @@ def odd_node_line(node: str, finding: dict[str, Any]) -> str:
 
 
 class NodeGate:
-    """Called by the job stage on each record's signals before they are applied."""
+    """Called by the job stage on each record's signals before they are applied. With a
+    quota (core/quota.py), a node's run-starts beyond it are refused here (`refused` is
+    called with the run-start, for the shell to count and log)."""
 
     def __init__(self, quarantined: Quarantined | None = None,
-                 state: RegistryState | None = None) -> None:
+                 state: RegistryState | None = None, quota: NodeQuota | None = None,
+                 refused: Callable[[RunStart, str], None] | None = None) -> None:
         self.quarantined = quarantined
         self.state = state  # the registry's state of a node (None: from `quarantined`)
+        self.quota = quota
+        self.refused = refused
         self.started: OrderedDict[tuple[str, str], tuple[int, str]] = OrderedDict()
         self.job_started: OrderedDict[str, tuple[int, str]] = OrderedDict()  # last run-start
         self.pending: OrderedDict[tuple[str, str, int], list[Signal]] = OrderedDict()
-        self.notes: OrderedDict[tuple[str, int], dict[str, tuple[int | None, list[Any]]]] = \
-            OrderedDict()
+        # (job, attempt) -> node -> (its rank, its checks, the run id of its note)
+        self.notes: OrderedDict[tuple[str, int],
+                                dict[str, tuple[int | None, list[Any], str]]] = OrderedDict()
         self.reported: OrderedDict[tuple[str, int, str, str], None] = OrderedDict()
 
     def __call__(self, sigs: Iterable[Signal], now: float) -> list[Signal]:
         out: list[Signal] = []
+        quota = self.quota
         for sig in sigs:
-            out.append(sig)
             if isinstance(sig, RunStart):
+                if quota is not None and not quota.take(RUN_STARTS, sig.node, sig.ts, now):
+                    if self.refused is not None:
+                        self.refused(sig, RUN_STARTS)
+                    continue
+                out.append(sig)
                 out += self._on_start(sig, now)
-            elif isinstance(sig, Notice) and sig.kind == SPARE:
+                continue
+            out.append(sig)
+            if isinstance(sig, Notice) and sig.kind == SPARE:
                 out[-1] = self._stamp(sig, now)
             elif isinstance(sig, Notice) and sig.kind == BOOTCHECK \
                     and not (isinstance(sig.data, dict) and sig.data.get("when") == SPARE):
@@ -139,7 +153,7 @@ class NodeGate:
         rank = data.get("node_rank")
         rank = rank if type(rank) is int else data.get("rank")  # rank-mode agents
         group = self.notes.get((sig.job, sig.attempt)) or {}
-        group[sig.node] = (rank if type(rank) is int else None, checks_of(data))
+        group[sig.node] = (rank if type(rank) is int else None, checks_of(data), sig.run_id)
         _put(self.notes, (sig.job, sig.attempt), group)
         verdicts += self._compare(sig, group)
         out: list[Signal] = []
@@ -147,9 +161,13 @@ class NodeGate:
             started = self.started.get((sig.job, node))
             if started is None or started[0] != sig.attempt:
                 # the job runs this attempt on other nodes: the verdict applies now (this
-                # node may never start: --bootcheck-abort exits before its run-start)
+                # node may never start: --bootcheck-abort exits before its run-start), with
+                # the run id of the node's own note: never another node's, which would let a
+                # node's note land in a run it is not in (core/runs.py decides on its own id)
                 other = self.job_started.get(sig.job)
-                started = other if other is not None and other[0] == sig.attempt else None
+                own = group.get(node)
+                started = (sig.attempt, own[2] if own is not None else sig.run_id) \
+                    if other is not None and other[0] == sig.attempt else None
             if started is not None:
                 out.append(_with_run(verdict, started[1]))
             else:
@@ -157,13 +175,13 @@ class NodeGate:
                 _put(self.pending, (sig.job, node, sig.attempt), held + [verdict])
         return out
 
-    def _compare(self, sig: Notice, group: dict[str, tuple[int | None, list[Any]]]
+    def _compare(self, sig: Notice, group: dict[str, tuple[int | None, list[Any], str]]
                  ) -> list[tuple[str, Signal]]:
         if len(group) < 2:
             return []
-        ranked = sorted((r, n) for n, (r, _) in group.items() if r is not None)
+        ranked = sorted((r, n) for n, (r, _, _) in group.items() if r is not None)
         reference = ranked[0][1] if ranked else None
-        findings = compare_nodes({n: checks for n, (_, checks) in group.items()},
+        findings = compare_nodes({n: checks for n, (_, checks, _) in group.items()},
                                  reference=reference)
         out: list[tuple[str, Signal]] = []
         for f in findings:

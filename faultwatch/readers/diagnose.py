@@ -25,7 +25,7 @@ def request(snapshot: Mapping[str, Any], now: float) -> Decision:
     """The `diagnose` notify for the job's current attempt and run (every node answers)."""
     from faultwatch.core.diagnosis import DIAGNOSE_KIND
 
-    return Decision(id=f"diagnose-cli-{uuid.uuid4().hex[:12]}", job=str(snapshot["job"]),
+    return Decision(id=uuid.uuid4().hex[:20], job=str(snapshot["job"]),
                     attempt=int(snapshot["attempt"]), action="notify", kind=DIAGNOSE_KIND,
                     ts=now, message="requested by `faultwatch diagnose`",
                     evidence={"requested_by": "faultwatch diagnose"},

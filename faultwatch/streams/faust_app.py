@@ -16,10 +16,11 @@ from faultwatch import settings
 from faultwatch.core.diagnosis import is_probe
 from faultwatch.core.events import Decision
 from faultwatch.core.policy import Policy
+from faultwatch.core.quota import NodeQuota
 from faultwatch.core.registry import RegistryPolicy
 from faultwatch.core.status import STATUS_S
 from faultwatch.errors import DecodeError
-from faultwatch.eventlog import log_event
+from faultwatch.eventlog import Quiet, log_event
 from faultwatch.holds.follow import follow_holds, holds_table
 from faultwatch.kafka import calm as broker_calm
 from faultwatch.kafka import clients
@@ -54,6 +55,7 @@ from faultwatch.streams.rules_status import WORKER_S, info_labels, worker_id, wo
 from faultwatch.streams.rules_watch import RulesWatcher, base_rules
 from faultwatch.streams.status_publish import StatusPublisher
 from faultwatch.streams.stopping import StopGate
+from faultwatch.trust.replay import max_age_s
 from faultwatch.wire import (
     decision_to_dict,
     encode_tick,
@@ -101,6 +103,15 @@ class ProcessorConfig:
     # a decided or done job unchanged this long leaves the worker's table (docs/operating.md)
     finished_ttl_s: float = field(
         default_factory=lambda: settings.FINISHED_TTL_S.value())
+    # per node a minute (core/quota.py; docs/operating.md): new jobs, run-starts; 0: none
+    node_new_jobs_per_min: float = field(
+        default_factory=lambda: settings.NODE_NEW_JOBS_PER_MIN.value())
+    node_run_starts_per_min: float = field(
+        default_factory=lambda: settings.NODE_RUN_STARTS_PER_MIN.value())
+    # the scheduler asked which nodes a job holds (streams/allocations.py); None: unchecked
+    allocations: Any = None
+    # no decision whose evidence is older than this is published (docs/decisions.md)
+    max_decision_age_s: float = field(default_factory=max_age_s)
     # lines per second each node may have matched; past it counted and announced, not
     # matched (streams/budget.py, docs/operating.md); 0: no budget
     node_lines_per_s: float = field(default_factory=lambda: settings.NODE_LINES_PER_S.value())
@@ -285,6 +296,13 @@ def build_processor(cfg: ProcessorConfig, live: LiveRules | None = None,
     log_event("decision_signing", signed=keyring is not None, key_id=signer_key_id(keyring),
               trust_file=trust.source if trust else None,
               node_keys=len(trust.of_role(NODE)) if trust else 0)
+    if cfg.allocations is not None:
+        log_event("allocation_checking", scheduler=cfg.allocations.kind)
+    elif node_verifier is not None:
+        log_event("allocation_unchecked", backend="process",
+                  hint="node keys prove which node wrote a record, not that the job runs "
+                       "there: give --allocation-check slurm|kubernetes|exec so a node "
+                       "may only speak for the jobs the scheduler placed on it")
     if live is None:
         live = LiveRules(Matcher(cfg.ruleset), cfg.policy, cfg.ruleset.version)
     if watcher is None:
@@ -292,11 +310,16 @@ def build_processor(cfg: ProcessorConfig, live: LiveRules | None = None,
             cfg.ruleset, cfg.policy, cfg.rules, cfg.policy_overrides))
     dead: list[Send] = []  # dead letters of the batch in progress (and refusal notices)
     refusal_notices = RefusalNotices()
+    # one line per reason and source in full, then a count per interval (every record still
+    # goes to the dead-letter topic): 10,000 forged records were 10,000 lines
+    dead_log = Quiet(log_event, {"dead_letter"}, interval_s=REPORT_S * 6)
 
     def dead_letter(rec: InRecord, err: Exception) -> None:
         err_text = str(err) if isinstance(err, DecodeError) else f"{type(err).__name__}: {err}"
-        log_event("dead_letter", topic=rec.topic, partition=rec.partition, offset=rec.offset,
-                  error=err_text)
+        reason = getattr(err, "reason", None) or type(err).__name__
+        dead_log("dead_letter", reason=f"{reason}:{rec.topic.rsplit('.', 1)[-1]}",
+                 topic=rec.topic, partition=rec.partition, offset=rec.offset,
+                 key=(rec.key or b"").decode(errors="replace")[:200], error=err_text)
         value = encode_dead(rec.topic, rec.partition, rec.offset, err_text, rec.value)
         dead.append(_sender(dead_t, rec.key, value))
         about = getattr(err, "about", None)
@@ -311,14 +334,17 @@ def build_processor(cfg: ProcessorConfig, live: LiveRules | None = None,
     matcher = MatcherStage(live, dead_letter, metrics, node_verifier=node_verifier,
                            budget=LineBudget(cfg.node_lines_per_s))
     jobs = JobStage(live, TableStore(table), dead_letter, metrics, max_jobs=cfg.max_jobs,
-                    finished_ttl_s=cfg.finished_ttl_s)
+                    finished_ttl_s=cfg.finished_ttl_s,
+                    max_decision_age_s=cfg.max_decision_age_s)
     # the node registry: every worker follows all of it; the job stage gates run-starts and
     # check notes with it and writes what its decisions change (docs/schedulers.md)
     registry = RegistryLink(
         cfg.bootstrap, topics.nodes, RegistryPolicy(quarantine_s=cfg.policy.blacklist_s),
         gate=RecordGate("node_record", verifier_for(NODE_RECORD, trust), log_event),
         signer=signer_for(NODE_RECORD, load_signing_key()))
-    jobs.gate = NodeGate(registry.writer.quarantined, registry.writer.state)
+    jobs.quota = NodeQuota(cfg.node_new_jobs_per_min, cfg.node_run_starts_per_min)
+    jobs.gate = NodeGate(registry.writer.quarantined, registry.writer.state, quota=jobs.quota,
+                         refused=jobs.refused_start)
     # operators' holds of jobs (`faultwatch jobs hold`): every worker follows all of them
     holds = holds_table()
     jobs.holds = holds.hold_of
@@ -374,6 +400,9 @@ def build_processor(cfg: ProcessorConfig, live: LiveRules | None = None,
                 recs = _records(msgs)
                 prom.consumed("job", topics.signals, len(recs),
                               sum(len(r.value or b"") for r in recs))
+                if cfg.allocations is not None:  # the scheduler's word on new run-starts
+                    jobs.answers = await cfg.allocations.for_batch(
+                        jobs.allocation_requests(recs))
                 decs = jobs.process_batch(recs, time.time())
                 # decisions delivered before the batch is acknowledged (at least once)
                 await deliver(publish(decs) + take_dead(), "decisions")
@@ -427,6 +456,7 @@ def build_processor(cfg: ProcessorConfig, live: LiveRules | None = None,
 
     @app.timer(interval=REPORT_S)
     async def report() -> None:
+        dead_log.tick()  # the counts of dead letters since their first lines
         now = time.time()
         lag: dict[str, int] = {}
         try:

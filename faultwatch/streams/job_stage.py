@@ -27,8 +27,12 @@ from faultwatch.core.events import (
 from faultwatch.core.holds import Hold, hold_decisions
 from faultwatch.core.job import JobState, Phase, apply_batch, new_state, tick
 from faultwatch.core.ledger import Ledger
+from faultwatch.core.membership import NO_ANSWERS, Allocations
+from faultwatch.core.quota import NEW_JOBS, NodeQuota
 from faultwatch.core.timeline import fold_job
-from faultwatch.eventlog import log_event
+from faultwatch.eventlog import Quiet, log_event
+from faultwatch.streams import job_table
+from faultwatch.streams.allocations import requests
 from faultwatch.streams.metrics import Metrics
 from faultwatch.streams.records import DeadLetter, InRecord, LiveRules
 from faultwatch.streams.storm import (
@@ -41,6 +45,8 @@ from faultwatch.streams.storm import (
     log_guard,
     notice_decision,
 )
+from faultwatch.trust.refusals import REFUSALS
+from faultwatch.trust.replay import DEFAULT_MAX_AGE_S
 from faultwatch.wire import MAX_RECORD_BYTES, Tick, decode_signals, job_key
 from faultwatch.wire.decisions import bounded_decision  # noqa: F401 - used and re-exported
 
@@ -120,6 +126,8 @@ class PartitionCache:
     swept: float = float("-inf")  # the last idle sweep
     finished: dict[bytes, float] = field(default_factory=dict)  # decided/done key -> last save
     expire_due: list[tuple[float, bytes]] = field(default_factory=list)  # (due, key), lazily
+    names: dict[bytes, tuple[str, ...]] = field(default_factory=dict)  # active key -> nodes
+    cheap: dict[bytes, None] = field(default_factory=dict)  # active, shown nothing: oldest 1st
     # decided or done since the status publisher last looked: each gets its last snapshot,
     # the job that ended between two looks too (streams/status_publish.py)
     ended: set[bytes] = field(default_factory=set)
@@ -141,6 +149,19 @@ def earliest_seen(st: JobState) -> float | None:
     return min(seen) if seen else None
 
 
+REFUSED_RUN = ("other-run", "not-allocated", "name-in-use")  # a node about a run not its
+QUIET_EVENTS = ("job_evicted", "run_start_refused", "decision_withheld")
+
+
+def count_refusals(before: JobState, after: JobState) -> None:
+    """Records a node sent about a run it is not in (core/runs.py): counted in
+    faultwatch_refused_total{what="run"} (the job state keeps its own counts)."""
+    for reason in REFUSED_RUN:
+        n = after.dropped.get(reason, 0) - before.dropped.get(reason, 0)
+        if n > 0:
+            REFUSALS[("run", reason.replace("-", "_"))] += n
+
+
 class JobStage:
     """Signals records -> decisions, per signals partition.
 
@@ -154,7 +175,8 @@ class JobStage:
 
     def __init__(self, live: LiveRules, store: StateStore, dead_letter: DeadLetter,
                  metrics: Metrics | None = None, max_record_bytes: int = MAX_RECORD_BYTES,
-                 max_jobs: int = MAX_JOBS, finished_ttl_s: float = FINISHED_TTL_S) -> None:
+                 max_jobs: int = MAX_JOBS, finished_ttl_s: float = FINISHED_TTL_S,
+                 max_decision_age_s: float = DEFAULT_MAX_AGE_S) -> None:
         self.live = live
         self.store = store
         self.dead_letter = dead_letter
@@ -169,11 +191,23 @@ class JobStage:
         self._batch_writes: dict[bytes, tuple[int, PartitionCache]] | None = None
         self.max_jobs = max_jobs  # active jobs per worker (MAX_JOBS)
         self.finished_ttl_s = finished_ttl_s  # decided/done jobs leave the table (FINISHED_TTL_S)
+        # a decision about evidence older than this is not published (the consumers' replay
+        # rule: they would refuse it; a processor reading history must not re-sign it)
+        self.max_decision_age_s = max_decision_age_s
         self._refusing = False  # at the cap: logged once per state change
         self.guard = BlastGuard()  # many jobs lost or hung together: hold (core/blast.py)
         # (job, now) -> the operator's hold in force on it (holds.table.HoldsTable.hold_of)
         self.holds: Callable[[str, float], Hold | None] | None = None
         self._census: tuple[float, Census] | None = None
+        # the scheduler's allocations for the batch (core/membership.py), set by the shell
+        # from streams/allocations.py before process_batch; empty: runs are not checked
+        self.answers: Allocations = NO_ANSWERS
+        # new jobs and run-starts per node a minute (core/quota.py); None: no quota. The
+        # shell gives the same quota to its node gate (the run-starts)
+        self.quota: NodeQuota | None = None
+        # repeated refusals and evictions: the first of each kind in full, then a count
+        self.quiet = Quiet(log_event, QUIET_EVENTS)
+        self._released, self._released_at = 0, float("-inf")  # states freed since a release
         # the last ledgers of runs a new run replaced (streams/incident_publish.py takes them)
         self.retired_ledgers: deque[Ledger] = deque(maxlen=MAX_RETIRED_LEDGERS)
 
@@ -281,7 +315,9 @@ class JobStage:
                     fresh = new_state(group[0]) if group else None
                     if fresh is None:
                         continue
-                    if self.refuse(job, now):
+                    first_start = group[0]
+                    assert isinstance(first_start, RunStart)
+                    if not self.new_job_allowed(first_start, now) or self.refuse(job, now):
                         continue
                     st = fresh
                 else:
@@ -292,13 +328,18 @@ class JobStage:
             if held is not None and held[2] == "node-lost":  # a held job reports again
                 guard.returned(key, now, heartbeat_gap_s(old, group))
                 p.watch(key, now)
-            st, new_decs = apply_batch(st, group, now, live.policy, live.rules_version)
+            st, new_decs = apply_batch(st, group, now, live.policy, live.rules_version,
+                                       self.answers)
+            if st.dropped is not prev.dropped:
+                count_refusals(prev, st)
+                if old is None and not st.nodes and not st.run_ids:
+                    continue  # its run-start was refused: no job (no phantom)
             if held is not None and held[2] != "node-lost" and last_output(st) > last_output(prev):
                 guard.returned(key, now)  # a held hang: its output resumed
             g = guarded(new_decs, GUARDED_KINDS, GUARDED_ACTIONS) if new_decs else None
             if g is not None and not self._consider(key, partition, g, now):
                 st, new_decs = apply_batch(prev, group, now, hold_policy(live.policy),
-                                           live.rules_version)
+                                           live.rules_version, self.answers)
             if new_decs and self.holds is not None:  # an operator's hold: notices only
                 st, new_decs = hold_decisions(prev, st, new_decs, self.holds(job, now), now)
             st = self.account(prev, st, group, new_decs)
@@ -311,7 +352,45 @@ class JobStage:
         for key, (st, old, durable) in staged.items():
             if st is not old:
                 self.save(key, st, partition, p, durable, now)
-        return [bounded_decision(d, self.max_record_bytes) for d in decs]
+        return self.fresh([bounded_decision(d, self.max_record_bytes) for d in decs], now)
+
+    # ---- membership: the scheduler's allocations ----------------------------------------
+
+    def allocation_requests(self, records: Iterable[InRecord]) -> list[tuple[str, str]]:
+        """What the shell asks the scheduler before process_batch (allocations.requests)."""
+        return requests(records, self.peek)
+
+    def peek(self, key: bytes, partition: int) -> JobState | None:
+        """A job's state (cached or stored) without caching it; None if none or unreadable."""
+        p = self.parts.get(partition)
+        st = p.cache.get(key) if p is not None else None
+        if st is not None:
+            return st
+        raw = self.store.get(key)
+        try:
+            return JobState.from_dict(orjson.loads(raw)) if raw else None
+        except Exception:  # noqa: BLE001 - a broken state is the tick's to report
+            return None
+
+    # ---- the age of decisions -----------------------------------------------------------
+
+    def fresh(self, decs: list[Decision], now: float) -> list[Decision]:
+        """The decisions whose evidence is within max_decision_age_s: an older one is made
+        (the job's state moves on, its id is remembered) but not published, counted and
+        logged (quietly): a new consumer group reading the logs topic from its start, or a
+        node's own old records sent again, re-decide history, which no one may act on."""
+        if not decs:
+            return decs
+        horizon = now - self.max_decision_age_s
+        kept = [d for d in decs if d.ts >= horizon]
+        if len(kept) < len(decs):
+            for d in decs:
+                if d.ts < horizon:
+                    self.metrics.count("decisions_withheld")
+                    self.quiet("decision_withheld", reason="too_old", id=d.id, job=d.job,
+                               action=d.action, kind=d.kind, age_s=round(now - d.ts, 1),
+                               max_age_s=self.max_decision_age_s)
+        return kept
 
     # ---- goodput ------------------------------------------------------------------------
 
@@ -332,13 +411,15 @@ class JobStage:
             if c is None or now - c[0] >= CENSUS_REUSE_S or now < c[0]:
                 self._census = c = (now, census(self.parts.values(), now, self.live.policy))
             return c[1]
-        act = self.guard.consider(key, partition, dec.kind, dec.action, now,
-                                  self.live.policy, count)
-        if act:
-            self._census = None  # the job leaves the active ones: count afresh
-        return act
+        # a census is reused for CENSUS_REUSE_S even after a job was acted on: the guard
+        # counts the jobs it let act (`recent`) with the silent ones, once each, so a stale
+        # census counts the same; counting afresh after each of 10,000 node-lost decisions
+        # of one tick took the worker's loop for minutes
+        return self.guard.consider(key, partition, dec.kind, dec.action, now,
+                                   self.live.policy, count, dec.nodes)
 
     def _notices(self) -> list[Decision]:
+        self.quiet.tick()
         notices = self.guard.take_notices()
         if notices or self.guard.ended:
             log_guard(self.guard, notices)
@@ -454,7 +535,7 @@ class JobStage:
                 self.metrics.count("jobs_broken")
                 log_event("job_tick_failed", job=key.decode(errors="replace"),
                           partition=partition, error=f"{type(e).__name__}: {e}")
-        return out
+        return self.fresh(out, now)
 
     def write_behind_s(self) -> float:
         """How long a job's liveness-only changes may wait for their table write: every
@@ -481,6 +562,7 @@ class JobStage:
                         continue
                     if d.get("phase") in ACTIVE:
                         p.active.add(k)
+                        job_table.note_raw(p, k, d)
                         p.watch(k, now)  # checked once the grace has passed
                         if d.get("phase") == Phase.SETTLING:
                             p.settling.add(k)
@@ -523,6 +605,7 @@ class JobStage:
             p.written.pop(key, None)
         if gone:
             self.metrics.count("jobs_evicted", len(gone))
+            self.released(len(gone), now)
         return len(gone)
 
     def _finished(self, key: bytes, p: PartitionCache, now: float) -> None:
@@ -549,19 +632,41 @@ class JobStage:
             self.store.delete(partition, key)
             for d in (p.finished, p.cache, p.touched, p.written):
                 d.pop(key, None)
+            job_table.forget(p, key)
             p.dirty.discard(key)
             p.broken.discard(key)
             gone += 1
         if gone:
+            self.released(gone, now)
             self.metrics.count("jobs_expired", gone)
             log_event("jobs_expired", partition=partition, jobs=gone,
                       finished_ttl_s=ttl)
         return gone
 
+    def new_job_allowed(self, start: RunStart, now: float) -> bool:
+        """The node of a new job's first run-start is within its new-jobs quota."""
+        if self.quota is None or self.quota.take(NEW_JOBS, start.node, start.ts, now):
+            return True
+        self.refused_start(start, NEW_JOBS)
+        return False
+
+    def refused_start(self, start: RunStart, kind: str) -> None:
+        """A run-start beyond its node's quota (of new jobs or of run-starts): counted in
+        faultwatch_refused_total{what="run",reason="quota_<kind>"} and logged (quietly)."""
+        self.metrics.count(f"dropped.quota-{kind}")
+        REFUSALS[("run", f"quota_{kind}")] += 1
+        self.quiet("run_start_refused", reason=f"quota_{kind}:{start.node}", job=start.job,
+                   node=start.node, run_id=start.run_id,
+                   limit_per_min=self.quota.rate(kind) if self.quota is not None else None)
+
     def refuse(self, job: str, now: float) -> bool:
-        """A new job at the cap (max_jobs active on this worker) is refused: counted, one
-        line when refusing starts (and its count in processor_metrics' counters)."""
+        """A new job at the cap (max_jobs active on this worker) takes the place of the
+        active job that has shown nothing for longest (a run-start alone: job_table); with
+        none, it is refused: counted, one line when refusing starts (and its count in
+        processor_metrics' counters)."""
         active = sum(len(p.active) for p in self.parts.values())
+        if active >= self.max_jobs and self.evict_cheapest(now):
+            active -= 1
         if active < self.max_jobs:
             if self._refusing:
                 self._refusing = False
@@ -574,11 +679,43 @@ class JobStage:
                       note=f"new jobs are refused until active ones end ({settings.MAX_JOBS})")
         return True
 
+    def released(self, states: int, now: float) -> None:
+        """Many states just left the cache or the table: give the freed memory back to the
+        system (job_table.release_memory), at most once a minute."""
+        self._released += states
+        if self._released >= job_table.RELEASE_AFTER and \
+                now - self._released_at >= job_table.RELEASE_EVERY_S:
+            self._released, self._released_at = 0, now
+            job_table.release_memory()
+
+    def evict_cheapest(self, now: float) -> bool:
+        """Delete the active job that has shown nothing for longest (its state and a
+        tombstone on the changelog): True when there was one."""
+        found = job_table.oldest_cheap(self.parts)
+        if found is None:
+            return False
+        partition, key = found
+        p = self.parts[partition]
+        self.store.delete(partition, key)
+        for d in (p.cache, p.touched, p.written, p.finished):
+            d.pop(key, None)
+        for s in (p.active, p.dirty, p.settling, p.broken):
+            s.discard(key)
+        job_table.forget(p, key)
+        self.guard.drop(key)
+        self.metrics.count("jobs_evicted_cheap")
+        self.quiet("job_evicted", reason="shown_nothing", job=key.decode(errors="replace"),
+                   partition=partition, max_jobs=self.max_jobs,
+                   note="the job table is full: the job that showed nothing but a run-start "
+                        "for longest made room for a new one")
+        return True
+
     def save(self, key: bytes, st: JobState, partition: int, p: PartitionCache, durable: bool,
              now: float) -> None:
         p.cache[key] = st
         p.touched[key] = now
         p.broken.discard(key)
+        job_table.note(p, key, st)
         if st.phase in ACTIVE:
             if key not in p.active:
                 p.active.add(key)

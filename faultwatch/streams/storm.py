@@ -27,41 +27,48 @@ def silent_for_s(policy: Policy) -> float:
 
 def census(parts: Iterable[Any], now: float, policy: Policy) -> Census:
     """Active jobs and their live nodes in `parts` (PartitionCache), and which of them are
-    silent (silent_for_s). An active job whose state is not cached (it left the cache idle)
-    counts as one silent node."""
+    silent (silent_for_s). Nodes are counted by name, once however many jobs name them (40
+    jobs one node claims are one node). An active job whose state is not cached (it left the
+    cache idle) counts as silent on the nodes it last had (PartitionCache.names)."""
     threshold = now - silent_for_s(policy)
-    jobs = nodes = silent_nodes = 0
+    jobs = 0
+    live: set[str] = set()
+    quiet_names: set[str] = set()
     silent: set[bytes] = set()
     hbs: list[float] = []
     for p in parts:
         jobs += len(p.active)
+        names = p.names
         for key in p.active:
             st = p.cache.get(key)
             if st is None:
-                nodes += 1
-                silent_nodes += 1
+                known = names.get(key) or (key.decode(errors="replace"),)
+                live.update(known)
+                quiet_names.update(known)
                 silent.add(key)
                 continue
-            quiet = alive = 0
+            quiet: list[str] = []
+            alive: list[str] = []
             last_out: float | None = None
             for n in st.nodes.values():
                 if not n.alive:
                     continue
-                alive += 1
+                alive.append(n.node)
                 if n.last_output_ts is not None:
                     last_out = max(last_out or n.last_output_ts, n.last_output_ts)
                 if n.seen_at is not None and n.seen_at <= threshold:
-                    quiet += 1
+                    quiet.append(n.node)
                     if n.last_hb_ts is not None:
                         hbs.append(n.last_hb_ts)
-            nodes += alive
+            live.update(alive)
             if not quiet and st.diag_asked is not None and st.phase == Phase.RUNNING \
                     and (last_out is None or st.diag_asked > last_out):
                 quiet = alive  # asked for stacks in this silence: a suspected hang
             if quiet:
                 silent.add(key)
-                silent_nodes += quiet
-    return Census(jobs, nodes, frozenset(silent), silent_nodes, tuple(hbs[:10_000]))
+                quiet_names.update(quiet)
+    return Census(jobs, len(live), frozenset(silent), len(quiet_names), tuple(hbs[:10_000]),
+                  frozenset(quiet_names))
 
 
 def heartbeat_gap_s(old: JobState | None, group: Iterable[Signal]) -> float | None:

@@ -1,8 +1,11 @@
 """The replay rule (docs/decisions.md): a decision acts once, only on the run it names, and
 only within a maximum age. Every consumer (agent follower, actuate, notify) asks a
 ReplayGuard before acting; the ids it let act are kept (in a file where the consumer has one)
-for as long as a decision can be young enough to act, so a restarted consumer still refuses
-an exact replay.
+for the whole age window, however many there are: an id is forgotten only once both its
+decision's time and the time it was let act are older than the window (plus the clock
+allowance), so a copy of it, even one stamped later, is refused as `replayed` while it could
+still be young enough to act; a restarted consumer still refuses an exact replay. What is
+kept is bounded by the decisions of one window, not by a count.
 """
 
 from __future__ import annotations
@@ -22,8 +25,9 @@ from faultwatch.trust.refusals import REFUSALS
 MAX_AGE_ENV = settings.MAX_DECISION_AGE_S.name
 DEFAULT_MAX_AGE_S: float = settings.MAX_DECISION_AGE_S.fallback
 MAX_FUTURE_S = 60.0  # a decision stamped further ahead than this (clock skew) is refused
-TOO_OLD, FROM_FUTURE, REPLAYED, OTHER_RUN, NO_RUN = (
-    "too_old", "from_future", "replayed", "other_run", "no_run")
+TOO_OLD, FROM_FUTURE, REPLAYED, OTHER_RUN, NO_RUN, BEFORE_START = (
+    "too_old", "from_future", "replayed", "other_run", "no_run", "before_start")
+PRUNE_EVERY_S = 60.0  # ids past the window are dropped at most this often
 
 
 def max_age_s(flag: float | None = None, env: Mapping[str, str] | None = None) -> float:
@@ -70,9 +74,11 @@ class ReplayGuard:
                  ) -> None:
         self.what, self.max_age_s, self.state_file = what, max_age_s, state_file
         self._log = log
-        self.seen: dict[str, tuple[float, str]] = {}  # id -> (ts, where it was read)
+        # id -> (the later of its ts and when it was let act, where it was read)
+        self.seen: dict[str, tuple[float, str]] = {}
         self.refused = 0
         self._lines = 0
+        self._pruned = float("-inf")
         if state_file is not None:
             self._load(state_file)
 
@@ -106,6 +112,16 @@ class ReplayGuard:
         self.remember(did, ts, now, where)
         return None
 
+    def prune(self, now: float) -> int:
+        """Forget the ids no copy of which could be young enough to act (refused by age
+        anyway); returns how many."""
+        self._pruned = now
+        horizon = now - self.max_age_s - MAX_FUTURE_S
+        old = [d for d, (t, _) in self.seen.items() if t < horizon]
+        for d in old:
+            del self.seen[d]
+        return len(old)
+
     def refuse_run(self, reason: str) -> str:
         return self._refuse(reason)
 
@@ -115,13 +131,12 @@ class ReplayGuard:
         return reason
 
     def remember(self, did: str, ts: float, now: float, where: str = "") -> None:
+        ts = max(ts, now)  # kept a window past the later of its time and now
         self.seen[did] = (ts, where)
+        if now - self._pruned >= PRUNE_EVERY_S:
+            self.prune(now)
         if self.state_file is None:
             return
-        # ids older than the age limit are refused by age anyway: forget them
-        if len(self.seen) > 1024 and len(self.seen) * 2 > self._lines:
-            self.seen = {d: tw for d, tw in self.seen.items()
-                         if tw[0] >= now - self.max_age_s - MAX_FUTURE_S}
         try:
             if self._lines > 2 * max(len(self.seen), 512):
                 tmp = self.state_file.with_name(self.state_file.name + ".tmp")

@@ -152,6 +152,26 @@ def test_actuate_drains_a_node_for_a_job_only_where_slurm_runs_it(slurm: SlurmCl
         slurm.run("scancel", jid, check=False)
 
 
+def test_the_processor_asks_slurm_which_nodes_a_job_holds(slurm: SlurmCluster) -> None:
+    """Issue 35 item 1: `process --allocation-check slurm` asks slurmctld for a job's
+    nodes: a running job holds its NodeList, an ended or unknown one holds none."""
+    from faultwatch.streams.allocations import slurm_asker
+
+    ask = slurm_asker(env=slurm.env())
+    jid = slurm.run("sbatch", "--parsable", "-w", "n1", "--job-name=alloc-check",
+                    "--output=/dev/null", "--wrap", "sleep 300").stdout.strip().split(";")[0]
+    try:
+        wait_until(lambda: slurm.job_info(jid).get("JobState") == "RUNNING", 60,
+                   "the job running on n1", interval_s=0.3)
+        assert ask(f"slurm:{jid}") == {"n1"}
+    finally:
+        slurm.run("scancel", jid, check=False)
+    wait_until(lambda: slurm.job_info(jid).get("JobState") not in ("RUNNING", "COMPLETING"),
+               60, "the job to end", interval_s=0.3)
+    assert ask(f"slurm:{jid}") == frozenset()
+    assert ask("slurm:987654321") == frozenset()  # never a job: no node
+
+
 def test_xid79_on_n1_drains_n1_and_the_job_finishes_on_n2(
         slurm: SlurmCluster, kafka_bootstrap: str, tmp_path: Path) -> None:
     prefix = f"fwslurm-{uuid.uuid4().hex[:8]}."

@@ -25,6 +25,7 @@ from typing import Any
 
 import pytest
 
+from faultwatch.errors import EXIT_CHAIN
 from tests.support.cluster import agent_cmd, processor, wait_decisions, wait_processor_ready
 from tests.support.processes import faultwatch_exe, job_env, stop_group
 from tests.support.waiting import wait_until
@@ -142,7 +143,7 @@ def check(cluster: tuple[str, str], job: str, *join_timeouts_s: int
     out = []
     for p in procs:
         stdout, stderr = p.communicate(timeout=120)
-        assert p.returncode in (0, 8), stderr
+        assert p.returncode in (0, EXIT_CHAIN), stderr
         out.append((p.returncode, json.loads(stdout)))
     return out
 
@@ -174,7 +175,7 @@ def test_a_skewed_launch_is_held_recorded_predicted_and_fails_as_predicted(
     #    --strict), one of 60 s nests (the clean chain: exit 0, no link broken)
     (code, short), (clean_code, clean) = check(cluster, job, 6, 60)
     links = {lk["id"]: lk for lk in short["links"]}
-    assert code == 8 and links["start-skew"]["status"] == "broken", links["start-skew"]
+    assert code == EXIT_CHAIN and links["start-skew"]["status"] == "broken", links["start-skew"]
     assert "rendezvous deadline 6 s vs start skew" in links["start-skew"]["says"]
     assert "Socket Timeout" in links["start-skew"]["consequence"]
     assert [k for k, lk in links.items() if lk["status"] == "broken"] == ["start-skew"]

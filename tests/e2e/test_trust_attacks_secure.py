@@ -2,6 +2,11 @@
 28's), on a locked-down broker set up as docs/operating.md says (`kafka up --secure`: SASL_SSL,
 one principal and client file per role, the role ACLs; Ed25519 keys, one trust file):
 
+1. a node's key cannot join, restart or spend a job it does not run (made-up run ids, claimed
+   run ids; the processor asks the scheduler, an exec stand-in, which nodes a job holds);
+3. one node's key neither fills the job table nor trips the blast-radius guard;
+4. a node's own old records sent again, and a new app id reading the logs topic from its
+   start, publish no old decision again;
 6. the hold: after a storm of signed quarantines the operator releases most held nodes;
    `--release-hold` drains only those the registry still quarantines; a fresh actuate (a new
    state file) acts on each node's latest record, never on its history;
@@ -60,12 +65,13 @@ CONFIRM = ("import sys\nalloc = dict(l.split() for l in open(sys.argv[1]) if l.s
            "sys.exit(0 if sys.argv[3] in alloc.get(sys.argv[2], '').split(',') else 1)\n")
 K8S_NODES = ("node-a", "node-b")
 SLURM_NODES = ("n1", "n2")
+ISSUE35_NODES = ("GOODNODE", "BADNODE", "CTRLNODE", "NODE4", "NODE5", "NODE7")
 
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureSite]:
-    s = SecureSite.start(tmp_path_factory.mktemp("secure"), (*K8S_NODES, *SLURM_NODES),
-                         partitions=12, code=CODE)
+    s = SecureSite.start(tmp_path_factory.mktemp("secure"),
+                         (*K8S_NODES, *SLURM_NODES, *ISSUE35_NODES), partitions=12, code=CODE)
     try:
         yield s
     finally:
@@ -658,3 +664,213 @@ def test_case9_a_rule_set_replayed_seconds_later_is_refused(
                    where=lambda e: e.get("reason") == "replayed")
     assert "revision" in e.get("detail", "") or "seq" in e.get("detail", ""), e
     assert len(events(shipped_processor, "rules_loaded")) == loaded
+
+
+# ---- 1, 3, 4: a node's key on the processor (its own prefix, one processor for the rows) ---
+
+P35 = "fw35."
+XID = "NVRM: Xid (PCI:0000:3b:00): 79, pid=4242, GPU has fallen off the bus."
+FOREVER = "import time\nprint('training', flush=True)\nwhile True: time.sleep(0.1)\n"
+# the scheduler stand-in: prints the nodes of Slurm job argv[2] per the allocation file
+ALLOC = ("import sys\nalloc = dict(l.split() for l in open(sys.argv[1]) if l.strip())\n"
+         "sys.exit(1) if sys.argv[2] not in alloc else print(alloc[sys.argv[2]])\n")
+# runs until a file appears, then prints an Xid line and fails
+XID_ON = ("import os, sys, time\nprint('training', flush=True)\n"
+          "while not os.path.exists(sys.argv[1]): time.sleep(0.1)\n"
+          f"print({XID!r}, file=sys.stderr, flush=True)\nsys.exit(1)\n")
+MAX_AGE_S, TTL_S, LOST_S = 30.0, 20.0, 8.0
+
+
+class Proc35:
+    """The rows' processor (allocation check, a 100-job cap, a 30 s decision age, a 20 s
+    time-to-live) and what the rows read, on prefix P35."""
+
+    def __init__(self, site: SecureSite, alloc: Path, log: Path) -> None:
+        self.site, self.alloc, self.log = site, alloc, log
+        self.admin = site.security("admin").client_kwargs()
+
+    def decisions(self, job: str) -> list[dict[str, Any]]:
+        return self.site.decisions(P35, job)
+
+    def wait_decisions(self, job: str, timeout_s: float = 90.0) -> list[dict[str, Any]]:
+        return wait_until(lambda: self.decisions(job), timeout_s, f"a decision of {job}",
+                          interval_s=1.0, until=bool, raise_on_timeout=False)
+
+    def raw_decisions(self, job: str) -> list[dict[str, Any]]:
+        """Every record about `job` on the decisions topic (copies of one id included)."""
+        out = [orjson.loads(m.value) for m in self.site.messages(f"{P35}decisions")]
+        return [d for d in out if d.get("job") == job]
+
+    def agent(self, job: str, node: str, cmd: list[str], spool: Path, *flags: str,
+              key: str | None = None) -> list[str]:
+        return [faultwatch_exe(), "agent", "--job", job, "--node", node, "--heartbeat-s", "1",
+                "--node-key-file", str(self.site.key(key or node)), "--no-follow-decisions",
+                "--spool-dir", str(spool), *flags, "--", *cmd]
+
+    def env(self, **extra: str) -> dict[str, str]:
+        return self.site.env("agent", P35, **extra, **CODE)
+
+    def run(self, job: str, node: str, cmd: list[str], spool: Path, *flags: str,
+            **env: str) -> None:
+        subprocess.run(self.agent(job, node, cmd, spool, *flags), env=self.env(**env),
+                       capture_output=True, timeout=90)
+
+    def start(self, job: str, node: str, cmd: list[str], log: Path, *flags: str,
+              **env: str) -> subprocess.Popen[bytes]:
+        with open(log, "wb") as fh:
+            return subprocess.Popen(self.agent(job, node, cmd, log.with_suffix(".spool"),
+                                               *flags), stdout=fh, stderr=subprocess.STDOUT,
+                                    env=self.env(**env), start_new_session=True)
+
+
+@pytest.fixture(scope="module")
+def proc35(site: SecureSite, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Proc35]:
+    from tests.support.cluster import processor, wait_processor_ready
+
+    made = site.new_prefix(P35)
+    assert made.returncode == 0, made.stderr[-3000:]
+    root = tmp_path_factory.mktemp("p35")
+    alloc, log = root / "alloc", root / "processor.log"
+    alloc.write_text("")
+    check = orjson.dumps([sys.executable, "-c", ALLOC, str(alloc), "{job_id}"]).decode()
+    asks = ["--allocation-check", "exec", "--allocation-exec", check]
+    if CODE and "allocation-check" not in (
+            Path(CODE["PYTHONPATH"]) / "faultwatch" / "cli" / "process.py").read_text():
+        asks = []  # an older tree (how these rows were seen to fail before issue 35)
+    env = site.env("processor", P35, FAULTWATCH_SIGNING_KEY_FILE=str(site.key("proc")),
+                   FAULTWATCH_MAX_JOBS="100", FAULTWATCH_MAX_DECISION_AGE_S=str(MAX_AGE_S),
+                   FAULTWATCH_FINISHED_TTL_S=str(TTL_S), **CODE)
+    with processor(site.bootstrap, P35, log, "--settle-s", "0.5", "--node-lost-s", str(LOST_S),
+                   "--metrics-port", "0", *asks, env=env) as proc:
+        wait_processor_ready(site.bootstrap, P35, proc, log, 180,
+                             site.security("admin").client_kwargs())
+        yield Proc35(site, alloc, log)
+
+
+def test_case1_issue35_a_node_cannot_spend_a_job_it_does_not_run(proc35: Proc35,
+                                                                  tmp_path: Path) -> None:
+    """VICTIM runs under Slurm (job 4242) on GOODNODE. BADNODE's key: four runs of `--job
+    VICTIM` with generated run ids and an Xid line (the issue's attack: each restarted
+    VICTIM and four spent its budget), then VICTIM's own run id claimed by flag and by
+    SLURM_JOB_ID. No decision about VICTIM, no budget spent (refused other_run and
+    not_allocated, counted). Positive control: VICTIM's own Xid blacklists GOODNODE alone
+    with its first restart of the budget."""
+    from tests.support.cluster import refused_metric
+
+    p, job = proc35, f"victim-{uuid.uuid4().hex[:6]}"
+    slurm = {"SLURM_JOB_ID": "4242", "SLURMD_NODENAME": "GOODNODE", "SLURM_JOB_NAME": job}
+    p.alloc.write_text("4242 GOODNODE\n")
+    trigger, vlog = tmp_path / "fail-now", tmp_path / "victim.log"
+    vic = p.start(job, "GOODNODE", [sys.executable, "-c", XID_ON, str(trigger)], vlog,
+                  "--follow-decisions", **slurm)
+    try:
+        wait_until(lambda: b"training" in vlog.read_bytes(), 90, "the victim's child to start")
+        attack = ["sh", "-c", f"echo '{XID}' >&2; exit 1"]
+        claims: list[tuple[list[str], dict[str, str]]] = [
+            ([], {"FAULTWATCH_ATTEMPT": str(n)}) for n in range(4)]
+        claims += [(["--run-id", "4242"], {}), ([], slurm)]
+        for n, (flags, env) in enumerate(claims):
+            p.run(job, "BADNODE", attack, tmp_path / f"a{n}", *flags, **env)
+        p.site.wait_processed(P35)
+        assert p.decisions(job) == []
+        assert vic.poll() is None
+        counted = refused_metric(p.log)
+        assert counted.get(("run", "other_run"), 0) >= 4, counted
+        assert counted.get(("run", "not_allocated"), 0) >= 2, counted
+        trigger.touch()  # the positive control
+        got = p.wait_decisions(job)
+        assert [(d["action"], d["targets"]["nodes"], d["evidence"]["restart_nodes"],
+                 d["budgets"]["restarts_used"]) for d in got] == [
+            ("blacklist", ["GOODNODE"], ["GOODNODE"], 1)], got
+    finally:
+        stop_group(vic)
+
+
+def test_case3_issue35_one_nodes_key_neither_fills_the_table_nor_holds_a_lost_node(
+        proc35: Proc35, tmp_path: Path) -> None:
+    """BADNODE's key writes 150 one-record jobs (signed run-starts, as fast as the broker
+    takes them) into a worker capped at 100 jobs. Before: the cap was reached, a real job's
+    Xid then got no decision (its agent exit 77), and the phantoms going silent together
+    tripped the blast-radius guard, which held a real lost node's decision (600 s). Now the
+    node's quota keeps 60, the real job is decided, and so is the lost node."""
+    import signal
+
+    from faultwatch import wire
+    from faultwatch.core.events import RunStart
+    from tests.support.cluster import refused_metric
+
+    p, t = proc35, time.time()
+    phantoms = [f"ph-{uuid.uuid4().hex[:8]}" for _ in range(150)]
+    p.site.produce_signed("BADNODE", f"{P35}logs", [
+        (wire.log_key(j, "BADNODE"), wire.encode_run_start(
+            RunStart(j, 0, "BADNODE", t, run_id=f"g-{j}", run_source="generated")))
+        for j in phantoms])
+    healthy, lost = f"healthy-{uuid.uuid4().hex[:6]}", f"lost-{uuid.uuid4().hex[:6]}"
+    agents = [p.start(job, node, [sys.executable, "-c", FOREVER], tmp_path / f"{job}.log")
+              for job, node in ((healthy, "CTRLNODE"), (lost, "NODE5"))]
+    try:
+        real = f"real-{uuid.uuid4().hex[:6]}"
+        p.run(real, "NODE4", ["sh", "-c", f"echo '{XID}' >&2; exit 1"], tmp_path / "real")
+        got = p.wait_decisions(real)
+        assert [d["action"] for d in got] == ["blacklist"], got
+        counted = refused_metric(p.log)  # 120 run-starts a minute, 60 new jobs of them
+        assert counted.get(("run", "quota_run_starts"), 0) >= 30, counted
+        assert counted.get(("run", "quota_new_jobs"), 0) >= 60, counted
+        # the lost node: its agent frozen among the silent phantoms
+        assert all(a.poll() is None for a in agents)
+        os.killpg(agents[1].pid, signal.SIGSTOP)
+        got = p.wait_decisions(lost, 120)
+        assert [d["reason"]["kind"] for d in got] == ["node-lost"], got
+        assert "event=fleet_storm_tripped" not in p.log.read_text()
+    finally:
+        for a in agents:
+            if a.poll() is None:
+                os.killpg(a.pid, signal.SIGCONT)
+            stop_group(a)
+
+
+def test_case4_issue35_history_is_not_decided_again(proc35: Proc35, tmp_path: Path) -> None:
+    """Job HIST is blacklisted (NODE7's Xid). Past the decision age limit (30 s here) and
+    its state's time-to-live: (1) NODE7's own signed records of it are sent again (an agent
+    may read the logs topic); (2) a processor with a new app id (a new consumer group and
+    table, as after `offsets.retention.minutes`) reads the logs topic from its start. Before:
+    each published the old blacklist again, same id, a fresh `ts`. Now neither publishes a
+    decision about evidence that old (withheld, logged). Positive control: a new job's Xid is
+    decided by the new processor."""
+    from faultwatch import wire
+    from tests.support.cluster import processor, wait_processed
+
+    p, job = proc35, f"hist-{uuid.uuid4().hex[:6]}"
+    xid = ["sh", "-c", f"echo '{XID}' >&2; exit 1"]
+    p.run(job, "NODE7", xid, tmp_path / "h")
+    first = p.wait_decisions(job)
+    assert [d["action"] for d in first] == ["blacklist"], first
+    decided_at = float(first[0]["ts"])
+    wait_event(p.log, "jobs_expired", 120,
+               where=lambda e: time.time() > decided_at + max(MAX_AGE_S, TTL_S) + 5)
+    # (1) the node's own records of the job, read off the logs topic and sent again
+    mine = [m for m in p.site.messages(f"{P35}logs") if m.key == wire.log_key(job, "NODE7")]
+    assert mine
+    p.site.produce_raw("agent", f"{P35}logs", [(m.key, m.value, list(m.headers))
+                                               for m in mine])
+    p.site.wait_processed(P35)
+    assert len(p.raw_decisions(job)) == 1, p.raw_decisions(job)
+    wait_event(p.log, "decision_withheld", 30)  # it was read and decided again
+    # (2) a new app id reads the whole logs topic
+    app = f"{P35}processor-b"
+    p.site.grant_app(P35, app)
+    log = tmp_path / "processor-b.log"
+    env = p.site.env("processor", P35, FAULTWATCH_SIGNING_KEY_FILE=str(p.site.key("proc")),
+                     FAULTWATCH_MAX_DECISION_AGE_S=str(MAX_AGE_S), **CODE)
+    with processor(p.site.bootstrap, P35, log, "--settle-s", "0.5", "--app-id", app,
+                   env=env) as proc:
+        wait_event(log, "partitions_assigned", 180,
+                   lambda e: e.get("partitions") != "-", proc=proc)
+        fresh = f"fresh-{uuid.uuid4().hex[:6]}"
+        p.run(fresh, "NODE7", xid, tmp_path / "f")
+        # the positive control: the new processor decides a new job
+        wait_event(log, "decision", 120, where=lambda e: e.get("job") == fresh, proc=proc)
+        wait_processed(p.site.bootstrap, P35, 120, p.admin, group=app)
+        assert "event=decision_withheld" in log.read_text()  # history re-decided, kept in
+        assert proc.poll() is None, log.read_text()[-3000:]
+    assert len(p.raw_decisions(job)) == 1, p.raw_decisions(job)

@@ -47,9 +47,8 @@ def test_fleet_freeze_is_held_with_one_notice_and_a_lone_loss_is_decided(
             for j in jobs:
                 spool = tmp_path / j
                 agents[j] = subprocess.Popen(
-                    agent_cmd(kafka_bootstrap, topic_prefix, j, "n0", [sys.executable, "-c",
-                                                                        TRAIN],
-                              "--spool-dir", str(spool)),
+                    agent_cmd(kafka_bootstrap, topic_prefix, j, f"n-{j}",  # a node each
+                              [sys.executable, "-c", TRAIN], "--spool-dir", str(spool)),
                     stdout=subprocess.DEVNULL, stderr=open(tmp_path / f"{j}.log", "wb"),
                     env=job_env())
             # every job started: the worker tracks them all

@@ -539,7 +539,8 @@ def _documented_pod_failure_policy_job() -> dict[str, Any]:
     """The Job spec docs/schedulers.md recommends (its exit-code section's YAML block), with
     the one container its rules name."""
     text = (REPO / "docs" / "schedulers.md").read_text()
-    (block,) = [b.split("```", 1)[0] for b in text.split("```yaml")[1:] if "podFailurePolicy" in b]
+    blocks = [b.split("```", 1)[0] for b in text.split("```yaml")[1:]]
+    (block,) = [b for b in blocks if "onExitCodes" in b]
     spec = yaml.safe_load(textwrap.dedent(block))["spec"]
     names = {r["onExitCodes"]["containerName"] for r in spec["podFailurePolicy"]["rules"]
              if "onExitCodes" in r}
@@ -552,7 +553,7 @@ def _documented_pod_failure_policy_job() -> dict[str, Any]:
 def test_the_documented_job_with_its_pod_failure_policy_is_accepted(api: KubeAPI) -> None:
     """docs/schedulers.md's podFailurePolicy and deploy/'s Job carrying it are both created for
     real (the API validates the policy on create) and act on exactly the exit codes of the
-    agent's contract: Ignore 75 and 138, FailJob 1-6, 76, 78, 77 left to Count."""
+    agent's contract: Ignore 75 and 138, FailJob 1-9 (ours), 76, 78, 77 left to Count."""
     (shipped,) = [d for _, d in _manifests() if d["kind"] == "Job"]
     for job in (_documented_pod_failure_policy_job(), copy.deepcopy(shipped)):
         job["metadata"]["name"] = f"fw-{uuid.uuid4().hex[:6]}"
@@ -568,7 +569,7 @@ def test_the_documented_job_with_its_pod_failure_policy_is_accepted(api: KubeAPI
                 by_action.setdefault(r["action"], set()).update(r["onExitCodes"]["values"])
         assert by_action == {
             "Ignore": {exitcodes.EXIT_RESTART, exitcodes.EXIT_ELSEWHERE},
-            "FailJob": {1, 2, 3, 4, 5, 6, exitcodes.EXIT_NODES_TIMEOUT, exitcodes.EXIT_FAILED},
+            "FailJob": {*range(1, 10), exitcodes.EXIT_NODES_TIMEOUT, exitcodes.EXIT_FAILED},
         }, rules
         assert exitcodes.EXIT_UNDECIDED not in set().union(*by_action.values())  # Count
         assert {"action": "Ignore", "onPodConditions": [
@@ -776,6 +777,31 @@ def test_actuate_taints_a_node_for_a_job_only_where_its_pod_runs(
     assert tainted(node)  # the positive control
     assert not tainted(elsewhere)
     assert not api.get(f"/api/v1/nodes/{elsewhere}")["spec"].get("unschedulable")
+
+
+def test_the_processor_asks_the_api_server_which_nodes_a_job_holds(
+        api: KubeAPI, actuator: KubernetesBackend) -> None:
+    """Issue 35 item 1: `process --allocation-check kubernetes` lists the pods of the run's
+    Job uid (its controller-uid label) in the namespace: the nodes they are bound to and
+    their names (a finished pod holds nothing); without a uid, the one named pod. Asked with
+    the read-only pod verbs of the shipped role."""
+    from faultwatch.streams.allocations import kubernetes_asker
+
+    node, job = _names()
+    uid = str(uuid.uuid4())
+    api.node(node)
+    api.node(node + "-b")
+    api.pod("ml", f"{job}-0", node, {"batch.kubernetes.io/controller-uid": uid})
+    api.pod("ml", f"{job}-1", node + "-b", {"batch.kubernetes.io/controller-uid": uid})
+    api.pod("ml", f"{job}-old", node + "-c", {"controller-uid": str(uuid.uuid4())})
+    ask = kubernetes_asker(actuator)
+    assert ask(f"kubernetes:ml/{uid}") == {node, node + "-b", f"{job}-0", f"{job}-1"}
+    assert ask(f"kubernetes:ml/pod/{job}-0") == {node, f"{job}-0"}
+    assert ask(f"kubernetes:ml/{uuid.uuid4()}") == frozenset()
+    assert ask("kubernetes:ml/pod/nobody") == frozenset()
+    api.request("PATCH", f"/api/v1/namespaces/ml/pods/{job}-1/status",
+                {"status": {"phase": "Failed"}}, content_type="application/merge-patch+json")
+    assert ask(f"kubernetes:ml/{uid}") == {node, f"{job}-0"}
 
 
 def test_kubeflows_own_rule_retries_exactly_the_verdicts_docs_schedulers_says() -> None:

@@ -89,3 +89,63 @@ def test_reused_name_absurd_attempt_and_stray_record(kafka_bootstrap: str, topic
     assert [(d["action"], d["attempt"]) for d in absurd_decs] == [("fail", 0)], absurd_decs
     assert [d["reason"]["kind"] for d in control_decs] == ["node-lost"], control_decs
     assert phantom_decs == [], phantom_decs
+
+
+# attempt 0: n0 runs on, n1 hits a retryable error; attempt 1 ends at once on both
+LAUNCHED = ("import os, sys, time\n"
+            "a = os.environ['FAULTWATCH_ATTEMPT']\n"
+            "print('attempt', a, flush=True)\n"
+            "if a == '0' and os.environ.get('FAIL') == '1':\n"
+            "    time.sleep(1.0)\n"
+            "    print('RuntimeError: Socket Timeout', file=sys.stderr, flush=True)\n"
+            "    sys.exit(1)\n"
+            "time.sleep(20 if a == '0' else 0.2)\n")
+
+
+def test_two_agents_of_one_launch_share_a_run_id_without_flags(
+        kafka_bootstrap: str, topic_prefix: str, tmp_path: Path) -> None:
+    """Issue 36 item 2: two agents of one two-node launch, no --run-id, no --rdzv-id; the
+    launch names its rendezvous (MASTER_ADDR/MASTER_PORT, as torchrun's ranks and Kubeflow's
+    pods have it). Both derive one run id, the restart decision names that run alone, and
+    both act on it, none refusing it (before: two generated ids). A launch over two nodes
+    that names no rendezvous is warned about on the agent's stderr."""
+    import subprocess
+    import sys
+
+    from tests.support.cluster import agent_cmd
+    from tests.support.kafka import consume
+    from tests.support.processes import job_env
+
+    job, log = _job("launch"), tmp_path / "processor.log"
+    master = {"MASTER_ADDR": f"trainer-{uuid.uuid4().hex[:6]}", "MASTER_PORT": "29500"}
+    with processor(kafka_bootstrap, topic_prefix, log, "--settle-s", "0.5") as proc:
+        wait_event(log, "partitions_assigned", 90, lambda e: e.get("partitions") != "-",
+                   proc=proc)
+        agents = [subprocess.Popen(
+            agent_cmd(kafka_bootstrap, topic_prefix, job, node, [sys.executable, "-c", LAUNCHED],
+                      "--follow-decisions", "--nnodes", "2", "--spool-dir",
+                      str(tmp_path / node)),
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+            env=job_env(**master, FAIL="1" if node == "n1" else "0"))
+            for node in ("n0", "n1")]
+        errs = [a.communicate(timeout=120)[1].decode() for a in agents]
+        decs = wait_decisions(kafka_bootstrap, topic_prefix, job, 1, timeout_s=30)
+        lone = subprocess.run(agent_cmd(kafka_bootstrap, topic_prefix, _job("lone"), "n9",
+                                        ["true"], "--nnodes", "2", "--spool-dir",
+                                        str(tmp_path / "lone")),
+                              capture_output=True, text=True, timeout=60, env=job_env())
+        assert proc.poll() is None, log.read_text()[-3000:]
+    starts = [wire.run_start_of(r) for r in consume(
+        kafka_bootstrap, f"{topic_prefix}logs",
+        lambda rs: sum(r["t"] == "start" and r["job"] == job for r in rs) >= 4)
+        if r["t"] == "start" and r["job"] == job]
+    ids = {(s.run_id, s.run_source) for s in starts}
+    assert len(ids) == 1 and next(iter(ids))[1] == "rendezvous", ids
+    run_id = next(iter(ids))[0]
+    assert [(d["action"], d["run_id"], d.get("run_ids") or []) for d in decs] == [
+        ("restart", run_id, [])], decs
+    for node, err, agent in zip(("n0", "n1"), errs, agents, strict=True):
+        assert agent.returncode == 0, f"{node}: {err[-3000:]}"
+        assert err.count("event=restart ") == 1 and "decision_refused" not in err, err[-3000:]
+        assert "run_id_not_shared" not in err
+    assert "event=run_id_not_shared" in lone.stderr, lone.stderr[-2000:]

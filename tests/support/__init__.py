@@ -14,4 +14,5 @@ rules            the built-in rule set, loaded once per session
 job_events       events applied to the pure job state machine (unit tests)
 flight_recorder  hand-made Flight Recorder dumps
 k8s, slurm       a real Kubernetes API server and a real Slurm cluster on this machine
+secure_site      a secured site on `faultwatch kafka up --secure`: keys, trust, role clients
 """

@@ -85,12 +85,14 @@ def agent_cmd(bootstrap: str, prefix: str, job: str, node: str, cmd: list[str],
             "--no-follow-decisions", *flags, "--", *cmd]  # plain ship-and-exit unless flags say
 
 
-def decisions(bootstrap: str, prefix: str, job: str) -> list[dict[str, Any]]:
+def decisions(bootstrap: str, prefix: str, job: str, env: dict[str, str] | None = None
+              ) -> list[dict[str, Any]]:
     """The job's decisions on the topic now, read with the real CLI (deduped by id), without
-    the `diagnose` requests a silence raises before its hang decision (core/diagnosis.py)."""
+    the `diagnose` requests a silence raises before its hang decision (core/diagnosis.py);
+    `env`: the reader's (a secured site's role)."""
     out = subprocess.run([faultwatch_exe(), "decisions", "--bootstrap", bootstrap,
                           "--topic-prefix", prefix, "--job", job, "--json"],
-                         capture_output=True, text=True, timeout=60, env=job_env())
+                         capture_output=True, text=True, timeout=60, env=env or job_env())
     if out.returncode == 7 and ("does not exist" in out.stderr  # NotFoundError: no topic
                                 or "no decision of job" in out.stderr):  # nor job, yet
         return []
@@ -100,22 +102,26 @@ def decisions(bootstrap: str, prefix: str, job: str) -> list[dict[str, Any]]:
 
 
 def wait_decisions(bootstrap: str, prefix: str, job: str, count: int = 1,
-                   timeout_s: float = 60.0) -> list[dict[str, Any]]:
+                   timeout_s: float = 60.0, env: dict[str, str] | None = None
+                   ) -> list[dict[str, Any]]:
     """The job's decisions once there are `count`, or those there are after `timeout_s`
     (the caller asserts on them; a short count is also how "no second decision" is read)."""
-    return wait_until(lambda: decisions(bootstrap, prefix, job), timeout_s,
+    return wait_until(lambda: decisions(bootstrap, prefix, job, env), timeout_s,
                       f"{count} decision(s) of {job}", interval_s=1.0,
                       until=lambda got: len(got) >= count, raise_on_timeout=False)
 
 
-async def _offsets(bootstrap: str, group: str,
-                   topic: str) -> tuple[dict[Any, int], dict[Any, int]]:
-    """(end offset, offset committed by `group`) of every partition of `topic`."""
+async def _offsets(bootstrap: str, group: str, topic: str,
+                   client: dict[str, Any] | None = None
+                   ) -> tuple[dict[Any, int], dict[Any, int]]:
+    """(end offset, offset committed by `group`) of every partition of `topic`; `client`:
+    security settings (a secured site's admin role)."""
     from aiokafka import AIOKafkaConsumer, TopicPartition
     from aiokafka.admin import AIOKafkaAdminClient
 
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, **(client or {}))
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
+                                **(client or {}))
     await admin.start()
     await consumer.start()
     try:
@@ -132,7 +138,8 @@ async def _offsets(bootstrap: str, group: str,
         await admin.close()
 
 
-def wait_processed(bootstrap: str, prefix: str, timeout_s: float = 90.0) -> None:
+def wait_processed(bootstrap: str, prefix: str, timeout_s: float = 90.0,
+                   client: dict[str, Any] | None = None, group: str | None = None) -> None:
     """Positive control for a "no (further) decision" assertion: wait until the processor's
     consumer group has committed every record now on the logs topic, then every record then
     on the signals topic. A commit follows the delivery of what its records caused (signals,
@@ -143,13 +150,13 @@ def wait_processed(bootstrap: str, prefix: str, timeout_s: float = 90.0) -> None
     import asyncio
 
 
-    group = f"{prefix}processor"
+    group = group or f"{prefix}processor"
     for topic in (f"{prefix}logs", f"{prefix}signals"):
-        target, _ = asyncio.run(_offsets(bootstrap, group, topic))
+        target, _ = asyncio.run(_offsets(bootstrap, group, topic, client))
         assert target, f"no partitions of {topic}"
 
         def caught_up(topic: str = topic, target: dict[Any, int] = target) -> bool:
-            _, done = asyncio.run(_offsets(bootstrap, group, topic))
+            _, done = asyncio.run(_offsets(bootstrap, group, topic, client))
             return all(done.get(tp, 0) >= end for tp, end in target.items())
 
         wait_until(caught_up, timeout_s, f"processor group {group} to commit {topic} up to "
@@ -157,7 +164,8 @@ def wait_processed(bootstrap: str, prefix: str, timeout_s: float = 90.0) -> None
 
 
 def wait_processor_ready(bootstrap: str, prefix: str, proc: subprocess.Popen[bytes],
-                         log: Path, timeout_s: float = 90.0) -> None:
+                         log: Path, timeout_s: float = 90.0,
+                         client: dict[str, Any] | None = None) -> None:
     """Wait until the processor's consumer group is Stable (the worker joined and holds its
     partitions), failing at once with its log if the worker died."""
     import asyncio
@@ -168,7 +176,7 @@ def wait_processor_ready(bootstrap: str, prefix: str, proc: subprocess.Popen[byt
     async def state() -> str:
         from aiokafka.errors import KafkaError
 
-        admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+        admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, **(client or {}))
         await admin.start()
         try:
             groups = await admin.describe_consumer_groups([f"{prefix}processor"])

@@ -215,3 +215,64 @@ class SecureSite:
                 await admin.close()
 
         return asyncio.run(main())
+
+    # ---- as a node, and a new app id (issue 35) -------------------------------------------
+
+    def produce_signed(self, node: str, topic: str,
+                       values: list[tuple[bytes, bytes]], role: str = "agent") -> None:
+        """Write (key, value) records signed with `node`'s key (what a process holding that
+        key can write), as `role`."""
+        from faultwatch.trust.keys import read_signing_key
+        from faultwatch.trust.nodesig import NodeSigner
+
+        signer = NodeSigner(read_signing_key(self.key(node)))
+        self.produce_raw(role, topic, [(k, v, signer.headers(v)) for k, v in values])
+
+    def produce_raw(self, role: str, topic: str,
+                    records: list[tuple[bytes | None, bytes, list[Any]]]) -> None:
+        """Write (key, value, headers) records as `role` (acks=all)."""
+        async def main() -> None:
+            p = clients.producer(bootstrap_servers=self.bootstrap, acks="all",
+                                 security=self.security(role))
+            await p.start()
+            try:
+                futs = [await p.send(topic, v, key=k, headers=h) for k, v, h in records]
+                await asyncio.gather(*futs)
+            finally:
+                await p.stop()
+
+        asyncio.run(main())
+
+    def messages(self, topic: str, role: str = "admin") -> list[Any]:
+        """Every record of `topic` now, all partitions, with keys and headers, as `role`."""
+        async def main() -> list[Any]:
+            from aiokafka import TopicPartition
+
+            c = clients.consumer(bootstrap_servers=self.bootstrap, group_id=None,
+                                 enable_auto_commit=False, security=self.security(role))
+            await c.start()
+            try:
+                await c._client.force_metadata_update()  # noqa: SLF001
+                tps = [TopicPartition(topic, p)
+                       for p in sorted(c.partitions_for_topic(topic) or ())]
+                c.assign(tps)
+                await c.seek_to_beginning(*tps)
+                ends = await c.end_offsets(tps)
+                out: list[Any] = []
+                while any([await c.position(tp) < ends[tp] for tp in tps]):
+                    for msgs in (await c.getmany(timeout_ms=1000)).values():
+                        out += msgs
+                return out
+            finally:
+                await c.stop()
+
+        return asyncio.run(main())
+
+    def grant_app(self, prefix: str, app_id: str) -> None:
+        """The operator's ACLs for another processor app id (a new consumer group and
+        table) on `prefix`: `faultwatch kafka acls --app-id ... --apply`, as the admin role."""
+        out = subprocess.run([faultwatch_exe(), "kafka", "acls", "--topic-prefix", prefix,
+                              "--app-id", app_id, "--apply", "--partitions", "2"],
+                             env=self.env("admin"), capture_output=True, text=True,
+                             timeout=120)
+        assert out.returncode == 0, out.stderr[-3000:]

@@ -25,3 +25,22 @@ def test_repeats_are_counted_and_summarised_once_per_interval() -> None:
     q.flush()
     assert out[-1][0] == "refused_summary"  # nothing left: no new line
     assert len(out) == 4
+
+
+def test_a_flood_that_stopped_is_summarised_by_the_callers_timer() -> None:
+    """Issue 35 item 7: the processor's dead letters; its report timer calls tick(), so the
+    count of a flood that stopped is logged within an interval, not at the next one."""
+    out: list[tuple[str, dict[str, Any]]] = []
+    now = [0.0]
+    q = Quiet(lambda e, **f: out.append((e, f)), ["dead_letter"], interval_s=60,
+              clock=lambda: now[0])
+    for i in range(10_000):
+        q("dead_letter", reason="unsigned:logs", offset=i)
+    q.tick()
+    assert [e for e, _ in out] == ["dead_letter"]  # within the interval: nothing yet
+    now[0] = 60.0
+    q.tick()
+    assert out[-1] == ("dead_letter_summary", {"count": 9999, "total": 10_000,
+                                               "by": "unsigned:logs:9999", "interval_s": 60})
+    q.tick()
+    assert len(out) == 2

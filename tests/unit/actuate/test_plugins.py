@@ -64,3 +64,22 @@ def test_the_scans_find_planted_couplings() -> None:
     assert _reads_args("def from_args(args):\n    return B(args.scontrol)\n") == [2]
     assert [v for _, v in string_literals('if args.backend == "slurm": pass\n')
             if v in plugins.names()] == ["slurm"]
+
+
+def test_the_processors_kubernetes_check_takes_the_plugins_connection_options(
+        tmp_path: Path) -> None:
+    """`process --allocation-check kubernetes` builds the actuator's kubernetes plug-in from
+    the plug-in's own --kubeconfig/--context (declared once, offered by both commands)."""
+    import pytest
+
+    from faultwatch.actuate import kubernetes
+    from faultwatch.errors import ConfigError
+    from faultwatch.streams import allocations
+
+    missing = tmp_path / "no-such-kubeconfig"
+    args = build_parser().parse_args(["process", "--allocation-check", "kubernetes",
+                                      "--kubeconfig", str(missing), "--context", "c1"])
+    assert (args.kubeconfig, args.context) == (str(missing), "c1")
+    assert {o.dest for o in kubernetes.CONNECTION} <= set(vars(args))
+    with pytest.raises(ConfigError, match="no-such-kubeconfig"):
+        allocations.from_args(args)

@@ -73,3 +73,67 @@ def test_config_resolves_once_and_keeps_it() -> None:
     assert gen.run_source == "generated" and gen.run_id.startswith("g-")
     direct = AgentConfig(bootstrap="k:1", job="j", node="n", cmd=("a",), spool_dir="/s")
     assert direct.run_id.startswith("g-") and direct.run_source == "generated"
+
+
+# ---- issue 36 item 2: every node of one launch derives the same run id --------------------
+
+C10D = ("torchrun", "--nnodes=2", "--nproc-per-node=8", "--rdzv-backend=c10d",
+        "--rdzv-endpoint=gpu-master:29400", "train.py", "--lr", "1e-4")
+
+
+def test_two_nodes_of_one_rendezvous_launch_derive_the_same_id_without_flags() -> None:
+    """The headline example of docs/agent.md: no --run-id, no --rdzv-id. Before: each agent
+    generated its own id (g-<uuid>) and the job stage saw two runs."""
+    a = resolve_identity(None, (), {}, C10D, lambda: "node-a", job="llm")
+    b = resolve_identity(None, (), {}, C10D, lambda: "node-b", job="llm")
+    assert a.run_source == b.run_source == "rendezvous"
+    assert a.run_id == b.run_id and a.run_id.startswith("rdzv-")
+    # another job name or another endpoint: another run
+    assert resolve_identity(None, (), {}, C10D, lambda: "x", job="other").run_id != a.run_id
+    moved = tuple(x.replace("gpu-master", "gpu-other") for x in C10D)
+    assert resolve_identity(None, (), {}, moved, lambda: "x", job="llm").run_id != a.run_id
+
+
+def test_the_launch_is_read_from_every_place_torchrun_reads_it() -> None:
+    def rid(cmd: tuple[str, ...], env: dict[str, str]) -> tuple[str, str]:
+        i = resolve_identity(None, (), env, cmd, lambda: "abc", job="j")
+        return i.run_id, i.run_source
+
+    want = rid(("torchrun", "--rdzv_endpoint", "h:1", "t.py"), {})
+    assert want[1] == "rendezvous"
+    # PET_* (Kubeflow's PyTorchJob sets them), python -m, sh -c, MASTER_ADDR/PORT
+    assert rid(("torchrun", "t.py"), {"PET_RDZV_ENDPOINT": "h:1"}) == want
+    assert rid(("python3", "-m", "torch.distributed.run", "--rdzv-endpoint=h:1", "t.py"),
+               {}) == want
+    assert rid(("bash", "-c", "exec torchrun --rdzv-endpoint h:1 t.py"), {}) == want
+    static = rid(("torchrun", "--master-addr=h", "--master-port=1", "t.py"), {})
+    assert static == want == rid(("python", "t.py"), {"MASTER_ADDR": "h", "MASTER_PORT": "1"})
+    # an id given anywhere torchrun reads one wins (PET_RDZV_ID: torchrun's env spelling)
+    assert rid(("torchrun", "t.py"), {"PET_RDZV_ID": "job-9", "PET_RDZV_ENDPOINT": "h:1"}) \
+        == ("job-9", "torchrun")
+    # the training script's own arguments are not torchrun's
+    assert rid(("torchrun", "--standalone", "t.py", "--rdzv-endpoint=h:1"), {})[1] == \
+        "generated"
+
+
+def test_no_id_is_derived_from_a_place_other_nodes_cannot_reach() -> None:
+    for endpoint in ("localhost:29400", "127.0.0.1:29400", "[::1]:29400", "h:0", "h", ""):
+        i = resolve_identity(None, (), {}, ("torchrun", f"--rdzv-endpoint={endpoint}", "t.py"),
+                             lambda: "abc", job="j")
+        assert i.run_source == "generated", endpoint
+
+
+def test_a_multi_node_launch_with_a_generated_id_is_warned_about() -> None:
+    """`run_id_not_shared` (a warning on the agent's stderr) when the launch spans nodes
+    and no shared id could be found; none for a single node or a shared id."""
+    from faultwatch.agents.rendezvous import launch_of, spans_nodes
+
+    def spans(cmd: tuple[str, ...], env: dict[str, str], nnodes: int | None = None) -> bool:
+        return spans_nodes(launch_of(cmd, env), nnodes, env)
+
+    assert spans(("torchrun", "--nnodes=2", "--rdzv-endpoint=localhost:0", "t.py"), {})
+    assert spans(("torchrun", "--nnodes", "1:4", "t.py"), {})
+    assert spans(("python", "t.py"), {"WORLD_SIZE": "16", "LOCAL_WORLD_SIZE": "8"})
+    assert spans(("python", "t.py"), {}, nnodes=2)
+    assert not spans(("torchrun", "--standalone", "--nproc-per-node=8", "t.py"), {})
+    assert not spans(("python", "t.py"), {"WORLD_SIZE": "8", "LOCAL_WORLD_SIZE": "8"})

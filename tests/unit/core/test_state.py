@@ -55,6 +55,7 @@ def busy_state() -> JobState:
         diagnoses=freeze({"a": {"ts": 18.0, "ranks": {"0": {"stack": {"state": "collective"},
                                                               "fr": None}}}}),
         hang_culprits=PMap({"b": 1}), pending_gaps=(("", 1.5, 2.0),), outputs_since_step=2,
+        allocation=frozenset({"a", "b"}), run_gen=1,
         spares=PMap({"c": Spare("c", 1.0, 2.0, 3.0, "failed", ("disk",), "suspect", "j2",
                                 "taken", "a", 2)}), rdzv_hosts=frozenset({"a"}),
         ledger=_ledger(sigs))

@@ -180,6 +180,31 @@ def test_a_failed_all_reduce_across_nodes_blames_no_node_but_a_local_one_does() 
     assert [s.match.rule for s in out if isinstance(s, Hit)] == [CHECK_FAILED_RULE]
 
 
+def test_a_note_of_a_node_outside_the_run_does_not_take_another_nodes_run_id() -> None:
+    """Issue 35 item 1: nodeA never started VICTIM; its failed-check note (signed by its own
+    key, with its own generated run id) named VICTIM's attempt. Before: the gate gave the
+    verdict the run id of VICTIM's node, and the blacklist of nodeA restarted VICTIM. Now
+    the verdict keeps the note's own id, which the job state refuses (another run)."""
+    gate = NodeGate()
+    victim = _start("nodeB")
+    attack = Notice("job", 0, "nodeA", 99.0, "bootcheck",
+                    {"ok": False, "checks": [check("gpus", False, None, "x")], "rank": 0},
+                    run_id="g-attacker")
+    sigs = gate([victim], 100.0) + gate([attack], 100.0)
+    verdict = sigs[-1]
+    assert isinstance(verdict, Hit) and verdict.node == "nodeA"
+    assert verdict.run_id == "g-attacker"
+    st = new_state(victim)
+    assert st is not None
+    decs: list[Any] = []
+    for s in sigs:
+        st, d = apply(st, s, 200.0, POL)
+        decs += d
+    st, d = apply(st, Heartbeat("job", 0, "nodeB", 110.0, True, 105.0, 100.0, run_id="r1"),
+                  200.0, POL)
+    assert decs + d == [] and set(st.nodes) == {"nodeB"}
+
+
 def test_a_spares_note_carries_the_registrys_word_and_its_checks_blame_no_job() -> None:
     w = _quarantined_registry("bad")
     gate = NodeGate(w.quarantined, w.state)

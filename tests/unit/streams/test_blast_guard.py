@@ -16,19 +16,23 @@ from tests.support.rules import builtin_ruleset
 T0 = 1_700_000_000.0
 
 
-def fleet(n: int, policy: Policy) -> tuple[LocalPipeline, list[str]]:
+def fleet(n: int, policy: Policy, node: str | None = None) -> tuple[LocalPipeline, list[str]]:
+    """`n` jobs, each on its own node (`n-<job>`), or all on `node`."""
     pipe = LocalPipeline(builtin_ruleset(), policy)
     jobs = [f"j{i}" for i in range(n)]
     for j in jobs:
-        pipe.submit(wire.log_key(j, "n0"), wire.encode_run_start(RunStart(j, 0, "n0", T0)), T0)
+        on = node or f"n-{j}"
+        pipe.submit(wire.log_key(j, on), wire.encode_run_start(RunStart(j, 0, on, T0)), T0)
     return pipe, jobs
 
 
-def beat(pipe: LocalPipeline, jobs: list[str], now: float) -> list[Decision]:
+def beat(pipe: LocalPipeline, jobs: list[str], now: float, node: str | None = None
+         ) -> list[Decision]:
     out: list[Decision] = []
     for j in jobs:
-        out += pipe.submit(wire.log_key(j, "n0"), wire.encode_heartbeat(
-            Heartbeat(j, 0, "n0", now, True, now, T0)), now)
+        on = node or f"n-{j}"
+        out += pipe.submit(wire.log_key(j, on), wire.encode_heartbeat(
+            Heartbeat(j, 0, on, now, True, now, T0)), now)
     return out
 
 
@@ -98,8 +102,8 @@ def test_a_fleet_hang_is_held_too() -> None:
     t = T0
     while t < T0 + 40:
         for j in jobs:  # heartbeats say: last output at T0+5
-            out += pipe.submit(wire.log_key(j, "n0"), wire.encode_heartbeat(
-                Heartbeat(j, 0, "n0", t, True, min(t, T0 + 5), T0)), t)
+            out += pipe.submit(wire.log_key(j, f"n-{j}"), wire.encode_heartbeat(
+                Heartbeat(j, 0, f"n-{j}", t, True, min(t, T0 + 5), T0)), t)
         out += pipe.tick(t)
         t += 0.5
     assert kinds(out) == [("(fleet)", NOTICE_KIND)], kinds(out)
@@ -122,3 +126,39 @@ def test_off_switch_and_policy_bounds() -> None:
         except ConfigError:
             continue
         raise AssertionError(f"accepted {bad}")
+
+
+def test_jobs_one_node_claims_count_as_one_node() -> None:
+    """Issue 35 item 3: 40 phantom jobs of one node and a real job going silent are two
+    node identities of many, not 41 of 58 jobs: the guard does not trip, and the real job's
+    lost node is decided at once (before: held up to fleet_storm_hold_max_s, 600 s).
+    Positive control: the same 41 jobs each on a node of its own trip it."""
+    from faultwatch.streams.job_stage import DictStore, JobStage
+    from faultwatch.streams.records import InRecord, LiveRules
+
+    def decided(phantom_node: str | None) -> tuple[bool, list[tuple[str, str]]]:
+        live = LiveRules(None, Policy(node_lost_s=5.0, hang_window_s=600.0), "v")  # type: ignore[arg-type]
+        stage = JobStage(live, DictStore(), lambda rec, err: None)
+        jobs = {**{f"p{i}": phantom_node or f"n-p{i}" for i in range(40)}, "real": "n-real",
+                **{f"h{i}": f"n-h{i}" for i in range(17)}}
+
+        def rec(job: str, sig: object) -> InRecord:
+            return InRecord("t", 0, 0, wire.job_key(job), wire.encode_bundle(job, [sig]))  # type: ignore[list-item]
+
+        stage.process_batch([rec(j, RunStart(j, 0, n, T0, run_id=j)) for j, n in jobs.items()],
+                            T0)
+        out: list[Decision] = []
+        t = T0
+        while t < T0 + 20:  # only the 17 healthy jobs report
+            out += stage.process_batch([rec(j, Heartbeat(j, 0, jobs[j], t, True, t, T0,
+                                                          run_id=j))
+                                        for j in jobs if j.startswith("h")], t)
+            out += stage.tick(0, t, t)
+            t += 0.5
+        return stage.guard.holding, kinds(out)
+
+    holding, decs = decided("nodeA")
+    assert not holding and ("real", "node-lost") in decs
+    assert NOTICE_KIND not in {k for _, k in decs}
+    holding, decs = decided(None)  # positive control: 41 nodes of 58 went silent
+    assert holding and ("(fleet)", NOTICE_KIND) in decs and ("real", "node-lost") not in decs

@@ -103,12 +103,16 @@ def test_finished_jobs_found_after_a_rebalance_expire_too() -> None:
 
 
 def test_the_cap_refuses_new_jobs_and_counts_them() -> None:
+    """Jobs that report (a heartbeat each): at the cap a new one is refused (a table of jobs
+    that showed nothing makes room instead: tests/unit/streams/test_job_table.py)."""
     pipe = LocalPipeline(builtin_ruleset(), Policy())
     pipe.jobs.max_jobs = 3
     for i in range(5):
         job = f"c{i}"
         pipe.submit(wire.log_key(job, "n0"), wire.encode_run_start(RunStart(job, 0, "n0", T0)),
                     T0)
+        pipe.submit(wire.log_key(job, "n0"), wire.encode_heartbeat(
+            Heartbeat(job, 0, "n0", T0, True, T0, T0)), T0)
     assert sorted(pipe.jobs.parts[0].active) == [b"c0", b"c1", b"c2"]
     assert pipe.metrics.extra["jobs_refused"] == 2
     # an active job that ends makes room (positive control of the refusal)

@@ -146,4 +146,4 @@ def test_lines_of_one_job_from_two_nodes_fold_as_in_the_matcher_order() -> None:
     start = [wire.encode_bundle("j", [RunStart("j", 0, f"n{k}", T0)]) for k in range(3)]
     states, _, _ = run([start + [v for _, v in out]])
     one_states, _, _ = run([[v] for v in start + [v for _, v in out]])
-    assert states == one_states and states[b"j"]["steps"] >= 0
+    assert states == one_states and states[b"j"].get("steps", 0) >= 0  # (stored sparse)

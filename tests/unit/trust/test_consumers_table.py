@@ -403,3 +403,18 @@ def test_rules_follower_refuses_an_old_rule_set_written_again(keys: dict[str, An
     assert live.rules_version == kept
     assert (REFUSALS - before)[("rules", "replayed")] == 1
     assert w.apply(newer, "3") and live.rules_version != kept
+
+
+def test_agent_refuses_a_decision_older_than_itself(keys: dict[str, Any],
+                                                   tmp_path: Path) -> None:
+    """Issue 36 item 2: agents of one launch derive one run id from its rendezvous endpoint,
+    so a later launch at that endpoint has the same id. A decision whose evidence predates
+    the agent (within the age window) is about an earlier launch: refused (before_start);
+    one made after the agent started acts (the positive control)."""
+    take = agent_consumer(keys, tmp_path)
+    s = RecordSigner(keys["proc"], DECISION)
+    now = time.time()
+    before = REFUSALS.copy()
+    assert not take(orjson.dumps(s.sign_record(decision(now - 30, id="b1", ts=now - 30))), 1)
+    assert ("decision", "before_start") in REFUSALS - before
+    assert take(orjson.dumps(s.sign_record(decision(now, id="b2"))), 2)
