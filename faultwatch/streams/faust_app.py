@@ -380,7 +380,7 @@ def build_processor(cfg: ProcessorConfig, live: LiveRules | None = None,
         sends: list[Send] = []
         for d in decs:
             metrics.decisions += 1
-            metrics.count(f"decisions.{d.kind}")
+            metrics.count_labelled("decisions.", d.kind)
             log_event("decision", id=d.id, job=d.job, attempt=d.attempt, action=d.action,
                       kind=d.kind, rule=d.rule)
             prom.decided(d.kind, d.action, time.time() - d.ts)

@@ -653,7 +653,7 @@ class JobStage:
     def refused_start(self, start: RunStart, kind: str) -> None:
         """A run-start beyond its node's quota (of new jobs or of run-starts): counted in
         faultwatch_refused_total{what="run",reason="quota_<kind>"} and logged (quietly)."""
-        self.metrics.count(f"dropped.quota-{kind}")
+        self.metrics.count_labelled("dropped.quota-", kind)
         REFUSALS[("run", f"quota_{kind}")] += 1
         self.quiet("run_start_refused", reason=f"quota_{kind}:{start.node}", job=start.job,
                    node=start.node, run_id=start.run_id,
