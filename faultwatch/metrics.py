@@ -11,7 +11,7 @@ import threading
 from collections.abc import Callable, Iterator, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, TypedDict
 
 from faultwatch import __version__, settings
 from faultwatch.errors import ConfigError
@@ -470,11 +470,26 @@ class _RulesCollector:
         return iter(())
 
 
+class AgentStats(TypedDict, total=False):
+    """An agent's stats: its heartbeats carry them, /metrics reads them (AgentCollector), so
+    a key renamed on one side fails mypy, not a dashboard."""
+
+    lines_read: int
+    lines_acked: int
+    spool_depth: int
+    spool_bytes: int
+    drops: int
+    ack_lag_s: float
+    broker_up: bool
+    tee_dropped_bytes: int
+    mode: str  # `agent tail`: "tail"
+
+
 class AgentCollector:
     """Reads an agent's own stats at scrape time (nothing to increment in the agent):
     `stats()` is the heartbeat stats dict, `child_alive()` whether the child runs."""
 
-    def __init__(self, stats: Callable[[], Mapping[str, Any]],
+    def __init__(self, stats: Callable[[], AgentStats],
                  child_alive: Callable[[], bool], labels: Mapping[str, str]):
         self._stats, self._alive = stats, child_alive
         self._names = sorted(labels)
@@ -488,19 +503,18 @@ class AgentCollector:
 
     def collect(self) -> Iterator[Any]:
         s = self._stats()
-        num = {k: float(v) for k, v in s.items() if isinstance(v, int | float)}
         yield self._g("faultwatch_agent_lines_read", "Lines read from the child",
-                      num.get("lines_read", 0.0), counter=True)
+                      float(s.get("lines_read", 0)), counter=True)
         yield self._g("faultwatch_agent_lines_acked", "Lines the broker acknowledged",
-                      num.get("lines_acked", 0.0), counter=True)
+                      float(s.get("lines_acked", 0)), counter=True)
         yield self._g("faultwatch_agent_spool_depth", "Records spooled, not yet acked",
-                      num.get("spool_depth", 0.0))
+                      float(s.get("spool_depth", 0)))
         yield self._g("faultwatch_agent_spool_bytes", "Bytes in the spool",
-                      num.get("spool_bytes", 0.0))
+                      float(s.get("spool_bytes", 0)))
         yield self._g("faultwatch_agent_dropped_lines", "Lines lost (spool failures, cap)",
-                      num.get("drops", 0.0), counter=True)
+                      float(s.get("drops", 0)), counter=True)
         yield self._g("faultwatch_agent_ack_lag_seconds", "Age of the oldest unacked record",
-                      num.get("ack_lag_s", 0.0))
+                      float(s.get("ack_lag_s", 0.0)))
         yield self._g("faultwatch_agent_broker_up", "1 when the broker takes records",
                       1.0 if s.get("broker_up") else 0.0)
         yield self._g("faultwatch_agent_child_alive", "1 while the supervised command runs",
@@ -519,7 +533,7 @@ def service_registry(component: str) -> Any:
     return registry
 
 
-def agent_registry(stats: Callable[[], Mapping[str, Any]], child_alive: Callable[[], bool],
+def agent_registry(stats: Callable[[], AgentStats], child_alive: Callable[[], bool],
                    labels: Mapping[str, str]) -> Any:
     """A registry holding one AgentCollector."""
     registry = CollectorRegistry(auto_describe=False)

@@ -12,7 +12,7 @@ import time
 import uuid
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import faultwatch
 from faultwatch import settings, wire
@@ -41,6 +41,9 @@ from faultwatch.agents.sdk_server import SdkServer
 from faultwatch.agents.transport import KafkaTransport, Transport
 from faultwatch.core.events import STDERR, STDOUT, Decision, Exit, Heartbeat, RunStart
 from faultwatch.errors import ChildError
+
+if TYPE_CHECKING:
+    from faultwatch.metrics import AgentStats
 
 PIPE_DRAIN_AFTER_EXIT_S = 5.0  # grandchildren may hold the pipes open after the leader exits
 PIPE_QUIET_S = 0.3  # ... reading stops earlier once they were quiet this long
@@ -203,7 +206,7 @@ class Agent:
         ts = [t for t in (sp.last_activity_ts for sp in self.split.values()) if t is not None]
         return max(ts) if ts else None
 
-    def stats(self) -> dict[str, Any]:
+    def stats(self) -> AgentStats:
         return {"lines_read": self.lines_read, **self.transport.stats(),
                 "tee_dropped_bytes": self.tee_out.dropped_bytes + self.tee_err.dropped_bytes}
 
