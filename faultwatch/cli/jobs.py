@@ -44,6 +44,7 @@ def _write(args: argparse.Namespace, hold: Hold, action: str) -> Any:
 
 def cmd_set(args: argparse.Namespace) -> int:
     from faultwatch.cli.nodes import parse_duration_s
+    from faultwatch.holds.store import read_holds
     from faultwatch.streams.rules_record import author
 
     kind = HOLD if args.jobs_command == "hold" else MUTE
@@ -52,9 +53,12 @@ def cmd_set(args: argparse.Namespace) -> int:
     if duration > MAX_HOLD_S:
         raise ConfigError("--for", f"{args.duration} is longer than {MAX_HOLD_S / 86400:g} "
                                    "days: set a shorter one and renew it before it ends")
+    # built on the job's last record of this kind, so followers order them by version
+    last = read_holds(options.need_bootstrap(args), options.topics(args).holds).holds.get(
+        (kind, job))
     try:
         h = new_hold(kind, job, time.time(), duration, args.reason, author(),
-                     uuid.uuid4().hex[:12])
+                     uuid.uuid4().hex[:12], last)
     except ValueError as e:
         raise ConfigError("--reason", str(e)) from None
     key = _write(args, h, args.jobs_command)

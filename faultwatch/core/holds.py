@@ -46,6 +46,10 @@ class Hold:
     by: str = ""  # user@host of the operator (a name for people; the signature is the proof)
     id: str = ""
     released: bool = False
+    # one more than the record of its kind and job it was built on (trust/versions.py): a
+    # follower orders records by (seq, at), so an old record written again is refused
+    # whatever the clocks say
+    seq: int = 0
 
     def in_force(self, now: float) -> bool:
         return not self.released and now < self.until
@@ -53,14 +57,19 @@ class Hold:
     def to_dict(self) -> dict[str, Any]:
         return {"kind": self.kind, "job": self.job, "at": self.at, "until": self.until,
                 "reason": self.reason, "by": self.by, "id": self.id,
-                "released": self.released}
+                "released": self.released, "seq": self.seq}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Hold:
         return cls(kind=str(d["kind"]), job=str(d["job"]), at=float(d["at"]),
                    until=float(d["until"]), reason=str(d.get("reason", "")),
                    by=str(d.get("by", "")), id=str(d.get("id", "")),
-                   released=bool(d.get("released", False)))
+                   released=bool(d.get("released", False)), seq=int(d.get("seq", 0)))
+
+    @property
+    def version(self) -> tuple[int, float]:
+        """What orders two records of one kind and job (trust/versions.py)."""
+        return (self.seq, self.at)
 
     def describe(self, now: float) -> str:
         """`held by alice@ops-1 for 1h59m more (until 14:05:00Z): debugging`."""
@@ -89,7 +98,7 @@ def duration_text(s: float) -> str:
 
 
 def new_hold(kind: str, job: str, now: float, duration_s: float, reason: str, by: str,
-             hold_id: str) -> Hold:
+             hold_id: str, last: Hold | None = None) -> Hold:
     """A hold or mute from now for `duration_s` (ValueError beyond the bounds)."""
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {KINDS}, not {kind!r}")
@@ -99,13 +108,15 @@ def new_hold(kind: str, job: str, now: float, duration_s: float, reason: str, by
     if len(reason) > MAX_REASON_CHARS:
         raise ValueError(f"the reason is {len(reason)} characters (at most "
                          f"{MAX_REASON_CHARS})")
-    return Hold(kind, job, now, now + duration_s, reason, by[:MAX_BY_CHARS], hold_id)
+    return Hold(kind, job, now, now + duration_s, reason, by[:MAX_BY_CHARS], hold_id,
+                seq=0 if last is None else last.seq + 1)
 
 
 def released(h: Hold, now: float, by: str, reason: str = "") -> Hold:
-    """The record that ends `h` now."""
+    """The record that ends `h` now (built on it: one more `seq`)."""
     return dataclasses.replace(h, at=now, until=min(h.until, now), released=True,
-                               by=by[:MAX_BY_CHARS], reason=reason[:MAX_REASON_CHARS])
+                               by=by[:MAX_BY_CHARS], reason=reason[:MAX_REASON_CHARS],
+                               seq=h.seq + 1)
 
 
 def held_id(dec: Decision) -> str:

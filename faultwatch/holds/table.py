@@ -1,8 +1,9 @@
 """The holds and mutes a follower (a processor worker, `faultwatch notify`) knows: the latest
 record per kind and job, each admitted by the gate (an operator's signature when a trust file
-is set) and not older than the one it replaces (an old hold written again after its release
-is refused as `replayed`). Bounded: at most MAX_HOLDS records kept; at the cap the ended ones
-are dropped first, then new jobs' records are refused (counted, one line)."""
+is set) and not older by version (seq, at: trust/versions.py) than the one it replaces (an old
+hold written again after its release is refused as `replayed`, whatever the clocks say).
+Bounded: at most MAX_HOLDS records kept; at the cap the ended ones are dropped first, then new
+jobs' records are refused (counted, one line)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ from typing import Any
 
 from faultwatch.core.holds import HOLD, MUTE, Hold
 from faultwatch.errors import DecodeError
-from faultwatch.trust.replay import MAX_FUTURE_S, REPLAYED, superseded
+from faultwatch.trust.replay import MAX_FUTURE_S, REPLAYED
+from faultwatch.trust.versions import older
 from faultwatch.wire.holds import decode_hold, hold_key
 
 MAX_HOLDS = 10_000
@@ -53,10 +55,11 @@ class HoldsTable:
             return None
         slot = (hold.kind, hold.job)
         held = self.holds.get(slot)
-        if held is not None and superseded(held.at, hold.at):
+        if held is not None and older(held.version, hold.version):
             if self.gate is not None and self.gate.verifying:
-                self.gate.refuse(REPLAYED, f"a {hold.kind} of {hold.job} set at {hold.at:.0f} "
-                                 f"after one of {held.at:.0f} (an old record written again)",
+                self.gate.refuse(REPLAYED, f"a {hold.kind} of {hold.job} of version "
+                                 f"{hold.seq} set at {hold.at:.0f} after version {held.seq} "
+                                 f"set at {held.at:.0f} (an old record written again)",
                                  at=where or None)
                 return None
         if held is None and len(self.holds) >= self.max_holds:

@@ -59,13 +59,6 @@ def run_matches(ours: Collection[str], named: str, named_all: Collection[str]) -
     return OTHER_RUN
 
 
-def superseded(held_ts: float | None, ts: float) -> bool:
-    """A signed state record (a node's registry record, a pushed rule set) older than the one
-    a follower holds, beyond the clock allowance, is a replay of an old record (an old
-    quarantine written again after the release): refused as `replayed`."""
-    return held_ts is not None and ts < held_ts - MAX_FUTURE_S
-
-
 class ReplayGuard:
     """check(id, ts, now) -> None (may act: remembered) or the refusal reason (counted)."""
 

@@ -3,7 +3,10 @@ of one job (core/holds.py), signed with an operator key (trust purpose `hold`).
 
     {"v": 1, "t": "hold", "kind": "hold", "job": "llama-7b", "at": 1714557600.0,
      "until": 1714564800.0, "reason": "debugging", "by": "alice@ops-1", "id": "5f3e0c1a9b2d",
-     "released": false, "signature": {...}}
+     "released": false, "seq": 3, "signature": {...}}
+
+`seq` is one more than the record of that kind and job the writer read (0 when none, and
+for records written before it existed): followers order records by (seq, at).
 """
 
 from __future__ import annotations
@@ -14,7 +17,17 @@ import orjson
 
 from faultwatch.core.holds import KINDS, MAX_BY_CHARS, MAX_HOLD_S, MAX_REASON_CHARS, Hold
 from faultwatch.errors import DecodeError
-from faultwatch.wire._check import SCHEMA_VERSION, _bad, _bool, _get, _num, _text, decode, safe_name
+from faultwatch.wire._check import (
+    SCHEMA_VERSION,
+    _bad,
+    _bool,
+    _get,
+    _int,
+    _num,
+    _text,
+    decode,
+    safe_name,
+)
 
 MAX_HOLD_RECORD_BYTES = 4096  # a longer record is refused before it is parsed
 
@@ -56,4 +69,5 @@ def decode_hold(value: bytes | None) -> tuple[Hold, dict[str, Any]]:
                 until=until, reason=_text(d.get("reason", ""), "hold.reason", MAX_REASON_CHARS),
                 by=_text(d.get("by", ""), "hold.by", MAX_BY_CHARS),
                 id=safe_name(d.get("id", ""), "hold.id", empty_ok=True),
-                released=_bool(d.get("released", False), "hold.released")), d
+                released=_bool(d.get("released", False), "hold.released"),
+                seq=_int(d.get("seq", 0), "hold.seq", 0, 2**53)), d

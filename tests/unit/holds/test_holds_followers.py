@@ -104,6 +104,27 @@ def test_the_table_takes_only_operator_signed_holds_and_no_replay(keys: dict[str
     assert t.holds[(HOLD, "j")] == end
 
 
+def test_a_hold_replayed_seconds_after_its_release_is_refused_by_version(
+        keys: dict[str, Any]) -> None:
+    """Records are ordered by the version their writer sets (seq, then time), not by a clock
+    allowance: the old hold written again 5 s after its release (inside any allowance for
+    skewed clocks) is refused; a new hold built on the release (seq + 1) is taken even when
+    the operator's clock runs behind the releaser's."""
+    logged: list[str] = []
+    t = table(keys, logged)
+    h = new_hold(HOLD, "j", T0, 3600, "debugging", "alice", "h1")
+    assert t.observe(hold_key(HOLD, "j"), signed(h, keys["ops"])) == h
+    end = released(h, T0 + 5, "bob")
+    assert end.seq == h.seq + 1
+    assert t.observe(hold_key(HOLD, "j"), signed(end, keys["ops"])) == end
+    assert t.observe(hold_key(HOLD, "j"), signed(h, keys["ops"])) is None  # the replay
+    assert logged[-1] == "hold_refused" and t.hold_of("j", T0 + 6) is None
+    again = new_hold(HOLD, "j", T0 + 2, 3600, "again", "carol", "h2", last=end)  # clock behind
+    assert again.seq == end.seq + 1
+    assert t.observe(hold_key(HOLD, "j"), signed(again, keys["ops"])) == again
+    assert t.hold_of("j", T0 + 6) == again
+
+
 def test_the_table_is_bounded(keys: dict[str, Any]) -> None:
     logged: list[str] = []
     t = HoldsTable(None, lambda e, **f: logged.append(e), max_holds=2)
