@@ -8,7 +8,7 @@ import pytest
 
 from faultwatch.core.policy import KNOBS, POLICY_RANGES, Policy
 from faultwatch.errors import ConfigError
-from faultwatch.rules.loader import merge_texts
+from faultwatch.rules.merging import merge_texts
 
 
 @pytest.mark.parametrize("key,value", [("node_lost_s", 0.01), ("max_restarts", 10**9),
