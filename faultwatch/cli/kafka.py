@@ -70,10 +70,10 @@ def cmd_kafka_acls(args: argparse.Namespace) -> int:
 
 
 def cmd_kafka_fetch(args: argparse.Namespace) -> int:
-    from faultwatch.kafka import broker as kafka_local
+    from faultwatch.kafka import jars
 
     try:
-        print(kafka_local.ensure_jars())
+        print(jars.ensure_jars())
     except OSError as e:
         raise _broker_errors(e) from e
     return EXIT_OK
@@ -163,7 +163,7 @@ def cmd_up_secure(args: argparse.Namespace, out: Callable[[str], None] = print) 
 
 
 def register(sub: Any) -> None:
-    from faultwatch.kafka.broker import CACHE_ENV, KAFKA_VERSION
+    from faultwatch.kafka.jars import CACHE_ENV, KAFKA_VERSION
 
     kafka = sub.add_parser(
         "kafka", help="run a local single-node Kafka broker without Docker",
