@@ -304,13 +304,13 @@ class ProcessorMetrics:
         self.registry.register(_GoodputCollector(board, lemons))
 
     def watch(self, counters: StageCounters) -> None:
-        """Expose the stages' counters (a streams/metrics.Metrics), read at every scrape."""
+        """Expose the stages' counters (a streams/counters.Metrics), read at every scrape."""
         self.registry.register(_StageCollector(counters))
         self.registry.register(RefusalCollector())
 
 
 class StageCounters(Protocol):
-    """What /metrics reads of a processor worker's counters (streams/metrics.Metrics): typed,
+    """What /metrics reads of a processor worker's counters (streams/counters.Metrics): typed,
     so renaming a counter there fails mypy at `watch()`, not a dashboard."""
 
     @property

@@ -31,6 +31,7 @@ from faultwatch.nodes.gate import NodeGate
 from faultwatch.rules import Matcher, RuleSet
 from faultwatch.streams import faust_compat
 from faultwatch.streams.budget import LineBudget
+from faultwatch.streams.counters import Metrics
 from faultwatch.streams.faust_compat import (
     BatchFeed,
     PartitionBatches,
@@ -48,7 +49,6 @@ from faultwatch.streams.job_stage import (
 )
 from faultwatch.streams.lemon_watch import LemonFeed, follow_incidents
 from faultwatch.streams.matcher_stage import MatcherStage
-from faultwatch.streams.metrics import Metrics
 from faultwatch.streams.records import InRecord, LiveRules
 from faultwatch.streams.refusal_notices import RefusalNotices
 from faultwatch.streams.rules_status import WORKER_S, info_labels, worker_id, worker_record

@@ -33,7 +33,7 @@ from faultwatch.core.timeline import fold_job
 from faultwatch.eventlog import Quiet, log_event
 from faultwatch.streams import job_table
 from faultwatch.streams.allocations import requests
-from faultwatch.streams.metrics import Metrics
+from faultwatch.streams.counters import Metrics
 from faultwatch.streams.records import DeadLetter, InRecord, LiveRules
 from faultwatch.streams.storm import (
     CENSUS_REUSE_S,

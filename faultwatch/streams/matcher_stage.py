@@ -11,8 +11,8 @@ import orjson
 from faultwatch.core.events import Heartbeat, Notice, Output, Signal
 from faultwatch.eventlog import log_event
 from faultwatch.streams.budget import Episode, LineBudget
-from faultwatch.streams.matching import signals_of_record
-from faultwatch.streams.metrics import Metrics
+from faultwatch.streams.counters import Metrics
+from faultwatch.streams.logs_to_signals import signals_of_record
 from faultwatch.streams.records import DeadLetter, InRecord, LiveRules
 from faultwatch.trust.nodesig import RefusedRecord
 from faultwatch.wire import (

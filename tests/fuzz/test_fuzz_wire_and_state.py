@@ -16,7 +16,7 @@ from faultwatch.core.job import MAX_ATTEMPT_STEP, JobState, apply, new_state, ti
 from faultwatch.core.policy import Policy
 from faultwatch.errors import DecodeError
 from faultwatch.rules import Matcher
-from faultwatch.streams.matching import signals_of_record
+from faultwatch.streams.logs_to_signals import signals_of_record
 from faultwatch.wire import (
     MAX_ATTEMPT,
     LinesBatch,

@@ -28,7 +28,7 @@ from faultwatch.metrics import (
     serve,
     write_address_file,
 )
-from faultwatch.streams.metrics import COUNTED, Metrics
+from faultwatch.streams.counters import COUNTED, Metrics
 
 
 def samples(registry: object) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
