@@ -32,10 +32,14 @@ def _calls(source: str) -> set[str]:
     return out
 
 
+# the follower's offer() turns a dict it is handed into a Decision: that call alone is allowed
+ALLOWED = {"faultwatch/agents/decisions.py": {"decision_of"}}
+
+
 def _second_intakes(sources: list[tuple[str, str]]) -> list[str]:
-    return sorted(f"{path}: {sorted(_calls(src) & INTAKE_CALLS)}" for path, src in sources
-                  if path.startswith(CONSUMERS) and _calls(src) & INTAKE_CALLS
-                  and path != "faultwatch/agents/decisions.py")
+    found = ((path, _calls(src) & INTAKE_CALLS - ALLOWED.get(path, set()))
+             for path, src in sources if path.startswith(CONSUMERS))
+    return sorted(f"{path}: {sorted(calls)}" for path, calls in found if calls)
 
 
 def test_no_consumer_decodes_or_replay_checks_a_decision_itself() -> None:
@@ -50,6 +54,9 @@ def test_the_scan_finds_a_planted_second_intake() -> None:
                "    return self.replay.check(d.id, d.ts, 0.0)\n")
     assert _second_intakes([("faultwatch/notify/x.py", planted)]) == [
         "faultwatch/notify/x.py: ['check', 'decode_decision']"]
+    # the follower may turn a dict into a Decision, never replay-check it itself
+    assert _second_intakes([("faultwatch/agents/decisions.py", planted)]) == [
+        "faultwatch/agents/decisions.py: ['check', 'decode_decision']"]
 
 
 def test_one_gate_class() -> None:
