@@ -117,7 +117,9 @@ def test_random_signal_sequences_never_raise_or_cross_jobs_or_runs(seed: int) ->
         # no other job changed (the same objects: nothing shared was mutated)
         assert all(states[j] is s for j, s in before.items() if j != sig.job)
         assert new.job == sig.job
-        if new.run_id and new.run_id == st.run_id:  # the same run: the attempt only moves
+        # the same run (its id, and not launched again: core/runs.py's run_gen): the attempt
+        # only moves
+        if new.run_id and new.run_id == st.run_id and new.run_gen == st.run_gen:
             assert st.attempt <= new.attempt <= st.attempt + MAX_ATTEMPT_STEP  # forward, a bit
             assert new.restarts_used >= st.restarts_used
         if new.attempt != st.attempt:  # only a run-start announces an attempt
