@@ -163,7 +163,9 @@ class Fleet:
             nn = rng.randint(lo, hi)
             for i in range(nn):
                 ranks = list(range(i * a.ranks_per_node, (i + 1) * a.ranks_per_node))
-                job.nodes.append(Node(name=f"node-{i}", job=job, index=i, ranks=ranks,
+                # a node of its own per job: the blast-radius guard counts distinct node
+                # names (jobs sharing "node-0" would be a 4-node fleet to it)
+                job.nodes.append(Node(name=f"{job.name}-node-{i}", job=job, index=i, ranks=ranks,
                                       run_id=f"{job.name}-{i}-r0"))
             self.jobs.append(job)
             start = t0 + rng.uniform(0, a.start_spread_s)
@@ -172,7 +174,7 @@ class Fleet:
         if a.flood_lines_per_s > 0:  # one more job, whose one node floods (no fault)
             job = Job(name=f"{a.job_prefix}flood", step_s=a.step_hi_s, ckpt_every=10**9,
                       eval_every=10**9)
-            job.nodes.append(Node(name="node-0", job=job, index=0,
+            job.nodes.append(Node(name=f"{job.name}-node-0", job=job, index=0,
                                   ranks=list(range(a.ranks_per_node)), run_id="flood-0-r0"))
             self.jobs.append(job)
             self.at(t0, self.job_start, job)
@@ -515,6 +517,7 @@ async def in_process(a: argparse.Namespace) -> dict[str, Any]:
     machine's load does not change these (process CPU time), so before/after compare."""
     from faultwatch.core.policy import policy_for
     from faultwatch.rules import Matcher, load_ruleset
+    from faultwatch.streams import gcsettings
     from faultwatch.streams.job_stage import TICK_S, DictStore, JobStage
     from faultwatch.streams.matcher_stage import MatcherStage
     from faultwatch.streams.records import InRecord, LiveRules
@@ -532,6 +535,7 @@ async def in_process(a: argparse.Namespace) -> dict[str, Any]:
     fleet = Fleet(a, prod, "logs")
     t0 = 1_000_000.0
     fleet.build(t0 + 0.5)
+    gcsettings.tune()  # as the processor runs (streams/worker.run_worker)
     t_end = t0 + a.duration_s
     cpu = Counter()
     by_kind = Counter()

@@ -161,6 +161,7 @@ def _launch_processor(argv: list[str]) -> None:
     from faultwatch.core.policy import policy_for
     from faultwatch.kafka.admin import ensure_topics
     from faultwatch.rules import load_ruleset
+    from faultwatch.streams import gcsettings
     from faultwatch.streams.app import ProcessorConfig, build_app
     from faultwatch.wire.topics import Topics
     rs = load_ruleset([])
@@ -169,6 +170,7 @@ def _launch_processor(argv: list[str]) -> None:
     asyncio.set_event_loop(asyncio.new_event_loop())
     app = build_app(ProcessorConfig(bootstrap=bootstrap, ruleset=rs, policy=pol,
                                     topics=Topics(prefix), partitions=int(partitions)))
+    gcsettings.tune()  # as streams/worker.run_worker does
     Worker(app, loglevel="warning", quiet=True).execute_from_commandline()
 
 

@@ -163,6 +163,7 @@ def core_stages(recs: list[tuple[bytes, bytes]], lines_total: int,
     from faultwatch.core.job import JobState
     from faultwatch.core.policy import policy_for
     from faultwatch.rules import Matcher, load_ruleset
+    from faultwatch.streams import gcsettings
     from faultwatch.streams.faust_app import BATCH as STAGE_BATCH  # the shell's batch size
     from faultwatch.streams.job_stage import DictStore, JobStage
     from faultwatch.streams.matcher_stage import MatcherStage
@@ -180,6 +181,7 @@ def core_stages(recs: list[tuple[bytes, bytes]], lines_total: int,
 
     logs = [InRecord("logs", part(k), i, k, v) for i, (k, v) in enumerate(recs)]
     matcher = MatcherStage(live, dead_letter)
+    gcsettings.tune()  # as the processor runs (streams/worker.run_worker)
     t0 = time.process_time()
     signals_recs: list[tuple[bytes, bytes]] = []
     for i in range(0, len(logs), STAGE_BATCH):

@@ -22,6 +22,7 @@ from faultwatch.agents.config import (
     AgentConfig,
 )
 from faultwatch.cli import options
+from faultwatch.cli.commands import AGENT_SUBCOMMANDS
 from faultwatch.errors import ConfigError
 
 
@@ -169,7 +170,7 @@ def cmd_agent_bootcheck(args: argparse.Namespace) -> int:
 
 # ---- parser -------------------------------------------------------------------------------
 
-SUBCOMMANDS = ("tail", "bootcheck")
+SUBCOMMANDS = AGENT_SUBCOMMANDS  # (the light table in commands.py lists them for tree.py)
 
 AGENT_EPILOG = f"""\
 subcommands (instead of -- CMD):

@@ -3,39 +3,23 @@
 Each command group registers itself from its own module (run, agent, check, process, read,
 status, describe, diagnose, rules, kafka, nodes, jobs, actuate, notify, keys, report,
 completion); their shared options come from options.py, their descriptions and examples from
-helptext.py. Commands that wrap a training command (`run`, `agent`, `check`) take it only
-after `--`."""
+helptext.py. Only the module of the command given is imported: every other command is a stub
+from the light table in commands.py (its name and one-line help), so `faultwatch rules
+classify` does not pay for importing the agent, the actuators or the readers. Commands that
+wrap a training command (`run`, `agent`, `check`) take it only after `--`."""
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 from faultwatch import __version__
-from faultwatch.cli import (
-    actuate,
-    agent,
-    check,
-    completion,
-    describe,
-    diagnose,
-    helptext,
-    jobs,
-    kafka,
-    keys,
-    nodes,
-    notify,
-    options,
-    process,
-    read,
-    report,
-    rules,
-    run,
-    status,
-)
+from faultwatch.cli import helptext, options
+from faultwatch.cli.commands import AGENT_SUBCOMMANDS, BY_NAME, COMMANDS, NEEDS_TREE
 from faultwatch.errors import (
     EXIT_BROKEN_PIPE,
     EXIT_INTERRUPTED,
@@ -45,24 +29,43 @@ from faultwatch.errors import (
 )
 
 WRAPPERS = ("run", "agent", "check")  # commands whose training command follows `--`
-AGENT_SUBCOMMANDS = agent.SUBCOMMANDS
-GROUPS = (run, agent, check, process, notify, status, describe, read, report, diagnose, rules,
-          kafka, nodes, jobs, actuate, keys, completion)
 
 
-def build_parser() -> options.Parser:
-    """The one argparse tree of every `faultwatch` command."""
+def build_parser(full: Collection[str] | None = None) -> options.Parser:
+    """The one argparse tree of every `faultwatch` command: with `full` None every command
+    registered in full (its module imported); else only the commands named in `full` (and
+    those their module registers with them: decisions, logs), the others as stubs of their
+    name and help (what the top-level help and did-you-mean need)."""
     parser = options.Parser(
         prog="faultwatch",
         description="Watch distributed training jobs' logs; decide restarts, blacklists, fails.",
         epilog="exit codes: docs/cli.md")
     parser.add_argument("--version", action="version", version=f"faultwatch {__version__}")
     sub = options.subcommands(parser, "command", required=True, metavar="COMMAND")
-    for group in GROUPS:
-        group.register(sub)
+    modules = None if full is None else {BY_NAME[n].module for n in full if n in BY_NAME}
+    registered: set[str] = set()
+    for c in COMMANDS:
+        if modules is not None and c.module not in modules:
+            sub.add_parser(c.name, help=c.help)
+        elif c.module not in registered:  # one module may register several (read)
+            registered.add(c.module)
+            importlib.import_module(f"faultwatch.cli.{c.module}").register(sub)
     helptext.apply(parser)
-    completion.attach(parser)
+    if full is None or "completion" in full:
+        from faultwatch.cli import completion
+
+        completion.attach(parser)
     return parser
+
+
+def parser_for(own: Sequence[str]) -> options.Parser:
+    """The tree `own` (faultwatch's own arguments) needs: the named command in full, or the
+    whole tree for a command that describes it (completion); stubs alone for --help,
+    --version, a misspelt or a missing command."""
+    first = own[0] if own else ""
+    if first in NEEDS_TREE:
+        return build_parser()
+    return build_parser((first,) if first in BY_NAME else ())
 
 
 def split_command(argv: Sequence[str]) -> tuple[list[str], list[str]]:
@@ -80,7 +83,7 @@ def split_command(argv: Sequence[str]) -> tuple[list[str], list[str]]:
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     """Parse a full command line; argparse's usage errors raise SystemExit(EXIT_USAGE)."""
     own, cmd = split_command(argv)
-    parser = build_parser()
+    parser = parser_for(own)
     args, unknown = parser.parse_known_args(own)
     if unknown:
         hint = (f" (the training command goes after --: faultwatch {args.command} [options] "

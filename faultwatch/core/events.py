@@ -81,9 +81,9 @@ class Match:
     context: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True, slots=True)
-class TailLine:
-    """A recent line kept as evidence for silence decisions."""
+class TailLine(NamedTuple):
+    """A recent line kept as evidence for silence decisions (a NamedTuple, like Line: a job
+    stage decodes ~8 of them per output signal, and encodes them as plain lists)."""
 
     rank: int | None
     ts: float

@@ -167,7 +167,7 @@ class Ledger:
                          "attempts": [_attempt_out(a) for a in self.attempts],
                          "incidents": [i.to_dict() for i in self.incidents],
                          "ckpt": None if self.ckpt is None else list(self.ckpt),
-                         "samples": [list(s) for s in self.samples],
+                         "samples": list(map(list, self.samples)),
                          "stride": self.stride if self.stride != 1 else None,
                          "skipped": self.skipped, "nodes": list(self.nodes),
                          "node_total": self.node_total, "first_ts": self.first_ts,
@@ -198,7 +198,8 @@ class Ledger:
 
 def _default(v: Any) -> bool:
     """None, False, an integer 0 or an empty list/dict (a time of 0.0 is no default)."""
-    return v is None or v is False or (type(v) is int and v == 0) or v == [] or v == {}
+    t = type(v)
+    return v is None or v is False or (t is int and v == 0) or ((t is list or t is dict) and not v)
 
 
 def _compact(d: dict[str, Any]) -> dict[str, Any]:

@@ -8,6 +8,7 @@ splits its keys over SHARDS dicts by hash; `set` copies one shard and the shard 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from itertools import chain
 from typing import Any, Generic, TypeVar
 
 K = TypeVar("K")
@@ -48,17 +49,21 @@ class PMap(Generic[K, V]):
     def __len__(self) -> int:
         return self._len
 
+    # (iteration: a small map's one dict directly, a sharded one's dicts chained, both in C)
     def __iter__(self) -> Iterator[K]:
-        for s in self._shards:
-            yield from s
+        if len(self._shards) == 1:
+            return iter(self._shards[0])
+        return chain.from_iterable(self._shards)
 
     def items(self) -> Iterator[tuple[K, V]]:
-        for s in self._shards:
-            yield from s.items()
+        if len(self._shards) == 1:
+            return iter(self._shards[0].items())
+        return chain.from_iterable(map(dict.items, self._shards))
 
     def values(self) -> Iterator[V]:
-        for s in self._shards:
-            yield from s.values()
+        if len(self._shards) == 1:
+            return iter(self._shards[0].values())
+        return chain.from_iterable(map(dict.values, self._shards))
 
     def set(self, key: K, value: V) -> PMap[K, V]:
         i = self._shard(key)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 import re._constants as sre_c
 import re._parser as sre_parse
@@ -28,13 +29,13 @@ def compile_error(pattern: str) -> str | None:
     if len(pattern) > MAX_PATTERN_LEN:
         return f"pattern is {len(pattern)} characters long, the limit is {MAX_PATTERN_LEN}"
     try:
-        regex.compile(pattern)
+        compiled = regex.compile(pattern)
     except regex.error as e:
         pos = getattr(e, "pos", None)
         where = f" at column {pos + 1}" if isinstance(pos, int) else ""
         msg = str(e).split(" at position")[0]
         return f"invalid regex{where}: {msg} (pattern {pattern!r})"
-    if regex.compile(pattern).search("") is not None:
+    if compiled.search("") is not None:
         return f"pattern {pattern!r} matches the empty string (it would match every line)"
     return None
 
@@ -144,10 +145,16 @@ def _nested_unbounded(items: Any) -> bool:
     return False
 
 
+@functools.lru_cache(maxsize=1024)
+def _parsed(pattern: str) -> Any:
+    """The pattern's parse tree, read (never changed) by both checks below: parsed once."""
+    return sre_parse.parse(pattern)
+
+
 def backtracking_error(pattern: str) -> str | None:
     """A message when the pattern nests variable quantifiers, like (a+)+ or (\\w+\\s?)*."""
     try:
-        parsed = sre_parse.parse(pattern)
+        parsed = _parsed(pattern)
     except Exception:  # regex-module-only syntax: the matcher's timeout still bounds it
         return None
     if _nested_unbounded(parsed):
@@ -185,7 +192,7 @@ def repeat_cost_error(pattern: str) -> str | None:
     """A message when counted repeats multiply out past MAX_REPEAT_COST, like (a{1,200}){100}:
     the linear-time engines compile them into huge automata (slow to build, slow to scan)."""
     try:
-        parsed = sre_parse.parse(pattern)
+        parsed = _parsed(pattern)
     except Exception:  # regex-module-only syntax: patterns.fast_engine_errors decides
         return None
     cost = _cost(parsed)

@@ -16,7 +16,7 @@ from faust.worker import Worker
 from faultwatch import settings
 from faultwatch.errors import BrokerError
 from faultwatch.eventlog import log_event
-from faultwatch.streams import faust_compat
+from faultwatch.streams import faust_compat, gcsettings
 from faultwatch.streams.faust_app import Processor, ProcessorConfig, build_processor
 from faultwatch.streams.records import LiveRules
 from faultwatch.streams.stopping import StopReport, run_steps
@@ -207,6 +207,7 @@ def run_worker(cfg: ProcessorConfig, *, stop_timeout_s: float = DEFAULT_STOP_TIM
     # every line written to stdout/stderr as a WARNING record: "[...] [WARNING] ts=...")
     worker = ProcessorWorker(proc, stop_timeout_s=stop_timeout_s, loglevel=loglevel,
                              quiet=True, redirect_stdouts=False)
+    gcsettings.tune()  # the job states out of the cyclic collector's way (gcsettings.py)
     try:
         worker.execute_from_commandline()  # exits the process when the worker stops
     except SystemExit as e:

@@ -14,6 +14,7 @@ import pytest
 from faultwatch.core.events import Decision, RunStart
 from faultwatch.core.job import MAX_ATTEMPT_STEP, JobState, apply, new_state, tick
 from faultwatch.core.policy import Policy
+from faultwatch.core.runs import WEAK_SOURCES, run_over
 from faultwatch.errors import DecodeError
 from faultwatch.rules import Matcher
 from faultwatch.streams.logs_to_signals import signals_of_record
@@ -117,9 +118,12 @@ def test_random_signal_sequences_never_raise_or_cross_jobs_or_runs(seed: int) ->
         # no other job changed (the same objects: nothing shared was mutated)
         assert all(states[j] is s for j, s in before.items() if j != sig.job)
         assert new.job == sig.job
-        # the same run (its id, and not launched again: core/runs.py's run_gen): the attempt
-        # only moves
-        if new.run_id and new.run_id == st.run_id and new.run_gen == st.run_gen:
+        if new.run_id and new.run_id == st.run_id and new.run_gen != st.run_gen:
+            # a weak id launched again once its run was over (core/runs.py): a fresh run of
+            # the next generation, by a run-start of attempt 0 newer than the old run's evidence
+            assert isinstance(sig, RunStart) and sig.run_source in WEAK_SOURCES
+            assert new.run_gen == st.run_gen + 1 and new.attempt == 0 and run_over(st)
+        elif new.run_id and new.run_id == st.run_id:  # the same run: the attempt only moves
             assert st.attempt <= new.attempt <= st.attempt + MAX_ATTEMPT_STEP  # forward, a bit
             assert new.restarts_used >= st.restarts_used
         if new.attempt != st.attempt:  # only a run-start announces an attempt

@@ -35,12 +35,14 @@ def all_assigned(e: dict[str, str]) -> bool:
 
 
 def failing_job(job: str) -> list[bytes]:
-    t = time.time()
-    return [wire.encode_run_start(RunStart(job, 0, "n0", t)),
-            wire.encode_lines(job, 0, "n0", "r", [
+    """A job that fails at once, on a node of its own (one node starting hundreds of jobs a
+    minute is what the processor's per-node quotas refuse: core/quota.py)."""
+    t, node = time.time(), f"n-{job}"
+    return [wire.encode_run_start(RunStart(job, 0, node, t)),
+            wire.encode_lines(job, 0, node, "r", [
                 Line("stderr", 0, t, "Traceback (most recent call last):"),
                 Line("stderr", 1, t, "ModuleNotFoundError: No module named 'foo'")]),
-            wire.encode_exit(Exit(job, 0, "n0", t + 0.05, exit_code=1))]
+            wire.encode_exit(Exit(job, 0, node, t + 0.05, exit_code=1))]
 
 
 async def produce_jobs(bootstrap: str, topic: str, jobs: list[str], per_s: float,
@@ -59,7 +61,7 @@ async def produce_jobs(bootstrap: str, topic: str, jobs: list[str], per_s: float
             sent.append(job)
             for v in failing_job(job):
                 part = partitions[i] if partitions else (i if spread else None)
-                await p.send(topic, v, key=wire.log_key(job, "n0"), partition=part)
+                await p.send(topic, v, key=wire.log_key(job, f"n-{job}"), partition=part)
             await asyncio.sleep(max(0.0, t0 + (i + 1) / per_s - time.monotonic()))
         await p.flush()
     finally:
