@@ -7,7 +7,6 @@ from __future__ import annotations
 import argparse
 import time
 import uuid
-from pathlib import Path
 from typing import Any
 
 import orjson
@@ -110,9 +109,7 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def _signing_key_flag(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--signing-key-file", type=Path, default=argparse.SUPPRESS,
-                   help="operator's Ed25519 key that signs the record (default "
-                        "$FAULTWATCH_SIGNING_KEY_FILE; see `faultwatch keys`)")
+    options.add_signing_key_file(p, default=argparse.SUPPRESS)
 
 
 def register(sub: Any) -> argparse.ArgumentParser:

@@ -184,9 +184,7 @@ def register(sub: Any) -> None:
     p.add_argument("--no-builtin", action="store_true",
                    help="the files replace the built-in rule set instead of extending it "
                         "(honoured only from a signed push)")
-    p.add_argument("--signing-key-file", type=Path, default=None,
-                   help="operator's Ed25519 key that signs the rule set (default "
-                        "$FAULTWATCH_SIGNING_KEY_FILE; see `faultwatch keys`)")
+    options.add_signing_key_file(p, "the rule set")
     p.add_argument("--timeout-s", type=float, default=30.0, help="Kafka timeout (seconds)")
     p.set_defaults(func=cmd_rules_push)
     p = rsub.add_parser("history", help="the pushed rule sets kept on the rules topic, "
@@ -207,9 +205,7 @@ def register(sub: Any) -> None:
     p.add_argument("--to-revision", type=int, default=None, metavar="N",
                    help="the revision to go back to (default: the one before the set in "
                         "force; see `rules history`)")
-    p.add_argument("--signing-key-file", type=Path, default=None,
-                   help="operator's Ed25519 key that signs the rule set (default "
-                        "$FAULTWATCH_SIGNING_KEY_FILE)")
+    options.add_signing_key_file(p, "the rule set")
     p.add_argument("--timeout-s", type=float, default=30.0, help="Kafka timeout (seconds)")
     p.set_defaults(func=cmd_rules_rollback)
     p = rsub.add_parser("show", help="the rules in force per processor worker (version, "

@@ -10,6 +10,7 @@ from typing import Any
 
 import orjson
 
+from faultwatch import settings
 from faultwatch.core.registry import NodeRecord, Registry, RegistryPolicy, expire
 from faultwatch.nodes.store import Refused
 
@@ -96,6 +97,6 @@ def print_nodes(bootstrap: str, topic: str, *, as_json: bool = False) -> int:
     for line in render(reg, time.time(), as_json, refused):
         print(line, file=sys.stdout)
     if verifier is None:
-        print("(unverified: without FAULTWATCH_TRUST_FILE every record is shown, signed or "
+        print(f"(unverified: without {settings.TRUST_FILE} every record is shown, signed or "
               "not)", file=sys.stderr)
     return 0

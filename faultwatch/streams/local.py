@@ -13,11 +13,11 @@ from faultwatch.eventlog import log_event
 from faultwatch.nodes.gate import NodeGate
 from faultwatch.nodes.writer import RegistryWriter
 from faultwatch.rules import Matcher, RuleSet
+from faultwatch.streams.counters import Metrics
 from faultwatch.streams.incident_publish import IncidentPublisher
 from faultwatch.streams.job_stage import DictStore, JobStage
 from faultwatch.streams.lemon_watch import LemonFeed
 from faultwatch.streams.matcher_stage import MatcherStage
-from faultwatch.streams.metrics import Metrics
 from faultwatch.streams.records import DeadLetter, InRecord, LiveRules
 
 LOGS, SIGNALS = "local.logs", "local.signals"  # topic names in dead letters

@@ -16,14 +16,12 @@ from typing import Any
 import orjson
 
 from faultwatch.errors import NotFoundError, UsageError
-from faultwatch.streams.rules_record import RULESET_KEY
-
-REVISION_PREFIX = b"revision/"
-MAX_REVISIONS = 10  # revisions kept on the topic (kubectl's revisionHistoryLimit is 10 too)
-
-
-def revision_key(n: int) -> bytes:
-    return REVISION_PREFIX + str(n % MAX_REVISIONS).encode()
+from faultwatch.wire.rules import (  # noqa: F401 - re-exported
+    MAX_REVISIONS,
+    REVISION_PREFIX,
+    RULESET_KEY,
+    revision_key,
+)
 
 
 @dataclass(frozen=True)

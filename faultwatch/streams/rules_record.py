@@ -1,5 +1,5 @@
-"""The rules-topic record: a pushed rule set as one record on the compacted topic
-`<prefix>rules` (key `ruleset`), built from files and validated back into a rule set.
+"""A pushed rule set built from files into its rules-topic record (the record's shape and
+codec: wire/rules.py), and validated back into a rule set.
 
     {"v": 1, "version": "<content hash>", "files": [{"name": "x.yaml", "text": "..."}],
      "pushed_at": 1714557600.0, "builtin": true,
@@ -23,15 +23,15 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import orjson
-
-from faultwatch.errors import DecodeError, RuleError, RuleProblem
+from faultwatch.errors import RuleError, RuleProblem
 from faultwatch.rules import RuleSet
 from faultwatch.rules.layers import Layer, build, builtin_layer, texts_layer
-
-RULESET_KEY = b"ruleset"
-RECORD_VERSION = 1
-
+from faultwatch.wire.rules import (  # noqa: F401 - re-exported
+    RECORD_VERSION,
+    RULESET_KEY,
+    decode_ruleset,
+    encode_ruleset,
+)
 
 
 def read_rule_files(paths: Sequence[str | Path]) -> tuple[list[tuple[str, str]],
@@ -65,12 +65,10 @@ def record_of_texts(files: Sequence[tuple[str, str]], *, builtin: bool = True,
     rif, problems = build([*([builtin_layer()] if builtin else []), pushed])
     if rif is None:
         raise RuleError(problems)
-    record = orjson.dumps({
-        "v": RECORD_VERSION, "version": rif.version,
-        "files": [{"name": os.path.basename(name), "text": text} for name, text in files],
-        "pushed_at": time.time() if now is None else now, "builtin": builtin,
-        "push_id": uuid.uuid4().hex[:12], "author": author(), "mode": "add",
-        **{k: v for k, v in extra.items() if v is not None}})
+    record = encode_ruleset(
+        rif.version, [(os.path.basename(name), text) for name, text in files],
+        pushed_at=time.time() if now is None else now, builtin=builtin,
+        push_id=uuid.uuid4().hex[:12], author=author(), **extra)
     return record, rif.ruleset
 
 
@@ -87,17 +85,8 @@ def layer_of_record(value: bytes, where: str = "") -> tuple[Layer, bool, dict[st
     """(pushed layer, whether the set keeps the built-in layer, decoded record) of a
     rules-topic record; DecodeError for a record that is not a rule set. The layer is
     validated only when built into a set (layers.build)."""
-    try:
-        d = orjson.loads(value)
-    except orjson.JSONDecodeError as e:
-        raise DecodeError(f"rules record is not JSON: {e}") from None
-    if not isinstance(d, dict) or d.get("v") != RECORD_VERSION:
-        raise DecodeError(f"unsupported rules record (expected an object with v={RECORD_VERSION})")
-    raw_files = d.get("files")
-    if not isinstance(raw_files, list) or not all(
-            isinstance(f, dict) and isinstance(f.get("name"), str)
-            and isinstance(f.get("text"), str) for f in raw_files):
-        raise DecodeError("rules record: files must be a list of {name, text} strings")
+    d = decode_ruleset(value)
+    raw_files = d["files"]
     meta = {k: d.get(k) for k in ("push_id", "author", "pushed_at", "revision", "rollback_of")
             if d.get(k) is not None}
     meta["pushed_version"] = d.get("version") if isinstance(d.get("version"), str) else None

@@ -1,4 +1,4 @@
-"""Rule layering (rules/layers.py) and overriding a rule by id (loader.merge)."""
+"""Rule layering (rules/layers.py) and overriding a rule by id (merging.merge)."""
 
 from __future__ import annotations
 

@@ -38,13 +38,14 @@ from faultwatch.trust.records import (
     DECISION,
     NODE_RECORD,
     RULES,
+    DecisionGate,
     RecordGate,
     RecordSigner,
     RecordVerifier,
 )
 from faultwatch.trust.refusals import REFUSALS
 from faultwatch.trust.replay import ReplayGuard
-from faultwatch.wire.signing import DecisionGate, Key, Keyring, sign
+from faultwatch.wire.signing import Key, Keyring, sign
 from tests.support.rules import builtin_ruleset
 from tests.unit.trust.helpers import make_key, trust_of
 

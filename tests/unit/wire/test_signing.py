@@ -10,8 +10,9 @@ import orjson
 import pytest
 
 from faultwatch.errors import ConfigError
+from faultwatch.trust.records import DecisionGate
 from faultwatch.wire import signing
-from faultwatch.wire.signing import DecisionGate, Key, Keyring, sign, verify
+from faultwatch.wire.signing import Key, Keyring, sign, verify
 
 OLD = Key("k2025", b"old-secret-0123456789")
 NEW = Key("k2026", b"new-secret-0123456789")

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from faultwatch.errors import EXIT_MISSING_EXTRA
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 # Modules of the processor's Faust shell: the only ones that may import faust at module level.
 PROCESSOR_ONLY = re.compile(r"^faultwatch\.streams\.(app|faust\w*|worker)$")
 # Framework callbacks import their framework (transformers, lightning): users of a framework

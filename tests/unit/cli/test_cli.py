@@ -33,7 +33,7 @@ from faultwatch.errors import (
     FaultwatchError,
 )
 
-DOCS = Path(__file__).resolve().parents[2] / "docs" / "cli.md"
+DOCS = Path(__file__).resolve().parents[3] / "docs" / "cli.md"
 
 # One line of each command; each must parse to its own function.
 EVERY_COMMAND: list[tuple[list[str], str]] = [

@@ -143,7 +143,7 @@ def test_offsets_are_committed_only_past_delivered_decisions() -> None:
     import orjson
 
     from faultwatch.notify.service import Notifier, NotifierConfig
-    from faultwatch.wire.signing import DecisionGate
+    from faultwatch.trust.records import DecisionGate
 
     TP = namedtuple("TP", "topic partition")
     tp = TP("p.decisions", 0)
@@ -168,7 +168,7 @@ def test_a_probe_on_the_decisions_topic_is_never_a_message() -> None:
     import orjson
 
     from faultwatch.notify.service import Notifier, NotifierConfig
-    from faultwatch.wire.signing import DecisionGate
+    from faultwatch.trust.records import DecisionGate
 
     TP = namedtuple("TP", "topic partition")
     tp = TP("p.decisions", 0)

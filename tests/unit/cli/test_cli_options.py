@@ -15,8 +15,8 @@ from faultwatch import cli
 from faultwatch.cli import options
 from faultwatch.errors import EXIT_USAGE
 
-DOCS = Path(__file__).resolve().parents[2] / "docs" / "cli.md"
-BUILTIN = sorted((Path(__file__).resolve().parents[2] / "faultwatch" / "rules" /
+DOCS = Path(__file__).resolve().parents[3] / "docs" / "cli.md"
+BUILTIN = sorted((Path(__file__).resolve().parents[3] / "faultwatch" / "rules" /
                   "builtin").glob("*.yaml"))[0]
 KAFKA_FLAGS = ("--bootstrap", "--topic-prefix", "--kafka-config", "--kafka-security-protocol",
                "--kafka-sasl-mechanism", "--kafka-username", "--kafka-password-file",

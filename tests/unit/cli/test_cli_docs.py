@@ -12,7 +12,7 @@ from faultwatch import sdk
 from faultwatch.core.policy import Policy
 from faultwatch.rules import POLICY_KEYS
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 def _policy_table() -> dict[str, str]:
