@@ -14,7 +14,7 @@ from faultwatch.actuate.backend import ActuateError, Option
 from faultwatch.actuate.kubeclient import ApiStatus, KubeClient, KubeConfig
 from faultwatch.actuate.plan import QUARANTINE, RELEASE, REQUEUE, Action
 from faultwatch.errors import ConfigError
-from faultwatch.nodes.names import K8S_NAME_RE, K8S_NAMESPACE_RE, check, valid_node
+from faultwatch.registry.names import K8S_NAME_RE, K8S_NAMESPACE_RE, check, valid_node
 
 TAINT_KEY = "faultwatch.io/quarantine"
 TAINT_EFFECT = "NoSchedule"

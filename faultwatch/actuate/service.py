@@ -128,7 +128,7 @@ async def run(backend: Backend, cfg: ActuateConfig, stop: asyncio.Event | None =
 
     from faultwatch.kafka import calm as broker_calm
     from faultwatch.kafka import clients
-    from faultwatch.nodes.store import write_records
+    from faultwatch.registry.store import write_records
     from faultwatch.trust.decisions import decision_verifier
     from faultwatch.trust.keys import load_signing_key, load_trust
     from faultwatch.trust.records import (

@@ -8,7 +8,7 @@ from typing import Any
 
 from faultwatch.actuate.backend import ActuateError, Option
 from faultwatch.actuate.plan import QUARANTINE, RELEASE, REQUEUE, Action
-from faultwatch.nodes.names import SLURM_JOB_ID_RE, check, valid_job, valid_node
+from faultwatch.registry.names import SLURM_JOB_ID_RE, check, valid_job, valid_node
 
 REASON_PREFIX = "faultwatch "
 # job states in which the job no longer holds its nodes' allocation for this run

@@ -338,7 +338,7 @@ async def all_checks(paths: tuple[str, ...], min_mb_s: float, expect_gpus: int |
         else:
             d, err = await _run_json(argv, timeout_s, env)
             # "node": among this node's processes (its failure blames it); "job": across
-            # the job's ranks (a failure names no node: faultwatch/nodes/checks.py)
+            # the job's ranks (a failure names no node: faultwatch/registry/checks.py)
             checks.append({**allreduce_check(d, err, min_busbw_gb_s),
                            "scope": "node" if "--local" in argv else "job"})
     else:

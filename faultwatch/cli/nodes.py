@@ -19,8 +19,8 @@ from faultwatch.core.registry import (
     release,
 )
 from faultwatch.errors import ConfigError
-from faultwatch.nodes.names import valid_node
 from faultwatch.readers.nodes import node_json
+from faultwatch.registry.names import valid_node
 
 
 def parse_duration_s(text: str) -> float:
@@ -54,7 +54,7 @@ def cmd_nodes(args: argparse.Namespace) -> int:
 
 def _change(args: argparse.Namespace, make: Any, must_exist: str | None = None) -> int:
     from faultwatch.eventlog import log_event
-    from faultwatch.nodes.manual import change_node
+    from faultwatch.registry.manual import change_node
     from faultwatch.streams.write_check import check_operator_write
     from faultwatch.trust.keys import load_signing_key
     from faultwatch.trust.records import NODE_RECORD, signer_for

@@ -35,7 +35,7 @@ from faultwatch.core.events import RunStart
 from faultwatch.core.membership import ASK_TIMEOUT_S, allocation_key
 from faultwatch.errors import ConfigError, FaultwatchError
 from faultwatch.eventlog import Quiet, log_event
-from faultwatch.nodes.names import (
+from faultwatch.registry.names import (
     K8S_NAME_RE,
     K8S_NAMESPACE_RE,
     K8S_UID_RE,

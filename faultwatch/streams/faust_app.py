@@ -26,8 +26,8 @@ from faultwatch.kafka import calm as broker_calm
 from faultwatch.kafka import clients
 from faultwatch.metrics import ProcessorMetrics
 from faultwatch.metrics import serve as serve_metrics
-from faultwatch.nodes.follow import RegistryLink
-from faultwatch.nodes.gate import NodeGate
+from faultwatch.registry.follow import RegistryLink
+from faultwatch.registry.gate import NodeGate
 from faultwatch.rules import Matcher, RuleSet
 from faultwatch.streams import faust_compat
 from faultwatch.streams.budget import LineBudget

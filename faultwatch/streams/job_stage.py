@@ -185,7 +185,7 @@ class JobStage:
         self.parts: dict[int, PartitionCache] = {}
         self.logs_caught_up = True  # set by the shell: its logs partitions have no backlog
         self.node_lost = True  # False: processor time never declares a node lost
-        # signals of a record in, signals to apply out (faultwatch.nodes.gate.NodeGate)
+        # signals of a record in, signals to apply out (faultwatch.registry.gate.NodeGate)
         self.gate: Callable[[list[Signal], float], list[Signal]] | None = None
         # during process_batch: durable writes held to its end (key -> partition, cache)
         self._batch_writes: dict[bytes, tuple[int, PartitionCache]] | None = None

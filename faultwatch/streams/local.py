@@ -10,8 +10,8 @@ from faultwatch.core.goodput import Account, account
 from faultwatch.core.policy import Policy
 from faultwatch.errors import DecodeError
 from faultwatch.eventlog import log_event
-from faultwatch.nodes.gate import NodeGate
-from faultwatch.nodes.writer import RegistryWriter
+from faultwatch.registry.gate import NodeGate
+from faultwatch.registry.writer import RegistryWriter
 from faultwatch.rules import Matcher, RuleSet
 from faultwatch.streams.counters import Metrics
 from faultwatch.streams.incident_publish import IncidentPublisher

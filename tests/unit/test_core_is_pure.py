@@ -20,12 +20,13 @@ from pathlib import Path
 import faultwatch
 
 ROOT = Path(faultwatch.__file__).parent
-PURE_PACKAGES = ("faultwatch.core", "faultwatch.rules", "faultwatch.diagnose",
+PURE_PACKAGES = ("faultwatch.core", "faultwatch.rules", "faultwatch.dumps",
                  "faultwatch.launch")
 # pure modules of the operating services: the job stage's node gate and the boot-check judge
 # it uses, notification grouping, the actuator's plan and the scheduler-name patterns; of the
 # readers: the merge across partitions, the filters, the timeline and the column fitting
-PURE_MODULES = ("faultwatch.nodes.gate", "faultwatch.nodes.checks", "faultwatch.nodes.names",
+PURE_MODULES = ("faultwatch.registry.gate", "faultwatch.registry.checks",
+                "faultwatch.registry.names",
                 "faultwatch.notify.grouping", "faultwatch.actuate.plan",
                 "faultwatch.readers.merge", "faultwatch.readers.select",
                 "faultwatch.readers.timeline", "faultwatch.readers.columns")
@@ -106,7 +107,7 @@ def pure_violations(files: dict[str, Path]) -> list[str]:
     for name, path in sorted(files.items()):
         if not is_pure(name):
             continue
-        reads_files = name.startswith(("faultwatch.rules", "faultwatch.diagnose"))
+        reads_files = name.startswith(("faultwatch.rules", "faultwatch.dumps"))
         forbidden = FORBIDDEN | (set() if reads_files else CORE_ONLY_FORBIDDEN)
         for mod, line in imports_of(name, path):
             top = mod.split(".")[0]
@@ -209,8 +210,8 @@ def test_the_check_covers_every_module_that_claims_purity(tmp_path: Path) -> Non
     printing helper in the boot-check judge and an import of the event log in notification
     grouping are each found."""
     files = module_files()
-    planted = {"faultwatch.nodes.gate": "import time\n",
-               "faultwatch.nodes.checks": "from faultwatch.readers.render import render_line\n",
+    planted = {"faultwatch.registry.gate": "import time\n",
+               "faultwatch.registry.checks": "from faultwatch.readers.render import render_line\n",
                "faultwatch.notify.grouping":
                    "def f():\n    from faultwatch.eventlog import log_event\n"}
     for name, text in planted.items():
@@ -230,13 +231,13 @@ def test_the_check_covers_every_module_that_claims_purity(tmp_path: Path) -> Non
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("faultwatch.cli", "faultwatch.__main__", "*.cli"),
     ("faultwatch.streams", "faultwatch.actuate", "faultwatch.readers"),
-    ("faultwatch.agents", "faultwatch.notify", "faultwatch.nodes", "faultwatch.holds",
+    ("faultwatch.agents", "faultwatch.notify", "faultwatch.registry", "faultwatch.holds",
      "faultwatch.integrations"),
     ("faultwatch.kafka", "faultwatch.trust"),
     ("faultwatch.wire", "faultwatch.rules"),
     ("faultwatch.eventlog", "faultwatch.quiet"),
     ("faultwatch.core",),
-    ("faultwatch.sdk", "faultwatch.diagnose", "faultwatch.errors", "faultwatch.metrics",
+    ("faultwatch.sdk", "faultwatch.dumps", "faultwatch.errors", "faultwatch.metrics",
      "faultwatch.launch", "faultwatch.settings"),
 )
 # Upward imports that exist in modules other work is moving; each is one edge. Empty now

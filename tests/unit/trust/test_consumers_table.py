@@ -25,9 +25,9 @@ from faultwatch.agents.decisions import DecisionFollower
 from faultwatch.core.events import Decision, Line, RunStart
 from faultwatch.core.policy import Policy
 from faultwatch.core.registry import NodeRecord
-from faultwatch.nodes.writer import RegistryWriter
 from faultwatch.notify.sender import Receiver
 from faultwatch.notify.service import Notifier, NotifierConfig
+from faultwatch.registry.writer import RegistryWriter
 from faultwatch.rules import Matcher
 from faultwatch.streams.matcher_stage import MatcherStage
 from faultwatch.streams.records import InRecord, LiveRules

@@ -18,9 +18,9 @@ from faultwatch.actuate.journal import Journal
 from faultwatch.actuate.runner import ActuateConfig, Actuator
 from faultwatch.core.policy import Policy
 from faultwatch.core.registry import Reason, RegistryPolicy, quarantine, release
-from faultwatch.nodes.store import Refused
-from faultwatch.nodes.writer import RegistryWriter
 from faultwatch.readers.nodes import render
+from faultwatch.registry.store import Refused
+from faultwatch.registry.writer import RegistryWriter
 from faultwatch.rules import Matcher
 from faultwatch.streams.records import LiveRules
 from faultwatch.streams.rules_record import build_record

@@ -4,7 +4,7 @@ either while the main thread waits for it."""
 
 from __future__ import annotations
 
-from faultwatch.diagnose import stacks
+from faultwatch.dumps import stacks
 
 
 def thread(name: str, frames: list[tuple[str, str, int]], active: bool = False,

@@ -15,7 +15,7 @@ from faultwatch.eventlog import log_event
 from faultwatch.kafka import clients
 from faultwatch.kafka.admin import ensure_compacted_topic
 from faultwatch.kafka.errors import BROKER_ERRORS
-from faultwatch.nodes.writer import RegistryWriter
+from faultwatch.registry.writer import RegistryWriter
 
 RETRY_FIRST_S, RETRY_MAX_S = 1.0, 30.0
 POLL_MS = 500

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from faultwatch.diagnose.flight_recorder import analyse
+from faultwatch.dumps.flight_recorder import analyse
 from tests.support.flight_recorder import dump, entry
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from faultwatch.diagnose.stacks import CHECKPOINT, COLLECTIVE, DATA, analyse, classify, needs_native
+from faultwatch.dumps.stacks import CHECKPOINT, COLLECTIVE, DATA, analyse, classify, needs_native
 
 SITE = "/venv/lib/python3.11/site-packages"
 

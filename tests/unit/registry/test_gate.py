@@ -10,13 +10,13 @@ from faultwatch.core.events import Heartbeat, Hit, Notice, RunStart
 from faultwatch.core.job import apply, new_state
 from faultwatch.core.policy import Policy
 from faultwatch.core.registry import NodeRecord, Reason, RegistryPolicy, quarantine
-from faultwatch.nodes.gate import (
+from faultwatch.registry.gate import (
     CHECK_FAILED_RULE,
     CHECK_ODD_RULE,
     QUARANTINED_RULE,
     NodeGate,
 )
-from faultwatch.nodes.writer import RegistryWriter
+from faultwatch.registry.writer import RegistryWriter
 from faultwatch.wire import encode_node, node_key
 from tests.support.rules import builtin_ruleset
 

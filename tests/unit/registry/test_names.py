@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from faultwatch.errors import ConfigError, DecodeError
-from faultwatch.nodes.names import valid_job
+from faultwatch.registry.names import valid_job
 from faultwatch.wire._check import MAX_ID_CHARS, safe_name
 
 SAMPLES = ["train", "x y", "a;b", "-leading", "", "x" * MAX_ID_CHARS,

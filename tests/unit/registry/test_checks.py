@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from faultwatch.agents.bootcheck import check, not_applicable
-from faultwatch.nodes.checks import compare_nodes, failed_checks
+from faultwatch.registry.checks import compare_nodes, failed_checks
 
 
 def node(torch: str, busbw: float, driver: str = "535.104.05") -> list[dict[str, Any]]:
@@ -45,7 +45,7 @@ def test_failed_checks_are_only_checks_that_ran_and_failed() -> None:
 
 
 def test_render_checks_says_when_and_what_failed() -> None:
-    from faultwatch.nodes.checks import render_checks
+    from faultwatch.registry.checks import render_checks
 
     line = render_checks({"when": "restart", "checks": [
         check("disk:/x", False, None, "NotADirectoryError: /x"), check("torch", True, "2.5.1"),

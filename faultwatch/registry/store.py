@@ -8,7 +8,7 @@ from typing import Any
 
 from faultwatch.core.registry import NodeRecord, Registry
 from faultwatch.kafka import clients
-from faultwatch.nodes.writer import encode_signed
+from faultwatch.registry.writer import encode_signed
 from faultwatch.wire import decode_node, node_key
 
 
@@ -54,7 +54,7 @@ async def load_verified(bootstrap: str, topic: str, verifier: Any, must_exist: b
     trust.records.RecordVerifier): signed records in version order; unsigned, forged and
     replayed ones are left out and returned per key instead of being shown as the state."""
     from faultwatch.kafka.reading import read_topic
-    from faultwatch.nodes.writer import RegistryWriter
+    from faultwatch.registry.writer import RegistryWriter
     from faultwatch.trust.records import RecordGate
 
     refused: dict[str, Refused] = {}

@@ -22,7 +22,7 @@ from typing import Any
 from faultwatch.core.events import Hit, Match, Notice, RunStart, Signal
 from faultwatch.core.quota import RUN_STARTS, NodeQuota
 from faultwatch.core.registry import HEALTHY, QUARANTINED, NodeRecord
-from faultwatch.nodes.checks import blames_node, checks_of, compare_nodes, failed_checks
+from faultwatch.registry.checks import blames_node, checks_of, compare_nodes, failed_checks
 
 QUARANTINED_RULE = "node-quarantined"  # the run-start came from a quarantined node
 CHECK_FAILED_RULE = "bootcheck-failed"  # a boot/after-failure check failed on the node

@@ -23,7 +23,7 @@ def change_node(bootstrap: str, topic: str, node: str, make: Change,
     nothing is written."""
     from faultwatch.kafka.admin import ensure_compacted_topic
     from faultwatch.kafka.errors import BROKER_ERRORS, broker_error
-    from faultwatch.nodes.store import load_registry, load_verified, write_records
+    from faultwatch.registry.store import load_registry, load_verified, write_records
     from faultwatch.trust.keys import load_trust
     from faultwatch.trust.records import NODE_RECORD, verifier_for
 
