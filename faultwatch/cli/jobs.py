@@ -30,7 +30,7 @@ def _job(name: str) -> str:
 def _write(args: argparse.Namespace, hold: Hold, action: str) -> Any:
     """Check that the processors would take it (exit 8 otherwise), sign, write."""
     from faultwatch.holds.store import write_hold
-    from faultwatch.streams.write_check import check_operator_write
+    from faultwatch.rollout.write_check import check_operator_write
     from faultwatch.trust.keys import load_signing_key
     from faultwatch.trust.records import HOLD as PURPOSE
     from faultwatch.trust.records import signer_for
@@ -45,7 +45,7 @@ def _write(args: argparse.Namespace, hold: Hold, action: str) -> Any:
 def cmd_set(args: argparse.Namespace) -> int:
     from faultwatch.cli.nodes import parse_duration_s
     from faultwatch.holds.store import read_holds
-    from faultwatch.streams.rules_record import author
+    from faultwatch.rollout.rules_record import author
 
     kind = HOLD if args.jobs_command == "hold" else MUTE
     job = _job(args.job)
@@ -72,7 +72,7 @@ def cmd_set(args: argparse.Namespace) -> int:
 
 def cmd_end(args: argparse.Namespace) -> int:
     from faultwatch.holds.store import read_holds
-    from faultwatch.streams.rules_record import author
+    from faultwatch.rollout.rules_record import author
 
     kind = ENDS[args.jobs_command]
     job = _job(args.job)

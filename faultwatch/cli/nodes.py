@@ -55,7 +55,7 @@ def cmd_nodes(args: argparse.Namespace) -> int:
 def _change(args: argparse.Namespace, make: Any, must_exist: str | None = None) -> int:
     from faultwatch.eventlog import log_event
     from faultwatch.registry.manual import change_node
-    from faultwatch.streams.write_check import check_operator_write
+    from faultwatch.rollout.write_check import check_operator_write
     from faultwatch.trust.keys import load_signing_key
     from faultwatch.trust.records import NODE_RECORD, signer_for
     from faultwatch.wire.topics import Topics

@@ -179,11 +179,11 @@ async def read_status(bootstrap: str, topic: str, job: str | None = None,
                       must_exist: bool = True
                       ) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]]]:
     """(the latest snapshot per job, the latest record per processor worker) on the
-    compacted status topic, read to its end (worker records: streams/rules_status.py); a
+    compacted status topic, read to its end (worker records: rollout/rules_status.py); a
     missing topic is a NotFoundError unless not `must_exist`."""
     from faultwatch import wire
     from faultwatch.errors import DecodeError
-    from faultwatch.streams.rules_status import read_raw, split_status
+    from faultwatch.rollout.rules_status import read_raw, split_status
 
     jobs, workers = split_status(await read_raw(bootstrap, topic, must_exist=must_exist))
     latest: dict[str, dict[str, Any]] = {}
@@ -219,7 +219,7 @@ WORKERS_TITLE = "processor workers (faultwatch rules show: layers and sources)"
 
 
 def worker_cells(w: Mapping[str, Any], now: float) -> list[str]:
-    from faultwatch.streams.rules_status import refused_count
+    from faultwatch.rollout.rules_status import refused_count
 
     rules = w.get("rules") or {}
     pushed: dict[str, Any] = next((la for la in rules.get("layers", [])

@@ -28,6 +28,8 @@ from faultwatch.metrics import ProcessorMetrics
 from faultwatch.metrics import serve as serve_metrics
 from faultwatch.registry.follow import RegistryLink
 from faultwatch.registry.gate import NodeGate
+from faultwatch.rollout.rules_status import WORKER_S, info_labels, worker_id, worker_record
+from faultwatch.rollout.rules_watch import RulesWatcher, base_rules
 from faultwatch.rules import Matcher, RuleSet
 from faultwatch.streams import faust_compat
 from faultwatch.streams.budget import LineBudget
@@ -51,8 +53,6 @@ from faultwatch.streams.lemon_watch import LemonFeed, follow_incidents
 from faultwatch.streams.matcher_stage import MatcherStage
 from faultwatch.streams.records import InRecord, LiveRules
 from faultwatch.streams.refusal_notices import RefusalNotices
-from faultwatch.streams.rules_status import WORKER_S, info_labels, worker_id, worker_record
-from faultwatch.streams.rules_watch import RulesWatcher, base_rules
 from faultwatch.streams.status_publish import StatusPublisher
 from faultwatch.streams.stopping import StopGate
 from faultwatch.trust.replay import max_age_s

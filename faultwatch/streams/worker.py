@@ -176,8 +176,8 @@ def run_worker(cfg: ProcessorConfig, *, stop_timeout_s: float = DEFAULT_STOP_TIM
     """Create the topics, load the rules topic's current set, then run the worker until a
     stop signal (exits the process)."""
     from faultwatch.kafka.admin import ensure_topics
+    from faultwatch.rollout.rules_watch import RulesWatcher, base_rules
     from faultwatch.rules import Matcher
-    from faultwatch.streams.rules_watch import RulesWatcher, base_rules
 
     exit_on_early_signal()
     live = LiveRules(Matcher(cfg.ruleset), cfg.policy, cfg.ruleset.version)

@@ -7,7 +7,7 @@ rollback) and its size budget (MAX_RULESET_RECORD_BYTES, gzipped on the wire).
      "push_id": "5f3e0c1a9b2d", "author": "alice@ops-1", "mode": "add"}
 
 `push_id`, `author`, `mode` and `revision` are optional when read; a rollback adds
-`rollback_of` and `from_revision`. Building the rule set from it is streams/rules_record.py's."""
+`rollback_of` and `from_revision`. Building the rule set from it is rollout/rules_record.py's."""
 
 from __future__ import annotations
 

@@ -28,11 +28,11 @@ from faultwatch.core.registry import NodeRecord
 from faultwatch.notify.sender import Receiver
 from faultwatch.notify.service import Notifier, NotifierConfig
 from faultwatch.registry.writer import RegistryWriter
+from faultwatch.rollout.rules_record import build_record
+from faultwatch.rollout.rules_watch import RulesWatcher
 from faultwatch.rules import Matcher
 from faultwatch.streams.matcher_stage import MatcherStage
 from faultwatch.streams.records import InRecord, LiveRules
-from faultwatch.streams.rules_record import build_record
-from faultwatch.streams.rules_watch import RulesWatcher
 from faultwatch.trust.nodesig import NodeSigner, NodeVerifier
 from faultwatch.trust.records import (
     DECISION,

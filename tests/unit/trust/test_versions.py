@@ -21,10 +21,10 @@ from faultwatch.core.registry import Reason, RegistryPolicy, quarantine, release
 from faultwatch.readers.nodes import render
 from faultwatch.registry.store import Refused
 from faultwatch.registry.writer import RegistryWriter
+from faultwatch.rollout.rules_record import build_record
+from faultwatch.rollout.rules_watch import RulesWatcher
 from faultwatch.rules import Matcher
 from faultwatch.streams.records import LiveRules
-from faultwatch.streams.rules_record import build_record
-from faultwatch.streams.rules_watch import RulesWatcher
 from faultwatch.trust.records import NODE_RECORD, RULES, RecordGate, RecordSigner, RecordVerifier
 from faultwatch.trust.refusals import REFUSALS
 from faultwatch.trust.versions import older

@@ -12,15 +12,15 @@ from faultwatch.errors import FaultwatchError
 from faultwatch.kafka import clients
 from faultwatch.kafka.admin import ensure_compacted_topic
 from faultwatch.kafka.errors import broker_error
-from faultwatch.rules import RuleSet
-from faultwatch.streams.rules_history import (
+from faultwatch.rollout.rules_history import (
     Revision,
     history,
     next_revision,
     revision_key,
     rollback_target,
 )
-from faultwatch.streams.rules_record import RULESET_KEY, build_record, record_of_texts
+from faultwatch.rollout.rules_record import RULESET_KEY, build_record, record_of_texts
+from faultwatch.rules import RuleSet
 from faultwatch.wire import MAX_RULESET_RECORD_BYTES
 from faultwatch.wire.topics import Topics
 
@@ -59,7 +59,7 @@ def _signed(record: bytes, signing_key: Any) -> bytes:
 
 async def _revisions(bootstrap: str, topics: Topics, timeout_s: float
                      ) -> tuple[list[Revision], Revision | None]:
-    from faultwatch.streams.rules_status import read_raw
+    from faultwatch.rollout.rules_status import read_raw
 
     # only the rules topic: the others' partition counts belong to `faultwatch process
     # --partitions`, so push must not create them
@@ -99,7 +99,7 @@ async def push(bootstrap: str, paths: Sequence[str | Path], *, topics: Topics | 
 async def read_history(bootstrap: str, topics: Topics, timeout_s: float = 30.0
                        ) -> tuple[list[Revision], Revision | None]:
     """(kept revisions, the set in force) of the rules topic (NotFoundError if missing)."""
-    from faultwatch.streams.rules_status import read_raw
+    from faultwatch.rollout.rules_status import read_raw
 
     try:
         return history(await read_raw(bootstrap, topics.rules, must_exist=True))

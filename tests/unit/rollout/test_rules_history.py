@@ -8,7 +8,7 @@ import orjson
 import pytest
 
 from faultwatch.errors import NotFoundError, UsageError
-from faultwatch.streams.rules_history import (
+from faultwatch.rollout.rules_history import (
     MAX_REVISIONS,
     NOTHING,
     history,
@@ -16,7 +16,7 @@ from faultwatch.streams.rules_history import (
     revision_key,
     rollback_target,
 )
-from faultwatch.streams.rules_record import RULESET_KEY, layer_of_record, record_of_texts
+from faultwatch.rollout.rules_record import RULESET_KEY, layer_of_record, record_of_texts
 
 SITE = "version: 1\nrules:\n  - id: site.{n}\n    category: retryable\n    contains: 'boom {n}'\n"
 

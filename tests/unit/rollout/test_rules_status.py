@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from faultwatch.rollout.rules_record import build_record
+from faultwatch.rollout.rules_status import info_labels, split_status, worker_lines, worker_record
+from faultwatch.rollout.rules_watch import RulesWatcher
 from faultwatch.rules import Matcher, layers
 from faultwatch.rules import diff as rdiff
 from faultwatch.streams.records import LiveRules
-from faultwatch.streams.rules_record import build_record
-from faultwatch.streams.rules_status import info_labels, split_status, worker_lines, worker_record
-from faultwatch.streams.rules_watch import RulesWatcher
 from faultwatch.wire import decode_worker, worker_key
 
 SITE = """\
@@ -83,7 +83,7 @@ def test_worker_record_round_trip_and_text(tmp_path: Path) -> None:
 def test_a_worker_announces_its_trust_policy_and_what_it_refused(tmp_path: Path) -> None:
     """Issue 36 item 3: `rules show` and `status` say what the trust file refused."""
     from faultwatch.readers.status import workers_table
-    from faultwatch.streams.rules_status import refused_count
+    from faultwatch.rollout.rules_status import refused_count
 
     rules = layers.load([])
     trust = {"verifies": ["rules", "node", "hold"], "keys": {"operator": ["abc"]},
@@ -155,7 +155,7 @@ def test_show_of_an_unknown_rule_is_not_found_with_the_close_ids(tmp_path: Path)
     import pytest
 
     from faultwatch.errors import EXIT_NOT_FOUND, NotFoundError
-    from faultwatch.streams.rules_show import show_local
+    from faultwatch.rollout.rules_show import show_local
 
     site = tmp_path / "site.yaml"
     site.write_text("version: 1\nrules:\n  - id: nccl-watchdog-timeout\n    disabled: true\n")

@@ -4,7 +4,7 @@ whole, no group), build each set as the `pushed` layer over the layers the worke
 policy and rules version together (LiveRules.swap). An invalid set is refused with its
 `path:line` errors in a `rules_rejected` event and the last good set stays; a tombstone
 removes the pushed layer. Only the `ruleset` key is applied: the `revision/N` keys are the
-history `rules rollback` reads (streams/rules_history.py). aiokafka is imported lazily."""
+history `rules rollback` reads (rollout/rules_history.py). aiokafka is imported lazily."""
 
 from __future__ import annotations
 
@@ -20,10 +20,10 @@ from faultwatch.errors import BrokerError, FaultwatchError, RuleError
 from faultwatch.eventlog import log_event
 from faultwatch.kafka import clients
 from faultwatch.kafka.calm import RETRY_BACKOFF_MS
+from faultwatch.rollout.rules_record import RULESET_KEY, layer_of_record
 from faultwatch.rules import Matcher, RuleSet
 from faultwatch.rules.layers import RulesInForce, build, from_ruleset
 from faultwatch.streams.records import LiveRules
-from faultwatch.streams.rules_record import RULESET_KEY, layer_of_record
 from faultwatch.trust.replay import REPLAYED
 from faultwatch.trust.versions import describe, older, record_version
 from faultwatch.wire import MAX_RULESET_RECORD_BYTES

@@ -23,7 +23,7 @@ def check_operator_write(bootstrap: str, status_topic: str, purpose: str, key: A
     (a trust.keys.SigningKey, or None: unsigned); the check made, or None when the workers'
     records could not be read (logged: the write goes ahead unchecked)."""
     from faultwatch.kafka.errors import BROKER_ERRORS
-    from faultwatch.streams.rules_status import read_live_workers
+    from faultwatch.rollout.rules_status import read_live_workers
 
     key_id = None if key is None else key.key_id
     try:

@@ -5,7 +5,7 @@ codec: wire/rules.py), and validated back into a rule set.
      "pushed_at": 1714557600.0, "builtin": true,
      "push_id": "5f3e0c1a9b2d", "author": "alice@ops-1", "mode": "add"}
 
-`push_id`, `author`, `mode` and `revision` (the push's number: streams/rules_history.py) are
+`push_id`, `author`, `mode` and `revision` (the push's number: rollout/rules_history.py) are
 optional when read; a rollback adds `rollback_of` and `from_revision` (the revision it undid,
 the one whose files it pushed again). A pushed set is the `pushed` layer ON TOP of each
 worker's built-in and `--rules` layers (rules/layers.py); "add" is the only mode. `version`

@@ -5,7 +5,7 @@ MAX_REVISIONS pushes survive compaction while the topic stays bounded. A rollbac
 earlier revision's files again as a new revision, signed by the operator who rolls back
 (never the old record itself: its signature and time would be refused as a replay).
 Revision 0 is "nothing pushed": each worker's built-in and `--rules` layers alone.
-Processors apply only the `ruleset` key (streams/rules_watch.py)."""
+Processors apply only the `ruleset` key (rollout/rules_watch.py)."""
 
 from __future__ import annotations
 

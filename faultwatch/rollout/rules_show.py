@@ -16,15 +16,15 @@ import orjson
 
 from faultwatch.core.names import did_you_mean
 from faultwatch.errors import EXIT_ERROR, EXIT_OK, NotFoundError, RuleError
-from faultwatch.rules import diff as rdiff
-from faultwatch.rules import layers
-from faultwatch.streams.rules_record import layer_of_record, read_rule_files
-from faultwatch.streams.rules_status import (
+from faultwatch.rollout.rules_record import layer_of_record, read_rule_files
+from faultwatch.rollout.rules_status import (
     describe_lines,
     read_pushed,
     read_workers,
     worker_lines,
 )
+from faultwatch.rules import diff as rdiff
+from faultwatch.rules import layers
 from faultwatch.wire.topics import Topics
 
 
