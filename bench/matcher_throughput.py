@@ -61,8 +61,8 @@ import peers
 from faultwatch.core.events import STDOUT, Line
 from faultwatch.core.policy import Policy
 from faultwatch.rules import Matcher, load_ruleset
+from faultwatch.streams.logs_to_signals import signals_of_record as signals_of
 from faultwatch.streams.matcher_stage import MatcherStage
-from faultwatch.streams.matching import signals_of_record as signals_of
 from faultwatch.streams.records import InRecord, LiveRules
 from faultwatch.wire import decode_logs, encode_line_chunks, encode_lines, encode_signal
 

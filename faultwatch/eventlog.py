@@ -6,7 +6,6 @@ repeated events instead of writing a line for each."""
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 import unicodedata
@@ -14,13 +13,15 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from typing import Any, TextIO
 
+from faultwatch import settings as env_settings
+
 _COMPONENT = "faultwatch"
 
 DEBUG, INFO, WARNING, ERROR = 10, 20, 30, 40
 LEVEL_NAMES = {"debug": DEBUG, "info": INFO, "warning": WARNING, "error": ERROR}
 FORMATS = ("text", "json")
-FORMAT_ENV = "FAULTWATCH_LOG_FORMAT"
-LEVEL_ENV = "FAULTWATCH_LOG_LEVEL"
+FORMAT_ENV = env_settings.LOG_FORMAT.name
+LEVEL_ENV = env_settings.LOG_LEVEL.name
 
 # Every event's level. What a person running `faultwatch run`/`agent` must see (something is
 # wrong or lost) is a warning; the story of a normal run (started, decided, restarted) is
@@ -92,9 +93,9 @@ def level_of(event: str) -> int:
 class _Config:
     """The process's event-line settings (configure())."""
 
-    fmt = os.environ.get(FORMAT_ENV, "text") if os.environ.get(FORMAT_ENV) in FORMATS \
-        else "text"
-    threshold = LEVEL_NAMES.get(os.environ.get(LEVEL_ENV, "").strip().lower(), INFO)
+    fmt: str = env_settings.LOG_FORMAT.raw() or "text"
+    fmt = fmt if fmt in FORMATS else "text"
+    threshold = LEVEL_NAMES.get((env_settings.LOG_LEVEL.raw() or "").lower(), INFO)
 
 
 def configure(fmt: str | None = None, level: str | int | None = None) -> None:

@@ -11,9 +11,9 @@ import threading
 from collections.abc import Callable, Iterator, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, Protocol, TypedDict
 
-from faultwatch import __version__
+from faultwatch import __version__, settings
 from faultwatch.errors import ConfigError
 
 try:  # prometheus_client is a light optional dependency of the node side
@@ -303,58 +303,82 @@ class ProcessorMetrics:
         watch names now (docs/goodput.md)."""
         self.registry.register(_GoodputCollector(board, lemons))
 
-    def watch(self, counters: Any) -> None:
-        """Expose the stages' counters (attributes lines, signals, dead_letters,
-        logs_event_lag_s of `counters`), read at every scrape."""
+    def watch(self, counters: StageCounters) -> None:
+        """Expose the stages' counters (a streams/counters.Metrics), read at every scrape."""
         self.registry.register(_StageCollector(counters))
         self.registry.register(RefusalCollector())
 
 
+class StageCounters(Protocol):
+    """What /metrics reads of a processor worker's counters (streams/counters.Metrics): typed,
+    so renaming a counter there fails mypy at `watch()`, not a dashboard."""
+
+    @property
+    def lines(self) -> int: ...
+    @property
+    def signals(self) -> int: ...
+    @property
+    def dead_letters(self) -> int: ...
+    @property
+    def logs_event_lag_s(self) -> float: ...
+    @property
+    def jobs_cached(self) -> int: ...
+    @property
+    def max_jobs(self) -> int: ...
+    @property
+    def jobs_finished(self) -> int: ...
+    @property
+    def storm(self) -> Mapping[str, Any]: ...
+
+    def counted(self, name: Literal["jobs_refused", "jobs_expired", "lines_throttled",
+                                    "nodes_throttled"]) -> int: ...
+
+
 class _StageCollector:
-    def __init__(self, counters: Any):
+    def __init__(self, counters: StageCounters):
         self._c = counters
 
     def collect(self) -> Iterator[Any]:
         c = self._c
-        for name, attr, doc in (("faultwatch_lines", "lines", "Log lines matched"),
-                                ("faultwatch_signals", "signals", "Signals produced"),
-                                ("faultwatch_dead_letters", "dead_letters",
-                                 "Records dead-lettered")):
+        for name, n, doc in (("faultwatch_lines", c.lines, "Log lines matched"),
+                             ("faultwatch_signals", c.signals, "Signals produced"),
+                             ("faultwatch_dead_letters", c.dead_letters,
+                              "Records dead-lettered")):
             fam = CounterMetricFamily(name, doc)
-            fam.add_metric([], float(getattr(c, attr, 0)))
+            fam.add_metric([], float(n))
             yield fam
         lag = GaugeMetricFamily("faultwatch_logs_event_lag_seconds",
                                 "Processor time minus the event time of the latest line")
-        lag.add_metric([], float(getattr(c, "logs_event_lag_s", 0.0)))
+        lag.add_metric([], float(c.logs_event_lag_s))
         yield lag
-        for name, attr, doc in (
-                ("faultwatch_jobs_cached", "jobs_cached",
+        for name, n, doc in (
+                ("faultwatch_jobs_cached", c.jobs_cached,
                  "Job states decoded in the worker's cache (idle ones leave it)"),
-                ("faultwatch_jobs_max", "max_jobs", "The cap on active jobs per worker"),
-                ("faultwatch_jobs_finished", "jobs_finished",
+                ("faultwatch_jobs_max", c.max_jobs, "The cap on active jobs per worker"),
+                ("faultwatch_jobs_finished", c.jobs_finished,
                  "Decided and done jobs in the worker's table (they leave after the TTL)")):
             jobs = GaugeMetricFamily(name, doc)
-            jobs.add_metric([], float(getattr(c, attr, 0) or 0))
+            jobs.add_metric([], float(n or 0))
             yield jobs
         refused = CounterMetricFamily("faultwatch_jobs_refused",
                                       "New jobs refused at the cap on active jobs")
-        refused.add_metric([], float(getattr(c, "extra", {}).get("jobs_refused", 0)))
+        refused.add_metric([], float(c.counted("jobs_refused")))
         yield refused
         expired = CounterMetricFamily("faultwatch_jobs_expired",
                                       "Decided and done jobs deleted from the worker's table "
-                                      "after FAULTWATCH_FINISHED_TTL_S")
-        expired.add_metric([], float(getattr(c, "extra", {}).get("jobs_expired", 0)))
+                                      f"after {settings.FINISHED_TTL_S}")
+        expired.add_metric([], float(c.counted("jobs_expired")))
         yield expired
-        for name, k, doc in (
-                ("faultwatch_lines_throttled", "lines_throttled",
+        for name, n, doc in (
+                ("faultwatch_lines_throttled", c.counted("lines_throttled"),
                  "Lines counted but not matched: their node was over its line budget "
-                 "(FAULTWATCH_NODE_LINES_PER_S)"),
-                ("faultwatch_nodes_throttled", "nodes_throttled",
+                 f"({settings.NODE_LINES_PER_S})"),
+                ("faultwatch_nodes_throttled", c.counted("nodes_throttled"),
                  "Throttling episodes started (a node over its line budget)")):
             thr = CounterMetricFamily(name, doc)
-            thr.add_metric([], float(getattr(c, "extra", {}).get(k, 0)))
+            thr.add_metric([], float(n))
             yield thr
-        storm = getattr(c, "storm", None) or {}
+        storm = c.storm or {}
         for name, k, doc in (
                 ("faultwatch_fleet_storm_holding", "holding",
                  "1 while the blast-radius guard holds the actions of jobs lost together"),
@@ -446,11 +470,26 @@ class _RulesCollector:
         return iter(())
 
 
+class AgentStats(TypedDict, total=False):
+    """An agent's stats: its heartbeats carry them, /metrics reads them (AgentCollector), so
+    a key renamed on one side fails mypy, not a dashboard."""
+
+    lines_read: int
+    lines_acked: int
+    spool_depth: int
+    spool_bytes: int
+    drops: int
+    ack_lag_s: float
+    broker_up: bool
+    tee_dropped_bytes: int
+    mode: str  # `agent tail`: "tail"
+
+
 class AgentCollector:
     """Reads an agent's own stats at scrape time (nothing to increment in the agent):
     `stats()` is the heartbeat stats dict, `child_alive()` whether the child runs."""
 
-    def __init__(self, stats: Callable[[], Mapping[str, Any]],
+    def __init__(self, stats: Callable[[], AgentStats],
                  child_alive: Callable[[], bool], labels: Mapping[str, str]):
         self._stats, self._alive = stats, child_alive
         self._names = sorted(labels)
@@ -464,19 +503,18 @@ class AgentCollector:
 
     def collect(self) -> Iterator[Any]:
         s = self._stats()
-        num = {k: float(v) for k, v in s.items() if isinstance(v, int | float)}
         yield self._g("faultwatch_agent_lines_read", "Lines read from the child",
-                      num.get("lines_read", 0.0), counter=True)
+                      float(s.get("lines_read", 0)), counter=True)
         yield self._g("faultwatch_agent_lines_acked", "Lines the broker acknowledged",
-                      num.get("lines_acked", 0.0), counter=True)
+                      float(s.get("lines_acked", 0)), counter=True)
         yield self._g("faultwatch_agent_spool_depth", "Records spooled, not yet acked",
-                      num.get("spool_depth", 0.0))
+                      float(s.get("spool_depth", 0)))
         yield self._g("faultwatch_agent_spool_bytes", "Bytes in the spool",
-                      num.get("spool_bytes", 0.0))
+                      float(s.get("spool_bytes", 0)))
         yield self._g("faultwatch_agent_dropped_lines", "Lines lost (spool failures, cap)",
-                      num.get("drops", 0.0), counter=True)
+                      float(s.get("drops", 0)), counter=True)
         yield self._g("faultwatch_agent_ack_lag_seconds", "Age of the oldest unacked record",
-                      num.get("ack_lag_s", 0.0))
+                      float(s.get("ack_lag_s", 0.0)))
         yield self._g("faultwatch_agent_broker_up", "1 when the broker takes records",
                       1.0 if s.get("broker_up") else 0.0)
         yield self._g("faultwatch_agent_child_alive", "1 while the supervised command runs",
@@ -495,7 +533,7 @@ def service_registry(component: str) -> Any:
     return registry
 
 
-def agent_registry(stats: Callable[[], Mapping[str, Any]], child_alive: Callable[[], bool],
+def agent_registry(stats: Callable[[], AgentStats], child_alive: Callable[[], bool],
                    labels: Mapping[str, str]) -> Any:
     """A registry holding one AgentCollector."""
     registry = CollectorRegistry(auto_describe=False)

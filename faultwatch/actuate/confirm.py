@@ -21,7 +21,7 @@ from typing import Any
 
 from faultwatch.actuate.backend import ActuateError
 from faultwatch.actuate.plan import QUARANTINE, Action
-from faultwatch.nodes.names import (
+from faultwatch.registry.names import (
     K8S_NAME_RE,
     K8S_NAMESPACE_RE,
     SLURM_JOB_ID_RE,

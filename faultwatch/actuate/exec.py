@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import re
 import subprocess
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import orjson
 
-from faultwatch.actuate.backend import ActuateError
+from faultwatch.actuate.backend import ActuateError, Option
 from faultwatch.actuate.plan import QUARANTINE, RELEASE, REQUEUE, Action
 from faultwatch.errors import ConfigError
 
@@ -93,9 +93,18 @@ class ExecBackend:
         return f"ran {argv[0]} ({action.kind} {action.node})"
 
 
-def from_args(args: Any) -> ExecBackend:
-    return ExecBackend({QUARANTINE: parse_template("--exec-quarantine", args.exec_quarantine),
-                        RELEASE: parse_template("--exec-release", args.exec_release),
-                        REQUEUE: parse_template("--exec-requeue", args.exec_requeue),
-                        "confirm": parse_template("--exec-confirm",
-                                                  getattr(args, "exec_confirm", None))})
+NAME = "exec"
+TITLE = ("exec (JSON argv lists; placeholders {node} {decision} {rule} {job} {job_id} "
+         "{namespace} {pod} {kind})")
+OPTIONS = (Option("--exec-quarantine", metavar="JSON"),
+           Option("--exec-release", metavar="JSON"),
+           Option("--exec-requeue", metavar="JSON"),
+           Option("--exec-confirm", "asked before a node is drained for a job: exit 0 if the "
+                  "scheduler runs {job} ({job_id}/{pod}) on {node}, 1 if not", metavar="JSON"))
+
+
+def build(opts: Mapping[str, Any]) -> ExecBackend:
+    return ExecBackend({QUARANTINE: parse_template("--exec-quarantine", opts["exec_quarantine"]),
+                        RELEASE: parse_template("--exec-release", opts["exec_release"]),
+                        REQUEUE: parse_template("--exec-requeue", opts["exec_requeue"]),
+                        "confirm": parse_template("--exec-confirm", opts["exec_confirm"])})

@@ -5,16 +5,16 @@ from __future__ import annotations
 
 import os
 import urllib.parse
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from faultwatch.actuate.backend import ActuateError
+from faultwatch.actuate.backend import ActuateError, Option
 from faultwatch.actuate.kubeclient import ApiStatus, KubeClient, KubeConfig
 from faultwatch.actuate.plan import QUARANTINE, RELEASE, REQUEUE, Action
 from faultwatch.errors import ConfigError
-from faultwatch.nodes.names import K8S_NAME_RE, K8S_NAMESPACE_RE, check, valid_node
+from faultwatch.registry.names import K8S_NAME_RE, K8S_NAMESPACE_RE, check, valid_node
 
 TAINT_KEY = "faultwatch.io/quarantine"
 TAINT_EFFECT = "NoSchedule"
@@ -232,12 +232,31 @@ def _instance() -> str:
     return os.environ.get("HOSTNAME") or os.uname().nodename
 
 
-def from_args(args: Any) -> KubernetesBackend:
+NAME = "kubernetes"
+TITLE = ("kubernetes (needs faultwatch[kubernetes]; kubectl's credentials: --kubeconfig, "
+         "else $KUBECONFIG, ~/.kube/config, in-cluster)")
+CONNECTION = (
+    Option("--kubeconfig", "kubeconfig file: contexts, client certificates, tokens, exec "
+           "credential plugins (default: $KUBECONFIG, a ':'-separated list, else "
+           "~/.kube/config, else the in-cluster service account)", metavar="FILE"),
+    Option("--context", "kubeconfig context (default: its current-context)", metavar="NAME"),
+)  # also `faultwatch process --allocation-check kubernetes`'s (streams/allocations.py)
+OPTIONS = (
+    *CONNECTION,
+    Option("--k8s-pod-selector", "also move every pod on the node matching this label "
+           "selector; {job} is the faultwatch job, e.g. training.kubeflow.org/job-name={job}"),
+    Option("--k8s-pod-action", "how a pod leaves a quarantined node: the Eviction API, which "
+           "respects PodDisruptionBudgets (a refusal is retried), or a plain delete (default: "
+           "%(default)s)", EVICT, choices=(EVICT, DELETE)),
+)
+
+
+def build(opts: Mapping[str, Any]) -> KubernetesBackend:
     """--kubeconfig/--context (else $KUBECONFIG, ~/.kube/config, in-cluster); the credentials
     are loaded and the server asked its version at start, so a wrong context fails here."""
-    cfg = KubeConfig(kubeconfig=Path(args.kubeconfig) if args.kubeconfig else None,
-                     context=args.context)
+    cfg = KubeConfig(kubeconfig=Path(opts["kubeconfig"]) if opts["kubeconfig"] else None,
+                     context=opts["context"])
     client = KubeClient(cfg)
     client.connect()
-    return KubernetesBackend(client, pod_selector=args.k8s_pod_selector,
-                             pod_action=getattr(args, "k8s_pod_action", EVICT))
+    return KubernetesBackend(client, pod_selector=opts["k8s_pod_selector"],
+                             pod_action=opts["k8s_pod_action"])

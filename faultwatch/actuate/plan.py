@@ -9,7 +9,7 @@ from faultwatch.core.blast import NOTICE_JOB
 from faultwatch.core.events import Decision
 from faultwatch.core.registry import HEALTHY, QUARANTINED, NodeRecord
 from faultwatch.errors import ConfigError
-from faultwatch.nodes.names import (
+from faultwatch.registry.names import (
     DECISION_ID_RE,
     K8S_NAME_RE,
     K8S_NAMESPACE_RE,

@@ -26,10 +26,11 @@ from faultwatch.core.registry import (
 )
 from faultwatch.errors import ConfigError, DecodeError, FaultwatchError
 from faultwatch.eventlog import log_event
+from faultwatch.trust.intake import DecisionIntake, fresh, where_of
 from faultwatch.trust.refusals import REFUSALS
-from faultwatch.trust.replay import REPLAYED, ReplayGuard
+from faultwatch.trust.replay import DEFAULT_MAX_AGE_S, REPLAYED, ReplayGuard
 from faultwatch.trust.versions import describe, older
-from faultwatch.wire import decode_decision, decode_node
+from faultwatch.wire import decode_node
 
 
 @dataclass(frozen=True)
@@ -39,7 +40,7 @@ class ActuateConfig:
     state_file: Path
     group: str
     write_registry: bool = False  # also derive registry updates (the job stage writes them)
-    max_decision_age_s: float = 600.0
+    max_decision_age_s: float = DEFAULT_MAX_AGE_S
     poll_ms: int = 500
     retry_s: float = 5.0
     max_tries: int = 5
@@ -109,15 +110,10 @@ class Actuator:
     def take_decision(self, value: bytes | None, now: float, gate: Any, *, topic: str,
                       partition: int, offset: int) -> list[NodeRecord]:
         """One decisions-topic record: signature (gate), decode, the replay rule, plan."""
-        if not gate.admit_record(value, topic=topic, partition=partition, offset=offset):
-            return []  # unsigned or forged while a key is configured: refused, logged
-        try:
-            dec = decode_decision(value)
-        except DecodeError as e:
-            log_event("undecodable_record", topic=topic, partition=partition, offset=offset,
-                      error=str(e))
-            return []
-        return self.on_decision(dec, now, f"{topic}[{partition}]@{offset}")
+        dec = DecisionIntake(gate, self.replay, log_event).decode(
+            value, topic=topic, partition=partition, offset=offset)
+        return [] if dec is None else self.on_decision(dec, now, where_of(topic, partition,
+                                                                          offset))
 
     def take_node(self, value: bytes | None, now: float, gate: Any, *, topic: str,
                   partition: int, offset: int, plan: bool = True) -> None:
@@ -145,11 +141,7 @@ class Actuator:
 
     def on_decision(self, dec: Decision, now: float, where: str) -> list[NodeRecord]:
         """Plan a decision's actions; return the registry records it changes (to publish)."""
-        why = self.replay.check(dec.id, dec.ts, now, where)
-        if why is not None:
-            log_event("decision_refused", reason=why, id=dec.id, job=dec.job,
-                      action=dec.action, where=where, age_s=round(now - dec.ts, 1),
-                      max_age_s=self.replay.max_age_s)
+        if not fresh(self.replay, dec, now, log_event, where, where=where):
             return []
         try:
             actions = plan_decision(dec)
@@ -315,73 +307,101 @@ class Actuator:
                 self.on_node(rec, now)
 
     def run_due(self, now: float) -> int:
-        """Run every queued action that is due, in order, each re-checked against its node's
-        latest registry record first (recheck.py); returns how many ran."""
+        """Run every queued action that is due, in order, through the stages: due (a requeue
+        waits for its drain) -> still planned (re-checked against its node's latest registry
+        record, recheck.py) -> limits (else held) -> journal begin -> confirm -> apply ->
+        journal done (or retry); returns how many ran."""
         ran = 0
         self._drops_logged = 0
         for _ in range(len(self.queue)):
             a, tries, not_before = self.queue.popleft()
-            if a.key not in self.queued:
-                continue  # dropped meanwhile (its drain was refused)
-            if not_before > now or (a.kind == REQUEUE and Action(
-                    QUARANTINE, a.node, a.decision).key in self.queued):
-                self.queue.append((a, tries, not_before))  # a requeue waits for its drain
-                continue
-            overtaken = stale(a, self.registry, now)
-            if overtaken is not None:
-                self._drop(a, overtaken)
-                continue
-            why = self._limit(a, now)
-            if why is not None:
-                self._hold(a, why, now)
+            if not self._due(a, tries, not_before, now) or not self._planned(a, now) or \
+                    not self._within_limits(a, now):
                 continue
             if a.key not in self.journal.pending:
                 self.journal.begin(a)
             try:
-                refusal = confirm(self.backend, a)
-                if refusal is not None:
-                    if not a.scheduler:
-                        self._unidentified.add(a.key)
-                    REFUSALS[("actuate", "not_allocated")] += 1
-                    log_event("actuate_refused", reason="not_allocated", backend=self.backend.name,
-                              kind=a.kind, node=a.node, decision=a.decision, job=a.job,
-                              detail=refusal)
-                    self.journal.done(a, f"refused: {refusal}")
-                    self.queued.discard(a.key)
-                    self._refuse_requeue(a, refusal)
+                if not self._confirmed(a):
                     continue
                 result = self.backend.apply(a)
             except (ActuateError, FaultwatchError) as e:
-                tries += 1
-                if getattr(e, "permanent", False):
-                    log_event("actuate_failed", backend=self.backend.name, kind=a.kind,
-                              node=a.node, decision=a.decision, tries=tries,
-                              cause=str(e), retry="no (a permanent error)")
-                    self.journal.done(a, f"failed: {e}")
-                    self.queued.discard(a.key)
-                    self._unlimited.discard(a.key)
-                    continue
-                if tries >= self.cfg.max_tries:
-                    log_event("actuate_gave_up", backend=self.backend.name, kind=a.kind,
-                              node=a.node, decision=a.decision, tries=tries, error=str(e))
-                    self.journal.done(a, f"gave up: {e}")
-                    self.queued.discard(a.key)
-                else:
-                    log_event("actuate_retry", backend=self.backend.name, kind=a.kind,
-                              node=a.node, decision=a.decision, tries=tries, error=str(e))
-                    self.queue.append((a, tries, now + self.cfg.retry_s * 2 ** (tries - 1)))
+                self._failed(a, tries + 1, e, now)
                 continue
-            self.journal.done(a, result)
-            self.queued.discard(a.key)
-            self._unlimited.discard(a.key)
-            if a.kind == QUARANTINE:
-                self.limiter.drained(a.node, now)
-            elif a.kind == RELEASE:
-                self.limiter.resumed(a.node)
+            self._applied(a, result, now)
             ran += 1
-            self.acted.append((a, str(result), time.time()))
-            log_event("actuated", backend=self.backend.name, kind=a.kind, node=a.node,
-                      decision=a.decision, rule=a.rule, job=a.job, result=result)
         if self._drops_logged > 5:
             log_event("actuate_dropped_summary", dropped=self._drops_logged, logged=5)
         return ran
+
+    def _due(self, a: Action, tries: int, not_before: float, now: float) -> bool:
+        """Still queued and due; a requeue waits for its node's drain (else back in line)."""
+        if a.key not in self.queued:
+            return False  # dropped meanwhile (its drain was refused)
+        if not_before > now or (a.kind == REQUEUE and Action(
+                QUARANTINE, a.node, a.decision).key in self.queued):
+            self.queue.append((a, tries, not_before))
+            return False
+        return True
+
+    def _planned(self, a: Action, now: float) -> bool:
+        """Not overtaken by its node's latest registry record (else dropped)."""
+        overtaken = stale(a, self.registry, now)
+        if overtaken is not None:
+            self._drop(a, overtaken)
+            return False
+        return True
+
+    def _within_limits(self, a: Action, now: float) -> bool:
+        """The drain limits allow it now (else held)."""
+        why = self._limit(a, now)
+        if why is not None:
+            self._hold(a, why, now)
+            return False
+        return True
+
+    def _confirmed(self, a: Action) -> bool:
+        """The scheduler runs the job on the node (confirm.py); a refusal is journaled."""
+        refusal = confirm(self.backend, a)
+        if refusal is None:
+            return True
+        if not a.scheduler:
+            self._unidentified.add(a.key)
+        REFUSALS[("actuate", "not_allocated")] += 1
+        log_event("actuate_refused", reason="not_allocated", backend=self.backend.name,
+                  kind=a.kind, node=a.node, decision=a.decision, job=a.job, detail=refusal)
+        self.journal.done(a, f"refused: {refusal}")
+        self.queued.discard(a.key)
+        self._refuse_requeue(a, refusal)
+        return False
+
+    def _failed(self, a: Action, tries: int, e: Exception, now: float) -> None:
+        """A failed apply: journaled as failed (permanent) or given up, else retried later."""
+        if getattr(e, "permanent", False):
+            log_event("actuate_failed", backend=self.backend.name, kind=a.kind,
+                      node=a.node, decision=a.decision, tries=tries,
+                      cause=str(e), retry="no (a permanent error)")
+            self.journal.done(a, f"failed: {e}")
+            self.queued.discard(a.key)
+            self._unlimited.discard(a.key)
+        elif tries >= self.cfg.max_tries:
+            log_event("actuate_gave_up", backend=self.backend.name, kind=a.kind,
+                      node=a.node, decision=a.decision, tries=tries, error=str(e))
+            self.journal.done(a, f"gave up: {e}")
+            self.queued.discard(a.key)
+        else:
+            log_event("actuate_retry", backend=self.backend.name, kind=a.kind,
+                      node=a.node, decision=a.decision, tries=tries, error=str(e))
+            self.queue.append((a, tries, now + self.cfg.retry_s * 2 ** (tries - 1)))
+
+    def _applied(self, a: Action, result: str, now: float) -> None:
+        """Journal done; the limits count it; the acted topic gets it."""
+        self.journal.done(a, result)
+        self.queued.discard(a.key)
+        self._unlimited.discard(a.key)
+        if a.kind == QUARANTINE:
+            self.limiter.drained(a.node, now)
+        elif a.kind == RELEASE:
+            self.limiter.resumed(a.node)
+        self.acted.append((a, str(result), time.time()))
+        log_event("actuated", backend=self.backend.name, kind=a.kind, node=a.node,
+                  decision=a.decision, rule=a.rule, job=a.job, result=result)

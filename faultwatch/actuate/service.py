@@ -128,11 +128,16 @@ async def run(backend: Backend, cfg: ActuateConfig, stop: asyncio.Event | None =
 
     from faultwatch.kafka import calm as broker_calm
     from faultwatch.kafka import clients
-    from faultwatch.nodes.store import write_records
+    from faultwatch.registry.store import write_records
     from faultwatch.trust.decisions import decision_verifier
     from faultwatch.trust.keys import load_signing_key, load_trust
-    from faultwatch.trust.records import NODE_RECORD, RecordGate, signer_for, verifier_for
-    from faultwatch.wire.signing import DecisionGate
+    from faultwatch.trust.records import (
+        NODE_RECORD,
+        DecisionGate,
+        RecordGate,
+        signer_for,
+        verifier_for,
+    )
     from faultwatch.wire.topics import Topics
 
     stop = stop or asyncio.Event()

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import subprocess
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from faultwatch.actuate.backend import ActuateError
+from faultwatch.actuate.backend import ActuateError, Option
 from faultwatch.actuate.plan import QUARANTINE, RELEASE, REQUEUE, Action
-from faultwatch.nodes.names import SLURM_JOB_ID_RE, check, valid_job, valid_node
+from faultwatch.registry.names import SLURM_JOB_ID_RE, check, valid_job, valid_node
 
 REASON_PREFIX = "faultwatch "
 # job states in which the job no longer holds its nodes' allocation for this run
@@ -168,5 +168,11 @@ class SlurmBackend:
         return [h.strip() for h in out.split() if h.strip()]
 
 
-def from_args(args: Any) -> SlurmBackend:
-    return SlurmBackend(scontrol=args.scontrol, squeue=args.squeue)
+NAME = "slurm"
+TITLE = "slurm"
+OPTIONS = (Option("--scontrol", "scontrol executable", "scontrol"),
+           Option("--squeue", "squeue executable", "squeue"))
+
+
+def build(opts: Mapping[str, Any]) -> SlurmBackend:
+    return SlurmBackend(scontrol=opts["scontrol"], squeue=opts["squeue"])

@@ -12,10 +12,10 @@ import time
 import uuid
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import faultwatch
-from faultwatch import wire
+from faultwatch import settings, wire
 from faultwatch.agents import rendezvous, torchrun_env
 from faultwatch.agents.agent_log import AgentLog  # noqa: F401 - re-exported
 from faultwatch.agents.batcher import LineBatcher
@@ -41,6 +41,9 @@ from faultwatch.agents.sdk_server import SdkServer
 from faultwatch.agents.transport import KafkaTransport, Transport
 from faultwatch.core.events import STDERR, STDOUT, Decision, Exit, Heartbeat, RunStart
 from faultwatch.errors import ChildError
+
+if TYPE_CHECKING:
+    from faultwatch.metrics import AgentStats
 
 PIPE_DRAIN_AFTER_EXIT_S = 5.0  # grandchildren may hold the pipes open after the leader exits
 PIPE_QUIET_S = 0.3  # ... reading stops earlier once they were quiet this long
@@ -73,9 +76,9 @@ def _is_terminal(fd: int) -> bool:
         return False
 
 
-# What the child never inherits: where the node and signing keys are, legacy HMAC secrets.
-SECRET_ENV = ("FAULTWATCH_NODE_KEY_FILE", "FAULTWATCH_SIGNING_KEY_FILE",
-              "FAULTWATCH_DECISION_KEY", "FAULTWATCH_DECISION_KEY_FILE")
+# What the child never inherits: where the node and signing keys are, legacy HMAC secrets
+# (the variables settings.py declares secret).
+SECRET_ENV = settings.CHILD_STRIPPED
 
 
 class Agent:
@@ -139,7 +142,8 @@ class Agent:
             self.log("run_id_not_shared", run_id=self.run_id, nnodes=launch.nnodes or
                      self.cfg.nnodes, endpoint=launch.endpoint,
                      hint="this launch spans nodes but names no shared run: give every "
-                          "node's agent the same --run-id (or FAULTWATCH_RUN_ID), torchrun "
+                          f"node's agent the same --run-id (or {settings.RUN_ID.name}), "
+                          "torchrun "
                           "--rdzv-id, or a rendezvous endpoint other nodes reach")
 
     def _torchrun_ranks(self, env: Mapping[str, str]) -> None:
@@ -202,7 +206,7 @@ class Agent:
         ts = [t for t in (sp.last_activity_ts for sp in self.split.values()) if t is not None]
         return max(ts) if ts else None
 
-    def stats(self) -> dict[str, Any]:
+    def stats(self) -> AgentStats:
         return {"lines_read": self.lines_read, **self.transport.stats(),
                 "tee_dropped_bytes": self.tee_out.dropped_bytes + self.tee_err.dropped_bytes}
 
@@ -276,11 +280,10 @@ class Agent:
     # ---- one run -------------------------------------------------------------------------
     def child_env(self) -> dict[str, str]:
         c = self.cfg
-        env = dict(os.environ if c.env is None else c.env)
-        for secret in SECRET_ENV:  # key files and secrets stay with the agent
-            env.pop(secret, None)
-        env.update(FAULTWATCH_JOB=c.job, FAULTWATCH_NODE=c.node,
-                   FAULTWATCH_ATTEMPT=str(self.attempt), **self.extra_env)
+        # key files and secrets stay with the agent
+        env = settings.child_env(os.environ if c.env is None else c.env, JOB=c.job,
+                                 NODE_NAME=c.node, ATTEMPT=str(self.attempt))
+        env.update(self.extra_env)
         return env
 
     async def supervise(self) -> ExitStatus:

@@ -19,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from faultwatch import settings
 from faultwatch.agents.config import EXIT_BOOTCHECK_FAILED, AgentConfig
 
 if TYPE_CHECKING:
@@ -302,7 +303,7 @@ def allreduce_argv(env: Mapping[str, str], nnodes: int | None, node_rank: int | 
 
 
 def node_rank_from_env(env: Mapping[str, str]) -> int | None:
-    for name in ("FAULTWATCH_NODE_RANK", "NODE_RANK", "GROUP_RANK", "SLURM_NODEID"):
+    for name in (settings.NODE_RANK.name, "NODE_RANK", "GROUP_RANK", "SLURM_NODEID"):
         v = env.get(name, "").strip()
         if v.isdigit():
             return int(v)
@@ -333,11 +334,11 @@ async def all_checks(paths: tuple[str, ...], min_mb_s: float, expect_gpus: int |
         if argv is None:
             checks.append(check("allreduce", False, None, "a multi-node job needs MASTER_ADDR, "
                                 "MASTER_PORT and a node rank (NODE_RANK, GROUP_RANK, "
-                                "SLURM_NODEID or FAULTWATCH_NODE_RANK)"))
+                                f"SLURM_NODEID or {settings.NODE_RANK})"))
         else:
             d, err = await _run_json(argv, timeout_s, env)
             # "node": among this node's processes (its failure blames it); "job": across
-            # the job's ranks (a failure names no node: faultwatch/nodes/checks.py)
+            # the job's ranks (a failure names no node: faultwatch/registry/checks.py)
             checks.append({**allreduce_check(d, err, min_busbw_gb_s),
                            "scope": "node" if "--local" in argv else "job"})
     else:

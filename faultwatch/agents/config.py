@@ -5,13 +5,13 @@ from __future__ import annotations
 import hashlib
 import os
 import socket
-import unicodedata
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from faultwatch import settings
 from faultwatch.agents.exitcodes import (  # noqa: F401 - re-exported
     EXIT_ELSEWHERE,
     EXIT_FAILED,
@@ -20,9 +20,11 @@ from faultwatch.agents.exitcodes import (  # noqa: F401 - re-exported
     EXIT_UNDECIDED,
 )
 from faultwatch.agents.identity import resolve_identity
+from faultwatch.core.chain import AGENT_DEFAULTS
+from faultwatch.core.names import name_problem
 from faultwatch.errors import ConfigError
+from faultwatch.wire.topics import DEFAULT_PREFIX, Topics
 
-DEFAULT_PREFIX = "faultwatch."
 # how long a line may wait in the agent to share a record with later lines (agents/batcher.py)
 LINGER_MS = 100  # the bound, while lines flow (--linger-ms)
 FIRST_LINGER_MS = 20  # after a quiet spell (a bound below it is used instead)
@@ -52,12 +54,11 @@ def rank_from_env(env: Mapping[str, str]) -> tuple[int | None, int | None]:
 
 
 def default_spool_dir(env: Mapping[str, str]) -> Path:
-    return Path(env.get("FAULTWATCH_SPOOL_DIR") or Path.home() / ".faultwatch" / "spool")
+    return settings.SPOOL_DIR.get(env) or Path.home() / ".faultwatch" / "spool"
 
 
 _PLAIN = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-")
 _MAX_COMPONENT = 120  # bytes of one encoded path component (file systems allow 255)
-MAX_NAME_CHARS = 256
 
 
 def safe_name(s: str) -> str:
@@ -80,15 +81,12 @@ def safe_name(s: str) -> str:
 
 
 def check_name(key: str, value: str) -> None:
-    """A job or node name: 1..MAX_NAME_CHARS characters, no control or line-break characters
-    (they would reach terminals and logs); ConfigError otherwise."""
-    if not value:
-        raise ConfigError(key, "must not be empty")
-    if len(value) > MAX_NAME_CHARS:
-        raise ConfigError(key, f"longer than {MAX_NAME_CHARS} characters")
-    bad = next((c for c in value if unicodedata.category(c) in ("Cc", "Cf", "Zl", "Zp")), None)
-    if bad is not None:
-        raise ConfigError(key, f"contains the control character {bad!r}")
+    """A job or node name by the one rule (core/names.py: 1..MAX_NAME_CHARS characters, no
+    control or line-break characters; they would reach terminals and logs); ConfigError
+    otherwise."""
+    problem = name_problem(value)
+    if problem is not None:
+        raise ConfigError(key, problem)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -102,16 +100,16 @@ class AgentConfig:
     spool_dir: Path
     topic_prefix: str = DEFAULT_PREFIX
     attempt: int = 0
-    heartbeat_s: float = 2.0
+    heartbeat_s: float = AGENT_DEFAULTS["agent.heartbeat_s"]
     # while the child prints, its lines already prove the node alive: a heartbeat only this
     # often (see heartbeat_due); keep it + heartbeat_s below half the processor's node_lost_s
-    heartbeat_flowing_s: float = 10.0
+    heartbeat_flowing_s: float = AGENT_DEFAULTS["agent.heartbeat_flowing_s"]
     rank: int | None = None
     world_size: int | None = None
     nnodes: int | None = None
     local_ranks: tuple[int, ...] = ()
-    exit_flush_timeout_s: float = 10.0
-    term_grace_s: float = 10.0
+    exit_flush_timeout_s: float = AGENT_DEFAULTS["agent.exit_flush_timeout_s"]
+    term_grace_s: float = AGENT_DEFAULTS["agent.term_grace_s"]
     max_line_bytes: int = 65536
     # the longest a line waits in the agent to share a record with later lines; the wait
     # starts at FIRST_LINGER_MS after a quiet spell and grows to this while lines flow
@@ -122,12 +120,13 @@ class AgentConfig:
     compression: str | None = None  # None: zstd if available, else gzip
     env: Mapping[str, str] | None = field(default=None, repr=False)  # child env (None: ours)
     follow_decisions: bool = False
-    decision_wait_s: float = 60.0
+    decision_wait_s: float = AGENT_DEFAULTS["agent.decision_wait_s"]
     decisions_ready_timeout_s: float = 10.0  # broker down at start: launch anyway after this
     sdk: bool = True  # open the SDK socket for the training process
     diagnose: bool = True  # answer `diagnose` decisions: rank stacks, Flight Recorder dumps
-    wait_for_nodes: int = 0  # hold the launch until this many agents of the job are up
-    wait_for_nodes_timeout_s: float = 900.0
+    # hold the launch until this many agents of the job are up
+    wait_for_nodes: int = int(AGENT_DEFAULTS["agent.wait_for_nodes"])
+    wait_for_nodes_timeout_s: float = AGENT_DEFAULTS["agent.wait_for_nodes_timeout_s"]
     bootcheck: bool = False
     bootcheck_paths: tuple[str, ...] = ()
     bootcheck_abort: bool = False
@@ -184,11 +183,11 @@ class AgentConfig:
         """Fill bootstrap, node, prefix, spool dir and rank fields from env where not given."""
         e = os.environ if env is None else env
         if kw.get("bootstrap") is None:
-            kw["bootstrap"] = e.get("FAULTWATCH_BOOTSTRAP") or ""
+            kw["bootstrap"] = settings.BOOTSTRAP.get(e) or ""
         if not kw["bootstrap"]:
-            raise ConfigError("bootstrap", "no --bootstrap and FAULTWATCH_BOOTSTRAP is unset")
+            raise ConfigError("bootstrap", f"no --bootstrap and {settings.BOOTSTRAP} is unset")
         if kw.get("topic_prefix") is None:
-            kw["topic_prefix"] = e.get("FAULTWATCH_TOPIC_PREFIX", DEFAULT_PREFIX)
+            kw["topic_prefix"] = settings.TOPIC_PREFIX.get(e) or DEFAULT_PREFIX
         if kw.get("spool_dir") is None:
             kw["spool_dir"] = default_spool_dir(e)
         rank, world = rank_from_env(e)
@@ -202,7 +201,7 @@ class AgentConfig:
             # run-start record. Node mode under Slurm: the node's name as slurmd knows it
             # (what actuate drains and a node key is made for), else the host name.
             host = socket.gethostname()
-            kw["node"] = e.get("FAULTWATCH_NODE") or (
+            kw["node"] = settings.NODE_NAME.get(e) or (
                 (e.get("SLURMD_NODENAME") or host) if kw["rank"] is None
                 else f"{host}-rank{kw['rank']}")
         local = _env_int(e, "LOCAL_RANK")
@@ -221,16 +220,20 @@ class AgentConfig:
         return cls(**{k: v for k, v in kw.items() if v is not None or k in _NULLABLE})
 
     @property
+    def topics(self) -> Topics:
+        return Topics(self.topic_prefix)
+
+    @property
     def topic(self) -> str:
-        return f"{self.topic_prefix}logs"
+        return self.topics.logs
 
     @property
     def decisions_topic(self) -> str:
-        return f"{self.topic_prefix}decisions"
+        return self.topics.decisions
 
     @property
     def control_topic(self) -> str:
-        return f"{self.topic_prefix}control"
+        return self.topics.control
 
     @property
     def leaf(self) -> str:

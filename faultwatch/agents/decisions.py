@@ -17,8 +17,9 @@ from faultwatch.errors import DecodeError
 from faultwatch.eventlog import Quiet
 from faultwatch.kafka import clients
 from faultwatch.trust.decisions import decision_verifier
+from faultwatch.trust.intake import DecisionIntake, fresh
+from faultwatch.trust.records import DecisionGate
 from faultwatch.trust.replay import BEFORE_START, ReplayGuard, max_age_s, run_matches
-from faultwatch.wire.signing import DecisionGate
 
 QUIET_EVENTS = ("decision_refused", "decision_other_run", "undecodable_decision")
 
@@ -179,18 +180,19 @@ class DecisionFollower:
                       age_s=round(time.time() - dec.ts, 1),
                       started_s_ago=round(time.time() - self.start_ts, 1))
             return
-        why = self.replay.check(dec.id, dec.ts, time.time())
-        if why is not None:
-            self._log("decision_refused", reason=why, id=dec.id, action=dec.action,
-                      age_s=round(time.time() - dec.ts, 1), max_age_s=self.replay.max_age_s)
+        if not fresh(self.replay, dec, time.time(), self._log):
             return
         self._pending.append(dec)
         self._arrived.set()
 
     def _bad(self, partition: int | None, offset: int | None, error: str) -> None:
-        self.bad_records += 1
-        self._log("undecodable_decision", topic=self.topic, partition=partition, offset=offset,
-                  error=error[:300])
+        self.intake.undecodable(error, topic=self.topic, partition=partition, offset=offset)
+
+    @property
+    def intake(self) -> DecisionIntake:
+        """The one decision intake, over this follower's gate and replay rule (both may be
+        replaced after construction)."""
+        return DecisionIntake(self.gate, self.replay, self._count_bad)
 
     def _set_state(self, state: str, **kv: Any) -> None:
         """Log a state change once (following, waiting_for_topic, unavailable)."""
@@ -303,15 +305,13 @@ class DecisionFollower:
                 return
 
     def _take(self, m: Any) -> None:
-        if not self.gate.admit_record(m.value, topic=self.topic, partition=m.partition,
-                                      offset=m.offset):
-            return  # unsigned or forged while a key is configured: logged by the gate
-        try:
-            dec = wire.decode_decision(m.value)
-        except DecodeError as e:
-            self._bad(m.partition, m.offset, str(e))
-            return
-        except Exception as e:  # noqa: BLE001 - one bad record never blinds the follower
-            self._bad(m.partition, m.offset, repr(e))
-            return
-        self.offer(dec)
+        dec = self.intake.decode(m.value, topic=self.topic, partition=m.partition,
+                                 offset=m.offset)
+        if dec is not None:
+            self.offer(dec)
+
+    def _count_bad(self, event: str, **fields: Any) -> None:
+        """The intake's log: an undecodable record is counted here too (bad_records)."""
+        if event == "undecodable_decision":
+            self.bad_records += 1
+        self._log(event, **fields)

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from faultwatch.agents.child import children_map
-from faultwatch.diagnose import flight_recorder, stacks
+from faultwatch.dumps import flight_recorder, stacks
 from faultwatch.sdk import rank_dumps
 
 PYSPY_TIMEOUT_S = 10.0

@@ -11,7 +11,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from faultwatch import wire
+from faultwatch import settings, wire
 from faultwatch.agents.agent import Agent
 from faultwatch.agents.agent_log import AgentLog
 from faultwatch.agents.config import AgentConfig
@@ -185,7 +185,7 @@ def main_sync(cfg: AgentConfig, flush_only: bool = False,
         logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
     # The delivery thread holds the GIL while it batches and compresses: let the reading
     # thread take it back within a fraction of a millisecond (default 5 ms).
-    sys.setswitchinterval(float(os.environ.get("FAULTWATCH_SWITCH_INTERVAL_S", "0.0005")))
+    sys.setswitchinterval(settings.SWITCH_INTERVAL_S.value())
     try:
         return asyncio.run(flush_spool(cfg) if flush_only
                            else run_agent(cfg, transport, component, render))

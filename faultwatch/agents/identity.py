@@ -25,18 +25,19 @@ SLURMD_NODENAME, job_name) or from the Kubernetes downward-API variables the pod
 
 from __future__ import annotations
 
-import unicodedata
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from faultwatch import settings
 from faultwatch.agents.rendezvous import TORCHRUN_DEFAULT_RDZV_ID, derived_run_id, launch_of
+from faultwatch.core.names import MAX_NAME_CHARS, name_problem
 from faultwatch.errors import ConfigError
 
-MAX_ID_CHARS = 256
+MAX_ID_CHARS = MAX_NAME_CHARS
 FLAG, SLURM, TORCHRUN, KUBERNETES, RENDEZVOUS, GENERATED = (
     "flag", "slurm", "torchrun", "kubernetes", "rendezvous", "generated")
-K8S_ENV = {"namespace": "FAULTWATCH_K8S_NAMESPACE", "pod": "FAULTWATCH_K8S_POD",
-           "node": "FAULTWATCH_K8S_NODE", "uid": "FAULTWATCH_K8S_UID"}
+K8S_ENV = {"namespace": settings.K8S_NAMESPACE.name, "pod": settings.K8S_POD.name,
+           "node": settings.K8S_NODE.name, "uid": settings.K8S_UID.name}
 
 
 @dataclass(frozen=True)
@@ -47,13 +48,10 @@ class RunIdentity:
 
 
 def check_id(key: str, value: str) -> str:
-    """value if it is a safe identity (1..MAX_ID_CHARS, no control characters)."""
-    if not value:
-        raise ConfigError(key, "must not be empty")
-    if len(value) > MAX_ID_CHARS:
-        raise ConfigError(key, f"longer than {MAX_ID_CHARS} characters")
-    if any(unicodedata.category(c) in ("Cc", "Cf", "Zl", "Zp") for c in value):
-        raise ConfigError(key, "contains a control character")
+    """value if it is a safe identity by the one name rule (core/names.py)."""
+    problem = name_problem(value)
+    if problem is not None:
+        raise ConfigError(key, problem)
     return value
 
 
@@ -102,7 +100,7 @@ def resolve_identity(run_id_flag: str | None, labels: Sequence[str], env: Mappin
                      ) -> RunIdentity:
     """This agent's run identity (see the module docstring for the order of sources)."""
     scheduler = scheduler_of(env, parse_labels(labels))
-    flag = (run_id_flag or "").strip() or _env(env, "FAULTWATCH_RUN_ID")
+    flag = (run_id_flag or "").strip() or _env(env, settings.RUN_ID.name)
     if flag:
         return RunIdentity(check_id("run_id", flag), FLAG, scheduler)
     array_job, array_task = _env(env, "SLURM_ARRAY_JOB_ID"), _env(env, "SLURM_ARRAY_TASK_ID")
@@ -116,8 +114,8 @@ def resolve_identity(run_id_flag: str | None, labels: Sequence[str], env: Mappin
     for rdzv in (launch.rdzv_id, _env(env, "TORCHELASTIC_RUN_ID")):
         if rdzv and rdzv.strip() and rdzv.strip() != TORCHRUN_DEFAULT_RDZV_ID:
             return RunIdentity(check_id("rdzv_id", rdzv.strip()), TORCHRUN, scheduler)
-    if _env(env, "FAULTWATCH_K8S_UID"):
-        return RunIdentity(check_id("FAULTWATCH_K8S_UID", _env(env, "FAULTWATCH_K8S_UID")),
+    if _env(env, settings.K8S_UID.name):
+        return RunIdentity(check_id(settings.K8S_UID.name, _env(env, settings.K8S_UID.name)),
                            KUBERNETES, scheduler)
     derived = derived_run_id(job, launch)
     if derived is not None:

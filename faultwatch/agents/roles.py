@@ -30,6 +30,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from faultwatch import settings
 from faultwatch.errors import ConfigError
 
 
@@ -67,7 +68,7 @@ def role_of(spare: bool, spares: int, env: Mapping[str, str], node_index: int | 
     index, where = (node_index, "--node-index") if node_index is not None \
         else _int(env, "SLURM_NODEID", "JOB_COMPLETION_INDEX")
     total, twhere = (nodes_total, "--nodes-total") if nodes_total is not None \
-        else _int(env, "FAULTWATCH_NODES_TOTAL", "SLURM_STEP_NUM_NODES", "SLURM_JOB_NUM_NODES",
+        else _int(env, settings.NODES_TOTAL.name, "SLURM_STEP_NUM_NODES", "SLURM_JOB_NUM_NODES",
                   "SLURM_NNODES")
     if index is None or total is None:
         raise ConfigError("spares", "--spares needs this node's place in the allocation: "

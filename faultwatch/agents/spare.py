@@ -29,7 +29,7 @@ import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from faultwatch import wire
+from faultwatch import settings, wire
 from faultwatch.agents.config import safe_name
 from faultwatch.agents.roles import endpoint_host, hosts_rendezvous, rendezvous_endpoint
 from faultwatch.core.events import Decision
@@ -50,7 +50,7 @@ class NodeLock:
     """The spare lock of one node name: held by the spare that joined a job here."""
 
     def __init__(self, node: str, lock_dir: str | None = None) -> None:
-        base = lock_dir or os.environ.get("FAULTWATCH_LOCK_DIR") or tempfile.gettempdir()
+        base = lock_dir or settings.LOCK_DIR.raw() or tempfile.gettempdir()
         self.path = Path(base) / f"faultwatch-spare-{safe_name(node)}.lock"
         self.fd: int | None = None
 
@@ -172,7 +172,7 @@ async def watch_run_done(agent: Agent, done: asyncio.Event) -> None:
     from aiokafka.partitioner import murmur2  # type: ignore[import-untyped,unused-ignore]
 
     c = agent.cfg
-    topic = f"{c.topic_prefix}status"
+    topic = c.topics.status
     key = wire.job_key(c.job)
     since_ms = int((time.time() - STATUS_MARGIN_S) * 1000)
     backoff = 0.5

@@ -18,7 +18,7 @@ import time
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import faultwatch
 from faultwatch import wire
@@ -28,6 +28,9 @@ from faultwatch.agents.reader import LineBlock, LineSplitter, Piece
 from faultwatch.agents.shipper import Shipper
 from faultwatch.agents.spool import Spool
 from faultwatch.core.events import STDOUT, Heartbeat, RunStart
+
+if TYPE_CHECKING:
+    from faultwatch.metrics import AgentStats
 
 READ_PER_POLL = 4 << 20
 HEAD_BYTES = 64
@@ -187,10 +190,11 @@ async def run_tail(cfg: AgentConfig, paths: list[str], state_file: Path, poll_s:
                 next_hb = time.monotonic() + cfg.heartbeat_s
                 hb = Heartbeat(cfg.job, cfg.attempt, cfg.node, time.time(), True,
                                tailer.last_output_ts, started)
-                shipper.submit_lifecycle(wire.encode_heartbeat(hb, run_id, {
+                stats: AgentStats = {
                     "lines_read": tailer.next_seq, "lines_acked": shipper.stats.lines_acked,
                     "spool_depth": shipper.spool_depth(), "broker_up": shipper.broker_up,
-                    "mode": "tail"}))
+                    "mode": "tail"}
+                shipper.submit_lifecycle(wire.encode_heartbeat(hb, run_id, stats))
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), poll_s)
         tailer.poll()

@@ -31,9 +31,11 @@ import shutil
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from faultwatch import settings
+
 TEMPLATE_ENV = "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"
 TEMPLATE = "[rank${rank}]:"
-OFF_ENV = "FAULTWATCH_TORCHRUN_RANKS"
+OFF_ENV = settings.TORCHRUN_RANKS.name
 USER_KEYS = ("PET_TEE", "PET_REDIRECTS", TEMPLATE_ENV)  # the user chose: leave torchrun be
 _READ_LIMIT = 1 << 20
 
@@ -89,7 +91,7 @@ def rank_env(cmd: Sequence[str], env: Mapping[str, str], log_dir: Path
              ) -> tuple[dict[str, str], str]:
     """(the variables to add to the command's environment, why / what): empty when the user
     chose otherwise or the torch found does not understand them."""
-    if env.get(OFF_ENV, "").strip().lower() in ("0", "off", "false", "no"):
+    if not settings.TORCHRUN_RANKS.value(env):
         return {}, f"off (${OFF_ENV})"
     mine = [k for k in USER_KEYS if env.get(k)]
     if mine:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from faultwatch import wire
 from faultwatch.core.diagnosis import is_probe
@@ -13,6 +13,7 @@ from faultwatch.core.events import Decision
 
 if TYPE_CHECKING:
     from faultwatch.agents.config import AgentConfig
+    from faultwatch.metrics import AgentStats
 
 Log = Callable[..., None]
 GapNotice = Callable[[int, int, int, str], None]  # (records, lines, kept, reason) dropped
@@ -50,7 +51,7 @@ class Transport(Protocol):
 
     def on_gap(self, notice: GapNotice) -> None: ...
 
-    def stats(self) -> dict[str, Any]: ...
+    def stats(self) -> AgentStats: ...
 
     async def finish(self, timeout_s: float) -> None: ...
 
@@ -118,7 +119,7 @@ class KafkaTransport:
     def on_gap(self, notice: GapNotice) -> None:
         self.shipper.on_gap(notice)
 
-    def stats(self) -> dict[str, Any]:
+    def stats(self) -> AgentStats:
         s, sh = self.shipper.stats, self.shipper
         return {"lines_acked": s.lines_acked, "spool_depth": sh.spool_depth(),
                 "spool_bytes": sh.spool_bytes(), "drops": s.drops,
@@ -222,7 +223,7 @@ class LocalTransport:
     def on_gap(self, notice: GapNotice) -> None:
         return None  # nothing is spooled: nothing is ever dropped
 
-    def stats(self) -> dict[str, Any]:
+    def stats(self) -> AgentStats:
         return {"lines_acked": self.lines, "spool_depth": 0, "spool_bytes": 0, "drops": 0,
                 "ack_lag_s": 0.0, "broker_up": True}
 

@@ -9,24 +9,19 @@ import signal
 from pathlib import Path
 from typing import Any
 
+from faultwatch.actuate import plugins
+from faultwatch.actuate.limits import ActuateLimits
 from faultwatch.cli import options
+from faultwatch.core.registry import RegistryPolicy
 from faultwatch.errors import ConfigError
+from faultwatch.wire.topics import actuate_group
 
-BACKENDS = ("slurm", "kubernetes", "exec")
+BACKENDS = plugins.names()
 
 
 def build_backend(args: argparse.Namespace) -> Any:
-    if args.backend == "slurm":
-        from faultwatch.actuate import slurm
-
-        return slurm.from_args(args)
-    if args.backend == "kubernetes":
-        from faultwatch.actuate import kubernetes
-
-        return kubernetes.from_args(args)
-    from faultwatch.actuate import exec as exec_backend
-
-    return exec_backend.from_args(args)
+    """The chosen plug-in, built from its own options' values."""
+    return plugins.build(args.backend, vars(args))
 
 
 def cmd_actuate(args: argparse.Namespace) -> int:
@@ -51,7 +46,7 @@ def cmd_actuate(args: argparse.Namespace) -> int:
     except ValueError as e:
         raise ConfigError("actuate", str(e)) from None
     cfg = ActuateConfig(bootstrap=bootstrap, prefix=args.topic_prefix, state_file=state,
-                        group=args.group or f"{args.topic_prefix}actuate-{args.backend}",
+                        group=args.group or actuate_group(args.topic_prefix, args.backend),
                         write_registry=args.registry_writer,
                         max_decision_age_s=max_age_s(args.max_decision_age_s),
                         registry_policy=RegistryPolicy(quarantine_s=args.quarantine_s),
@@ -106,52 +101,33 @@ def register(sub: Any) -> argparse.ArgumentParser:
                    help="also write the node registry from blacklist decisions (off: the "
                         "processor's job stage writes it; on only for decisions no "
                         "processor of this prefix makes, e.g. published by another tool)")
-    p.add_argument("--quarantine-s", type=float, default=1800.0,
-                   help="first quarantine of a node (doubles per repeat, capped at 7 days)")
+    p.add_argument("--quarantine-s", type=float,
+                   default=options.default_of(RegistryPolicy, "quarantine_s"),
+                   help="first quarantine of a node (default %(default)g; doubles per "
+                        "repeat, capped at 7 days)")
     g = p.add_argument_group("limits (Kubernetes' --node-eviction-rate and "
                              "--unhealthy-zone-threshold are the anchor; see docs/operating.md)")
-    g.add_argument("--max-drains-per-window", type=int, default=5,
-                   help="drain/taint at most this many nodes per --drain-window-s (default 5)")
-    g.add_argument("--drain-window-s", type=float, default=600.0,
-                   help="the window of --max-drains-per-window (default 600)")
-    g.add_argument("--max-drained-share", type=float, default=0.1,
-                   help="never more than this share of the nodes on the registry drained "
-                        "at once, but always 3 nodes (default 0.1)")
+    g.add_argument("--max-drains-per-window", type=int,
+                   default=options.default_of(ActuateLimits, "max_drains_per_window"),
+                   help="drain/taint at most this many nodes per --drain-window-s (default "
+                        "%(default)s)")
+    g.add_argument("--drain-window-s", type=float,
+                   default=options.default_of(ActuateLimits, "window_s"),
+                   help="the window of --max-drains-per-window (default %(default)g)")
+    g.add_argument("--max-drained-share", type=float,
+                   default=options.default_of(ActuateLimits, "max_drained_share"),
+                   help="never more than this share of the nodes on the registry drained at "
+                        f"once, but always {options.default_of(ActuateLimits, 'min_drained_nodes')}"
+                        " nodes (default %(default)g)")
     g.add_argument("--fleet-nodes", type=int, default=0,
                    help="nodes in the fleet, for --max-drained-share (default: the nodes on "
                         "the registry, which lists only nodes that ever had a record)")
     g.add_argument("--release-hold", action="store_true",
                    help="release the hold of the actuator running with this --state-file "
                         "(or --backend's default) and exit: the held drains run")
-    p.add_argument("--max-decision-age-s", type=float, default=None,
-                   help="refuse decisions older than this (default "
-                        "$FAULTWATCH_MAX_DECISION_AGE_S, else 600 s; the replay rule)")
-    g = p.add_argument_group("slurm")
-    g.add_argument("--scontrol", default="scontrol", help="scontrol executable")
-    g.add_argument("--squeue", default="squeue", help="squeue executable")
-    g = p.add_argument_group("kubernetes (needs faultwatch[kubernetes]; kubectl's credentials: "
-                             "--kubeconfig, else $KUBECONFIG, ~/.kube/config, in-cluster)")
-    g.add_argument("--kubeconfig", metavar="FILE",
-                   help="kubeconfig file: contexts, client certificates, tokens, exec "
-                        "credential plugins (default: $KUBECONFIG, a ':'-separated list, "
-                        "else ~/.kube/config, else the in-cluster service account)")
-    g.add_argument("--context", metavar="NAME",
-                   help="kubeconfig context (default: its current-context)")
-    g.add_argument("--k8s-pod-selector",
-                   help="also move every pod on the node matching this label selector; "
-                        "{job} is the faultwatch job, e.g. training.kubeflow.org/job-name={job}")
-    g.add_argument("--k8s-pod-action", choices=("evict", "delete"), default="evict",
-                   help="how a pod leaves a quarantined node: the Eviction API, which respects "
-                        "PodDisruptionBudgets (a refusal is retried), or a plain delete "
-                        "(default: %(default)s)")
-    g = p.add_argument_group("exec (JSON argv lists; placeholders {node} {decision} {rule} "
-                             "{job} {job_id} {namespace} {pod} {kind})")
-    g.add_argument("--exec-quarantine", metavar="JSON")
-    g.add_argument("--exec-release", metavar="JSON")
-    g.add_argument("--exec-requeue", metavar="JSON")
-    g.add_argument("--exec-confirm", metavar="JSON",
-                   help="asked before a node is drained for a job: exit 0 if the scheduler "
-                        "runs {job} ({job_id}/{pod}) on {node}, 1 if not")
+    options.add_max_decision_age(p)
+    for plugin in plugins.plugins().values():  # each backend's own options, as it declares
+        options.add_plugin_options(p.add_argument_group(plugin.TITLE), plugin.OPTIONS)
     options.add_metrics(p)
     options.add_logging(p)
     p.set_defaults(func=cmd_actuate)

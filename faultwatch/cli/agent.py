@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from faultwatch import settings
 from faultwatch.agents.config import (
     EXIT_BLACKLISTED,
     EXIT_BOOTCHECK_FAILED,
@@ -25,16 +26,13 @@ from faultwatch.cli.commands import AGENT_SUBCOMMANDS
 from faultwatch.errors import ConfigError
 
 
-def _env_flag(name: str) -> bool:
-    return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
-
-
 def _follow_decisions(args: argparse.Namespace) -> bool:
     """Node mode acts on decisions by default; rank mode (one agent per rank) does not."""
     if args.follow_decisions is not None:
         return bool(args.follow_decisions)
-    if os.environ.get("FAULTWATCH_FOLLOW_DECISIONS", "").strip():
-        return _env_flag("FAULTWATCH_FOLLOW_DECISIONS")
+    env = settings.FOLLOW_DECISIONS.get()
+    if env is not None:
+        return env
     rank_mode = args.rank is not None or "RANK" in os.environ
     return not rank_mode
 
@@ -42,11 +40,7 @@ def _follow_decisions(args: argparse.Namespace) -> bool:
 def _attempt(args: argparse.Namespace) -> int:
     if args.attempt is not None:
         return int(args.attempt)
-    v = os.environ.get("FAULTWATCH_ATTEMPT", "").strip()
-    try:
-        return int(v) if v else 0
-    except ValueError:
-        raise ConfigError("FAULTWATCH_ATTEMPT", f"not an integer: {v!r}") from None
+    return settings.ATTEMPT.value()
 
 
 def bootcheck_kw(args: argparse.Namespace) -> dict[str, Any]:
@@ -64,7 +58,7 @@ def config_from_args(args: argparse.Namespace) -> AgentConfig:
     if not cmd and not args.flush:
         raise ConfigError("cmd", "no command given: faultwatch agent --job J -- CMD [ARGS...]")
     if not args.job:
-        raise ConfigError("job", "--job is required (or $FAULTWATCH_JOB)")
+        raise ConfigError("job", f"--job is required (or ${settings.JOB})")
     from faultwatch.metrics import check_address_file
 
     check_address_file(getattr(args, "metrics_address_file", None),
@@ -92,18 +86,15 @@ def config_from_args(args: argparse.Namespace) -> AgentConfig:
         spare=bool(getattr(args, "spare", False)), spares=_spares(args),
         node_index=getattr(args, "node_index", None),
         nodes_total=getattr(args, "nodes_total", None),
-        spare_note_s=float(getattr(args, "spare_note_s", 5.0)),
+        spare_note_s=float(getattr(args, "spare_note_s",
+                                   options.default_of(AgentConfig, "spare_note_s"))),
         **bootcheck_kw(args))
 
 
 def _spares(args: argparse.Namespace) -> int:
     if getattr(args, "spares", None) is not None:
         return int(args.spares)
-    v = os.environ.get("FAULTWATCH_SPARES", "").strip()
-    try:
-        return int(v) if v else 0
-    except ValueError:
-        raise ConfigError("FAULTWATCH_SPARES", f"not an integer: {v!r}") from None
+    return settings.SPARES.value()
 
 
 def _path(v: str | None) -> Path | None:
@@ -203,29 +194,34 @@ and the decision; docs/cli.md#exit-codes):
 def _add_agent_common(p: argparse.ArgumentParser, job_required: bool) -> None:
     """Flags shared by `agent`, `agent tail` and `agent bootcheck`."""
     options.add_kafka(p)
-    p.add_argument("--job", required=job_required, default=os.environ.get("FAULTWATCH_JOB"),
-                   help="job name (default $FAULTWATCH_JOB)")
+    p.add_argument("--job", required=job_required, default=settings.JOB.get(),
+                   help=f"job name (default ${settings.JOB})")
     p.add_argument("--node", default=None,
-                   help="node name (default $FAULTWATCH_NODE, else $SLURMD_NODENAME under "
-                        "Slurm, else the hostname)")
-    p.add_argument("--heartbeat-s", type=float, default=2.0,
+                   help=f"node name (default ${settings.NODE_NAME}, else $SLURMD_NODENAME "
+                        "under Slurm, else the hostname)")
+    p.add_argument("--heartbeat-s", type=float, default=options.default_of(AgentConfig,
+                                                                          "heartbeat_s"),
                    help="heartbeat interval while the child is quiet")
-    p.add_argument("--heartbeat-flowing-s", type=float, default=10.0,
+    p.add_argument("--heartbeat-flowing-s", type=float,
+                   default=options.default_of(AgentConfig, "heartbeat_flowing_s"),
                    help="heartbeat interval while the child prints (its lines prove it alive); "
                         "keep it + --heartbeat-s below half the processor's node_lost_s")
     p.add_argument("--run-id", default=None,
                    help="the job run's identity, shared by its agents and attempts (default "
-                        "$FAULTWATCH_RUN_ID, else Slurm's job id, torchrun's --rdzv-id, "
-                        "$FAULTWATCH_K8S_UID, else generated per agent)")
+                        f"${settings.RUN_ID}, else Slurm's job id, torchrun's --rdzv-id, "
+                        f"${settings.K8S_UID}, else generated per agent)")
     p.add_argument("--label", action="append", default=[], metavar="KEY=VALUE",
                    help="a label of the run, sent in its run-start record (repeatable)")
     p.add_argument("--spool-dir", default=None,
-                   help="spool root (default $FAULTWATCH_SPOOL_DIR or ~/.faultwatch/spool)")
+                   help=f"spool root (default ${settings.SPOOL_DIR} or ~/.faultwatch/spool)")
     p.add_argument("--attempt", type=int, default=None,
-                   help="attempt number of the job (default $FAULTWATCH_ATTEMPT or 0)")
-    p.add_argument("--exit-flush-timeout-s", type=float, default=10.0,
+                   help=f"attempt number of the job (default ${settings.ATTEMPT} or 0)")
+    p.add_argument("--exit-flush-timeout-s", type=float,
+                   default=options.default_of(AgentConfig, "exit_flush_timeout_s"),
                    help="how long to wait for acks at exit; the rest stays spooled")
-    p.add_argument("--spool-cap-mb", type=int, default=256, help="spool size cap")
+    p.add_argument("--spool-cap-mb", type=int,
+                   default=options.default_of(AgentConfig, "spool_cap_bytes") >> 20,
+                   help="spool size cap (default %(default)s)")
 
 
 def _add_linger(p: argparse.ArgumentParser) -> None:
@@ -245,7 +241,8 @@ def _add_bootcheck_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--bootcheck-allreduce", action=argparse.BooleanOptionalAction,
                    default=True, help="run an all-reduce across the job's nodes (or 2 local "
                    "processes for a 1-node job) and measure its bandwidth")
-    p.add_argument("--bootcheck-timeout-s", type=float, default=120.0,
+    p.add_argument("--bootcheck-timeout-s", type=float,
+                   default=options.default_of(AgentConfig, "bootcheck_timeout_s"),
                    help="timeout of each subprocess check (versions, all-reduce)")
 
 
@@ -264,41 +261,46 @@ def register(sub: Any) -> None:
     p.add_argument("--rank", type=int, default=None, help="rank (default $RANK)")
     p.add_argument("--nnodes", type=int, default=None,
                    help="nodes of the job, sent in RunStart (default from torchrun's env)")
-    p.add_argument("--term-grace-s", type=float, default=10.0,
+    p.add_argument("--term-grace-s", type=float,
+                   default=options.default_of(AgentConfig, "term_grace_s"),
                    help="SIGTERM to SIGKILL escalation when stopping the child")
-    p.add_argument("--max-line-bytes", type=int, default=65536)
+    p.add_argument("--max-line-bytes", type=int,
+                   default=options.default_of(AgentConfig, "max_line_bytes"))
     _add_linger(p)
     p.add_argument("--node-key-file", type=Path, default=None,
                    help="this node's Ed25519 key (`faultwatch keys generate --node NODE`): "
                         "signs what the agent sends, so no other node can speak for this one "
-                        "(default $FAULTWATCH_NODE_KEY_FILE; never passed to the child)")
+                        f"(default ${settings.NODE_KEY_FILE}; never passed to the child)")
     p.add_argument("--follow-decisions", action=argparse.BooleanOptionalAction,
                    default=None,
                    help="act on <prefix>decisions for the job: restart the child on `restart`, "
                         f"exit {EXIT_BLACKLISTED} on `blacklist` naming this node, stop and exit "
                         f"{EXIT_FAILED} on `fail`; after a failure wait --decision-wait-s for "
                         "the decision; answer the probes of <prefix>control "
-                        "(default: $FAULTWATCH_FOLLOW_DECISIONS if set, else on in node mode "
+                        f"(default: ${settings.FOLLOW_DECISIONS} if set, else on in node mode "
                         "and off in rank mode, where torchrun or the scheduler restarts ranks)")
-    p.add_argument("--decision-wait-s", type=float, default=60.0,
+    p.add_argument("--decision-wait-s", type=float,
+                   default=options.default_of(AgentConfig, "decision_wait_s"),
                    help="after the child failed, how long to wait for the job's decision "
                         f"(none: exit {EXIT_UNDECIDED})")
     p.add_argument("--decisions-out", metavar="FILE",
                    help="append the job's decisions this agent reads as JSON lines")
     options.add_verdict(p)
     p.add_argument("--sdk", action=argparse.BooleanOptionalAction, default=True,
-                   help="open a Unix socket for the training SDK ($FAULTWATCH_SDK_SOCKET in "
+                   help=f"open a Unix socket for the training SDK (${settings.SDK_SOCKET} in "
                         "the child's env) and ship its messages as notes")
-    p.add_argument("--wait-for-nodes", type=int, default=0, metavar="N",
+    p.add_argument("--wait-for-nodes", type=int, metavar="N",
+                   default=options.default_of(AgentConfig, "wait_for_nodes"),
                    help="hold the launch until N nodes of the job have an agent up")
-    p.add_argument("--wait-for-nodes-timeout-s", type=float, default=900.0,
+    p.add_argument("--wait-for-nodes-timeout-s", type=float,
+                   default=options.default_of(AgentConfig, "wait_for_nodes_timeout_s"),
                    help=f"give up waiting (exit {EXIT_NODES_TIMEOUT}) after this long")
     p.add_argument("--spares", type=int, default=None, metavar="K",
                    help="hot spares: the last K nodes of the allocation wait, checked, without "
                         "the command and replace a bad node inside the running job (the "
                         "node's place: --node-index/--nodes-total, else SLURM_NODEID of "
                         "SLURM_STEP_NUM_NODES, or JOB_COMPLETION_INDEX; default "
-                        "$FAULTWATCH_SPARES or 0)")
+                        f"${settings.SPARES} or 0)")
     p.add_argument("--spare", action="store_true",
                    help="this agent is a hot spare whatever its place (a second srun step "
                         "or Job for the spares)")
@@ -306,8 +308,9 @@ def register(sub: Any) -> None:
                    help="this node's place in the allocation, 0-based (with --spares)")
     p.add_argument("--nodes-total", type=int, default=None, metavar="M",
                    help="how many nodes the allocation has, spares included (with --spares; "
-                        "default $FAULTWATCH_NODES_TOTAL, else Slurm's)")
-    p.add_argument("--spare-note-s", type=float, default=5.0,
+                        f"default ${settings.NODES_TOTAL}, else Slurm's)")
+    p.add_argument("--spare-note-s", type=float,
+                   default=options.default_of(AgentConfig, "spare_note_s"),
                    help="how often a waiting spare tells the processor it is alive (keep it "
                         "below half the processor's node_lost_s)")
     p.add_argument("--bootcheck", action="store_true",
@@ -334,7 +337,8 @@ def register(sub: Any) -> None:
     t.add_argument("--poll-s", type=float, default=0.5, help="polling interval")
     t.add_argument("--from-end", action="store_true",
                    help="files without saved offsets start at their end (default: start)")
-    t.add_argument("--max-line-bytes", type=int, default=65536)
+    t.add_argument("--max-line-bytes", type=int,
+                   default=options.default_of(AgentConfig, "max_line_bytes"))
     _add_linger(t)
     t.add_argument("paths", nargs="+", metavar="PATH")
     options.add_logging(t)

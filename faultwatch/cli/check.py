@@ -14,6 +14,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from faultwatch import settings
 from faultwatch.cli import options
 from faultwatch.core.chain import AGENT_DEFAULTS, BROKEN, NOTE, OK, UNKNOWN, Chain, Faultwatch
 from faultwatch.errors import EXIT_CHAIN, EXIT_OK, ChainError
@@ -257,9 +258,9 @@ def register(sub: Any) -> None:
                "5 Kafka unreachable (docs/cli.md#exit-codes)")
     p.hint = "the training command goes after --: faultwatch check [options] -- CMD [ARGS...]"
     options.add_kafka(p)
-    p.add_argument("--job", default=os.environ.get("FAULTWATCH_JOB"),
+    p.add_argument("--job", default=settings.JOB.get(),
                    help="the job whose earlier runs to read (with --bootstrap; default "
-                        "$FAULTWATCH_JOB)")
+                        f"${settings.JOB})")
     options.add_rules(p)
     options.add_policy(p)
     g = p.add_argument_group("the agent's timers (as `faultwatch agent` takes them)")

@@ -7,7 +7,6 @@ from __future__ import annotations
 import argparse
 import time
 import uuid
-from pathlib import Path
 from typing import Any
 
 import orjson
@@ -31,7 +30,7 @@ def _job(name: str) -> str:
 def _write(args: argparse.Namespace, hold: Hold, action: str) -> Any:
     """Check that the processors would take it (exit 8 otherwise), sign, write."""
     from faultwatch.holds.store import write_hold
-    from faultwatch.streams.write_check import check_operator_write
+    from faultwatch.rollout.write_check import check_operator_write
     from faultwatch.trust.keys import load_signing_key
     from faultwatch.trust.records import HOLD as PURPOSE
     from faultwatch.trust.records import signer_for
@@ -46,7 +45,7 @@ def _write(args: argparse.Namespace, hold: Hold, action: str) -> Any:
 def cmd_set(args: argparse.Namespace) -> int:
     from faultwatch.cli.nodes import parse_duration_s
     from faultwatch.holds.store import read_holds
-    from faultwatch.streams.rules_record import author
+    from faultwatch.rollout.rules_record import author
 
     kind = HOLD if args.jobs_command == "hold" else MUTE
     job = _job(args.job)
@@ -73,7 +72,7 @@ def cmd_set(args: argparse.Namespace) -> int:
 
 def cmd_end(args: argparse.Namespace) -> int:
     from faultwatch.holds.store import read_holds
-    from faultwatch.streams.rules_record import author
+    from faultwatch.rollout.rules_record import author
 
     kind = ENDS[args.jobs_command]
     job = _job(args.job)
@@ -110,9 +109,7 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def _signing_key_flag(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--signing-key-file", type=Path, default=argparse.SUPPRESS,
-                   help="operator's Ed25519 key that signs the record (default "
-                        "$FAULTWATCH_SIGNING_KEY_FILE; see `faultwatch keys`)")
+    options.add_signing_key_file(p, default=argparse.SUPPRESS)
 
 
 def register(sub: Any) -> argparse.ArgumentParser:

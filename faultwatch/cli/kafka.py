@@ -70,10 +70,10 @@ def cmd_kafka_acls(args: argparse.Namespace) -> int:
 
 
 def cmd_kafka_fetch(args: argparse.Namespace) -> int:
-    from faultwatch.kafka import broker as kafka_local
+    from faultwatch.kafka import jars
 
     try:
-        print(kafka_local.ensure_jars())
+        print(jars.ensure_jars())
     except OSError as e:
         raise _broker_errors(e) from e
     return EXIT_OK
@@ -82,8 +82,7 @@ def cmd_kafka_fetch(args: argparse.Namespace) -> int:
 def add_scope_flags(p: argparse.ArgumentParser, *, prefix: bool) -> None:
     """--app-id and --notify-group (and --topic-prefix where the caller has none)."""
     if prefix:
-        p.add_argument("--topic-prefix", default="faultwatch.",
-                       help="topic name prefix (default 'faultwatch.')")
+        options.add_topic_prefix(p)
     p.add_argument("--app-id", default="",
                    help="the processors' Faust app id = consumer group (default "
                         "<prefix>processor, as `faultwatch process`)")
@@ -121,16 +120,15 @@ def cmd_acls(args: argparse.Namespace, need_bootstrap: Callable[[argparse.Namesp
     if not args.apply:
         return EXIT_OK
     from faultwatch.kafka import acl_admin
-    from faultwatch.kafka.admin import ensure_compacted_topic, ensure_topics
+    from faultwatch.kafka.admin import ensure_all
     from faultwatch.wire.topics import DEFAULT_PARTITIONS, Topics
 
     bootstrap = need_bootstrap(args)
     security = kafka_settings.current()
 
     async def topics() -> None:
-        await ensure_topics(bootstrap, Topics(scope.prefix),
-                            args.partitions or DEFAULT_PARTITIONS, security=security)
-        await ensure_compacted_topic(bootstrap, scope.topic("nodes"), security=security)
+        await ensure_all(bootstrap, Topics(scope.prefix), args.partitions or DEFAULT_PARTITIONS,
+                         security=security)
 
     async def run() -> acl_admin.ApplyResult:
         # the ACLs first: on a new prefix the admin role may create its topics only once
@@ -165,7 +163,7 @@ def cmd_up_secure(args: argparse.Namespace, out: Callable[[str], None] = print) 
 
 
 def register(sub: Any) -> None:
-    from faultwatch.kafka.broker import CACHE_ENV, KAFKA_VERSION
+    from faultwatch.kafka.jars import CACHE_ENV, KAFKA_VERSION
 
     kafka = sub.add_parser(
         "kafka", help="run a local single-node Kafka broker without Docker",

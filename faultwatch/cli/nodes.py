@@ -6,7 +6,6 @@ import argparse
 import os
 import re
 import uuid
-from pathlib import Path
 from typing import Any
 
 import orjson
@@ -20,22 +19,21 @@ from faultwatch.core.registry import (
     release,
 )
 from faultwatch.errors import ConfigError
-from faultwatch.nodes.names import valid_node
 from faultwatch.readers.nodes import node_json
-
-_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
-_DURATION_RE = re.compile(r"(?:(\d+(?:\.\d+)?)([smhd]))+|\d+(?:\.\d+)?")
+from faultwatch.registry.names import valid_node
 
 
 def parse_duration_s(text: str) -> float:
-    """'90', '90s', '30m', '2h', '1d', '1h30m' -> seconds (> 0)."""
-    t = text.strip().lower()
-    if not t or _DURATION_RE.fullmatch(t) is None:
-        raise ConfigError("--for", f"not a duration: {text!r} (e.g. 90s, 30m, 2h, 1d)")
-    if t[-1].isdigit():
+    """'90', '90s', '30m', '2h', '1d', '1h30m' -> seconds (> 0): readers.select.span_s, the
+    one duration grammar, or plain seconds."""
+    from faultwatch.readers.select import span_s
+
+    total = span_s(text)
+    if total is None:
+        t = text.strip()
+        if not re.fullmatch(r"\d+(?:\.\d+)?", t):
+            raise ConfigError("--for", f"not a duration: {text!r} (e.g. 90s, 30m, 2h, 1d)")
         total = float(t)
-    else:
-        total = sum(float(n) * _UNITS[u] for n, u in re.findall(r"(\d+(?:\.\d+)?)([smhd])", t))
     if total <= 0:
         raise ConfigError("--for", f"duration must be positive: {text!r}")
     return total
@@ -56,8 +54,8 @@ def cmd_nodes(args: argparse.Namespace) -> int:
 
 def _change(args: argparse.Namespace, make: Any, must_exist: str | None = None) -> int:
     from faultwatch.eventlog import log_event
-    from faultwatch.nodes.manual import change_node
-    from faultwatch.streams.write_check import check_operator_write
+    from faultwatch.registry.manual import change_node
+    from faultwatch.rollout.write_check import check_operator_write
     from faultwatch.trust.keys import load_signing_key
     from faultwatch.trust.records import NODE_RECORD, signer_for
     from faultwatch.wire.topics import Topics
@@ -107,10 +105,7 @@ def cmd_release(args: argparse.Namespace) -> int:
 
 def _signing_key_flag(p: argparse.ArgumentParser, sub: bool = False) -> None:
     """--signing-key-file; on a subcommand it defaults to SUPPRESS (like options.add_kafka)."""
-    p.add_argument("--signing-key-file", type=Path,
-                   default=argparse.SUPPRESS if sub else None,
-                   help="operator's Ed25519 key that signs the record (default "
-                        "$FAULTWATCH_SIGNING_KEY_FILE; see `faultwatch keys`)")
+    options.add_signing_key_file(p, default=argparse.SUPPRESS if sub else None)
 
 
 def register(sub: Any) -> argparse.ArgumentParser:

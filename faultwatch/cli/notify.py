@@ -6,21 +6,24 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import os
 import signal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from faultwatch import settings
 from faultwatch.cli import options
 from faultwatch.errors import ConfigError
+from faultwatch.notify.alerts import AlertPolicy
 from faultwatch.notify.grouping import GROUP_FIELDS, GroupingPolicy
+from faultwatch.notify.limit import RateLimits, RetryPolicy
+from faultwatch.wire.topics import NOTIFY_GROUP
 
 if TYPE_CHECKING:  # the sender (urllib, email) is imported when notify runs, not per command
     from faultwatch.notify.service import NotifierConfig
 
-SECRET_ENV = "FAULTWATCH_WEBHOOK_SECRET"
-WEBHOOKS_ENV = "FAULTWATCH_WEBHOOKS"
-ALERTMANAGERS_ENV = "FAULTWATCH_ALERTMANAGERS"
+SECRET_ENV = settings.WEBHOOK_SECRET.name
+WEBHOOKS_ENV = settings.WEBHOOKS.name
+ALERTMANAGERS_ENV = settings.ALERTMANAGERS.name
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -33,39 +36,54 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--webhook-file", type=Path, action="append", default=[],
                    help="a file of webhooks, one [FORMAT=]URL per line (# comments); "
                         f"also read: ${WEBHOOKS_ENV} (whitespace-separated)")
-    p.add_argument("--max-posts-per-min", type=float, default=20.0,
+    p.add_argument("--max-posts-per-min", type=float,
+                   default=options.default_of(RateLimits, "per_webhook_per_min"),
                    help="posts per minute to one webhook; beyond it decisions go into a "
-                        "digest (default 20)")
-    p.add_argument("--max-posts-per-min-total", type=float, default=60.0,
-                   help="posts per minute to all webhooks together (default 60)")
-    p.add_argument("--digest-interval-s", type=float, default=60.0,
+                        "digest (default %(default)g)")
+    p.add_argument("--max-posts-per-min-total", type=float,
+                   default=options.default_of(RateLimits, "total_per_min"),
+                   help="posts per minute to all webhooks together (default %(default)g)")
+    p.add_argument("--digest-interval-s", type=float,
+                   default=options.default_of(RateLimits, "digest_interval_s"),
                    help="a webhook's digest of held-back decisions is sent this long after "
-                        "the first one (default 60)")
-    p.add_argument("--min-post-gap-s", type=float, default=1.0,
-                   help="posts to one webhook at least this far apart (Slack: ~1 s)")
+                        "the first one (default %(default)g)")
+    p.add_argument("--min-post-gap-s", type=float,
+                   default=options.default_of(RateLimits, "min_gap_s"),
+                   help="posts to one webhook at least this far apart (Slack: ~1 s; default "
+                        "%(default)g)")
     p.add_argument("--webhook-secret-file", type=Path, default=None,
                    help=f"signing secret of Feishu/DingTalk bots (default ${SECRET_ENV})")
-    p.add_argument("--group-by", default="job,kind",
+    p.add_argument("--group-by", default=",".join(options.default_of(GroupingPolicy,
+                                                                      "group_by")),
                    help=f"labels that form a group, from {', '.join(GROUP_FIELDS)} "
-                        "(default job,kind)")
-    p.add_argument("--group-wait-s", type=float, default=30.0,
-                   help="wait this long after a group's first decision before sending")
-    p.add_argument("--group-interval-s", type=float, default=300.0,
-                   help="send a group's new decisions at most this often")
-    p.add_argument("--repeat-interval-s", type=float, default=4 * 3600.0,
-                   help="resend a group whose decisions still fire after this long")
-    p.add_argument("--resolve-timeout-s", type=float, default=300.0,
-                   help="a decision fires this long after it arrived")
-    p.add_argument("--retries", type=int, default=6, help="tries per message (default 6)")
-    p.add_argument("--retry-base-s", type=float, default=1.0,
-                   help="first retry delay, doubled each time up to 60 s")
-    p.add_argument("--group-id", default="faultwatch-notify",
-                   help="consumer group (one notifier group sends each decision once)")
+                        "(default %(default)s)")
+    p.add_argument("--group-wait-s", type=float,
+                   default=options.default_of(GroupingPolicy, "group_wait_s"),
+                   help="wait this long after a group's first decision before sending "
+                        "(default %(default)g)")
+    p.add_argument("--group-interval-s", type=float,
+                   default=options.default_of(GroupingPolicy, "group_interval_s"),
+                   help="send a group's new decisions at most this often (default "
+                        "%(default)g)")
+    p.add_argument("--repeat-interval-s", type=float,
+                   default=options.default_of(GroupingPolicy, "repeat_interval_s"),
+                   help="resend a group whose decisions still fire after this long (default "
+                        "%(default)g)")
+    p.add_argument("--resolve-timeout-s", type=float,
+                   default=options.default_of(GroupingPolicy, "resolve_timeout_s"),
+                   help="a decision fires this long after it arrived (default %(default)g)")
+    p.add_argument("--retries", type=int, default=options.default_of(RetryPolicy, "attempts"),
+                   help="tries per message (default %(default)s)")
+    p.add_argument("--retry-base-s", type=float,
+                   default=options.default_of(RetryPolicy, "base_s"),
+                   help="first retry delay, doubled each time up to "
+                        f"{options.default_of(RetryPolicy, 'max_s'):g} s (default %(default)g)")
+    p.add_argument("--group-id", default=NOTIFY_GROUP,
+                   help="consumer group (one notifier group sends each decision once; default "
+                        f"{NOTIFY_GROUP})")
     p.add_argument("--from-beginning", action="store_true",
                    help="a new consumer group starts at the oldest decision, not the newest")
-    p.add_argument("--max-decision-age-s", type=float, default=None,
-                   help="refuse decisions older than this (default "
-                        "$FAULTWATCH_MAX_DECISION_AGE_S, else 600 s; the replay rule)")
+    options.add_max_decision_age(p)
     g = p.add_argument_group(
         "Alertmanager (its v2 API; every alert to every URL, as Prometheus sends to each "
         "member of an HA cluster; its routes, silences and inhibitions then apply)")
@@ -83,12 +101,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="basic auth, one line `user:password`")
     g.add_argument("--alertmanager-bearer-token-file", type=Path,
                    help="bearer token (read again for every post)")
-    g.add_argument("--alertmanager-resend-s", type=float, default=60.0,
+    g.add_argument("--alertmanager-resend-s", type=float,
+                   default=options.default_of(AlertPolicy, "resend_s"),
                    help="open alerts are posted again this often, each valid for 4 times "
-                        "this (default 60)")
-    g.add_argument("--alertmanager-max-open-s", type=float, default=12 * 3600.0,
+                        "this (default %(default)g)")
+    g.add_argument("--alertmanager-max-open-s", type=float,
+                   default=options.default_of(AlertPolicy, "max_open_s"),
                    help="an alert whose job never shows healthy again resolves after this "
-                        "(default 43200: 12 h); a notify decision's after --resolve-timeout-s")
+                        "(default %(default)g); a notify decision's after --resolve-timeout-s")
     p.add_argument("--replay-state", type=Path, default=None,
                    help="file of the decision ids already taken, so a restarted notifier "
                         "still refuses a replay (default ~/.faultwatch/notify-<group>.seen)")
@@ -97,10 +117,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def config_of(args: argparse.Namespace, bootstrap: str, topic: str,
               status_topic: str | None = None) -> NotifierConfig:
     from faultwatch.notify.alertmanager import Alertmanager
-    from faultwatch.notify.alerts import AlertPolicy
     from faultwatch.notify.http import HttpSecurity
-    from faultwatch.notify.limit import RateLimits
-    from faultwatch.notify.sender import Receiver, RetryPolicy
+    from faultwatch.notify.sender import Receiver
     from faultwatch.notify.service import NotifierConfig
 
     secret = None
@@ -110,7 +128,7 @@ def config_of(args: argparse.Namespace, bootstrap: str, topic: str,
         except OSError as e:
             raise ConfigError(str(args.webhook_secret_file), f"cannot read: {e.strerror}") from e
     else:
-        secret = os.environ.get(SECRET_ENV) or None
+        secret = settings.WEBHOOK_SECRET.get()
     try:
         policy = GroupingPolicy(
             group_by=tuple(g.strip() for g in args.group_by.split(",") if g.strip()),
@@ -182,7 +200,7 @@ def _specs(flag: str, given: list[str], file_flag: str, files: list[Path],
             raise ConfigError(str(path), f"cannot read: {e.strerror}") from e
         specs += [ln.strip() for ln in text.splitlines()
                   if ln.strip() and not ln.strip().startswith("#")]
-    specs += os.environ.get(env, "").split()
+    specs += (settings.var(env).get() or "").split()
     return specs
 
 
@@ -191,7 +209,7 @@ def run(cfg: NotifierConfig) -> int:
     from faultwatch.eventlog import log_event, set_component
     from faultwatch.notify.service import Notifier
     from faultwatch.trust.decisions import decision_verifier
-    from faultwatch.wire.signing import DecisionGate
+    from faultwatch.trust.records import DecisionGate
 
     set_component("notify")
     gate = DecisionGate(decision_verifier(), log_event)

@@ -7,19 +7,24 @@ policy flags of `run` and `process`. docs/cli.md lists them."""
 from __future__ import annotations
 
 import argparse
-import os
+import dataclasses
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
+from faultwatch import settings
+from faultwatch.core import policy
 from faultwatch.core.names import did_you_mean
 from faultwatch.errors import EXIT_USAGE, ConfigError
 from faultwatch.kafka import settings as kafka_settings
 from faultwatch.wire.topics import DEFAULT_PREFIX, Topics
 
-BOOTSTRAP_ENV = "FAULTWATCH_BOOTSTRAP"
-PREFIX_ENV = "FAULTWATCH_TOPIC_PREFIX"
+if TYPE_CHECKING:
+    from faultwatch.actuate.backend import Option
+
+BOOTSTRAP_ENV = settings.BOOTSTRAP.name
+PREFIX_ENV = settings.TOPIC_PREFIX.name
 
 
 class Parser(argparse.ArgumentParser):
@@ -114,6 +119,18 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter):
         return f"{text} (default %(default)s)"
 
 
+def default_of(cls: type, name: str) -> Any:
+    """The default of field `name` of the library's dataclass `cls`: a flag's default is
+    read from the code that uses it, never spelled a second time."""
+    for f in dataclasses.fields(cls):
+        if f.name == name:
+            if f.default is not dataclasses.MISSING:
+                return f.default
+            if f.default_factory is not dataclasses.MISSING:
+                return f.default_factory()
+    raise KeyError(f"{cls.__name__} has no defaulted field {name!r}")
+
+
 def subcommands(p: argparse.ArgumentParser, dest: str, **kwargs: Any) -> Any:
     """p's subparsers, of the Parser class."""
     return p.add_subparsers(dest=dest, parser_class=Parser, **kwargs)
@@ -128,15 +145,12 @@ def add_kafka(p: argparse.ArgumentParser, *, sub: bool = False) -> None:
     def default(value: Any) -> Any:
         return argparse.SUPPRESS if sub else value
 
-    g = p.add_argument_group(KAFKA_GROUP, "security flags override FAULTWATCH_KAFKA_* "
+    g = p.add_argument_group(KAFKA_GROUP, f"security flags override {settings.PREFIX}KAFKA_* "
                              "variables, which override --kafka-config")
     acts = [g.add_argument("--bootstrap", metavar="HOST:PORT",
-                           default=default(os.environ.get(BOOTSTRAP_ENV)),
+                           default=default(settings.BOOTSTRAP.get()),
                            help=f"Kafka bootstrap servers (default ${BOOTSTRAP_ENV})"),
-            g.add_argument("--topic-prefix", metavar="PREFIX",
-                           default=default(os.environ.get(PREFIX_ENV, DEFAULT_PREFIX)),
-                           help=f"topic name prefix (default ${PREFIX_ENV} or "
-                                f"'{DEFAULT_PREFIX}')"),
+            add_topic_prefix(g, sub=sub),
             g.add_argument("--kafka-config", type=Path, metavar="FILE", default=default(None),
                            help="YAML file of Kafka settings (default "
                                 f"${kafka_settings.CONFIG_ENV})")]
@@ -150,6 +164,39 @@ def add_kafka(p: argparse.ArgumentParser, *, sub: bool = False) -> None:
                                    choices=choices, metavar=metavar, help=help_))
     for a in acts:
         a.kafka_option = True  # type: ignore[attr-defined]  # folded in usage (HelpFormatter)
+
+
+def add_topic_prefix(p: Any, *, sub: bool = False) -> argparse.Action:
+    """--topic-prefix, defaulting to $FAULTWATCH_TOPIC_PREFIX or the one DEFAULT_PREFIX."""
+    value = settings.TOPIC_PREFIX.get() or DEFAULT_PREFIX
+    action: argparse.Action = p.add_argument(
+        "--topic-prefix", metavar="PREFIX", default=argparse.SUPPRESS if sub else value,
+        help=f"topic name prefix (default ${PREFIX_ENV} or '{DEFAULT_PREFIX}')")
+    return action
+
+
+def add_signing_key_file(p: argparse.ArgumentParser, signs: str = "the record",
+                         default: Any = None) -> None:
+    """--signing-key-file of the commands that write an operator's record (`rules push`,
+    `rules rollback`, `nodes quarantine|release`, `jobs hold|mute|...`)."""
+    p.add_argument("--signing-key-file", type=Path, default=default,
+                   help=f"operator's Ed25519 key that signs {signs} (default "
+                        f"${settings.SIGNING_KEY_FILE}; see `faultwatch keys`)")
+
+
+def add_max_decision_age(p: argparse.ArgumentParser) -> None:
+    """--max-decision-age-s of the decisions' consumers (`actuate`, `notify`)."""
+    p.add_argument("--max-decision-age-s", type=float, default=None,
+                   help=f"refuse decisions older than this (default "
+                        f"${settings.MAX_DECISION_AGE_S}, else "
+                        f"{settings.MAX_DECISION_AGE_S.fallback:g} s; the replay rule)")
+
+
+def add_plugin_options(g: Any, opts: Iterable[Option]) -> None:
+    """A plug-in's own options (actuate/backend.Option) as flags of group `g`."""
+    for o in opts:
+        g.add_argument(o.flag, dest=o.dest, default=o.default, metavar=o.metavar,
+                       choices=o.choices, help=o.help or None)
 
 
 def kafka_security(args: argparse.Namespace, env: Mapping[str, str] | None = None
@@ -211,7 +258,7 @@ def add_logging(p: argparse.ArgumentParser, default_level: str = "info") -> None
 
     g = p.add_argument_group("faultwatch's own event lines")
     g.add_argument("--log-format", choices=eventlog.FORMATS,
-                   default=os.environ.get(eventlog.FORMAT_ENV) or "text",
+                   default=settings.LOG_FORMAT.get() or "text",
                    help="text: `ts=... event=... k=v` lines; json: one JSON object per line, "
                         f"same fields plus level (default ${eventlog.FORMAT_ENV} or text)")
     g.add_argument("-q", "--quiet", action="store_true",
@@ -232,7 +279,7 @@ def log_level(args: argparse.Namespace) -> str:
     verbose = getattr(args, "verbose", 0) or 0
     if verbose:
         return "debug" if verbose > 1 else "info"
-    env = os.environ.get(eventlog.LEVEL_ENV, "").strip().lower()
+    env = (settings.LOG_LEVEL.get() or "").lower()
     if env:
         if env not in eventlog.LEVEL_NAMES:
             raise ConfigError(eventlog.LEVEL_ENV, f"must be one of "
@@ -254,28 +301,9 @@ def configure_logging(args: argparse.Namespace) -> None:
 
 # ---- rule files and policy (run, process) -------------------------------------------------
 
-POLICY_FLAGS: tuple[tuple[str, type, str], ...] = (
-    ("hang_window_s", float, "every rank silent this long -> hang (seconds; default: learned "
-                             "from the job's output, between --hang-floor-s and "
-                             "--hang-ceiling-s)"),
-    ("init_window_s", float, "silence allowed before an attempt's first output line "
-                             "(default: max(hang window, 120 s))"),
-    ("hang_floor_s", float, "shortest learned (adaptive) hang window (seconds)"),
-    ("hang_ceiling_s", float, "longest learned hang window; used before anything is learned, "
-                              "and for a silence in which no rank waits for another"),
-    ("stuck_stacks_s", float, "a silence in which no rank communicates is a hang before the "
-                              "ceiling once every rank sat blocked at an unchanged stack this "
-                              "long (seconds)"),
-    ("node_lost_s", float, "no heartbeat from a node this long -> node lost (seconds)"),
-    ("exit_hang_window_s", float, "one node finished, others still running this long (seconds)"),
-    ("max_restarts", int, "restarts before the job is failed"),
-    ("settle_s", float, "wait this long after a failure for other ranks' errors (seconds)"),
-    ("execution_mode", str, "sync (restart the whole job) or async (restart failed nodes)"),
-    ("fault_tolerant_policy", str, "on_failure | exit_code_and_error_msg | never"),
-    ("max_same_error", int, "the same error on one instance more than N times -> fail"),
-    ("max_failure_rate", float, "fraction of failed nodes above which the job fails (-1 off)"),
-)
-POLICY_SWITCHES = ("hang_detection", "enable_restart", "adaptive_hang")
+# the policy flags and --no-X switches, declared with their keys (core/policy.py)
+POLICY_FLAGS: tuple[tuple[str, type, str], ...] = policy.FLAGS
+POLICY_SWITCHES = tuple(key for key, _flag, _help in policy.SWITCHES)
 
 
 def add_rules(p: argparse.ArgumentParser) -> None:
@@ -286,9 +314,7 @@ def add_rules(p: argparse.ArgumentParser) -> None:
 def add_policy(p: argparse.ArgumentParser) -> None:
     """The policy overrides shared by `run` and `process`; each says the policy's default
     (a flag unset leaves the rule files' value, which defaults to it)."""
-    from faultwatch.core.policy import Policy
-
-    defaults = Policy()
+    defaults = policy.Policy()
     g = p.add_argument_group("policy (overrides the rule files' policy: sections)")
     for name, typ, help_ in POLICY_FLAGS:
         value = getattr(defaults, name)
@@ -300,12 +326,9 @@ def add_policy(p: argparse.ArgumentParser) -> None:
             "RATE" if typ is float else None
         g.add_argument("--" + name.replace("_", "-"), dest=name, type=typ, default=None,
                        metavar=metavar, help=text)
-    g.add_argument("--no-hang-detection", dest="hang_detection", action="store_const",
-                   const=False, default=None, help="never decide a hang")
-    g.add_argument("--no-adaptive-hang", dest="adaptive_hang", action="store_const",
-                   const=False, default=None, help="never learn the hang window from the job")
-    g.add_argument("--no-restart", dest="enable_restart", action="store_const", const=False,
-                   default=None, help="never restart: every failure fails the job")
+    for name, flag, help_ in policy.SWITCHES:
+        g.add_argument(flag, dest=name, action="store_const", const=False, default=None,
+                       help=help_)
 
 
 def policy_overrides(args: argparse.Namespace) -> dict[str, Any]:

@@ -6,7 +6,10 @@ import argparse
 import importlib.util
 from typing import Any
 
+from faultwatch import settings
+from faultwatch.actuate import kubernetes
 from faultwatch.cli import options
+from faultwatch.core.membership import ASK_TIMEOUT_S
 from faultwatch.errors import MissingExtraError
 from faultwatch.wire.topics import DEFAULT_PARTITIONS
 
@@ -64,8 +67,9 @@ def register(sub: Any) -> None:
                    help="upgrade aid: also publish the diagnosis probes on <prefix>decisions, "
                         "for agents older than <prefix>control (docs/decisions.md)")
     p.add_argument("--max-decision-age-s", type=float, default=None,
-                   help="publish no decision whose evidence is older than this (default "
-                        "$FAULTWATCH_MAX_DECISION_AGE_S, else 600 s; the consumers' replay "
+                   help=f"publish no decision whose evidence is older than this (default "
+                        f"${settings.MAX_DECISION_AGE_S}, else "
+                        f"{settings.MAX_DECISION_AGE_S.fallback:g} s; the consumers' replay "
                         "rule: docs/decisions.md)")
     g = p.add_argument_group(
         "membership (docs/operating.md: a node may only speak for jobs the scheduler "
@@ -77,12 +81,10 @@ def register(sub: Any) -> None:
                    help="with --allocation-check exec: a JSON argv list with {kind} {job_id} "
                         "{namespace} {uid} {pod}; prints the job's nodes and exits 0, exit 1 "
                         "when the scheduler runs no such job")
-    g.add_argument("--allocation-timeout-s", type=float, default=10.0,
+    g.add_argument("--allocation-timeout-s", type=float, default=ASK_TIMEOUT_S,
                    help="one question to the scheduler (default: %(default)s)")
     g.add_argument("--scontrol", default="scontrol", help="scontrol executable (slurm)")
-    g.add_argument("--k8s-server", help="API server URL (kubernetes; default: in-cluster)")
-    g.add_argument("--k8s-token-file", help="bearer token file (kubernetes)")
-    g.add_argument("--k8s-ca-file", help="CA bundle of the API server (kubernetes)")
+    options.add_plugin_options(g, kubernetes.CONNECTION)  # the actuator's, as it declares
     options.add_logging(p)
     options.add_policy(p)
     p.set_defaults(func=cmd_process)

@@ -65,8 +65,8 @@ def cmd_rules_classify(args: argparse.Namespace) -> int:
 
 
 def cmd_rules_push(args: argparse.Namespace) -> int:
-    from faultwatch.streams.rules_push import push
-    from faultwatch.streams.rules_record import build_record
+    from faultwatch.rollout.rules_push import push
+    from faultwatch.rollout.rules_record import build_record
 
     try:
         build_record(args.files, builtin=not args.no_builtin)  # validate before needing Kafka
@@ -80,7 +80,7 @@ def cmd_rules_push(args: argparse.Namespace) -> int:
     from faultwatch.trust.keys import load_signing_key
 
     key = load_signing_key(args.signing_key_file)  # the operator's: processors verify it
-    from faultwatch.streams.write_check import check_operator_write
+    from faultwatch.rollout.write_check import check_operator_write
     from faultwatch.trust.records import RULES
 
     # a set every verifying worker would refuse is refused here (exit 8), not "pushed"
@@ -95,7 +95,7 @@ def cmd_rules_push(args: argparse.Namespace) -> int:
 
 
 def cmd_rules_history(args: argparse.Namespace) -> int:
-    from faultwatch.streams.rules_push import read_history
+    from faultwatch.rollout.rules_push import read_history
 
     revs, current = asyncio.run(read_history(options.need_bootstrap(args), options.topics(args),
                                              args.timeout_s))
@@ -116,8 +116,8 @@ def cmd_rules_history(args: argparse.Namespace) -> int:
 
 
 def cmd_rules_rollback(args: argparse.Namespace) -> int:
-    from faultwatch.streams.rules_push import rollback
-    from faultwatch.streams.write_check import check_operator_write
+    from faultwatch.rollout.rules_push import rollback
+    from faultwatch.rollout.write_check import check_operator_write
     from faultwatch.trust.keys import load_signing_key
     from faultwatch.trust.records import RULES
 
@@ -144,7 +144,7 @@ def _rules_local(args: argparse.Namespace) -> bool:
 
 
 def cmd_rules_show(args: argparse.Namespace) -> int:
-    from faultwatch.streams import rules_show
+    from faultwatch.rollout import rules_show
 
     if _rules_local(args):
         return rules_show.show_local(args.rules or (), rule_id=args.rule, as_json=args.json)
@@ -153,7 +153,7 @@ def cmd_rules_show(args: argparse.Namespace) -> int:
 
 
 def cmd_rules_diff(args: argparse.Namespace) -> int:
-    from faultwatch.streams import rules_show
+    from faultwatch.rollout import rules_show
 
     return rules_show.diff_main(args.files, current=args.rules,
                                 bootstrap=None if _rules_local(args) else args.bootstrap,
@@ -184,9 +184,7 @@ def register(sub: Any) -> None:
     p.add_argument("--no-builtin", action="store_true",
                    help="the files replace the built-in rule set instead of extending it "
                         "(honoured only from a signed push)")
-    p.add_argument("--signing-key-file", type=Path, default=None,
-                   help="operator's Ed25519 key that signs the rule set (default "
-                        "$FAULTWATCH_SIGNING_KEY_FILE; see `faultwatch keys`)")
+    options.add_signing_key_file(p, "the rule set")
     p.add_argument("--timeout-s", type=float, default=30.0, help="Kafka timeout (seconds)")
     p.set_defaults(func=cmd_rules_push)
     p = rsub.add_parser("history", help="the pushed rule sets kept on the rules topic, "
@@ -207,9 +205,7 @@ def register(sub: Any) -> None:
     p.add_argument("--to-revision", type=int, default=None, metavar="N",
                    help="the revision to go back to (default: the one before the set in "
                         "force; see `rules history`)")
-    p.add_argument("--signing-key-file", type=Path, default=None,
-                   help="operator's Ed25519 key that signs the rule set (default "
-                        "$FAULTWATCH_SIGNING_KEY_FILE)")
+    options.add_signing_key_file(p, "the rule set")
     p.add_argument("--timeout-s", type=float, default=30.0, help="Kafka timeout (seconds)")
     p.set_defaults(func=cmd_rules_rollback)
     p = rsub.add_parser("show", help="the rules in force per processor worker (version, "

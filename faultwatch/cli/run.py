@@ -11,9 +11,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
-from faultwatch.agents.config import EXIT_UNDECIDED
+from faultwatch import settings
+from faultwatch.agents.config import EXIT_UNDECIDED, AgentConfig
 from faultwatch.cli import options
-from faultwatch.errors import ConfigError
 from faultwatch.eventlog import log_event
 
 if TYPE_CHECKING:  # the wiring's imports are made when `run` runs: every command builds the tree
@@ -247,13 +247,7 @@ def _check(args: argparse.Namespace, cfg: EmbeddedConfig) -> None:
 
 def _run_attempt() -> int:
     """`run`'s first attempt: $FAULTWATCH_ATTEMPT (a relauncher's count), else 0."""
-    import os
-
-    v = os.environ.get("FAULTWATCH_ATTEMPT", "").strip()
-    try:
-        return int(v) if v else 0
-    except ValueError:
-        raise ConfigError("FAULTWATCH_ATTEMPT", f"not an integer: {v!r}") from None
+    return settings.ATTEMPT.value()
 
 
 def register(sub: Any) -> None:
@@ -268,9 +262,11 @@ def register(sub: Any) -> None:
     p.add_argument("--control-out", metavar="FILE",
                    help="append the control requests (diagnosis probes) as JSON lines")
     p.add_argument("--job", default="local", help="job name used in decisions")
-    p.add_argument("--term-grace-s", type=float, default=10.0,
+    p.add_argument("--term-grace-s", type=float,
+                   default=options.default_of(AgentConfig, "term_grace_s"),
                    help="SIGTERM -> SIGKILL grace when stopping the command")
-    p.add_argument("--decision-wait-s", type=float, default=60.0,
+    p.add_argument("--decision-wait-s", type=float,
+                   default=options.default_of(AgentConfig, "decision_wait_s"),
                    help="after the command failed, how long to wait for the decision "
                         f"(none: exit {EXIT_UNDECIDED})")
     options.add_verdict(p)

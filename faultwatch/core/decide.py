@@ -10,6 +10,7 @@ from typing import Any
 from faultwatch.core.events import Decision
 from faultwatch.core.pmap import PMap
 from faultwatch.core.policy import Policy
+from faultwatch.core.registry import MAX_QUARANTINE_S, backoff_s
 from faultwatch.core.state import (
     MAX_DECIDED,
     MAX_NOTIFY,
@@ -22,7 +23,7 @@ from faultwatch.core.state import (
 
 Result = tuple[JobState, list[Decision]]
 
-BLACKLIST_MAX_S = 7 * 24 * 3600.0
+BLACKLIST_MAX_S = MAX_QUARANTINE_S
 RESTART_HISTORY = 32  # restart times kept for the storm guard
 
 
@@ -79,7 +80,7 @@ def blacklist_terms(nodes: tuple[str, ...], now: float, policy: Policy,
     ev: dict[str, Any] = {}
     for n in nodes:
         strikes = out.get(n, (0, 0.0))[0] + 1
-        dur = min(policy.blacklist_s * 2 ** (strikes - 1), BLACKLIST_MAX_S)
+        dur = backoff_s(policy.blacklist_s, strikes)
         out = out.set(n, (strikes, now + dur))
         ev[n] = {"strikes": strikes, "duration_s": dur, "until": round(now + dur, 3)}
     return out, ev

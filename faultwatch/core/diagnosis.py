@@ -19,7 +19,7 @@ from typing import Any
 
 from faultwatch.core.events import Notice
 from faultwatch.core.state import JobState, freeze, thaw
-from faultwatch.diagnose import flight_recorder, stacks
+from faultwatch.dumps import flight_recorder, stacks
 
 DIAGNOSE_KIND = "diagnose"  # the notify decision the agents act on
 DIAGNOSIS_NOTE = "diagnosis"  # the note they answer with

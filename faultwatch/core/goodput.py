@@ -35,6 +35,7 @@ CLAMPED = "clamped"  # points clamped into order (not a part)
 # scheduler's requeue, an operator's resume
 WAITING_CAUSES = ("node-lost", "preemption", "operator-stop")
 EPS_S = 1e-3  # a point out of order by less than this is not counted as clamped
+MIN_MEASURED_S = 1.0  # shorter runs get no goodput line (their ratio is noise)
 
 
 @dataclass(frozen=True)
@@ -67,6 +68,8 @@ class Account:
 
     def line(self) -> str:
         """`goodput 91.2 % of 2h13m: 7m04s restart, 3m10s lost work, ...`"""
+        if self.wall_s < MIN_MEASURED_S:  # a ratio of a blink says nothing
+            return f"goodput not measured: the run lasted {fmt_s(self.wall_s)}"
         parts = sorted(((v, k) for k, v in self.badput.items() if v >= 0.05), reverse=True)
         spent = ", ".join(f"{fmt_s(v)} {LABELS[k]}" for v, k in parts) or "no badput"
         if self.ratio is None:

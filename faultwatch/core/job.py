@@ -31,6 +31,17 @@ from faultwatch.core.events import (
     Signal,
     Stage,
 )
+from faultwatch.core.folds import (
+    fold_exit,
+    fold_heartbeat,
+    fold_hit,
+    fold_output,
+    fold_progress,
+    fold_progress_batch,
+    fold_stage,
+    fold_start,
+    new_attempt,
+)
 from faultwatch.core.membership import NO_ANSWERS, Allocations
 from faultwatch.core.policy import Policy
 from faultwatch.core.runs import MAX_ATTEMPT_STEP, admit, count_drop, new_state
@@ -42,15 +53,6 @@ from faultwatch.core.state import (
     JobState,
     NodeState,
     Phase,
-    fold_exit,
-    fold_heartbeat,
-    fold_hit,
-    fold_output,
-    fold_progress,
-    fold_progress_batch,
-    fold_stage,
-    fold_start,
-    new_attempt,
 )
 
 __all__ = ["DECIDED", "DONE", "MAX_ATTEMPT_STEP", "RUNNING", "SETTLING", "JobState", "NodeState",

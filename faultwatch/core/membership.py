@@ -24,6 +24,8 @@ from typing import Any
 
 from faultwatch.core.pmap import PMap
 
+ASK_TIMEOUT_S = 10.0  # one question to the scheduler (`process --allocation-timeout-s`)
+
 NOT_ALLOCATED = "not-allocated"  # the node is not in the run's allocation
 NAME_IN_USE = "name-in-use"  # another run's node, while the scheduler runs this one elsewhere
 

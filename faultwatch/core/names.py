@@ -1,12 +1,17 @@
-"""The one rule for names (jobs, nodes, runs, ids): what the wire accepts and actuators pass."""
+"""The one rule for names (jobs, nodes, runs, ids): what the wire accepts, actuators pass and
+the agent takes from its flags and the scheduler's environment."""
 
 from __future__ import annotations
 
 import re
+import unicodedata
 from typing import Any
 
 MAX_NAME_CHARS = 256  # job, node, run and decision ids, rule ids, stage names, note kinds
 CONTROL_RE = re.compile("[\x00-\x1f\x7f-\x9f]")  # C0, DEL and C1
+# beyond ASCII also format characters (bidi overrides, zero widths) and the line and
+# paragraph separators: they reorder or break what a terminal or a log shows
+INVISIBLE_CATEGORIES = ("Cf", "Zl", "Zp")
 
 
 def name_problem(x: Any, *, empty_ok: bool = False) -> str | None:
@@ -20,6 +25,8 @@ def name_problem(x: Any, *, empty_ok: bool = False) -> str | None:
     if len(x) > MAX_NAME_CHARS:
         return f"longer than {MAX_NAME_CHARS} characters"
     if CONTROL_RE.search(x) is not None:  # one C scan (a per-char genexpr cost 10% a stage)
+        return "contains a control character"
+    if not x.isascii() and any(unicodedata.category(c) in INVISIBLE_CATEGORIES for c in x):
         return "contains a control character"
     return None
 

@@ -15,7 +15,10 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+from faultwatch.core.policy import DEFAULTS
+
 HEALTHY, SUSPECT, QUARANTINED = "healthy", "suspect", "quarantined"
+MAX_QUARANTINE_S = 7 * 24 * 3600.0  # the longest quarantine or blacklisting, however often
 STATES = (HEALTHY, SUSPECT, QUARANTINED)
 MAX_REASONS = 16
 MAX_LINE_CHARS = 1024
@@ -25,8 +28,8 @@ MAX_LINE_CHARS = 1024
 class RegistryPolicy:
     """How long quarantines and probations last (seconds)."""
 
-    quarantine_s: float = 1800.0
-    max_quarantine_s: float = 7 * 24 * 3600.0
+    quarantine_s: float = DEFAULTS["blacklist_s"]  # the policy's first blacklist
+    max_quarantine_s: float = MAX_QUARANTINE_S
     probation_s: float = 3600.0
 
 
@@ -83,10 +86,16 @@ def _with_reason(rec: NodeRecord, reason: Reason, **changes: Any) -> NodeRecord:
                                updated_ts=reason.ts, seq=rec.seq + 1, **changes)
 
 
+def backoff_s(first_s: float, strikes: int, cap_s: float = MAX_QUARANTINE_S) -> float:
+    """The one quarantine backoff: the n-th quarantine or blacklisting of a node (strikes
+    >= 1) lasts first_s doubled n-1 times, capped (the registry's and the job stage's)."""
+    exp = min(max(strikes - 1, 0), 60)
+    return min(first_s * 2.0 ** exp, cap_s)
+
+
 def quarantine_duration_s(strikes: int, policy: RegistryPolicy) -> float:
     """The n-th quarantine (strikes >= 1) lasts quarantine_s doubled n-1 times, capped."""
-    exp = min(max(strikes - 1, 0), 60)
-    return min(policy.quarantine_s * 2.0 ** exp, policy.max_quarantine_s)
+    return backoff_s(policy.quarantine_s, strikes, policy.max_quarantine_s)
 
 
 def expire(rec: NodeRecord, now: float, policy: RegistryPolicy) -> NodeRecord:

@@ -15,10 +15,21 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from faultwatch.errors import UsageError
+from faultwatch.wire.topics import (  # noqa: F401 - NOTIFY_GROUP re-exported
+    DEFAULT_PREFIX,
+    GROUP,
+    GROUPS,
+    NOTIFY_GROUP,
+    ROLES,
+    TOPIC,
+    TOPICS,
+    D,
+    R,
+    W,
+    processor_group,
+)
 
-ROLES = ("agent", "processor", "actuator", "admin")
 DEFAULT_PRINCIPALS = {role: f"User:faultwatch-{role}" for role in ROLES}
-NOTIFY_GROUP = "faultwatch-notify"  # `faultwatch notify --group-id` default
 CLUSTER = "kafka-cluster"  # the one name of the cluster resource
 
 # Kafka protocol codes (org.apache.kafka.common.acl / resource enums).
@@ -97,7 +108,7 @@ def parse_principal_flags(values: Iterable[str]) -> dict[str, str]:
 class Scope:
     """The names one faultwatch installation uses on a cluster."""
 
-    prefix: str = "faultwatch."
+    prefix: str = DEFAULT_PREFIX
     app_id: str = ""  # the processors' Faust app id (= consumer group); default <prefix>processor
     notify_group: str = NOTIFY_GROUP
 
@@ -111,10 +122,22 @@ class Scope:
 
     @property
     def app(self) -> str:
-        return self.app_id or f"{self.prefix}processor"
+        return processor_group(self.prefix, self.app_id)
 
     def topic(self, name: str) -> str:
-        return f"{self.prefix}{name}"
+        return TOPIC[name].name(self.prefix)
+
+    def group(self, kind: str) -> tuple[str, str]:
+        """(name, pattern) of a GROUPS row as granted here: the processors' under
+        --app-id, notify's under --notify-group, actuate's by prefix (every backend)."""
+        if kind == "processor":
+            return self.app, "literal"
+        if kind == "notify":
+            return self.notify_group, "literal"
+        spec = GROUP[kind]
+        if spec.prefixed:
+            return spec.prefixed.format(prefix=self.prefix), "prefixed"
+        return spec.name(self.prefix), "literal"
 
 
 def _grants(p: str, rtype: str, name: str, ops: Iterable[str], why: str,
@@ -123,58 +146,35 @@ def _grants(p: str, rtype: str, name: str, ops: Iterable[str], why: str,
 
 
 def role_acls(role: str, scope: Scope, principal: str) -> list[Acl]:
-    """The ACLs of one role (see the module docstring and docs/operating.md section 3)."""
-    t = scope.topic
-    R, W, D = "read", "write", "describe"
+    """The ACLs of one role: its grants on each topic and group of the one table
+    (wire/topics.TOPICS, GROUPS), then the installation-wide ones of the role below (see the
+    module docstring and docs/operating.md section 3)."""
+    if role not in ROLES:
+        raise UsageError(f"unknown role {role!r}; roles: {', '.join(ROLES)}")
     g: list[Acl] = []
-    if role == "agent":
-        g += _grants(principal, "topic", t("logs"), (W, D), "ship lines, heartbeats, notes")
-        g += _grants(principal, "topic", t("logs"), (R,), "--wait-for-nodes reads hellos")
-        g += _grants(principal, "topic", t("decisions"), (R, D), "follow decisions (no group)")
-        g += _grants(principal, "topic", t("control"), (R, D), "answer probes (no group)")
-        g += _grants(principal, "topic", t("status"), (R, D),
-                     "a waiting hot spare leaves when its run is done (no group)")
-    elif role == "processor":
-        g += _grants(principal, "topic", t("logs"), (R, D), "matcher stage input")
-        g += _grants(principal, "topic", t("signals"), (R, W, D), "matcher -> job stage")
-        g += _grants(principal, "topic", t("decisions"), (W, D), "publish decisions")
-        g += _grants(principal, "topic", t("control"), (W, D), "diagnosis probes")
-        g += _grants(principal, "topic", t("deadletter"), (W, D), "undecodable records")
-        g += _grants(principal, "topic", t("rules"), (R, D), "follow pushed rule sets")
-        g += _grants(principal, "topic", t("nodes"), (R, W, D), "node registry writer")
-        g += _grants(principal, "topic", t("status"), (W, D), "job snapshots")
-        g += _grants(principal, "topic", t("incidents"), (R, W, D),
-                     "run ledgers (goodput); the lemon watch reads them back")
-        g += _grants(principal, "topic", t("holds"), (R, D), "operators' holds of jobs")
-        g += _grants(principal, "topic", f"{scope.app}-",
-                     (R, W, D, "create", "describe_configs"),
-                     "Faust changelog, repartition and assignor topics", "prefixed")
-        g += _grants(principal, "group", scope.app, (R, D), "the workers' consumer group")
-    elif role == "actuator":
-        g += _grants(principal, "topic", t("decisions"), (R, D), "act on / notify decisions")
-        g += _grants(principal, "topic", t("nodes"), (R, D), "drain/resume from the registry")
-        g += _grants(principal, "topic", t("status"), (R, D),
-                     "notify --alertmanager: a job healthy again resolves its alerts")
-        g += _grants(principal, "topic", t("acted"), (W, D), "what was done, for reports")
-        g += _grants(principal, "group", t("actuate-"), (R, D),
-                     "actuate's groups <prefix>actuate-<backend>", "prefixed")
-        g += _grants(principal, "group", scope.notify_group, (R, D), "faultwatch notify")
-        g += _grants(principal, "topic", t("holds"), (R, D), "notify honours mutes")
-    elif role == "admin":
+    if role == "admin":  # before the per-topic writes: reading and managing every topic
         g += _grants(principal, "topic", scope.prefix,
                      (R, D, "create", "delete", "alter", "describe_configs", "alter_configs"),
                      "create topics, read everything", "prefixed")
-        g += _grants(principal, "topic", t("rules"), (W,), "rules push")
-        g += _grants(principal, "topic", t("nodes"), (W,), "nodes quarantine|release")
-        g += _grants(principal, "topic", t("holds"), (W,), "jobs hold|mute|release|unmute")
-        g += _grants(principal, "topic", t("control"), (W,),
-                     "faultwatch diagnose requests (notify kind diagnose)")
+    for spec in TOPICS:
+        for grant in spec.grants:
+            if grant.role == role:
+                g += _grants(principal, "topic", scope.topic(spec.suffix), grant.ops,
+                             grant.why)
+    if role == "processor":  # Faust's own topics: named after the app id
+        g += _grants(principal, "topic", f"{scope.app}-",
+                     (R, W, D, "create", "describe_configs"),
+                     "Faust changelog, repartition and assignor topics", "prefixed")
+    for group in GROUPS:
+        for grant in group.grants:
+            if grant.role == role:
+                name, pattern = scope.group(group.kind)
+                g += _grants(principal, "group", name, grant.ops, grant.why, pattern)
+    if role == "admin":
         g += _grants(principal, "group", scope.prefix, (D, "delete"),
                      "inspect and reset consumer groups", "prefixed")
         g += _grants(principal, "cluster", CLUSTER, ("alter", D),
                      "manage ACLs (faultwatch kafka acls --apply)")
-    else:
-        raise UsageError(f"unknown role {role!r}; roles: {', '.join(ROLES)}")
     return g
 
 

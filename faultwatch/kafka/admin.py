@@ -10,7 +10,14 @@ from faultwatch.errors import BrokerError
 from faultwatch.kafka import clients
 from faultwatch.kafka.errors import diagnose
 from faultwatch.kafka.settings import KafkaSecurity
-from faultwatch.wire.topics import DEFAULT_PARTITIONS, INCIDENTS_RETENTION_S, Topics
+from faultwatch.wire.topics import (
+    COMPACT,
+    DEFAULT_PARTITIONS,
+    INCIDENTS_RETENTION_S,
+    TOPICS,
+    Topics,
+    TopicSpec,
+)
 
 TOPIC_ALREADY_EXISTS, TOPIC_AUTHORIZATION_FAILED = 36, 29  # Kafka protocol error codes
 
@@ -62,12 +69,12 @@ async def ensure_topics(bootstrap: str, topics: Topics, partitions: int = DEFAUL
                         timeout_s: float = 30.0, security: KafkaSecurity | None = None,
                         incidents_retention_s: float = INCIDENTS_RETENTION_S,
                         strict: bool = True) -> None:
-    """Create the processor's topics if missing: logs, signals and decisions with
-    `partitions` (signals must match the job table's partition count), the dead letters with
-    one, the rules, status and holds topics compacted with one, the incidents topic compacted
-    (each run's latest ledger) with `partitions`, both it and the acted topic deleting what is
-    older than `incidents_retention_s`. Raises BrokerError (TopicNotCreated for a refused
-    creation; without `strict` a topic the principal may not create is skipped, logged)."""
+    """Create the topics the processor creates (TOPICS rows `created="processor"`) if
+    missing, each with its row's partitions (else `partitions`: logs, signals, decisions,
+    control and incidents; signals must match the job table's partition count) and config;
+    the rows with `retention` (incidents, acted) drop what is older than
+    `incidents_retention_s`. Raises BrokerError (TopicNotCreated for a refused creation;
+    without `strict` a topic the principal may not create is skipped, logged)."""
     from aiokafka.admin import NewTopic  # type: ignore[import-untyped,unused-ignore]
 
     admin = clients.admin(bootstrap_servers=bootstrap, request_timeout_ms=int(timeout_s * 1000),
@@ -80,28 +87,23 @@ async def ensure_topics(bootstrap: str, topics: Topics, partitions: int = DEFAUL
         raise await diagnose(e, bootstrap, "creating topics") from e
     try:
         existing = set(await admin.list_topics())
-        new = [NewTopic(name, num_partitions=partitions, replication_factor=1)
-               for name in (topics.logs, topics.signals, topics.decisions, topics.control)
-               if name not in existing]
-        if topics.deadletter not in existing:
-            new.append(NewTopic(topics.deadletter, num_partitions=1, replication_factor=1))
-        for compacted in (topics.rules, topics.status, topics.holds):
-            if compacted not in existing:
-                new.append(NewTopic(compacted, num_partitions=1, replication_factor=1,
-                                    topic_configs={"cleanup.policy": "compact"}))
-        keep = str(int(incidents_retention_s * 1000))
-        if topics.incidents not in existing:
-            new.append(NewTopic(topics.incidents, num_partitions=partitions,
-                                replication_factor=1,
-                                topic_configs={"cleanup.policy": "compact,delete",
-                                               "retention.ms": keep}))
-        if topics.acted not in existing:
-            new.append(NewTopic(topics.acted, num_partitions=1, replication_factor=1,
-                                topic_configs={"cleanup.policy": "delete",
-                                               "retention.ms": keep}))
+        new = [_new_topic(NewTopic, spec, topics.prefix, partitions, incidents_retention_s)
+               for spec in TOPICS
+               if spec.created == "processor" and spec.name(topics.prefix) not in existing]
         await _create_missing(admin, new, strict)
     finally:
         await admin.close()
+
+
+def _new_topic(new_topic: Any, spec: TopicSpec, prefix: str, partitions: int,
+               retention_s: float) -> Any:
+    """A NewTopic of one TOPICS row: its partition count (else `partitions`) and config."""
+    config = dict(spec.config)
+    if spec.retention:
+        config["retention.ms"] = str(int(retention_s * 1000))
+    kw: dict[str, Any] = {"topic_configs": config} if config else {}
+    return new_topic(spec.name(prefix), num_partitions=spec.partitions or partitions,
+                     replication_factor=1, **kw)
 
 
 async def ensure_compacted_topic(bootstrap: str, topic: str, timeout_s: float = 30.0,
@@ -127,7 +129,16 @@ async def ensure_compacted_with(admin: Any, topic: str) -> bool:
         return True
     if topic in await _create_missing(admin, [NewTopic(
             topic, num_partitions=1, replication_factor=1,
-            topic_configs={"cleanup.policy": "compact"})]):
+            topic_configs=dict(COMPACT))]):
         return True
     return topic in set(await admin.list_topics())
 
+
+async def ensure_all(bootstrap: str, topics: Topics, partitions: int = DEFAULT_PARTITIONS,
+                     security: KafkaSecurity | None = None) -> None:
+    """Every TOPICS row: the processor's (ensure_topics) and those their writers create
+    (the nodes topic), as `kafka acls --apply` and `kafka up --secure` provision them."""
+    await ensure_topics(bootstrap, topics, partitions, security=security)
+    for spec in TOPICS:
+        if spec.created == "writer":
+            await ensure_compacted_topic(bootstrap, spec.name(topics.prefix), security=security)

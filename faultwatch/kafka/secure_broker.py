@@ -237,12 +237,11 @@ def clients_of(data: Path) -> dict[str, Path]:
 
 
 async def _provision(plan: LockedDown, scope: acls.Scope, partitions: int) -> None:
-    from faultwatch.kafka.admin import ensure_compacted_topic, ensure_topics
+    from faultwatch.kafka.admin import ensure_all
     from faultwatch.wire.topics import Topics
 
     bootstrap, sec = plan.internal_bootstrap(), plan.broker_security()
-    await ensure_topics(bootstrap, Topics(scope.prefix), partitions, security=sec)
-    await ensure_compacted_topic(bootstrap, scope.topic("nodes"), security=sec)
+    await ensure_all(bootstrap, Topics(scope.prefix), partitions, security=sec)
     await acl_admin.apply(bootstrap, sec, scope, acls.table(scope))
 
 

@@ -3,7 +3,6 @@ faultwatch.kafka.clients applies them to every client it builds."""
 
 from __future__ import annotations
 
-import os
 import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -12,25 +11,17 @@ from typing import Any
 
 import yaml
 
+from faultwatch import settings
 from faultwatch.errors import ConfigError
 
 PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
-ENV_PREFIX = "FAULTWATCH_KAFKA_"
-CONFIG_ENV = "FAULTWATCH_KAFKA_CONFIG"
+ENV_PREFIX = settings.PREFIX + "KAFKA_"
+CONFIG_ENV = settings.KAFKA_CONFIG.name
 
-# The settings a flag, variable or config-file key can give: name -> what it is.
-KEYS: dict[str, str] = {
-    "security_protocol": "PLAINTEXT | SSL | SASL_PLAINTEXT | SASL_SSL",
-    "sasl_mechanism": "PLAIN | SCRAM-SHA-256 | SCRAM-SHA-512",
-    "username": "SASL user name",
-    "password": "SASL password (prefer password_file or the environment)",
-    "password_file": "file holding the SASL password (one line)",
-    "ca_file": "PEM file of the CA certificates that sign the brokers' certificates",
-    "cert_file": "PEM client certificate (mutual TLS)",
-    "key_file": "PEM private key of the client certificate",
-    "check_hostname": "verify that the broker certificate names the host (true/false)",
-}
+# The settings a flag, variable or config-file key can give: name -> what it is (each one's
+# variable FAULTWATCH_KAFKA_<KEY> is declared in faultwatch/settings.py).
+KEYS: dict[str, str] = {key: var.doc for key, var in settings.KAFKA.items()}
 
 
 @dataclass(frozen=True)
@@ -130,15 +121,7 @@ class KafkaSecurity:
         return f"protocol={self.security_protocol}{who}"
 
 
-def _bool(key: str, value: Any) -> bool:
-    if isinstance(value, bool):
-        return value
-    text = str(value).strip().lower()
-    if text in ("1", "true", "yes", "on"):
-        return True
-    if text in ("0", "false", "no", "off"):
-        return False
-    raise ConfigError(key, f"{value!r} is not true or false")
+_bool = settings.parse_bool  # the one boolean grammar
 
 
 def _read_secret(key: str, path: Path) -> str:
@@ -186,15 +169,14 @@ def from_sources(flags: Mapping[str, Any] | None = None, env: Mapping[str, str] 
 
     The config file is `config_file`, else $FAULTWATCH_KAFKA_CONFIG, else none. A password
     comes from `password`, else `password_file` (at the highest level giving either)."""
-    e = os.environ if env is None else env
     given = {k: v for k, v in (flags or {}).items() if v is not None}
     unknown = sorted(set(given) - set(KEYS))
     if unknown:
         raise ConfigError(unknown[0], "not a Kafka security setting")
-    path = config_file or (Path(e[CONFIG_ENV]) if e.get(CONFIG_ENV) else None)
+    path = config_file or settings.KAFKA_CONFIG.get(env)
+    from_env = {k: settings.KAFKA[k].raw(env) for k in KEYS}
     layers = [load_config_file(path) if path is not None else {},
-              {k: e[ENV_PREFIX + k.upper()] for k in KEYS if e.get(ENV_PREFIX + k.upper())},
-              given]
+              {k: v for k, v in from_env.items() if v is not None}, given]
     merged: dict[str, Any] = {}
     for layer in layers:
         if "password" in layer or "password_file" in layer:  # a higher level replaces both

@@ -16,10 +16,11 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
+from faultwatch import settings
 from faultwatch.launch.defaults import default
 from faultwatch.launch.model import DEFAULT, ENV, SCHEDULER, Setting, unknown
 
-K8S_GRACE_ENV = "FAULTWATCH_K8S_TERMINATION_GRACE_S"
+K8S_GRACE_ENV = settings.K8S_TERMINATION_GRACE_S.name
 _KILL_WAIT_SHOW = re.compile(r"^\s*KillWait\s*=\s*(\d+)\s*sec", re.MULTILINE)
 _KILL_WAIT_CONF = re.compile(r"^\s*KillWait\s*=\s*(\S+)", re.MULTILINE | re.IGNORECASE)
 _INCLUDE_CONF = re.compile(r"^\s*include\s", re.MULTILINE | re.IGNORECASE)
@@ -125,8 +126,8 @@ def kubernetes(env: Mapping[str, str]) -> Scheduler:
         except ValueError:
             problems.append(f"{K8S_GRACE_ENV}={raw!r} is not an integer")
             grace = unknown(key, f"{K8S_GRACE_ENV}={raw!r} is not an integer")
-    pod = env.get("FAULTWATCH_K8S_POD") or env.get("HOSTNAME", "")
-    ns = env.get("FAULTWATCH_K8S_NAMESPACE", "")
+    pod = settings.K8S_POD.raw(env) or env.get("HOSTNAME", "")
+    ns = settings.K8S_NAMESPACE.raw(env) or ""
     return Scheduler("kubernetes", MappingProxyType({key: grace}),
                      f"pod {ns + '/' if ns else ''}{pod}", tuple(problems))
 
@@ -135,7 +136,7 @@ def detect(env: Mapping[str, str]) -> str:
     """slurm, kubernetes or none, from the job's environment."""
     if env.get("SLURM_JOB_ID"):
         return "slurm"
-    if env.get("KUBERNETES_SERVICE_HOST") or env.get("FAULTWATCH_K8S_POD") \
+    if env.get("KUBERNETES_SERVICE_HOST") or settings.K8S_POD.raw(env) \
             or env.get(K8S_GRACE_ENV):
         return "kubernetes"
     return "none"

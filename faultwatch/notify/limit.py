@@ -141,3 +141,22 @@ class Limiter:
     def sending(self, hook: str, now: float) -> None:
         """A post to `hook` starts now."""
         self._next_slot[hook] = now + self.limits.min_gap_s
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How often and how patiently a failed post is tried again."""
+
+    attempts: int = 6
+    base_s: float = 1.0
+    factor: float = 2.0
+    max_s: float = 60.0
+    timeout_s: float = 10.0
+
+    def delay_s(self, failures: int, retry_after_s: float | None = None) -> float:
+        """Wait before try number failures+1: base * factor^(failures-1), capped; a server's
+        Retry-After wins when it is longer (still capped)."""
+        delay = min(self.max_s, self.base_s * self.factor ** max(0, failures - 1))
+        if retry_after_s is not None:
+            delay = min(self.max_s, max(delay, retry_after_s))
+        return delay

@@ -17,7 +17,7 @@ from faultwatch.errors import ConfigError
 from faultwatch.notify import formats, http
 from faultwatch.notify.grouping import Notification
 from faultwatch.notify.http import Outcome
-from faultwatch.notify.limit import Digest
+from faultwatch.notify.limit import Digest, RetryPolicy  # noqa: F401 - re-exported
 
 Log = Callable[..., None]
 
@@ -111,25 +111,6 @@ def holds_token(spec: str) -> str | None:
         if _tokenish(v):
             return f"the value of query parameter {k[:40]!r}, which looks like a token"
     return None
-
-
-@dataclass(frozen=True)
-class RetryPolicy:
-    """How often and how patiently a failed post is tried again."""
-
-    attempts: int = 6
-    base_s: float = 1.0
-    factor: float = 2.0
-    max_s: float = 60.0
-    timeout_s: float = 10.0
-
-    def delay_s(self, failures: int, retry_after_s: float | None = None) -> float:
-        """Wait before try number failures+1: base * factor^(failures-1), capped; a server's
-        Retry-After wins when it is longer (still capped)."""
-        delay = min(self.max_s, self.base_s * self.factor ** max(0, failures - 1))
-        if retry_after_s is not None:
-            delay = min(self.max_s, max(delay, retry_after_s))
-        return delay
 
 
 async def post_once(client: httpx2.AsyncClient, receiver: Receiver,

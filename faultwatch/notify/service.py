@@ -27,8 +27,10 @@ from faultwatch.notify.grouping import Grouper, GroupingPolicy, Notification
 from faultwatch.notify.http import HttpSecurity
 from faultwatch.notify.limit import Digest, Limiter, RateLimits
 from faultwatch.notify.sender import Receiver, RetryPolicy, deliver
-from faultwatch.trust.replay import ReplayGuard
-from faultwatch.wire.signing import DecisionGate
+from faultwatch.trust.intake import DecisionIntake
+from faultwatch.trust.records import DecisionGate
+from faultwatch.trust.replay import DEFAULT_MAX_AGE_S, ReplayGuard
+from faultwatch.wire.topics import NOTIFY_GROUP
 
 Log = Callable[..., None]
 HOLDS_WAIT_S = 10.0  # at start, how long the mutes in force are waited for
@@ -39,11 +41,11 @@ class NotifierConfig:
     bootstrap: str
     topic: str
     receivers: tuple[Receiver, ...]
-    group_id: str = "faultwatch-notify"
+    group_id: str = NOTIFY_GROUP
     policy: GroupingPolicy = field(default_factory=GroupingPolicy)
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     from_beginning: bool = False
-    max_decision_age_s: float = 600.0
+    max_decision_age_s: float = DEFAULT_MAX_AGE_S
     replay_state: Path | None = None  # ids of decisions taken (the replay rule across restarts)
     limits: RateLimits = field(default_factory=RateLimits)
     alertmanagers: tuple[Alertmanager, ...] = ()
@@ -69,6 +71,7 @@ class Notifier:
         self.muted_ids: dict[str, int] = {}  # mute id -> decisions not posted under it
         self.grouper = Grouper(cfg.policy)
         self.replay = ReplayGuard("decision", cfg.max_decision_age_s, cfg.replay_state, log)
+        self.intake = DecisionIntake(gate, self.replay, log)
         self.limiter = Limiter(cfg.limits, clock())
         self._where: dict[str, tuple[Any, int]] = {}  # decision id -> (tp, offset)
         self._inflight: dict[str, int] = {}  # decision id -> deliveries still running
@@ -91,26 +94,13 @@ class Notifier:
 
     def take(self, value: bytes | None, tp: Any, offset: int) -> None:
         """One decisions-topic record: decode, check the signature, group."""
-        if not self.gate.admit_record(value, topic=tp.topic, partition=tp.partition,
-                                      offset=offset):
+        where = {"topic": tp.topic, "partition": tp.partition, "offset": offset}
+        dec = self.intake.decode(value, **where)
+        if dec is None or is_probe(dec):  # an older processor's probe: machinery
             return
-        try:
-            dec = wire.decode_decision(value)
-        except DecodeError as e:
-            self.log("undecodable_decision", topic=tp.topic, partition=tp.partition,
-                     offset=offset, error=str(e))
-            return
-        if is_probe(dec):  # an older processor's probe: machinery, the hang's message has it
+        if not self.intake.fresh(dec, self.clock(), **where):
             return
         raw = wire.decision_to_dict(dec)
-        where = f"{tp.topic}[{tp.partition}]@{offset}"
-        why = self.replay.check(str(raw["id"]), float(raw["ts"]), self.clock(), where)
-        if why is not None:
-            self.log("decision_refused", reason=why, id=raw["id"], job=raw["job"],
-                     action=raw["action"], age_s=round(self.clock() - float(raw["ts"]), 1),
-                     max_age_s=self.replay.max_age_s, topic=tp.topic, partition=tp.partition,
-                     offset=offset)
-            return
         if self._muted(raw):  # before every sink: webhooks and Alertmanager alike
             return
         new = self.grouper.add(raw, self.clock()) if self.cfg.receivers else False

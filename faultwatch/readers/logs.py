@@ -159,7 +159,7 @@ def rows_of_record(d: Mapping[str, Any], job: str) -> list[Row]:
     """The rows of one decoded logs-topic record of `job` (others: none): its lines (the
     rank prefix torchrun adds moved to `rank`), a run start, an exit, a boot-check note.
     DecodeError when a field is malformed."""
-    from faultwatch.nodes.checks import checks_of, render_checks
+    from faultwatch.registry.checks import checks_of, render_checks
     from faultwatch.rules.prefix import strip_rank
     from faultwatch.wire import exit_of, lines_batch_of, lines_of, run_start_of
     from faultwatch.wire.events import notice_of

@@ -10,8 +10,9 @@ from typing import Any
 
 import orjson
 
+from faultwatch import settings
 from faultwatch.core.registry import NodeRecord, Registry, RegistryPolicy, expire
-from faultwatch.nodes.store import Refused
+from faultwatch.registry.store import Refused
 
 
 def _iso(ts: float | None) -> str:
@@ -79,7 +80,7 @@ def print_nodes(bootstrap: str, topic: str, *, as_json: bool = False) -> int:
     With a trust file ($FAULTWATCH_TRUST_FILE) it is the registry as processors and actuate
     take it: unsigned, forged and replayed records are shown as refused, not as the state."""
     from faultwatch.kafka.errors import BROKER_ERRORS, broker_error
-    from faultwatch.nodes.store import load_registry, load_verified
+    from faultwatch.registry.store import load_registry, load_verified
     from faultwatch.trust.keys import load_trust
     from faultwatch.trust.records import NODE_RECORD, verifier_for
 
@@ -96,6 +97,6 @@ def print_nodes(bootstrap: str, topic: str, *, as_json: bool = False) -> int:
     for line in render(reg, time.time(), as_json, refused):
         print(line, file=sys.stdout)
     if verifier is None:
-        print("(unverified: without FAULTWATCH_TRUST_FILE every record is shown, signed or "
+        print(f"(unverified: without {settings.TRUST_FILE} every record is shown, signed or "
               "not)", file=sys.stderr)
     return 0

@@ -13,7 +13,18 @@ from faultwatch.errors import UsageError
 from faultwatch.readers.timeline import LINE, Row
 
 _UNITS_S = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
-_AGO = re.compile(r"^(\d+(?:\.\d+)?)([smhd])$")
+_PART = r"(\d+(?:\.\d+)?)([smhd])"
+_SPAN = re.compile(rf"(?:{_PART})+")  # 90s, 30m, 2h, 1d, 1h30m
+
+
+def span_s(text: str) -> float | None:
+    """The one duration grammar: `90s`, `30m`, `2h`, `1d`, `1h30m` (any case) as seconds;
+    None when `text` is not one (a bare number is the caller's to read)."""
+    t = text.strip().lower()
+    if _SPAN.fullmatch(t) is None:
+        return None
+    return sum(float(n) * _UNITS_S[u] for n, u in re.findall(_PART, t))
+
 
 
 def parse_when(text: str, now: float, flag: str = "--since") -> float:
@@ -22,9 +33,9 @@ def parse_when(text: str, now: float, flag: str = "--since") -> float:
     without one, the local time zone), or Unix seconds (`1764165900.5`). UsageError (exit 2)
     naming the flag otherwise."""
     s = text.strip()
-    m = _AGO.match(s)
-    if m:
-        return now - float(m.group(1)) * _UNITS_S[m.group(2)]
+    ago = span_s(s)
+    if ago is not None:
+        return now - ago
     try:
         return float(s)
     except ValueError:

@@ -19,7 +19,10 @@ ACTIVE_PHASES = ("running", "settling")
 
 
 def _fmt_age(x: Any) -> str:
-    return "-" if x is None else f"{float(x):.0f}s"
+    """Seconds as kubectl prints an AGE (45s, 3m12s, 5h12m, 3d4h); `-` for none."""
+    from faultwatch.readers.render import age
+
+    return "-" if x is None else age(float(x))
 
 
 def visible(snapshots: Iterable[Mapping[str, Any]], now: float, finished_for_s: float
@@ -176,11 +179,11 @@ async def read_status(bootstrap: str, topic: str, job: str | None = None,
                       must_exist: bool = True
                       ) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]]]:
     """(the latest snapshot per job, the latest record per processor worker) on the
-    compacted status topic, read to its end (worker records: streams/rules_status.py); a
+    compacted status topic, read to its end (worker records: rollout/rules_status.py); a
     missing topic is a NotFoundError unless not `must_exist`."""
     from faultwatch import wire
     from faultwatch.errors import DecodeError
-    from faultwatch.streams.rules_status import read_raw, split_status
+    from faultwatch.rollout.rules_status import read_raw, split_status
 
     jobs, workers = split_status(await read_raw(bootstrap, topic, must_exist=must_exist))
     latest: dict[str, dict[str, Any]] = {}
@@ -216,7 +219,7 @@ WORKERS_TITLE = "processor workers (faultwatch rules show: layers and sources)"
 
 
 def worker_cells(w: Mapping[str, Any], now: float) -> list[str]:
-    from faultwatch.streams.rules_status import refused_count
+    from faultwatch.rollout.rules_status import refused_count
 
     rules = w.get("rules") or {}
     pushed: dict[str, Any] = next((la for la in rules.get("layers", [])

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from faultwatch.rules.classify import classify, pick_root
 from faultwatch.rules.engine import Matcher
-from faultwatch.rules.loader import BUILTIN_DIR, builtin_paths, check_files, load_ruleset
+from faultwatch.rules.loader import BUILTIN_DIR, builtin_paths
+from faultwatch.rules.merging import check_files, load_ruleset
 from faultwatch.rules.model import (
     DEFAULT_ACTIONS,
     POLICY_CHOICES,

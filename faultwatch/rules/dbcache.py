@@ -26,9 +26,11 @@ import stat
 from collections import Counter
 from pathlib import Path
 
+from faultwatch import settings
+
 log = logging.getLogger(__name__)
 
-CACHE_ENV = "FAULTWATCH_RULES_CACHE"
+CACHE_ENV = settings.RULES_CACHE.name
 MAGIC = b"FWRULEDB1\n"
 KEY_BYTES = 32
 TAG_BYTES = 32

@@ -11,7 +11,7 @@ Layers, lowest first (a higher layer wins, rule by rule and policy key by key):
     flags     the worker's policy flags (`--settle-s` ...): policy only, always win
 
 A rule whose id an earlier file or layer already defines overrides it as its `override:` key
-says (rules/loader.merge); every rule in force keeps the places that defined it
+says (rules/merging.merge); every rule in force keeps the places that defined it
 (`RuleSet.origins`), so "why is this rule what it is" has an answer.
 """
 
@@ -26,7 +26,8 @@ from typing import Any
 
 from faultwatch.core.policy import Policy, policy_for
 from faultwatch.errors import ConfigError, RuleError, RuleProblem
-from faultwatch.rules.loader import FileResult, builtin_results, merge, parse_file, parse_text
+from faultwatch.rules.loader import FileResult, builtin_results, parse_file, parse_text
+from faultwatch.rules.merging import merge
 from faultwatch.rules.model import RuleSet
 
 LAYERS: tuple[str, ...] = ("builtin", "files", "pushed")  # lowest first; then flags

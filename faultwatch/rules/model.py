@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+from faultwatch.core import policy as _policy
 from faultwatch.core.events import Match
 from faultwatch.core.root import DEFAULT_ACTIONS as _CORE_DEFAULT_ACTIONS
 
@@ -14,64 +15,10 @@ STREAMS: tuple[str, ...] = ("stdout", "stderr", "exit")
 DEFAULT_ACTIONS: Mapping[str, str] = MappingProxyType(dict(_CORE_DEFAULT_ACTIONS))
 DEFAULT_PRIORITY = 50
 
-# policy key -> type (float keys accept ints); enumerations and bounds live in validate.py
-POLICY_KEYS: Mapping[str, type] = MappingProxyType({
-    "execution_mode": str,
-    "enable_restart": bool,
-    "max_restarts": int,
-    "hang_detection": bool,
-    "hang_window_s": float,
-    "init_window_s": float,
-    "exit_hang_detection": bool,
-    "exit_hang_window_s": float,
-    "fault_tolerant_policy": str,
-    "max_same_error": int,
-    "max_failure_rate": float,
-    "settle_s": float,
-    "retryable_errors": list,
-    "adaptive_hang": bool,
-    "hang_floor_s": float,
-    "hang_ceiling_s": float,
-    "hang_needs_evidence": bool,
-    "stuck_stacks_s": float,
-    "progress_stall_detection": bool,
-    "node_lost_detection": bool,
-    "node_lost_s": float,
-    "slow_rank_detection": bool,
-    "slow_factor": float,
-    "skew_warn_s": float,
-    "blacklist_s": float,
-    "short_attempt_s": float,
-    "suspect_after": int,
-    "storm_max_restarts": int,
-    "storm_window_s": float,
-    "restart_backoff_s": float,
-    "diagnose": bool,
-    "diagnose_at": float,
-    "checkpoint_extend_s": float,
-    "fleet_storm_detection": bool,
-    "fleet_storm_share": float,
-    "fleet_storm_min_jobs": int,
-    "fleet_storm_window_s": float,
-    "fleet_storm_hold_max_s": float,
-    "fleet_storm_release_per_min": float,
-    "divergence_detection": bool,
-    "divergence_action": str,
-    "loss_spike_action": str,
-    "loss_spike_factor": float,
-    "loss_window": int,
-    "lemon_detection": bool,
-    "lemon_min_jobs": int,
-    "lemon_window_s": float,
-    "lemon_action": str,
-})
-POLICY_CHOICES: Mapping[str, tuple[str, ...]] = MappingProxyType({
-    "execution_mode": ("sync", "async"),
-    "fault_tolerant_policy": ("on_failure", "exit_code_and_error_msg", "never"),
-    "divergence_action": ("notify", "restart", "fail"),
-    "loss_spike_action": ("notify", "restart", "fail"),
-    "lemon_action": ("notify", "quarantine"),
-})
+# policy key -> type (float keys accept ints) and the strings' choices: derived from the one
+# declaration of each key (core/policy.py), as are ranges and the checks (validate.py)
+POLICY_KEYS: Mapping[str, type] = MappingProxyType(dict(_policy.TYPES))
+POLICY_CHOICES: Mapping[str, tuple[str, ...]] = MappingProxyType(dict(_policy.CHOICES))
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,21 +12,21 @@ from __future__ import annotations
 
 import importlib
 import logging
-import os
 from collections.abc import Sequence
 from types import ModuleType
 from typing import Any
 
+from faultwatch import settings
 from faultwatch.rules.normalise import MAX_STACK, MID_RANK_PATTERN, PREFIX_KINDS
 from faultwatch.rules.patterns import Pattern
 
 log = logging.getLogger(__name__)
-NO_NATIVE_ENV = "FAULTWATCH_NO_NATIVE"
+NO_NATIVE_ENV = settings.NO_NATIVE.name
 
 
 def native_module() -> ModuleType | None:
     """faultwatch.rules._native, or None when it is not built or turned off."""
-    if os.environ.get(NO_NATIVE_ENV, "") not in ("", "0"):
+    if settings.NO_NATIVE.value():
         return None
     try:
         # (by name: the layer checks read Python sources)

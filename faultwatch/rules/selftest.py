@@ -7,7 +7,7 @@ from pathlib import Path
 
 from faultwatch.errors import RuleError, RuleProblem
 from faultwatch.rules.engine import Matcher
-from faultwatch.rules.loader import load_ruleset
+from faultwatch.rules.merging import load_ruleset
 from faultwatch.rules.model import RuleSet
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import math
 import re
 import re._constants as sre_c
 import re._parser as sre_parse
@@ -11,8 +10,6 @@ import signal as _signal
 from typing import Any
 
 import regex
-
-from faultwatch.rules.model import POLICY_CHOICES, POLICY_KEYS
 
 ID_RE = re.compile(r"[a-z0-9][a-z0-9_.-]*\Z")
 EXC_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,99}(?:\.[A-Za-z_][A-Za-z0-9_]{0,99}){0,9}\Z")
@@ -228,51 +225,12 @@ def signal_number(value: object) -> int | None:
 
 
 def policy_value_error(key: str, value: object) -> str | None:
-    """None if the value is valid for the policy key, else why not."""
-    why = _type_error(key, value)
-    if why is None and isinstance(value, int | float) and not isinstance(value, bool):
-        from faultwatch.core.policy import range_error
+    """None if the value is valid for the policy key, else why not (core/policy.value_error:
+    the one check; a string is compared lower-cased, as the loader keeps it)."""
+    from faultwatch.core.policy import value_error
 
-        rng = range_error(key, value)
-        if rng is not None:
-            return f"policy.{key} {rng} (the documented range, docs/rules.md)"
-    return why
-
-
-def _type_error(key: str, value: object) -> str | None:
-    want = POLICY_KEYS[key]
-    if want is bool:
-        return None if isinstance(value, bool) else f"policy.{key} must be true or false"
-    if want is int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            return f"policy.{key} must be an integer"
-        if value < 0:
-            return f"policy.{key} must be >= 0"
+    why = value_error(key, value.lower() if isinstance(value, str) else value)
+    if why is None:
         return None
-    if want is float:
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            return f"policy.{key} must be a number"
-        if not math.isfinite(value):
-            return f"policy.{key} must be a finite number, not {value!r}"
-        if key == "max_failure_rate":
-            if not (value == -1 or 0 < value <= 1):
-                return "policy.max_failure_rate must be in (0, 1], or -1 for off"
-        elif key == "settle_s":
-            if value < 0:
-                return "policy.settle_s must be >= 0"
-        elif key == "diagnose_at":
-            if not 0 < value < 1:
-                return "policy.diagnose_at must be a fraction of the hang window in (0, 1)"
-        elif value <= 0:
-            return f"policy.{key} must be > 0 (seconds)"
-        return None
-    if want is str:
-        choices = POLICY_CHOICES.get(key, ())
-        if not isinstance(value, str) or (choices and value.lower() not in choices):
-            return f"policy.{key} must be one of {', '.join(choices)}"
-        return None
-    if want is list:
-        if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
-            return f"policy.{key} must be a list of non-empty strings"
-        return None
-    return None  # pragma: no cover
+    where = " (the documented range, docs/rules.md)" if why.startswith("must be in") else ""
+    return f"policy.{key} {why}{where}"

@@ -33,9 +33,10 @@ from typing import Any, TypeVar
 
 import orjson
 
+from faultwatch import settings
 from faultwatch.sdk import rank_dumps
 
-SOCKET_ENV = "FAULTWATCH_SDK_SOCKET"
+SOCKET_ENV = settings.SDK_SOCKET.name
 MAX_MESSAGE = 60 * 1024
 RECONNECT_S = 1.0  # without an agent, try to connect at most once a second
 PROGRESS_MIN_INTERVAL_S = 0.1  # at most 10 progress messages/s per process reach the agent
@@ -69,7 +70,7 @@ class _Channel:
         self._next_connect = time.monotonic() + RECONNECT_S
 
     def _socket(self) -> socket.socket | None:
-        path = os.environ.get(SOCKET_ENV)
+        path = settings.SDK_SOCKET.raw()
         if not path:
             return None
         if self._pid != os.getpid() or self.path != path:  # forked, or another agent
@@ -175,7 +176,7 @@ def _metric(v: Any) -> Any:
 
 def enabled() -> bool:
     """Whether an agent's socket is configured for this process."""
-    return bool(os.environ.get(SOCKET_ENV))
+    return settings.SDK_SOCKET.is_set()
 
 
 def progress(step: int, *, step_time_s: float | None = None, **metrics: Any) -> None:

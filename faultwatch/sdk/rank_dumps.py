@@ -23,7 +23,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-DIR_ENV = "FAULTWATCH_DIAG_DIR"
+from faultwatch import settings
+
+DIR_ENV = settings.DIAG_DIR.name
 ARMED_PREFIX = "armed-"  # <dir>/armed-<pid>: this process answers requests (the agent waits)
 POLL_S = 0.25
 MAX_FRAMES = 64
@@ -108,10 +110,9 @@ def _watch(directory: Path) -> None:
 def arm() -> bool:
     """Start the watcher if the agent set $FAULTWATCH_DIAG_DIR (idempotent per process)."""
     global _started
-    d = os.environ.get(DIR_ENV)
-    if not d or _started == os.getpid():
+    path = settings.DIAG_DIR.get()
+    if path is None or _started == os.getpid():
         return False
-    path = Path(d)
     if not path.is_dir():
         return False
     _started = os.getpid()

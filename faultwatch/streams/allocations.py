@@ -32,10 +32,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from faultwatch.core.events import RunStart
-from faultwatch.core.membership import allocation_key
+from faultwatch.core.membership import ASK_TIMEOUT_S, allocation_key
 from faultwatch.errors import ConfigError, FaultwatchError
 from faultwatch.eventlog import Quiet, log_event
-from faultwatch.nodes.names import (
+from faultwatch.registry.names import (
     K8S_NAME_RE,
     K8S_NAMESPACE_RE,
     K8S_UID_RE,
@@ -72,7 +72,7 @@ class Entry:
 class Allocations:
     """Answers by allocation key (core/membership.allocation_key), with their age."""
 
-    def __init__(self, ask: Ask, kind: str, timeout_s: float = 10.0,
+    def __init__(self, ask: Ask, kind: str, timeout_s: float = ASK_TIMEOUT_S,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.ask, self.kind, self.timeout_s, self.clock = ask, kind, timeout_s, clock
         self.entries: OrderedDict[str, Entry] = OrderedDict()
@@ -212,7 +212,7 @@ def _run(argv: Sequence[str], timeout_s: float, ok: tuple[int, ...] = (0,),
     return r
 
 
-def slurm_asker(scontrol: str = "scontrol", timeout_s: float = 10.0,
+def slurm_asker(scontrol: str = "scontrol", timeout_s: float = ASK_TIMEOUT_S,
                 env: dict[str, str] | None = None) -> Ask:
     def ask(key: str) -> frozenset[str]:
         fields = parse_key(key)
@@ -292,7 +292,7 @@ def parse_exec(text: str) -> tuple[str, ...]:
     return tuple(argv)
 
 
-def exec_asker(template: tuple[str, ...], timeout_s: float = 10.0) -> Ask:
+def exec_asker(template: tuple[str, ...], timeout_s: float = ASK_TIMEOUT_S) -> Ask:
     def ask(key: str) -> frozenset[str]:
         fields = parse_key(key)
         if fields is None:
@@ -310,16 +310,14 @@ def from_args(args: Any) -> Allocations | None:
     kind = getattr(args, "allocation_check", None)
     if not kind:
         return None
-    timeout = float(getattr(args, "allocation_timeout_s", 10.0))
+    timeout = float(getattr(args, "allocation_timeout_s", ASK_TIMEOUT_S))
     if kind == "slurm":
         return Allocations(slurm_asker(args.scontrol, timeout), kind, timeout)
     if kind == "kubernetes":
-        from types import SimpleNamespace
+        from faultwatch.actuate import plugins
 
-        from faultwatch.actuate import kubernetes
-
-        backend = kubernetes.from_args(SimpleNamespace(**{**vars(args),
-                                                          "k8s_pod_selector": None}))
+        # the actuator's kubernetes plug-in: $KUBECONFIG, ~/.kube/config, else in-cluster
+        backend = plugins.build("kubernetes", {**vars(args), "k8s_pod_selector": None})
         return Allocations(kubernetes_asker(backend), kind, timeout)
     if not getattr(args, "allocation_exec", None):
         raise ConfigError("--allocation-exec", "--allocation-check exec needs the command")

@@ -5,29 +5,21 @@ never blinds the worker to the others, and is never silent."""
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
-from faultwatch.errors import ConfigError
+from faultwatch import settings
 
-NODE_LINES_PER_S = 20_000.0  # lines per second each node may have matched (event time)
+# lines per second each node may have matched (event time); 0: no budget
+NODE_LINES_PER_S: float = settings.NODE_LINES_PER_S.fallback
 BURST_S = 10.0  # ... with this many seconds' worth of lines in hand (a burst, a backlog)
-BUDGET_ENV = "FAULTWATCH_NODE_LINES_PER_S"  # 0: no budget
+BUDGET_ENV = settings.NODE_LINES_PER_S.name
 MAX_NODES = 200_000  # nodes tracked; past it the idle ones go
 IDLE_S = 120.0  # a node quiet this long (event time) is forgotten
 
 
 def budget_from_env() -> float:
-    """FAULTWATCH_NODE_LINES_PER_S as a number (0 turns the budget off)."""
-    raw = os.environ.get(BUDGET_ENV, "")
-    try:
-        value = float(raw) if raw.strip() else NODE_LINES_PER_S
-    except ValueError:
-        raise ConfigError(BUDGET_ENV, f"must be a number of lines per second, not {raw!r}") \
-            from None
-    if not 0 <= value < float("inf"):
-        raise ConfigError(BUDGET_ENV, f"must be >= 0 lines per second (0: no budget), not {raw!r}")
-    return value
+    """$FAULTWATCH_NODE_LINES_PER_S as a number (0 turns the budget off)."""
+    return settings.NODE_LINES_PER_S.value()
 
 
 @dataclass(slots=True)

@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import base64
-import math
-import os
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -15,24 +12,28 @@ from typing import Any
 import faust
 import orjson
 
+from faultwatch import settings
 from faultwatch.core.diagnosis import is_probe
 from faultwatch.core.events import Decision
 from faultwatch.core.policy import Policy
 from faultwatch.core.quota import NodeQuota
 from faultwatch.core.registry import RegistryPolicy
 from faultwatch.core.status import STATUS_S
-from faultwatch.errors import ConfigError, DecodeError
+from faultwatch.errors import DecodeError
 from faultwatch.eventlog import Quiet, log_event
 from faultwatch.holds.follow import follow_holds, holds_table
 from faultwatch.kafka import calm as broker_calm
 from faultwatch.kafka import clients
 from faultwatch.metrics import ProcessorMetrics
 from faultwatch.metrics import serve as serve_metrics
-from faultwatch.nodes.follow import RegistryLink
-from faultwatch.nodes.gate import NodeGate
+from faultwatch.registry.follow import RegistryLink
+from faultwatch.registry.gate import NodeGate
+from faultwatch.rollout.rules_status import WORKER_S, info_labels, worker_id, worker_record
+from faultwatch.rollout.rules_watch import RulesWatcher, base_rules
 from faultwatch.rules import Matcher, RuleSet
 from faultwatch.streams import faust_compat
-from faultwatch.streams.budget import LineBudget, budget_from_env
+from faultwatch.streams.budget import LineBudget
+from faultwatch.streams.counters import Metrics
 from faultwatch.streams.faust_compat import (
     BatchFeed,
     PartitionBatches,
@@ -45,33 +46,28 @@ from faultwatch.streams.faust_compat import (
 from faultwatch.streams.incident_publish import IncidentPublisher
 from faultwatch.streams.job_stage import (
     CAUGHT_UP_S,
-    FINISHED_TTL_S,
-    MAX_JOBS,
     TICK_S,
     JobStage,
 )
 from faultwatch.streams.lemon_watch import LemonFeed, follow_incidents
 from faultwatch.streams.matcher_stage import MatcherStage
-from faultwatch.streams.metrics import Metrics
 from faultwatch.streams.records import InRecord, LiveRules
 from faultwatch.streams.refusal_notices import RefusalNotices
-from faultwatch.streams.rules_status import WORKER_S, info_labels, worker_id, worker_record
-from faultwatch.streams.rules_watch import RulesWatcher, base_rules
 from faultwatch.streams.status_publish import StatusPublisher
 from faultwatch.streams.stopping import StopGate
 from faultwatch.trust.replay import max_age_s
 from faultwatch.wire import (
-    SCHEMA_VERSION,
     decision_to_dict,
     encode_tick,
     job_key,
     signing,
     worker_key,
 )
-from faultwatch.wire.topics import DEFAULT_PARTITIONS, INCIDENTS_RETENTION_S, Topics
+from faultwatch.wire.deadletter import encode_dead
+from faultwatch.wire.topics import DEFAULT_PARTITIONS, Topics, processor_group
 
 REPORT_S = 10.0  # the lag gauges of /metrics are refreshed this often
-METRICS_LOG_S = 300.0  # a processor_metrics line this often ($FAULTWATCH_METRICS_LOG_S)
+METRICS_LOG_S: float = settings.METRICS_LOG_S.fallback  # a processor_metrics line this often
 BATCH = 1000  # records per batch, both stages
 BATCH_WITHIN_S = 0.05  # ... or whatever arrived within this long
 FEED_MAX = 4 * BATCH  # fetched records queued per topic before its fetching pauses
@@ -79,34 +75,6 @@ RETRY_FIRST_S, RETRY_MAX_S = 0.5, 30.0  # backoff of a batch whose outputs were 
 
 Send = Callable[[], Awaitable[Any]]  # starts one send; its result is awaited for delivery
 
-
-
-def _env_rate(name: str, default: float) -> float:
-    """A number of events a minute from the environment, 0 for none (ConfigError otherwise)."""
-    raw = os.environ.get(name)
-    if raw is None:
-        return default
-    try:
-        value = float(raw)
-    except ValueError:
-        raise ConfigError(name, f"must be a number a minute, not {raw!r}") from None
-    if not (math.isfinite(value) and value >= 0):
-        raise ConfigError(name, f"must be 0 (no quota) or a positive number, not {raw!r}")
-    return value
-
-
-def _env_seconds(name: str, default: float) -> float:
-    """A positive, finite number of seconds from the environment (ConfigError otherwise)."""
-    raw = os.environ.get(name)
-    if raw is None:
-        return default
-    try:
-        value = float(raw)
-    except ValueError:
-        raise ConfigError(name, f"must be a number of seconds, not {raw!r}") from None
-    if not (math.isfinite(value) and value > 0):
-        raise ConfigError(name, f"must be a positive number of seconds, not {raw!r}")
-    return value
 
 
 @dataclass
@@ -120,7 +88,7 @@ class ProcessorConfig:
     partitions: int = DEFAULT_PARTITIONS
     app_id: str = ""
     session_timeout_s: float = field(
-        default_factory=lambda: float(os.environ.get("FAULTWATCH_SESSION_TIMEOUT_S", "10")))
+        default_factory=lambda: settings.SESSION_TIMEOUT_S.value())
     policy_overrides: dict[str, Any] = field(default_factory=dict)  # flags, kept on push
     # the layers `ruleset`/`policy` were built from (rules.layers.RulesInForce; cli builds
     # it): a push adds its layer on top of them. None: one layer holding `ruleset`
@@ -131,34 +99,33 @@ class ProcessorConfig:
     probes_on_decisions: bool = False
     # active jobs per worker; a new job beyond it is refused (docs/operating.md)
     max_jobs: int = field(
-        default_factory=lambda: int(os.environ.get("FAULTWATCH_MAX_JOBS", str(MAX_JOBS))))
+        default_factory=lambda: settings.MAX_JOBS.value())
     # a decided or done job unchanged this long leaves the worker's table (docs/operating.md)
-    finished_ttl_s: float = field(default_factory=lambda: _env_seconds(
-        "FAULTWATCH_FINISHED_TTL_S", FINISHED_TTL_S))
+    finished_ttl_s: float = field(
+        default_factory=lambda: settings.FINISHED_TTL_S.value())
     # per node a minute (core/quota.py; docs/operating.md): new jobs, run-starts; 0: none
-    node_new_jobs_per_min: float = field(default_factory=lambda: _env_rate(
-        "FAULTWATCH_NODE_NEW_JOBS_PER_MIN", 60.0))
-    node_run_starts_per_min: float = field(default_factory=lambda: _env_rate(
-        "FAULTWATCH_NODE_RUN_STARTS_PER_MIN", 120.0))
+    node_new_jobs_per_min: float = field(
+        default_factory=lambda: settings.NODE_NEW_JOBS_PER_MIN.value())
+    node_run_starts_per_min: float = field(
+        default_factory=lambda: settings.NODE_RUN_STARTS_PER_MIN.value())
     # the scheduler asked which nodes a job holds (streams/allocations.py); None: unchecked
     allocations: Any = None
     # no decision whose evidence is older than this is published (docs/decisions.md)
     max_decision_age_s: float = field(default_factory=max_age_s)
     # lines per second each node may have matched; past it counted and announced, not
     # matched (streams/budget.py, docs/operating.md); 0: no budget
-    node_lines_per_s: float = field(default_factory=budget_from_env)
+    node_lines_per_s: float = field(default_factory=lambda: settings.NODE_LINES_PER_S.value())
     # the incidents and acted topics drop what is older (docs/goodput.md)
-    incidents_retention_s: float = field(default_factory=lambda: _env_seconds(
-        "FAULTWATCH_INCIDENTS_RETENTION_S", INCIDENTS_RETENTION_S))
+    incidents_retention_s: float = field(
+        default_factory=lambda: settings.INCIDENTS_RETENTION_S.value())
     # one processor_metrics event line this often (rates and lags live on /metrics)
-    metrics_log_s: float = field(default_factory=lambda: _env_seconds(
-        "FAULTWATCH_METRICS_LOG_S", METRICS_LOG_S))
+    metrics_log_s: float = field(default_factory=lambda: settings.METRICS_LOG_S.value())
     metrics_address: str = "127.0.0.1"  # ... on this address (0.0.0.0: every interface)
     metrics_address_file: str | None = None  # where /metrics listens (file_sd JSON)
 
     @property
     def group(self) -> str:
-        return self.app_id or f"{self.topics.prefix}processor"
+        return processor_group(self.topics.prefix, self.app_id)
 
 
 def _serve_metrics(cfg: ProcessorConfig, prom: ProcessorMetrics) -> None:
@@ -197,8 +164,7 @@ class Processor:
 
 def _data_root() -> Path:
     """Where Faust keeps its per-app metadata: $FAULTWATCH_PROCESSOR_DIR or the user cache."""
-    env = os.environ.get("FAULTWATCH_PROCESSOR_DIR")
-    root = Path(env) if env else Path.home() / ".cache" / "faultwatch" / "processor"
+    root = settings.PROCESSOR_DIR.get() or Path.home() / ".cache" / "faultwatch" / "processor"
     root.mkdir(parents=True, exist_ok=True)  # Faust creates only the last path component
     return root
 
@@ -354,10 +320,7 @@ def build_processor(cfg: ProcessorConfig, live: LiveRules | None = None,
         dead_log("dead_letter", reason=f"{reason}:{rec.topic.rsplit('.', 1)[-1]}",
                  topic=rec.topic, partition=rec.partition, offset=rec.offset,
                  key=(rec.key or b"").decode(errors="replace")[:200], error=err_text)
-        value = orjson.dumps({
-            "v": SCHEMA_VERSION, "topic": rec.topic, "partition": rec.partition,
-            "offset": rec.offset, "error": err_text[:4096],
-            "value_b64": base64.b64encode((rec.value or b"")[:600_000]).decode()})
+        value = encode_dead(rec.topic, rec.partition, rec.offset, err_text, rec.value)
         dead.append(_sender(dead_t, rec.key, value))
         about = getattr(err, "about", None)
         if about is not None:  # a refused node signature: that job's agents are told why
@@ -417,7 +380,7 @@ def build_processor(cfg: ProcessorConfig, live: LiveRules | None = None,
         sends: list[Send] = []
         for d in decs:
             metrics.decisions += 1
-            metrics.count(f"decisions.{d.kind}")
+            metrics.count_labelled("decisions.", d.kind)
             log_event("decision", id=d.id, job=d.job, attempt=d.attempt, action=d.action,
                       kind=d.kind, rule=d.rule)
             prom.decided(d.kind, d.action, time.time() - d.ts)

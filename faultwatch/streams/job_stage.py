@@ -4,15 +4,15 @@ record or one broken job state never stops a batch, a tick or the other jobs."""
 
 from __future__ import annotations
 
-import dataclasses
 import heapq
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, MutableMapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol
 
 import orjson
 
+from faultwatch import settings
 from faultwatch.core import spares
 from faultwatch.core.blast import GUARDED_ACTIONS, GUARDED_KINDS, BlastGuard, Census
 from faultwatch.core.events import (
@@ -33,7 +33,7 @@ from faultwatch.core.timeline import fold_job
 from faultwatch.eventlog import Quiet, log_event
 from faultwatch.streams import job_table
 from faultwatch.streams.allocations import requests
-from faultwatch.streams.metrics import Metrics
+from faultwatch.streams.counters import Metrics
 from faultwatch.streams.records import DeadLetter, InRecord, LiveRules
 from faultwatch.streams.storm import (
     CENSUS_REUSE_S,
@@ -47,7 +47,8 @@ from faultwatch.streams.storm import (
 )
 from faultwatch.trust.refusals import REFUSALS
 from faultwatch.trust.replay import DEFAULT_MAX_AGE_S
-from faultwatch.wire import MAX_RECORD_BYTES, Tick, decode_signals, encode_decision, job_key
+from faultwatch.wire import MAX_RECORD_BYTES, Tick, decode_signals, job_key
+from faultwatch.wire.decisions import bounded_decision  # noqa: F401 - used and re-exported
 
 TICK_S = 0.5  # how often the shell sends a tick to each signals partition it owns
 CAUGHT_UP_S = 2.0  # a tick older than this when processed: the partition is lagging
@@ -60,13 +61,13 @@ LIVENESS = (Output, Heartbeat, Progress, ProgressBatch)
 JOB_IDLE_S = 60.0  # a cached state untouched this long leaves the cache (active ones: at
 # least node_lost_s); its encoded state stays in the store (the table, changelog-backed)
 EVICT_SWEEP_S = 5.0  # how often a partition's tick looks for idle cached states
-MAX_JOBS = 20_000  # active jobs per worker; a new job beyond it is refused (counted, logged)
-FINISHED_TTL_S = 86_400.0  # a decided or done job unchanged this long leaves the table too
+# active jobs per worker; a new job beyond it is refused (counted, logged)
+MAX_JOBS: int = settings.MAX_JOBS.fallback
+# a decided or done job unchanged this long leaves the table too
+FINISHED_TTL_S: float = settings.FINISHED_TTL_S.fallback
 # (a tombstone on its changelog): like a Kubernetes Job's ttlSecondsAfterFinished; a job that
 # returns later starts afresh (docs/operating.md 5a). Keep it above the longest relaunch delay
 PARTITION_FIELD = "_p"  # stored beside a state: the signals partition it belongs to
-MAX_EVIDENCE_STR = 4096  # evidence strings of a too-big decision are cut to this
-MAX_EVIDENCE_ITEMS = 64  # ... and its lists to this many items
 MAX_RETIRED_LEDGERS = 1024  # ledgers of runs replaced by a new run, held for the publisher
 
 
@@ -148,18 +149,6 @@ def earliest_seen(st: JobState) -> float | None:
     return min(seen) if seen else None
 
 
-def _cut(x: Any, depth: int = 0) -> Any:
-    if isinstance(x, str):
-        return x if len(x) <= MAX_EVIDENCE_STR else x[:MAX_EVIDENCE_STR] + "...[cut]"
-    if depth > 8:
-        return None
-    if isinstance(x, dict):
-        return {str(k)[:256]: _cut(v, depth + 1) for k, v in list(x.items())[:MAX_EVIDENCE_ITEMS]}
-    if isinstance(x, list | tuple):
-        return [_cut(v, depth + 1) for v in list(x)[:MAX_EVIDENCE_ITEMS]]
-    return x
-
-
 REFUSED_RUN = ("other-run", "not-allocated", "name-in-use")  # a node about a run not its
 QUIET_EVENTS = ("job_evicted", "run_start_refused", "decision_withheld")
 
@@ -171,20 +160,6 @@ def count_refusals(before: JobState, after: JobState) -> None:
         n = after.dropped.get(reason, 0) - before.dropped.get(reason, 0)
         if n > 0:
             REFUSALS[("run", reason.replace("-", "_"))] += n
-
-
-def bounded_decision(dec: Decision, max_bytes: int = MAX_RECORD_BYTES) -> Decision:
-    """The decision, with its evidence cut (and `evidence.truncated` set) if its record would
-    pass `max_bytes`; the id, action, targets and reason never change."""
-    if len(encode_decision(dec)) <= max_bytes:
-        return dec
-    ev = _cut(dict(dec.evidence))
-    ev["truncated"] = True
-    small = dataclasses.replace(dec, evidence=ev)
-    if len(encode_decision(small)) > max_bytes:  # still too big: keep only what acts
-        small = dataclasses.replace(dec, evidence={"truncated": True},
-                                    message=dec.message[:MAX_EVIDENCE_STR])
-    return small
 
 
 class JobStage:
@@ -210,7 +185,7 @@ class JobStage:
         self.parts: dict[int, PartitionCache] = {}
         self.logs_caught_up = True  # set by the shell: its logs partitions have no backlog
         self.node_lost = True  # False: processor time never declares a node lost
-        # signals of a record in, signals to apply out (faultwatch.nodes.gate.NodeGate)
+        # signals of a record in, signals to apply out (faultwatch.registry.gate.NodeGate)
         self.gate: Callable[[list[Signal], float], list[Signal]] | None = None
         # during process_batch: durable writes held to its end (key -> partition, cache)
         self._batch_writes: dict[bytes, tuple[int, PartitionCache]] | None = None
@@ -678,7 +653,7 @@ class JobStage:
     def refused_start(self, start: RunStart, kind: str) -> None:
         """A run-start beyond its node's quota (of new jobs or of run-starts): counted in
         faultwatch_refused_total{what="run",reason="quota_<kind>"} and logged (quietly)."""
-        self.metrics.count(f"dropped.quota-{kind}")
+        self.metrics.count_labelled("dropped.quota-", kind)
         REFUSALS[("run", f"quota_{kind}")] += 1
         self.quiet("run_start_refused", reason=f"quota_{kind}:{start.node}", job=start.job,
                    node=start.node, run_id=start.run_id,
@@ -701,7 +676,7 @@ class JobStage:
         if not self._refusing:
             self._refusing = True
             log_event("job_cap_reached", active=active, max_jobs=self.max_jobs, job=job,
-                      note="new jobs are refused until active ones end (FAULTWATCH_MAX_JOBS)")
+                      note=f"new jobs are refused until active ones end ({settings.MAX_JOBS})")
         return True
 
     def released(self, states: int, now: float) -> None:

@@ -10,14 +10,14 @@ from faultwatch.core.goodput import Account, account
 from faultwatch.core.policy import Policy
 from faultwatch.errors import DecodeError
 from faultwatch.eventlog import log_event
-from faultwatch.nodes.gate import NodeGate
-from faultwatch.nodes.writer import RegistryWriter
+from faultwatch.registry.gate import NodeGate
+from faultwatch.registry.writer import RegistryWriter
 from faultwatch.rules import Matcher, RuleSet
+from faultwatch.streams.counters import Metrics
 from faultwatch.streams.incident_publish import IncidentPublisher
 from faultwatch.streams.job_stage import DictStore, JobStage
 from faultwatch.streams.lemon_watch import LemonFeed
 from faultwatch.streams.matcher_stage import MatcherStage
-from faultwatch.streams.metrics import Metrics
 from faultwatch.streams.records import DeadLetter, InRecord, LiveRules
 
 LOGS, SIGNALS = "local.logs", "local.signals"  # topic names in dead letters

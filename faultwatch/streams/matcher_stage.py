@@ -11,8 +11,8 @@ import orjson
 from faultwatch.core.events import Heartbeat, Notice, Output, Signal
 from faultwatch.eventlog import log_event
 from faultwatch.streams.budget import Episode, LineBudget
-from faultwatch.streams.matching import signals_of_record
-from faultwatch.streams.metrics import Metrics
+from faultwatch.streams.counters import Metrics
+from faultwatch.streams.logs_to_signals import signals_of_record
 from faultwatch.streams.records import DeadLetter, InRecord, LiveRules
 from faultwatch.trust.nodesig import RefusedRecord
 from faultwatch.wire import (
@@ -24,40 +24,7 @@ from faultwatch.wire import (
     job_key,
     signal_dict,
 )
-
-# one signal's text is cut to these before it is bundled (a hit's line and traceback context,
-# an output's tail lines): evidence stays readable, records and job states stay small
-MAX_LINE_CHARS = 2048
-MAX_CONTEXT_LINE_CHARS = 512
-MAX_CONTEXT_CHARS = 6144
-
-
-def cap_signal(d: dict[str, Any]) -> dict[str, Any]:
-    """The signal dict with its free texts cut to the caps above (a copy when cut)."""
-    if d.get("t") == "hit":
-        m = d["m"]
-        line = m.get("line")
-        ctx = m.get("context") or ()
-        if (isinstance(line, str) and len(line) > MAX_LINE_CHARS) or \
-                sum(len(c) for c in ctx if isinstance(c, str)) > MAX_CONTEXT_CHARS or \
-                any(isinstance(c, str) and len(c) > MAX_CONTEXT_LINE_CHARS for c in ctx):
-            kept: list[str] = []
-            total = 0
-            for c in ctx:
-                c = c[:MAX_CONTEXT_LINE_CHARS] if isinstance(c, str) else c
-                total += len(c) if isinstance(c, str) else 0
-                if total > MAX_CONTEXT_CHARS:
-                    break
-                kept.append(c)
-            m = {**m, "context": kept}
-            if isinstance(line, str):
-                m["line"] = line[:MAX_LINE_CHARS]
-            return {**d, "m": m}
-    if d.get("t") == "out":
-        tail = d.get("tail") or ()
-        if any(isinstance(t[2], str) and len(t[2]) > MAX_LINE_CHARS for t in tail):
-            return {**d, "tail": [(r, ts, txt[:MAX_LINE_CHARS]) for r, ts, txt in tail]}
-    return d
+from faultwatch.wire.signals import cap_signal  # noqa: F401 - used and re-exported
 
 
 def supersedes(later: Heartbeat, earlier: Heartbeat) -> bool:

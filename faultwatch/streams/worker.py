@@ -13,6 +13,7 @@ from typing import Any
 
 from faust.worker import Worker
 
+from faultwatch import settings
 from faultwatch.errors import BrokerError
 from faultwatch.eventlog import log_event
 from faultwatch.streams import faust_compat, gcsettings
@@ -175,8 +176,8 @@ def run_worker(cfg: ProcessorConfig, *, stop_timeout_s: float = DEFAULT_STOP_TIM
     """Create the topics, load the rules topic's current set, then run the worker until a
     stop signal (exits the process)."""
     from faultwatch.kafka.admin import ensure_topics
+    from faultwatch.rollout.rules_watch import RulesWatcher, base_rules
     from faultwatch.rules import Matcher
-    from faultwatch.streams.rules_watch import RulesWatcher, base_rules
 
     exit_on_early_signal()
     live = LiveRules(Matcher(cfg.ruleset), cfg.policy, cfg.ruleset.version)
@@ -193,7 +194,7 @@ def run_worker(cfg: ProcessorConfig, *, stop_timeout_s: float = DEFAULT_STOP_TIM
     try:
         asyncio.run(prepare())
     except BrokerError as e:  # a first start reports it; a restarted startup tries again
-        if os.environ.get(START_ATTEMPT_ENV):
+        if settings.START_ATTEMPT.is_set():
             restart_startup(e.exit_code)
         raise
     asyncio.set_event_loop(asyncio.new_event_loop())
@@ -215,7 +216,7 @@ def run_worker(cfg: ProcessorConfig, *, stop_timeout_s: float = DEFAULT_STOP_TIM
         raise
 
 
-START_ATTEMPT_ENV = "FAULTWATCH_START_ATTEMPT"
+START_ATTEMPT_ENV = settings.START_ATTEMPT.name
 START_ATTEMPTS_MAX = 8  # startups that fail before any assignment, then the error stands
 START_BACKOFF_MAX_S = 60.0
 
@@ -225,7 +226,7 @@ def restart_startup(code: object) -> None:
     it declared its topics or joined the group: Faust gives up at once). Start the process
     afresh after a backoff (1, 2, 4 ... 60 s), at most START_ATTEMPTS_MAX times; returns
     (and the exit stands) past that."""
-    attempt = int(os.environ.get(START_ATTEMPT_ENV, "0") or 0) + 1
+    attempt = settings.START_ATTEMPT.value() + 1
     if attempt > START_ATTEMPTS_MAX:
         log_event("processor_start_failed", attempts=attempt - 1, exit_code=code,
                   note="giving up: the broker did not stay reachable during startup")

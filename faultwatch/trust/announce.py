@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from faultwatch import settings
 from faultwatch.trust.keys import NODE, OPERATOR, PROCESSOR, TrustSet
 from faultwatch.trust.records import HOLD, NODE_RECORD, RULES, SIGNERS
 
@@ -59,7 +60,7 @@ class WriteCheck:
         if key_id is None:
             return (f"{len(names)} of {self.workers} processor worker(s) verify {what}s "
                     f"against a trust file and would refuse this unsigned one ({shown}). "
-                    "Sign it: --signing-key-file KEY or $FAULTWATCH_SIGNING_KEY_FILE, "
+                    f"Sign it: --signing-key-file KEY or ${settings.SIGNING_KEY_FILE}, "
                     f"{signer} key listed in their trust file (`faultwatch keys generate "
                     "--role operator`, docs/operating.md \"Keys and trust\")")
         return (f"{len(names)} of {self.workers} processor worker(s) would refuse a {what} "

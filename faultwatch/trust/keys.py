@@ -25,14 +25,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from faultwatch import settings
 from faultwatch.errors import ConfigError
 
 ALG = "Ed25519"
 PROCESSOR, OPERATOR, NODE = "processor", "operator", "node"
 ROLES = (PROCESSOR, OPERATOR, NODE)
-TRUST_FILE_ENV = "FAULTWATCH_TRUST_FILE"  # public keys this process accepts
-SIGNING_KEY_FILE_ENV = "FAULTWATCH_SIGNING_KEY_FILE"  # processor's or operator's private key
-NODE_KEY_FILE_ENV = "FAULTWATCH_NODE_KEY_FILE"  # the agent's node key (never passed on)
+TRUST_FILE_ENV = settings.TRUST_FILE.name  # public keys this process accepts
+SIGNING_KEY_FILE_ENV = settings.SIGNING_KEY_FILE.name  # processor's or operator's private key
+NODE_KEY_FILE_ENV = settings.NODE_KEY_FILE.name  # the agent's node key (never passed on)
 KEY_ID_HEX = 16
 
 
@@ -157,9 +158,8 @@ def parse_trust(text: str, source: str) -> TrustSet:
 def load_trust(path: Path | None = None, env: Mapping[str, str] | None = None
                ) -> TrustSet | None:
     """The trust file named by `path`, else $FAULTWATCH_TRUST_FILE; None when neither."""
-    e = os.environ if env is None else env
-    if path is None and e.get(TRUST_FILE_ENV):
-        path = Path(e[TRUST_FILE_ENV])
+    if path is None:
+        path = settings.TRUST_FILE.get(env)
     if path is None:
         return None
     try:
@@ -202,9 +202,8 @@ def read_signing_key(path: Path) -> SigningKey:
 def load_signing_key(path: Path | None = None, env: Mapping[str, str] | None = None,
                      var: str = SIGNING_KEY_FILE_ENV) -> SigningKey | None:
     """The private key file `path`, else the one the environment variable `var` names."""
-    e = os.environ if env is None else env
-    if path is None and e.get(var):
-        path = Path(e[var])
+    if path is None:
+        path = settings.var(var).get(env)
     return None if path is None else read_signing_key(path)
 
 

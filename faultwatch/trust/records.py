@@ -23,8 +23,10 @@ from typing import Any
 
 import orjson
 
+from faultwatch import settings
 from faultwatch.trust.keys import ALG, NODE, OPERATOR, PROCESSOR, SigningKey, TrustSet
 from faultwatch.trust.refusals import REFUSALS, note_refusal
+from faultwatch.wire import signing
 from faultwatch.wire.signing import (
     BAD_SIGNATURE,
     MALFORMED,
@@ -122,13 +124,18 @@ def verifier_for(purpose: str, trust: TrustSet | None) -> RecordVerifier | None:
 
 
 class RecordGate:
-    """What a follower of rules or registry records does before applying one: with a
-    verifier, unsigned (tombstones too), unknown-key, wrong-role and altered records are
-    refused (event `<what>_refused`, counted in REFUSALS); without one everything passes
-    and `<what>_unverified` is logged once."""
+    """The one signature gate: what a consumer of signed records (rule sets, registry
+    records, holds, ledgers and, as DecisionGate, decisions) does before applying one. With
+    a verifier (Ed25519 trust, or for decisions the legacy HMAC keyring), unsigned
+    (tombstones too), unknown-key, wrong-role and altered records are refused (event
+    `<what>_refused`, counted in REFUSALS); without one everything passes and the
+    `unverified_event` is logged once."""
 
-    def __init__(self, what: str, verifier: RecordVerifier | None,
-                 log: Callable[..., None]) -> None:
+    unverified_event = ""  # default `<what>_unverified`
+    hint = f"no trust file: set {settings.TRUST_FILE} so that unsigned and forged records are " \
+           "refused"
+
+    def __init__(self, what: str, verifier: Any, log: Callable[..., None]) -> None:
         self.what, self.verifier, self._log = what, verifier, log
         self.refused = 0
         self._warned = False
@@ -140,22 +147,27 @@ class RecordGate:
     def announce(self) -> None:
         if self.verifier is None and not self._warned:
             self._warned = True
-            self._log(f"{self.what}_unverified",
-                      hint="no trust file: set FAULTWATCH_TRUST_FILE so that unsigned and "
-                           "forged records are refused")
+            self._log(self.unverified_event or f"{self.what}_unverified", hint=self.hint)
 
     def refuse(self, reason: str, detail: str, **where: Any) -> None:
         self.refused += 1
         note_refusal(self.what, reason, detail)
         self._log(f"{self.what}_refused", reason=reason, detail=detail, **where)
 
+    def _no_value(self, **where: Any) -> None:
+        self.refuse(UNSIGNED, "a tombstone carries no signature: ignored", **where)
+
+    def about(self, record: Mapping[str, Any]) -> dict[str, Any]:
+        """What a refusal's event line says of the refused record (besides where it was)."""
+        return {}
+
     def admit_value(self, value: bytes | None, **where: Any) -> bool:
-        """For a raw record value (None: a tombstone, which no one can sign)."""
+        """For a raw record value as published (None: a tombstone, which no one can sign)."""
         if self.verifier is None:
             self.announce()
             return True
         if value is None:
-            self.refuse(UNSIGNED, "a tombstone carries no signature: ignored", **where)
+            self._no_value(**where)
             return False
         try:
             d = orjson.loads(value)
@@ -170,12 +182,34 @@ class RecordGate:
         if self.verifier is None:
             self.announce()
             return True
-        v = self.verifier.verify_record(record)
+        v = signing.verify(record, self.verifier)  # Ed25519 (verify_record) or HMAC
         if v.ok:
             return True
-        self.refuse(v.reason, v.detail, key_id=v.key_id, **where)
+        self.refuse(v.reason, v.detail, key_id=v.key_id, **self.about(record), **where)
         return False
 
 
-__all__ = ["DECISION", "HOLD", "NODE", "NODE_RECORD", "REFUSALS", "RULES", "RecordGate",
+class DecisionGate(RecordGate):
+    """The gate of the decisions' consumers (agent, actuator, notifier): `verifier` is
+    decision_verifier()'s (trust file, else the HMAC keyring, else None)."""
+
+    unverified_event = "decisions_unverified"
+    hint = f"no trust file or decision key: set {settings.TRUST_FILE} (or the legacy " \
+           f"{settings.DECISION_KEY_FILE}) so that forged decisions are refused"
+
+    def __init__(self, verifier: Any, log: Callable[..., None]) -> None:
+        super().__init__(DECISION, verifier, log)
+
+    def _no_value(self, **where: Any) -> None:
+        self.refuse(MALFORMED, "not a JSON object", **where)
+
+    def about(self, record: Mapping[str, Any]) -> dict[str, Any]:
+        return {"id": str(record.get("id"))[:256], "job": str(record.get("job"))[:256],
+                "action": str(record.get("action"))[:32]}
+
+    admit_record = RecordGate.admit_value  # (the decisions' consumers' name for it)
+
+
+__all__ = ["DECISION", "DecisionGate", "HOLD", "NODE", "NODE_RECORD", "REFUSALS", "RULES",
+           "RecordGate",
            "RecordSigner", "RecordVerifier", "signed_bytes", "signer_for", "verifier_for"]

@@ -18,11 +18,12 @@ from typing import Any
 
 import orjson
 
+from faultwatch import settings
 from faultwatch.errors import ConfigError
 from faultwatch.trust.refusals import REFUSALS
 
-MAX_AGE_ENV = "FAULTWATCH_MAX_DECISION_AGE_S"
-DEFAULT_MAX_AGE_S = 600.0
+MAX_AGE_ENV = settings.MAX_DECISION_AGE_S.name
+DEFAULT_MAX_AGE_S: float = settings.MAX_DECISION_AGE_S.fallback
 MAX_FUTURE_S = 60.0  # a decision stamped further ahead than this (clock skew) is refused
 TOO_OLD, FROM_FUTURE, REPLAYED, OTHER_RUN, NO_RUN, BEFORE_START = (
     "too_old", "from_future", "replayed", "other_run", "no_run", "before_start")

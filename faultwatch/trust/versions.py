@@ -5,7 +5,7 @@ Every record of a compacted state topic carries a sequence number its signer set
 more than the record it derived it from: a node record's `seq` (the processor's registry
 writer and `faultwatch nodes quarantine|release` build on the node's record they read), a
 rule set's `revision` (`rules push` and `rules rollback` number the push after the newest
-one: streams/rules_history.py); and its time (`updated_ts`, `pushed_at`). A follower holds
+one: rollout/rules_history.py); and its time (`updated_ts`, `pushed_at`). A follower holds
 each subject's newest record and refuses one whose version (seq, time) is lower: an old
 record written again (a quarantine replayed a second after its release) is `replayed`
 whatever the clocks say.

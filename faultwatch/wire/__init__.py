@@ -4,9 +4,12 @@ One module per topic: `logs` (agent -> matcher: line batches, read lazily), `eve
 (lifecycle and notes, the same on the logs and the signals topic), `signals` (matcher -> job
 stage: signals, bounded bundles, ticks), `decisions`, `tables` (the compacted status and
 nodes topics), `holds` (operators' holds and mutes: imported from there, not re-exported),
-`topics` (names, partitions and keys), `signing` (signed decisions); `_check` holds the
-bounds and validators every decoder uses. `from faultwatch.wire import X` gives every public
-name below."""
+`topics` (the one table of topics and groups: names, keys, partitions, configs, codecs, who
+reads and writes), `signing` (signed decisions), `deadletter` (undecodable records),
+`rules` (pushed rule sets), `incidents` (run ledgers, what actuators did); `_check` holds
+the bounds and validators every decoder uses. Each record's size budget lives beside its
+codec (decisions.bounded_decision, signals.cap_signal, deadletter).
+`from faultwatch.wire import X` gives every public name below."""
 
 from __future__ import annotations
 

@@ -3,6 +3,7 @@ JSON shape (faultwatch/schemas/decision.schema.json) and its one validated decod
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
@@ -13,6 +14,7 @@ from faultwatch.wire._check import (
     MAX_ATTEMPT,
     MAX_ID_CHARS,
     MAX_RANK,
+    MAX_RECORD_BYTES,
     SCHEMA_VERSION,
     _bad,
     _get,
@@ -117,3 +119,33 @@ def _swaps(x: Any, action: str) -> tuple[tuple[str, str], ...]:
 def decode_decision(value: bytes | None) -> Decision:
     """One decisions-topic record, validated. Raises DecodeError saying what is wrong."""
     return decision_of(_load_object(value))
+
+
+MAX_EVIDENCE_STR = 4096  # evidence strings of a too-big decision are cut to this
+MAX_EVIDENCE_ITEMS = 64  # ... and its lists to this many items
+
+
+def _cut(x: Any, depth: int = 0) -> Any:
+    if isinstance(x, str):
+        return x if len(x) <= MAX_EVIDENCE_STR else x[:MAX_EVIDENCE_STR] + "...[cut]"
+    if depth > 8:
+        return None
+    if isinstance(x, dict):
+        return {str(k)[:256]: _cut(v, depth + 1) for k, v in list(x.items())[:MAX_EVIDENCE_ITEMS]}
+    if isinstance(x, list | tuple):
+        return [_cut(v, depth + 1) for v in list(x)[:MAX_EVIDENCE_ITEMS]]
+    return x
+
+
+def bounded_decision(dec: Decision, max_bytes: int = MAX_RECORD_BYTES) -> Decision:
+    """The decision, with its evidence cut (and `evidence.truncated` set) if its record would
+    pass `max_bytes`; the id, action, targets and reason never change."""
+    if len(encode_decision(dec)) <= max_bytes:
+        return dec
+    ev = _cut(dict(dec.evidence))
+    ev["truncated"] = True
+    small = dataclasses.replace(dec, evidence=ev)
+    if len(encode_decision(small)) > max_bytes:  # still too big: keep only what acts
+        small = dataclasses.replace(dec, evidence={"truncated": True},
+                                    message=dec.message[:MAX_EVIDENCE_STR])
+    return small

@@ -65,10 +65,10 @@ def run_start_of(d: Mapping[str, Any]) -> RunStart:
         scheduler=_scheduler(d.get("scheduler") or {}, "start"))
 
 
-def encode_heartbeat(ev: Heartbeat, run_id: str = "", stats: dict[str, Any] | None = None
+def encode_heartbeat(ev: Heartbeat, run_id: str = "", stats: Mapping[str, object] | None = None
                      ) -> bytes:
     return orjson.dumps({"v": SCHEMA_VERSION, **asdict(ev), "t": "hb",
-                         "run_id": run_id or ev.run_id, "stats": stats or {}})
+                         "run_id": run_id or ev.run_id, "stats": dict(stats or {})})
 
 
 def heartbeat_of(d: Mapping[str, Any]) -> Heartbeat:

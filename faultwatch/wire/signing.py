@@ -1,29 +1,29 @@
 """Signed decisions: HMAC-SHA256 over a decision's canonical JSON, keyrings that rotate.
 
 HMAC is the legacy mode (whoever verifies can sign); Ed25519 signatures (faultwatch.trust)
-go through the same gate: `sign`, `encode` and `DecisionGate` take either a Keyring or an
-object with `sign_record` / `verify_record` (trust.records.RecordSigner / RecordVerifier)."""
+go through the same calls: `sign`, `encode`, `verify` (and so trust.records.DecisionGate)
+take either a Keyring or an object with `sign_record` / `verify_record`
+(trust.records.RecordSigner / RecordVerifier)."""
 
 from __future__ import annotations
 
 import hashlib
 import hmac
-import os
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import orjson
 
+from faultwatch import settings
 from faultwatch.errors import ConfigError
-from faultwatch.metrics import REFUSALS
 
 ALGORITHM = "HMAC-SHA256"
 SIGNATURE_FIELD = "signature"
-KEY_ENV = "FAULTWATCH_DECISION_KEY"  # "<key-id>:<secret>[,<key-id>:<secret>]"
-KEY_FILE_ENV = "FAULTWATCH_DECISION_KEY_FILE"  # lines "<key-id> <secret>", first one signs
+KEY_ENV = settings.DECISION_KEY.name  # "<key-id>:<secret>[,<key-id>:<secret>]"
+KEY_FILE_ENV = settings.DECISION_KEY_FILE.name  # lines "<key-id> <secret>", first one signs
 MIN_SECRET_CHARS = 16
 _KEY_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 
@@ -153,8 +153,7 @@ def load_keyring(key_file: Path | None = None,
                  env: Mapping[str, str] | None = None) -> Keyring | None:
     """The keyring from `key_file`, else $FAULTWATCH_DECISION_KEY_FILE, else
     $FAULTWATCH_DECISION_KEY; None when no key is configured."""
-    e = os.environ if env is None else env
-    path = key_file or (Path(e[KEY_FILE_ENV]) if e.get(KEY_FILE_ENV) else None)
+    path = key_file or settings.DECISION_KEY_FILE.get(env)
     if path is not None:
         try:
             text = path.read_text()
@@ -162,59 +161,5 @@ def load_keyring(key_file: Path | None = None,
             raise ConfigError(str(path), f"cannot read the decision key file: "
                                          f"{exc.strerror or exc}") from exc
         return parse_keys(text, str(path))
-    if e.get(KEY_ENV):
-        return parse_keys(e[KEY_ENV], KEY_ENV)
-    return None
-
-
-class DecisionGate:
-    """What a consumer (agent, actuator, notifier) does with a decision before acting.
-
-    With a keyring, unsigned and forged decisions are refused and logged (event
-    `decision_refused`); without one, every decision passes and `decisions_unverified` is
-    logged once."""
-
-    def __init__(self, keyring: Any, log: Callable[..., None]):
-        self.keyring, self._log = keyring, log
-        self._warned = False
-        self.refused = 0
-
-    def announce(self) -> None:
-        """Log `decisions_unverified` now (once) when there is no key."""
-        if self.keyring is None and not self._warned:
-            self._warned = True
-            self._log("decisions_unverified",
-                      hint="no trust file or decision key: set FAULTWATCH_TRUST_FILE (or the "
-                           f"legacy {KEY_FILE_ENV}) so that forged decisions are refused")
-
-    def admit_record(self, value: bytes | None, **where: Any) -> bool:
-        """admit() for a raw decisions-topic record value (the signed JSON as published)."""
-        if self.keyring is None:
-            self.announce()
-            return True
-        try:
-            decision = orjson.loads(value) if value is not None else None
-        except orjson.JSONDecodeError:
-            decision = None
-        if not isinstance(decision, dict):
-            self.refused += 1
-            self._log("decision_refused", reason=MALFORMED, detail="not a JSON object", **where)
-            return False
-        return self.admit(decision, **where)
-
-    def admit(self, decision: Mapping[str, Any], **where: Any) -> bool:
-        if self.keyring is None:
-            self.announce()
-            return True
-        v = verify(decision, self.keyring)
-        if v.ok:
-            return True
-        self._count(v.reason)
-        self._log("decision_refused", reason=v.reason, detail=v.detail, key_id=v.key_id,
-                  id=str(decision.get("id"))[:256], job=str(decision.get("job"))[:256],
-                  action=str(decision.get("action"))[:32], **where)
-        return False
-
-    def _count(self, reason: str) -> None:
-        self.refused += 1
-        REFUSALS[("decision", reason)] += 1
+    keys = settings.DECISION_KEY.raw(env)
+    return None if keys is None else parse_keys(keys, KEY_ENV)

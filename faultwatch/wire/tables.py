@@ -29,7 +29,7 @@ from faultwatch.wire._check import (
 )
 
 # A processor worker's record on the status topic: which rules it runs (for `rules show` and
-# `status`; streams/rules_status.py publishes and reads it). Its key starts with a control
+# `status`; rollout/rules_status.py publishes and reads it). Its key starts with a control
 # character, which no job name may hold, so it never collides with a job's snapshot.
 WORKER_KEY_PREFIX = b"\x00worker/"
 

@@ -19,7 +19,7 @@ import pytest
 
 from faultwatch.agents.dumps import capture, rank_pids, request_rank_dumps, stacks_of
 from faultwatch.core.diagnosis import verdict
-from faultwatch.diagnose import flight_recorder, stacks
+from faultwatch.dumps import flight_recorder, stacks
 from tests.support.processes import job_env
 from tests.support.waiting import wait_until
 

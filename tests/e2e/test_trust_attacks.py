@@ -315,8 +315,8 @@ def test_case3_only_an_operator_signed_rule_set_is_loaded(kafka_bootstrap: str, 
         assert res.returncode == 8 and "rules push refused" in res.stderr, res.stderr
         import asyncio
 
-        from faultwatch.streams.rules_push import publish_record
-        from faultwatch.streams.rules_record import build_record
+        from faultwatch.rollout.rules_push import publish_record
+        from faultwatch.rollout.rules_record import build_record
 
         record, _ = build_record([tmp_path / "evil.yaml"], builtin=False)
         asyncio.run(publish_record(kafka_bootstrap, f"{prefix}rules", record))  # around it

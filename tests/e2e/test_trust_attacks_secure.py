@@ -45,7 +45,7 @@ import orjson
 import pytest
 
 from faultwatch.core.registry import NodeRecord, Reason, RegistryPolicy, quarantine, release
-from faultwatch.nodes.writer import encode_signed
+from faultwatch.registry.writer import encode_signed
 from faultwatch.trust.keys import read_signing_key
 from faultwatch.trust.records import NODE_RECORD, RecordSigner
 from faultwatch.wire import node_key

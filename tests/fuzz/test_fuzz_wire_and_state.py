@@ -17,7 +17,7 @@ from faultwatch.core.policy import Policy
 from faultwatch.core.runs import WEAK_SOURCES, run_over
 from faultwatch.errors import DecodeError
 from faultwatch.rules import Matcher
-from faultwatch.streams.matching import signals_of_record
+from faultwatch.streams.logs_to_signals import signals_of_record
 from faultwatch.wire import (
     MAX_ATTEMPT,
     LinesBatch,

@@ -18,7 +18,7 @@ import pytest
 
 from faultwatch.core.registry import NodeRecord, Reason
 from faultwatch.kafka.admin import ensure_compacted_topic
-from faultwatch.nodes.store import write_records
+from faultwatch.registry.store import write_records
 from faultwatch.wire.topics import Topics
 from tests.support.waiting import wait_until
 

@@ -22,7 +22,7 @@ from faultwatch.notify import alertmanager as receiver
 from faultwatch.notify.alerts import AlertPolicy, rfc3339
 from faultwatch.notify.sender import RetryPolicy
 from faultwatch.notify.service import Notifier, NotifierConfig
-from faultwatch.wire.signing import DecisionGate
+from faultwatch.trust.records import DecisionGate
 from faultwatch.wire.topics import Topics
 from tests.support import alertmanager
 from tests.support.notify import Hook, dec, publish

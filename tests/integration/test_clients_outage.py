@@ -22,7 +22,7 @@ import pytest
 from faultwatch.core.registry import NodeRecord, Reason
 from faultwatch.kafka import broker as kafka_local
 from faultwatch.kafka.admin import ensure_compacted_topic
-from faultwatch.nodes.store import write_records
+from faultwatch.registry.store import write_records
 from faultwatch.wire.topics import Topics
 from tests.support.notify import Hook, dec, publish
 from tests.support.processes import cpu_s, log_lines, stop_group

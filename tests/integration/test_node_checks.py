@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from faultwatch.agents.config import EXIT_BLACKLISTED
-from faultwatch.nodes.gate import CHECK_FAILED_RULE, CHECK_ODD_RULE
+from faultwatch.registry.gate import CHECK_FAILED_RULE, CHECK_ODD_RULE
 from tests.support.cluster import decisions, node_records, processor, wait_decisions, wait_event
 from tests.support.processes import faultwatch_exe, job_env
 from tests.support.waiting import wait_until

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from faultwatch.agents.config import EXIT_BLACKLISTED
-from faultwatch.nodes.gate import QUARANTINED_RULE
+from faultwatch.registry.gate import QUARANTINED_RULE
 from tests.support.cluster import (
     decisions,
     fw_ok,

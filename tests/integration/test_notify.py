@@ -18,8 +18,9 @@ import pytest
 from faultwatch.notify.grouping import GroupingPolicy
 from faultwatch.notify.sender import Receiver, RetryPolicy
 from faultwatch.notify.service import Notifier, NotifierConfig
+from faultwatch.trust.records import DecisionGate
 from faultwatch.wire import signing
-from faultwatch.wire.signing import DecisionGate, Key, Keyring
+from faultwatch.wire.signing import Key, Keyring
 from tests.support.notify import Hook, dec, publish
 from tests.support.waiting import wait_until_async
 

@@ -27,7 +27,7 @@ import orjson
 import pytest
 
 from faultwatch.errors import EXIT_NOT_FOUND, EXIT_REFUSED
-from faultwatch.streams.rules_push import publish_record
+from faultwatch.rollout.rules_push import publish_record
 from faultwatch.trust.keys import generate
 from faultwatch.wire.topics import Topics
 from tests.support.cluster import (

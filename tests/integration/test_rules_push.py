@@ -14,8 +14,8 @@ import pytest
 
 from faultwatch.errors import EXIT_RULES
 from faultwatch.kafka.admin import ensure_topics
-from faultwatch.streams.rules_push import publish_record
-from faultwatch.streams.rules_record import RULESET_KEY
+from faultwatch.rollout.rules_push import publish_record
+from faultwatch.rollout.rules_record import RULESET_KEY
 from faultwatch.wire.topics import Topics
 from tests.support.cluster import decisions, processor, wait_log
 from tests.support.kafka import read_topic

@@ -13,9 +13,10 @@ from faultwatch.core.events import (
     Output,
     Progress,
     RunStart,
+    Signal,
     TailLine,
 )
-from faultwatch.core.job import JobState, apply
+from faultwatch.core.job import JobState, apply, new_state
 from faultwatch.core.policy import Policy
 
 AD = Policy(hang_floor_s=10, hang_ceiling_s=600, settle_s=0, max_restarts=10, diagnose=False,
@@ -81,3 +82,19 @@ def hit(rule: str, cat: str, ts: float, node: str = "n0", attempt: int = 0,
         line: str = "") -> Hit:
     return Hit("j", attempt, node, Match(rule=rule, category=cat, cascade=False, ts=ts,
                                          line=line or f"{rule} line", rank=0))
+
+
+def feed(st: JobState | None, *sigs: Signal, policy: Policy = AD, now: float | None = None,
+         answers: dict[str, frozenset[str]] | None = None) -> tuple[JobState | None, list]:
+    """What a shell does: a job without state starts one only on a run-start; each signal at
+    `now` (default its own time), with the scheduler's `answers` (core/membership.py)."""
+    decs: list = []
+    for s in sigs:
+        if st is None:
+            st = new_state(s)
+            if st is None:
+                continue
+        st, d = apply(st, s, now if now is not None else getattr(s, "ts", 0.0), policy,
+                      answers=answers or {})
+        decs += d
+    return st, decs

@@ -86,7 +86,7 @@ async def read_all(bootstrap: str, topic: str, want: int, timeout_s: float) -> l
 
 def read_topic(bootstrap: str, topic: str, timeout: float = 5.0) -> list[Any]:
     """Every record on the topic now ([] when the topic does not exist)."""
-    from faultwatch.streams.rules_watch import assign_topic
+    from faultwatch.rollout.rules_watch import assign_topic
 
     async def main() -> list[Any]:
         c = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=None,

@@ -70,3 +70,41 @@ def test_the_layer_check_sees_an_upward_import(tmp_path: Path) -> None:
     assert _upward(tmp_path) == ["agents/y.py imports faultwatch.readers.status",
                                  "streams/x.py imports faultwatch.cli",
                                  "streams/x.py imports faultwatch.cli.run"]
+
+
+# ---- the three sides: the node side never reaches into the processor or operator sides -----
+
+NODE_SIDE = ("agents", "sdk", "integrations", "launch")
+OTHER_SIDES = ("faultwatch.streams", "faultwatch.readers", "faultwatch.registry",
+               "faultwatch.holds", "faultwatch.actuate", "faultwatch.notify", "faultwatch.cli")
+
+
+def _reaching(root: Path) -> list[str]:
+    """Node-side modules importing a processor- or operator-side package (also inside
+    functions): what runs beside the training job carries no processor or operator code."""
+    bad = []
+    for side in NODE_SIDE:
+        for path in sorted((root / side).rglob("*.py")):
+            rel = path.relative_to(root).as_posix()
+            bad += [f"{rel} imports {m}" for m in sorted(_imports(path))
+                    if m.startswith(OTHER_SIDES)]
+    return bad
+
+
+def test_the_node_side_imports_nothing_of_the_processor_or_operator_sides() -> None:
+    assert _reaching(PKG) == []
+    # and the table groups every package under one side, in data-flow order
+    rows = _layout_rows()
+    heads = [h for h in ("**node side**", "**between the sides**", "**processor side**",
+                         "**operator side**") if h in rows]
+    assert heads == sorted(heads, key=rows.index) and len(heads) == 4
+
+
+def test_the_side_check_sees_a_node_module_reaching_over(tmp_path: Path) -> None:
+    (tmp_path / "agents").mkdir()
+    (tmp_path / "agents" / "x.py").write_text(
+        "def f():\n    from faultwatch.streams import local\n")
+    for side in NODE_SIDE[1:]:
+        (tmp_path / side).mkdir()
+    assert _reaching(tmp_path) == ["agents/x.py imports faultwatch.streams",
+                                   "agents/x.py imports faultwatch.streams.local"]

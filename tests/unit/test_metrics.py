@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import ast
+import inspect
 import json
 import os
+import textwrap
 import urllib.request
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from faultwatch import __version__
+from faultwatch import metrics as fw_metrics
 from faultwatch.errors import ConfigError
 from faultwatch.metrics import (
     ProcessorMetrics,
@@ -25,6 +28,7 @@ from faultwatch.metrics import (
     serve,
     write_address_file,
 )
+from faultwatch.streams.counters import COUNTED, Metrics
 
 
 def samples(registry: object) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -35,7 +39,8 @@ def samples(registry: object) -> dict[tuple[str, tuple[tuple[str, str], ...]], f
 
 def test_processor_metrics_count_by_label_and_read_the_stage_counters() -> None:
     m = ProcessorMetrics()
-    stage = SimpleNamespace(lines=10, signals=4, dead_letters=1, logs_event_lag_s=0.5)
+    stage = Metrics(lines=10, signals=4, dead_letters=1, logs_event_lag_s=0.5)
+    stage.count("jobs_refused", 3)
     m.watch(stage)
     m.consumed("matcher", "p.logs", 2, 150)
     m.decided("hang", "restart", publish_delay_s=0.2)
@@ -51,6 +56,7 @@ def test_processor_metrics_count_by_label_and_read_the_stage_counters() -> None:
     assert s[("faultwatch_latency_seconds_count", (("what", "decision"),))] == 1
     assert s[("faultwatch_lines_total", ())] == 10
     assert s[("faultwatch_dead_letters_total", ())] == 1
+    assert s[("faultwatch_jobs_refused_total", ())] == 3
     stage.lines = 25  # read at scrape time
     assert samples(m.registry)[("faultwatch_lines_total", ())] == 25
 
@@ -139,3 +145,27 @@ def test_actuate_and_notify_serve_what_they_refused() -> None:
         assert info["component"] == "actuate"
     finally:
         del REFUSALS[key]
+
+
+def attribute_names_read_by_string(source: str) -> list[str]:
+    """getattr(x, "name") calls and `.extra[...]`/`.extra.get(...)` reads: counters read by
+    a name mypy cannot check."""
+    out = []
+    for n in ast.walk(ast.parse(source)):
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "getattr" \
+                and len(n.args) >= 2 and isinstance(n.args[1], ast.Constant):
+            out.append(str(n.args[1].value))
+        elif isinstance(n, ast.Attribute) and n.attr == "extra":
+            out.append("extra")
+    return out
+
+
+def test_metrics_read_the_stage_counters_typed_not_by_name() -> None:
+    """Issue 38 item 9: /metrics reads the processor's counters through StageCounters (a
+    renamed counter fails mypy), never by an attribute-name string."""
+    source = inspect.getsource(fw_metrics._StageCollector)
+    assert "self._c" in source and attribute_names_read_by_string(textwrap.dedent(source)) == []
+    planted = 'def f(c):\n    return getattr(c, "lines", 0) + c.extra.get("jobs_refused", 0)\n'
+    assert attribute_names_read_by_string(planted) == ["lines", "extra"]
+    assert set(COUNTED) >= {"jobs_refused", "jobs_expired", "lines_throttled",
+                            "nodes_throttled"}

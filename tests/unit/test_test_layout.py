@@ -133,3 +133,31 @@ def test_the_poll_loop_check_catches_a_planted_loop() -> None:
                "        time.sleep(0.1)\n")  # fine: no condition ends it
     assert _sleeping_loops(planted) == [("wait_for_file", 3), ("later", 8)]
     assert _sleeping_loops(WAITING.read_text())  # the one helper really is such a loop
+
+
+PACKAGES = sorted(p.name for p in (ROOT / "faultwatch").iterdir()
+                  if (p / "__init__.py").exists())
+# loose tests named after a package that check the whole tree: name -> why
+TREE_WIDE = {"test_core_is_pure.py": "the layout's guards over every package (arrows, cycles)"}
+
+
+def misplaced_unit_tests(names: list[str], packages: list[str]) -> list[str]:
+    """Loose tests/unit files named after a package of faultwatch/ (test_<package>[_...]):
+    they belong in tests/unit/<package>/, which mirrors the package."""
+    return [n for n in names for p in packages
+            if n == f"test_{p}.py" or n.startswith(f"test_{p}_")]
+
+
+def test_unit_tests_of_a_package_live_in_its_folder() -> None:
+    loose = sorted(p.name for p in (TESTS / "unit").glob("test_*.py")
+                   if p.name not in TREE_WIDE)
+    assert misplaced_unit_tests(loose, PACKAGES) == []
+    # the folders exist for the packages the issue named, each a package of its own
+    for pkg in ("wire", "cli", "notify"):
+        assert (TESTS / "unit" / pkg / "__init__.py").exists(), pkg
+
+
+def test_the_unit_layout_check_catches_a_loose_package_test() -> None:
+    assert misplaced_unit_tests(["test_wire_progress.py", "test_cli.py", "test_metrics.py",
+                                 "test_wireless.py"], PACKAGES) == [
+        "test_wire_progress.py", "test_cli.py"]

@@ -9,9 +9,9 @@ from typing import Any
 
 import faultwatch
 from faultwatch.core.events import Notice, Output, RunStart
+from faultwatch.core.folds import new_attempt
 from faultwatch.core.job import JobState, apply
 from faultwatch.core.policy import Policy
-from faultwatch.core.state import new_attempt
 from tests.support.flight_recorder import dump, entry
 from tests.support.job_events import out, prog
 

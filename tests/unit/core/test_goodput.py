@@ -19,7 +19,7 @@ from faultwatch.core.events import (
     Signal,
     Stage,
 )
-from faultwatch.core.goodput import PARTS, account, fleet, fmt_s, summarise
+from faultwatch.core.goodput import PARTS, Account, account, fleet, fmt_s, summarise
 from faultwatch.core.incidents import cause_of, lost_phrase
 from faultwatch.core.ledger import Ledger
 from faultwatch.core.timeline import observe
@@ -299,3 +299,9 @@ def test_a_held_failure_is_an_operator_stop_and_the_job_waits_for_the_operator()
     assert parts(r.led)["waiting"] == 94.0 and i.recovered_ts == 101.0
     notice = dataclasses.replace(d, id="n0", action="notify", evidence={})
     assert Run().start(0, 0.0).decide(notice).led.incidents == ()  # a plain notice: none
+
+
+def test_a_run_of_a_blink_has_no_ratio_in_its_line() -> None:
+    """A run of 0.04 s says it was not measured, not `goodput <= 1.0 % ... no badput`."""
+    acc = Account(0.04, 0.0004, {}, 0.01)
+    assert acc.line() == "goodput not measured: the run lasted 0.0s"

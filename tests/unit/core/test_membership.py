@@ -6,9 +6,10 @@ decision restarts (core/runs.py, core/membership.py)."""
 from __future__ import annotations
 
 from faultwatch.core.events import Exit, Heartbeat, Hit, Match, RunStart, Signal
-from faultwatch.core.job import JobState, Phase, apply, new_state
+from faultwatch.core.job import JobState, Phase
 from faultwatch.core.membership import allocation_key
 from faultwatch.core.policy import Policy
+from tests.support import job_events as td
 
 P = Policy(settle_s=2, max_restarts=4, node_lost_s=60)
 SLURM = {"kind": "slurm", "job_id": "77"}
@@ -18,16 +19,9 @@ NEVER = frozenset[str]()
 
 def feed(st: JobState | None, *sigs: Signal, answers: dict[str, frozenset[str]] | None = None
          ) -> tuple[JobState, list]:
-    decs: list = []
-    for s in sigs:
-        if st is None:
-            st = new_state(s)
-            if st is None:
-                continue
-        st, d = apply(st, s, getattr(s, "ts", 0.0), P, answers=answers or {})
-        decs += d
-    assert st is not None
-    return st, decs
+    out, decs = td.feed(st, *sigs, policy=P, answers=answers)
+    assert out is not None
+    return out, decs
 
 
 def start(node: str, run: str, source: str, ts: float = 100.0, attempt: int = 0,

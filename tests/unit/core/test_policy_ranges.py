@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from faultwatch.core.policy import POLICY_RANGES, Policy
+from faultwatch.core.policy import KNOBS, POLICY_RANGES, Policy
 from faultwatch.errors import ConfigError
-from faultwatch.rules.loader import merge_texts
+from faultwatch.rules.merging import merge_texts
 
 
 @pytest.mark.parametrize("key,value", [("node_lost_s", 0.01), ("max_restarts", 10**9),
@@ -22,12 +22,14 @@ def test_out_of_range_values_are_refused_at_load(key: str, value: float) -> None
 def test_the_defaults_and_the_range_ends_are_accepted() -> None:
     p = Policy()
     for key, (lo, hi) in POLICY_RANGES.items():
-        if key in ("slow_factor", "loss_spike_factor", "diagnose_at", "hang_floor_s",
-                   "hang_ceiling_s"):
-            continue  # open ends, or bound to each other (floor <= ceiling)
+        if key in ("hang_floor_s", "hang_ceiling_s", "fleet_storm_window_s",
+                   "fleet_storm_hold_max_s"):
+            continue  # bound to each other (floor <= ceiling, window <= hold)
         cur = getattr(p, key)
         kind = int if isinstance(cur, int) and not isinstance(cur, bool) else float
-        for v in (lo, hi):
+        is_open = KNOBS[key].open
+        ends = [v for v, side in ((lo, "lo"), (hi, "hi")) if is_open not in (side, "both")]
+        for v in ends:
             Policy().with_overrides({key: kind(v)})
 
 

@@ -20,9 +20,9 @@ from faultwatch.core.events import (
     Stage,
     TailLine,
 )
+from faultwatch.core.folds import fold_progress, fold_progress_batch
 from faultwatch.core.job import JobState, apply, new_state
 from faultwatch.core.policy import Policy
-from faultwatch.core.state import fold_progress, fold_progress_batch
 from faultwatch.core.windows import STEPS_HIST
 
 T0 = 1_700_000_000.0

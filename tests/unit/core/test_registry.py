@@ -22,8 +22,8 @@ from faultwatch.core.registry import (
     suspect,
 )
 from faultwatch.errors import ConfigError, DecodeError
-from faultwatch.nodes.names import valid_node
 from faultwatch.readers.nodes import render
+from faultwatch.registry.names import valid_node
 from faultwatch.wire import decode_node, encode_node
 
 POL = RegistryPolicy(quarantine_s=100.0, max_quarantine_s=350.0, probation_s=50.0)
@@ -146,7 +146,7 @@ def test_durations_and_node_names() -> None:
 
 
 def test_writer_folds_the_topic_and_emits_records_for_its_decisions() -> None:
-    from faultwatch.nodes.writer import RegistryWriter
+    from faultwatch.registry.writer import RegistryWriter
     from faultwatch.wire import node_key
 
     w = RegistryWriter(POL)

@@ -4,9 +4,10 @@ absurd attempts are refused, only a run-start starts a job (core/runs.py)."""
 from __future__ import annotations
 
 from faultwatch.core.events import Exit, Heartbeat, Hit, Match, Output, RunStart, Signal
-from faultwatch.core.job import MAX_ATTEMPT_STEP, JobState, Phase, apply, new_state, tick
+from faultwatch.core.job import MAX_ATTEMPT_STEP, JobState, Phase, apply, tick
 from faultwatch.core.policy import Policy
 from faultwatch.core.runs import MAX_RETIRED
+from tests.support import job_events as td
 
 P = Policy(hang_window_s=5, settle_s=2, max_restarts=2, node_lost_s=20)
 SLURM = {"kind": "slurm", "job_id": "77", "node": "n0"}
@@ -14,16 +15,7 @@ SLURM = {"kind": "slurm", "job_id": "77", "node": "n0"}
 
 def feed(st: JobState | None, *sigs: Signal, now: float | None = None
          ) -> tuple[JobState | None, list]:
-    """What a shell does: a job without state starts one only on a run-start."""
-    decs: list = []
-    for s in sigs:
-        if st is None:
-            st = new_state(s)
-            if st is None:
-                continue
-        st, d = apply(st, s, now if now is not None else getattr(s, "ts", 0.0), P)
-        decs += d
-    return st, decs
+    return td.feed(st, *sigs, policy=P, now=now)
 
 
 def start(run: str, attempt: int = 0, node: str = "n0", ts: float = 100.0,

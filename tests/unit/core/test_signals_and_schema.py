@@ -24,7 +24,7 @@ from faultwatch.core.matching import signals_of_lines
 from faultwatch.core.pmap import PMap
 from faultwatch.errors import DecodeError
 from faultwatch.rules import Matcher
-from faultwatch.streams.matching import signals_of_record as signals_of
+from faultwatch.streams.logs_to_signals import signals_of_record as signals_of
 from faultwatch.wire import (
     LogsRecord,
     decision_of,

@@ -7,11 +7,11 @@ from dataclasses import replace
 from typing import Any
 
 from faultwatch.core.events import Heartbeat, Notice, RunStart
+from faultwatch.core.folds import new_attempt
 from faultwatch.core.job import DECIDED, JobState, apply, tick
 from faultwatch.core.pmap import PMap
 from faultwatch.core.policy import Policy
 from faultwatch.core.spares import plan
-from faultwatch.core.state import new_attempt
 from tests.support.job_events import hit, start
 
 P = Policy(settle_s=1, blacklist_s=100, max_restarts=10, node_lost_s=30)

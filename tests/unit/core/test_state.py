@@ -19,11 +19,12 @@ from faultwatch.core.events import (
     Signal,
     Stage,
 )
+from faultwatch.core.folds import new_attempt
 from faultwatch.core.job import apply
 from faultwatch.core.ledger import Ledger
 from faultwatch.core.pmap import PMap
 from faultwatch.core.policy import Policy
-from faultwatch.core.state import JobState, Phase, Spare, freeze, new_attempt
+from faultwatch.core.state import JobState, Phase, Spare, freeze
 from faultwatch.core.windows import GapHist
 
 P = Policy(settle_s=0, max_restarts=3, skew_warn_s=1)

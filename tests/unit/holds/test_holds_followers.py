@@ -142,7 +142,7 @@ def test_notify_posts_nothing_about_a_muted_job(keys: dict[str, Any]) -> None:
     from faultwatch.notify.grouping import GroupingPolicy
     from faultwatch.notify.sender import Receiver
     from faultwatch.notify.service import Notifier, NotifierConfig
-    from faultwatch.wire.signing import DecisionGate
+    from faultwatch.trust.records import DecisionGate
 
     logged: list[tuple[str, dict[str, Any]]] = []
     holds = HoldsTable()

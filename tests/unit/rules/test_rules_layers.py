@@ -1,4 +1,4 @@
-"""Rule layering (rules/layers.py) and overriding a rule by id (loader.merge)."""
+"""Rule layering (rules/layers.py) and overriding a rule by id (merging.merge)."""
 
 from __future__ import annotations
 
@@ -157,8 +157,8 @@ def test_layers_are_ordered_whatever_order_they_are_given_in(tmp_path: Path) -> 
 
 def test_one_build_for_every_caller_gives_one_version(tmp_path: Path) -> None:
     site = write(tmp_path, "site.yaml", SITE)
+    from faultwatch.rollout.rules_record import build_record, ruleset_of_record
     from faultwatch.rules import load_ruleset
-    from faultwatch.streams.rules_record import build_record, ruleset_of_record
 
     assert layers.load([site]).version == load_ruleset([site]).version
     record, rs = build_record([site])

@@ -103,7 +103,7 @@ def test_regex_timeout_counted_and_logged_once(caplog: pytest.LogCaptureFixture)
 
 def test_pushed_rule_text_checked_the_same_way() -> None:
     # `rules push` and the processors' reload go through merge_texts
-    from faultwatch.rules.loader import merge_texts
+    from faultwatch.rules.merging import merge_texts
     text = "version: 1\nrules:\n" + RULE.format(r"(?|(.*a){12})$")
     _rs, probs = merge_texts([("pushed.yaml", text)], builtin=False)
     assert [str(p).split(": ")[0] for p in probs] == ["pushed.yaml:5"]

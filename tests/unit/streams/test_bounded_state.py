@@ -139,10 +139,13 @@ def test_idle_one_record_jobs_cost_under_2_kB_each_and_no_mass_restart() -> None
 
 @pytest.mark.parametrize("raw", ["abc", "0", "-5", "nan", "inf"])
 def test_a_bad_finished_ttl_is_a_config_error(raw: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    from faultwatch.streams.faust_app import _env_seconds
+    from faultwatch.core.policy import Policy
+    from faultwatch.rules import RuleSet
+    from faultwatch.streams.faust_app import ProcessorConfig
 
     monkeypatch.setenv("FAULTWATCH_FINISHED_TTL_S", raw)
     with pytest.raises(ConfigError, match="FAULTWATCH_FINISHED_TTL_S"):
-        _env_seconds("FAULTWATCH_FINISHED_TTL_S", 1.0)
+        ProcessorConfig(bootstrap="b:1", ruleset=RuleSet(()), policy=Policy())
     monkeypatch.setenv("FAULTWATCH_FINISHED_TTL_S", "3600")  # the positive control
-    assert _env_seconds("FAULTWATCH_FINISHED_TTL_S", 1.0) == 3600.0
+    cfg = ProcessorConfig(bootstrap="b:1", ruleset=RuleSet(()), policy=Policy())
+    assert cfg.finished_ttl_s == 3600.0

@@ -9,7 +9,7 @@ from faultwatch import wire
 from faultwatch.core.events import Decision, Exit, Heartbeat, Hit, Match, RunStart, Signal
 from faultwatch.core.policy import Policy
 from faultwatch.core.quota import HORIZON_S, NEW_JOBS, RUN_STARTS, NodeQuota
-from faultwatch.nodes.gate import NodeGate
+from faultwatch.registry.gate import NodeGate
 from faultwatch.streams.job_stage import DictStore, JobStage
 from faultwatch.streams.records import InRecord, LiveRules
 from faultwatch.trust.refusals import REFUSALS

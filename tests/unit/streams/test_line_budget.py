@@ -36,13 +36,13 @@ def test_a_flooding_node_is_throttled_counted_and_announced_the_others_are_not()
         sigs += signals_of(stage.process_batch(batch, t))
     flood = [s for s in sigs if s.job == "flood"]
     calm = [s for s in sigs if s.job == "calm"]
-    thrown = stage.metrics.extra["lines_throttled"]
+    thrown = stage.metrics.counted("lines_throttled")
     assert 240_000 < thrown < 275_000  # matched: the burst (10 k) and 20 k/s (30 k)
     outs = [s for s in flood if isinstance(s, Output)]
     assert len(outs) == 3000 and sum(o.count for o in outs) == 300_000  # liveness: every one
     notes = [s for s in flood if isinstance(s, Notice)]
     assert [(n.kind, n.data["throttled"]) for n in notes] == [("gap", True)]
-    assert stage.metrics.extra["nodes_throttled"] == 1
+    assert stage.metrics.counted("nodes_throttled") == 1
     # the calm node: every record matched, its error hit found (positive control)
     assert [s.match.rule for s in calm if isinstance(s, Hit)] == ["cuda-illegal-memory-access"]
     assert sum(isinstance(s, Output) and s.tail != () for s in calm) == 12
@@ -60,7 +60,7 @@ def test_a_backlog_read_fast_is_no_flood() -> None:
     recs = [record("j", "n0", T0 + k * 0.1, 100) for k in range(2000)]
     for i in range(0, 2000, 500):
         stage.process_batch(recs[i:i + 500], T0)
-    assert stage.metrics.extra.get("lines_throttled", 0) == 0
+    assert stage.metrics.counted("lines_throttled") == 0
     flood = LineBudget(20_000, burst_s=1.0)  # positive control: the same lines 100x denser
     assert not all(flood.take(("j", "n0"), 100, T0 + k * 0.001)[0] for k in range(2000))
 

@@ -15,16 +15,13 @@ from faultwatch.core.events import Decision, Exit, Heartbeat, Line, RunStart
 from faultwatch.core.policy import Policy
 from faultwatch.rules import Matcher
 from faultwatch.streams import job_stage as job_stage_mod
-from faultwatch.streams.job_stage import DictStore, JobStage, bounded_decision
+from faultwatch.streams.job_stage import DictStore, JobStage
 from faultwatch.streams.local import LocalPipeline
-from faultwatch.streams.matcher_stage import (
-    MAX_CONTEXT_CHARS,
-    MAX_LINE_CHARS,
-    MatcherStage,
-    cap_signal,
-)
+from faultwatch.streams.matcher_stage import MatcherStage
 from faultwatch.streams.records import InRecord, LiveRules
 from faultwatch.wire import MAX_RECORD_BYTES, encode_bundles
+from faultwatch.wire.decisions import bounded_decision
+from faultwatch.wire.signals import MAX_CONTEXT_CHARS, MAX_LINE_CHARS, cap_signal
 from tests.support.rules import builtin_ruleset
 
 T0 = 1_700_000_000.0

@@ -25,26 +25,27 @@ from faultwatch.agents.decisions import DecisionFollower
 from faultwatch.core.events import Decision, Line, RunStart
 from faultwatch.core.policy import Policy
 from faultwatch.core.registry import NodeRecord
-from faultwatch.nodes.writer import RegistryWriter
 from faultwatch.notify.sender import Receiver
 from faultwatch.notify.service import Notifier, NotifierConfig
+from faultwatch.registry.writer import RegistryWriter
+from faultwatch.rollout.rules_record import build_record
+from faultwatch.rollout.rules_watch import RulesWatcher
 from faultwatch.rules import Matcher
 from faultwatch.streams.matcher_stage import MatcherStage
 from faultwatch.streams.records import InRecord, LiveRules
-from faultwatch.streams.rules_record import build_record
-from faultwatch.streams.rules_watch import RulesWatcher
 from faultwatch.trust.nodesig import NodeSigner, NodeVerifier
 from faultwatch.trust.records import (
     DECISION,
     NODE_RECORD,
     RULES,
+    DecisionGate,
     RecordGate,
     RecordSigner,
     RecordVerifier,
 )
 from faultwatch.trust.refusals import REFUSALS
 from faultwatch.trust.replay import ReplayGuard
-from faultwatch.wire.signing import DecisionGate, Key, Keyring, sign
+from faultwatch.wire.signing import Key, Keyring, sign
 from tests.support.rules import builtin_ruleset
 from tests.unit.trust.helpers import make_key, trust_of
 

@@ -18,13 +18,13 @@ from faultwatch.actuate.journal import Journal
 from faultwatch.actuate.runner import ActuateConfig, Actuator
 from faultwatch.core.policy import Policy
 from faultwatch.core.registry import Reason, RegistryPolicy, quarantine, release
-from faultwatch.nodes.store import Refused
-from faultwatch.nodes.writer import RegistryWriter
 from faultwatch.readers.nodes import render
+from faultwatch.registry.store import Refused
+from faultwatch.registry.writer import RegistryWriter
+from faultwatch.rollout.rules_record import build_record
+from faultwatch.rollout.rules_watch import RulesWatcher
 from faultwatch.rules import Matcher
 from faultwatch.streams.records import LiveRules
-from faultwatch.streams.rules_record import build_record
-from faultwatch.streams.rules_watch import RulesWatcher
 from faultwatch.trust.records import NODE_RECORD, RULES, RecordGate, RecordSigner, RecordVerifier
 from faultwatch.trust.refusals import REFUSALS
 from faultwatch.trust.versions import older

@@ -1,1 +1,0 @@
-"""Diagnosing a hang from what the ranks are doing: Flight Recorder dumps and Python stacks."""

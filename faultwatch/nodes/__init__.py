@@ -1,1 +1,0 @@
-"""The fleet-wide node registry: pure core, Kafka store, writer and CLI (records in wire)."""
