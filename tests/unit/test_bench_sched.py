@@ -50,16 +50,16 @@ def test_machine_shares_from_proc_stat_counters(fc) -> None:  # type: ignore[no-
 def test_this_threads_own_accounting_moves_with_its_work(fc) -> None:  # type: ignore[no-untyped-def]
     """On the real /proc: a thread that spins gains on-CPU time, one that sleeps does not."""
     tid: list[int] = []
-    stop = threading.Event()
+    started, stop = threading.Event(), threading.Event()
 
     def sleeper() -> None:
         tid.append(threading.get_native_id())
+        started.set()
         stop.wait(5)
 
     t = threading.Thread(target=sleeper)
     t.start()
-    while not tid:
-        time.sleep(0.001)
+    assert started.wait(5)
     me = threading.get_native_id()
     a, sa = fc.thread_sched_s(os.getpid(), me), fc.thread_sched_s(os.getpid(), tid[0])
     end = time.thread_time() + 0.2
