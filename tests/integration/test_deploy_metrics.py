@@ -42,9 +42,11 @@ FW = [sys.executable, "-m", "faultwatch"]
 TARGET_LABELS = {"job", "instance"}
 PROMETHEUS_OWN = {"up", "scrape_duration_seconds", "scrape_samples_scraped", "ALERTS"}
 LINES = 50
-# Prints LINES lines, then stays alive (so `child_alive` is 1 while Prometheus scrapes).
-CHILD = (f"import time\nfor i in range({LINES}): print('step', i, flush=True)\n"
-         "while True: time.sleep(0.2)\n")
+# Prints LINES step lines over about a second (steps printed in one burst can share one
+# timestamp: no productive time between them, a goodput of exactly 0), then stays alive (so
+# `child_alive` is 1 while Prometheus scrapes).
+CHILD = (f"import time\nfor i in range({LINES}):\n    print('step', i, flush=True)\n"
+         "    time.sleep(0.02)\nwhile True: time.sleep(0.2)\n")
 # Grafana's variables, as Grafana fills them in before Prometheus sees the query
 GRAFANA_VARS = {"$__rate_interval": "1m", "$__interval": "15s", "$__range": "1h"}
 
