@@ -15,6 +15,7 @@ from faultwatch.core.events import Decision, Heartbeat, Line, RunStart, Stage
 from faultwatch.core.policy import Policy
 from faultwatch.rules import Matcher
 from faultwatch.streams import job_stage as job_stage_mod
+from faultwatch.streams import job_states as job_states_mod
 from faultwatch.streams.job_stage import WRITE_BEHIND_S, DictStore, JobStage
 from faultwatch.streams.matcher_stage import MatcherStage
 from faultwatch.streams.records import InRecord, LiveRules
@@ -162,7 +163,7 @@ def test_liveness_is_written_behind_by_the_tick_once_due() -> None:
 def test_liveness_writes_wait_longer_when_a_worker_holds_many_jobs(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """20 active jobs at 2 liveness writes a second: each job's write-behind is 10 s."""
-    monkeypatch.setattr(job_stage_mod, "LIVENESS_WRITES_MAX_PER_S", 2.0)
+    monkeypatch.setattr(job_states_mod, "LIVENESS_WRITES_MAX_PER_S", 2.0)
     store = CountingStore()
     stage = JobStage(live(), store, dead)
     jobs = [f"j{i}" for i in range(20)]
