@@ -119,124 +119,166 @@ async def publish_acted(act: Actuator, topic: str, producer: Any) -> int:
     return sent
 
 
+class Service:
+    """One actuate process's clients and state: `open` (gates, journal, clients; the nodes
+    topic waited for), `read_registry` (each node's latest record, acted on once), then `step`
+    until stopped (the decisions topic followed once the processor created it), `close`."""
+
+    def __init__(self, backend: Backend, cfg: ActuateConfig, stop: asyncio.Event) -> None:
+        from faultwatch.kafka import calm as broker_calm
+        from faultwatch.kafka import clients
+        from faultwatch.trust.decisions import decision_verifier
+        from faultwatch.trust.keys import load_signing_key, load_trust
+        from faultwatch.trust.records import (
+            NODE_RECORD,
+            DecisionGate,
+            RecordGate,
+            signer_for,
+            verifier_for,
+        )
+        from faultwatch.wire.topics import Topics
+
+        self.backend, self.cfg, self.stop = backend, cfg, stop
+        self.gate = DecisionGate(decision_verifier(), log_event)  # the trust file (or HMAC)
+        self.gate.announce()
+        self.node_gate = RecordGate("node_record", verifier_for(NODE_RECORD, load_trust()),
+                                    log_event)
+        self.node_gate.announce()
+        self.signer = signer_for(NODE_RECORD, load_signing_key()) if cfg.write_registry \
+            else None
+        self.topics = Topics(cfg.prefix)
+        self.journal = Journal(cfg.state_file)
+        seen = cfg.state_file.with_name(cfg.state_file.name + ".seen")
+        self.act = Actuator(backend, self.journal, cfg,
+                            ReplayGuard("decision", cfg.max_decision_age_s, seen, log_event))
+        self.calm = broker_calm.install()  # aiokafka's per-retry errors: a line per change
+        self.backoff = broker_calm.client_backoff()  # ... and retries at most once a second
+        self.admin = clients.admin(bootstrap_servers=cfg.bootstrap, request_timeout_ms=30_000,
+                                   **self.backoff)
+        self.producer = clients.producer(bootstrap_servers=cfg.bootstrap, acks="all",
+                                         **self.backoff)
+        self.nodes_c: Any = None
+        self.dec_c: Any = None
+        self.tp: Any = None
+        self.dwatch = TopicWatch(self.topics.decisions, 2.0)
+        self.next_topic_check = self.polled = 0.0
+
+    async def open(self) -> bool:
+        """Start the clients and wait for the nodes topic; False when stopped first."""
+        from aiokafka import TopicPartition
+
+        from faultwatch.kafka import clients
+
+        await self.admin.start()
+        await self.producer.start()
+        ntopic = self.topics.nodes
+        nwatch = TopicWatch(ntopic, self.cfg.nodes_retry_s)
+        if not await wait_readable(lambda: readable(self.admin, ntopic, create=True), nwatch,
+                                   self.stop):
+            return False
+        self.nodes_c = clients.consumer(
+            bootstrap_servers=self.cfg.bootstrap, group_id=None, enable_auto_commit=False,
+            client_id=f"faultwatch-actuate-nodes-{uuid.uuid4().hex[:6]}", **self.backoff)
+        await self.nodes_c.start()
+        self.tp = TopicPartition(ntopic, 0)
+        self.nodes_c.assign([self.tp])
+        await self.nodes_c.seek_to_beginning(self.tp)
+        return True
+
+    async def pump_nodes(self, timeout_ms: int, plan: bool = True) -> None:
+        batch = await self.nodes_c.getmany(timeout_ms=timeout_ms)
+        for msgs in batch.values():
+            for m in msgs:
+                self.act.take_node(m.value, time.time(), self.node_gate, topic=m.topic,
+                                   partition=m.partition, offset=m.offset, plan=plan)
+
+    async def read_registry(self) -> None:
+        """The registry as it is, before decisions: each node's latest record, not its
+        history."""
+        end = (await self.nodes_c.end_offsets([self.tp]))[self.tp]
+        while not self.stop.is_set() and await self.nodes_c.position(self.tp) < end:
+            await self.pump_nodes(self.cfg.poll_ms, plan=False)
+        now = time.time()
+        self.act.plan_registry(now)
+        self.act.seed_drained(now)
+        log_event("actuate_started", backend=self.backend.name, nodes=len(self.act.registry),
+                  group=self.cfg.group, state_file=str(self.cfg.state_file),
+                  replaying=len(self.journal.pending))
+
+    async def follow_decisions(self) -> None:
+        """Start following the decisions topic once it is readable (asked every 2 s)."""
+        from faultwatch.kafka import clients
+
+        if self.dec_c is not None or time.monotonic() < self.next_topic_check:
+            return
+        self.next_topic_check = time.monotonic() + self.dwatch.retry_s
+        why = await readable(self.admin, self.topics.decisions, create=False)
+        self.dwatch.saw(why, time.time())
+        if why is None:
+            self.dec_c = clients.consumer(
+                self.topics.decisions, bootstrap_servers=self.cfg.bootstrap,
+                group_id=self.cfg.group, enable_auto_commit=False,
+                auto_offset_reset="earliest",
+                client_id=f"faultwatch-actuate-{uuid.uuid4().hex[:6]}", **self.backoff)
+            await self.dec_c.start()
+            log_event("actuate_following", topic=self.topics.decisions)
+
+    async def step(self) -> None:
+        """One pass: read the registry and the decisions, write the registry records they
+        make, plan and run what is due, say what was done, commit what is journaled."""
+        from faultwatch.kafka import calm as broker_calm
+        from faultwatch.registry.store import write_records
+
+        await self.follow_decisions()
+        batch: dict[Any, list[Any]] = {}
+        if self.dec_c is not None:
+            await self.pump_nodes(0)
+            batch = await self.dec_c.getmany(timeout_ms=self.cfg.poll_ms)
+        else:
+            await self.pump_nodes(self.cfg.poll_ms)
+        ups: list[NodeRecord] = []
+        for msgs in batch.values():
+            for m in msgs:
+                ups.extend(self.act.take_decision(m.value, time.time(), self.gate,
+                                                  topic=m.topic, partition=m.partition,
+                                                  offset=m.offset))
+        if ups:
+            await write_records(self.cfg.bootstrap, self.topics.nodes, ups, signer=self.signer)
+        now = time.time()
+        if now - self.polled >= broker_calm.POLL_S:
+            self.polled = now
+            self.calm.poll(now)
+        self.act.tick(now)
+        self.act.check_release(now)
+        await asyncio.to_thread(self.act.run_due, now)
+        await publish_acted(self.act, self.topics.acted, self.producer)
+        if batch and self.dec_c is not None:
+            await self.dec_c.commit()  # every action of these records is journaled
+
+    async def close(self) -> None:
+        for c in (self.dec_c, self.nodes_c, self.producer):
+            if c is not None:
+                with contextlib.suppress(Exception):
+                    await c.stop()
+        with contextlib.suppress(Exception):
+            await self.admin.close()
+        self.journal.close()
+
+
 async def run(backend: Backend, cfg: ActuateConfig, stop: asyncio.Event | None = None) -> None:
     """Consume <prefix>nodes (from the beginning, no group) and <prefix>decisions (consumer
     group, offsets committed once the actions are journaled) until `stop` is set. The
     decisions topic is the processor's to create (with its partition count): until it
     exists only the registry is acted on."""
-    from aiokafka import TopicPartition
-
-    from faultwatch.kafka import calm as broker_calm
-    from faultwatch.kafka import clients
-    from faultwatch.registry.store import write_records
-    from faultwatch.trust.decisions import decision_verifier
-    from faultwatch.trust.keys import load_signing_key, load_trust
-    from faultwatch.trust.records import (
-        NODE_RECORD,
-        DecisionGate,
-        RecordGate,
-        signer_for,
-        verifier_for,
-    )
-    from faultwatch.wire.topics import Topics
-
-    stop = stop or asyncio.Event()
-    gate = DecisionGate(decision_verifier(), log_event)  # $FAULTWATCH_TRUST_FILE (or HMAC)
-    gate.announce()
-    node_gate = RecordGate("node_record", verifier_for(NODE_RECORD, load_trust()), log_event)
-    node_gate.announce()
-    signer = signer_for(NODE_RECORD, load_signing_key()) if cfg.write_registry else None
-    topics = Topics(cfg.prefix)
-    ntopic = topics.nodes
-    journal = Journal(cfg.state_file)
-    seen = cfg.state_file.with_name(cfg.state_file.name + ".seen")
-    act = Actuator(backend, journal, cfg,
-                   ReplayGuard("decision", cfg.max_decision_age_s, seen, log_event))
-    calm = broker_calm.install()  # aiokafka's per-retry errors: one line per state change
-    backoff = broker_calm.client_backoff()  # ... and retries at most once a second
-    admin = clients.admin(bootstrap_servers=cfg.bootstrap, request_timeout_ms=30_000,
-                          **backoff)
-    producer = clients.producer(bootstrap_servers=cfg.bootstrap, acks="all", **backoff)
-    nodes_c: Any = None
-    dec_c: Any = None
+    svc = Service(backend, cfg, stop or asyncio.Event())
     try:
-        await admin.start()
-        await producer.start()
-        nwatch = TopicWatch(ntopic, cfg.nodes_retry_s)
-        if not await wait_readable(lambda: readable(admin, ntopic, create=True), nwatch,
-                                   stop):
+        if not await svc.open():
             return
-        nodes_c = clients.consumer(bootstrap_servers=cfg.bootstrap, group_id=None,
-                                   enable_auto_commit=False,
-                                   client_id=f"faultwatch-actuate-nodes-{uuid.uuid4().hex[:6]}",
-                                   **backoff)
-        await nodes_c.start()
-        tp = TopicPartition(ntopic, 0)
-        nodes_c.assign([tp])
-        await nodes_c.seek_to_beginning(tp)
-        end = (await nodes_c.end_offsets([tp]))[tp]
-
-        async def pump_nodes(timeout_ms: int, plan: bool = True) -> None:
-            batch = await nodes_c.getmany(timeout_ms=timeout_ms)
-            for msgs in batch.values():
-                for m in msgs:
-                    act.take_node(m.value, time.time(), node_gate, topic=m.topic,
-                                  partition=m.partition, offset=m.offset, plan=plan)
-
-        # the registry as it is, before decisions: each node's latest record, not its history
-        while not stop.is_set() and await nodes_c.position(tp) < end:
-            await pump_nodes(cfg.poll_ms, plan=False)
-        now = time.time()
-        act.plan_registry(now)
-        act.seed_drained(now)
-        log_event("actuate_started", backend=backend.name, nodes=len(act.registry),
-                  group=cfg.group, state_file=str(cfg.state_file),
-                  replaying=len(journal.pending))
-        dwatch = TopicWatch(topics.decisions, 2.0)
-        next_topic_check = polled = 0.0
-        while not stop.is_set():
-            batch: dict[Any, list[Any]] = {}
-            if dec_c is None and time.monotonic() >= next_topic_check:
-                next_topic_check = time.monotonic() + dwatch.retry_s
-                why = await readable(admin, topics.decisions, create=False)
-                dwatch.saw(why, time.time())
-                if why is None:
-                    dec_c = clients.consumer(
-                        topics.decisions, bootstrap_servers=cfg.bootstrap, group_id=cfg.group,
-                        enable_auto_commit=False, auto_offset_reset="earliest",
-                        client_id=f"faultwatch-actuate-{uuid.uuid4().hex[:6]}", **backoff)
-                    await dec_c.start()
-                    log_event("actuate_following", topic=topics.decisions)
-            if dec_c is not None:
-                await pump_nodes(0)
-                batch = await dec_c.getmany(timeout_ms=cfg.poll_ms)
-            else:
-                await pump_nodes(cfg.poll_ms)
-            ups: list[NodeRecord] = []
-            for msgs in batch.values():
-                for m in msgs:
-                    ups.extend(act.take_decision(m.value, time.time(), gate, topic=m.topic,
-                                                 partition=m.partition, offset=m.offset))
-            if ups:
-                await write_records(cfg.bootstrap, ntopic, ups, signer=signer)
-            now = time.time()
-            if now - polled >= broker_calm.POLL_S:
-                polled = now
-                calm.poll(now)
-            act.tick(now)
-            act.check_release(now)
-            await asyncio.to_thread(act.run_due, now)
-            await publish_acted(act, topics.acted, producer)
-            if batch and dec_c is not None:
-                await dec_c.commit()  # every action of these records is journaled
+        await svc.read_registry()
+        while not svc.stop.is_set():
+            await svc.step()
     finally:
-        for c in (dec_c, nodes_c, producer):
-            if c is not None:
-                with contextlib.suppress(Exception):
-                    await c.stop()
-        with contextlib.suppress(Exception):
-            await admin.close()
-        journal.close()
+        await svc.close()
 
 
 async def run_until_stopped(backend: Backend, cfg: ActuateConfig, stop: asyncio.Event,
