@@ -309,6 +309,19 @@ class ProcessorMetrics:
         self.registry.register(RefusalCollector())
 
 
+class StormState(Protocol):
+    """The blast-radius guard's state as /metrics reads it (core/blast.GuardState)."""
+
+    @property
+    def holding(self) -> bool: ...
+    @property
+    def episode(self) -> int: ...
+    @property
+    def held(self) -> int: ...
+    @property
+    def lapsed(self) -> int: ...
+
+
 class StageCounters(Protocol):
     """What /metrics reads of a processor worker's counters (streams/counters.Metrics): typed,
     so renaming a counter there fails mypy at `watch()`, not a dashboard."""
@@ -328,7 +341,7 @@ class StageCounters(Protocol):
     @property
     def jobs_finished(self) -> int: ...
     @property
-    def storm(self) -> Mapping[str, Any]: ...
+    def storm(self) -> StormState: ...
 
     def counted(self, name: Literal["jobs_refused", "jobs_expired", "lines_throttled",
                                     "nodes_throttled"]) -> int: ...
@@ -378,17 +391,18 @@ class _StageCollector:
             thr = CounterMetricFamily(name, doc)
             thr.add_metric([], float(n))
             yield thr
-        storm = c.storm or {}
-        for name, k, doc in (
-                ("faultwatch_fleet_storm_holding", "holding",
+        storm = c.storm
+        for name, value, doc in (
+                ("faultwatch_fleet_storm_holding", storm.holding,
                  "1 while the blast-radius guard holds the actions of jobs lost together"),
-                ("faultwatch_fleet_storm_held_jobs", "held", "Jobs whose actions are held"),
-                ("faultwatch_fleet_storm_lapsed_jobs", "lapsed",
+                ("faultwatch_fleet_storm_held_jobs", storm.held, "Jobs whose actions are held"),
+                ("faultwatch_fleet_storm_lapsed_jobs", storm.lapsed,
                  "Jobs still silent after the hold ran out, decided at a bounded rate"),
-                ("faultwatch_fleet_storm_episodes", "episode",
+                ("faultwatch_fleet_storm_episodes", storm.episode,
                  "Blast-radius episodes since the worker started")):
-            g = (CounterMetricFamily if k == "episode" else GaugeMetricFamily)(name, doc)
-            g.add_metric([], float(storm.get(k, 0) or 0))
+            g = (CounterMetricFamily if name.endswith("episodes") else GaugeMetricFamily)(
+                name, doc)
+            g.add_metric([], float(value))
             yield g
 
     def describe(self) -> Iterator[Any]:

@@ -29,7 +29,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from faultwatch.core.policy import Policy
 
@@ -66,6 +66,15 @@ class Notice:
     of_nodes: int
     cause: str
     evidence: dict[str, Any]
+
+
+class GuardState(NamedTuple):
+    """What the guard is doing, for /metrics (a renamed field fails mypy, not a dashboard)."""
+
+    holding: bool = False
+    episode: int = 0  # episodes since the worker started
+    held: int = 0  # jobs whose actions are held
+    lapsed: int = 0  # jobs still silent after the hold ran out
 
 
 @dataclass
@@ -279,7 +288,6 @@ class BlastGuard:
         out, self.ended = self.ended, []
         return out
 
-    def state(self) -> dict[str, Any]:
+    def state(self) -> GuardState:
         """For metrics and logs."""
-        return {"holding": self.holding, "episode": self.episode, "held": len(self.held),
-                "lapsed": len(self.lapsed)}
+        return GuardState(self.holding, self.episode, len(self.held), len(self.lapsed))

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal, get_args
 
+from faultwatch.core.blast import GuardState
+
 # the named counts of count(): a name not listed here fails mypy at the call, and /metrics
 # (faultwatch/metrics.StageCounters) reads its four through counted(), typed the same way
 Counted = Literal["heartbeats_folded", "lines_throttled", "nodes_throttled", "dropped.no-run",
@@ -33,7 +35,7 @@ class Metrics:
     jobs_cached: int = 0  # ... and job states decoded in its cache (the rest: encoded)
     jobs_finished: int = 0  # decided and done jobs in its table, until finished_ttl_s
     max_jobs: int = 0  # the cap on active jobs (JobStage.max_jobs)
-    storm: dict[str, object] = field(default_factory=dict)  # the blast-radius guard's state
+    storm: GuardState = GuardState()  # the blast-radius guard's state
 
     def count(self, name: Counted, n: int = 1) -> None:
         self.extra[name] = self.extra.get(name, 0) + n

@@ -66,12 +66,12 @@ def test_lone_loss_acted_on_fleet_silence_held_then_released_on_return() -> None
     assert notice.action == "notify" and notice.evidence["held_now"] == 16
     assert notice.evidence["jobs"] == 17 and notice.evidence["of_jobs"] == 17  # lone too
     assert pipe.jobs.guard.holding and len(pipe.jobs.guard.held) == 16
-    assert pipe.metrics.storm["holding"] and pipe.metrics.storm["held"] == 16
+    assert pipe.metrics.storm.holding and pipe.metrics.storm.held == 16
     # they come back (a gap in their heartbeats' event time): released, never acted on
     decs = run(pipe, many, T0 + 62, T0 + 64)
     assert kinds(decs) == []
     assert not pipe.jobs.guard.holding and not pipe.jobs.guard.held
-    assert pipe.metrics.storm["holding"] is False
+    assert pipe.metrics.storm.holding is False
     # and after the episode a lone loss is decided again (even one right after the return)
     decs = run(pipe, many[1:], T0 + 64, T0 + 110)
     assert kinds(decs) == [(many[0], "node-lost")]
