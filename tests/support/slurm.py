@@ -8,6 +8,7 @@ commands find the cluster through `env()` (SLURM_CONF).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -191,7 +192,27 @@ class SlurmCluster:
             except subprocess.TimeoutExpired:
                 p.kill()
                 p.wait()
+        self._kill_step_daemons()
         shutil.rmtree(self.root, ignore_errors=True)
+
+    def _kill_step_daemons(self) -> None:
+        """slurmd's step daemons (`slurmstepd: [N.batch]`) leave slurmd's session and outlive
+        it: kill the ones working in this cluster's directory (their cwd or an open file
+        under it), so a stopped cluster leaves no process behind."""
+        root = str(self.root.resolve())
+        for proc in Path("/proc").iterdir():
+            if not proc.name.isdigit():
+                continue
+            try:
+                if (proc / "comm").read_text().strip() != "slurmstepd":
+                    continue
+                paths = [os.readlink(proc / "cwd")]
+                paths += [os.readlink(fd) for fd in (proc / "fd").iterdir()]
+            except OSError:
+                continue
+            if any(x == root or x.startswith(root + "/") for x in paths):
+                with contextlib.suppress(OSError):
+                    os.kill(int(proc.name), signal.SIGKILL)
 
     # ---- state queries ------------------------------------------------------------------
 
