@@ -197,22 +197,34 @@ class SlurmCluster:
 
     def _kill_step_daemons(self) -> None:
         """slurmd's step daemons (`slurmstepd: [N.batch]`) leave slurmd's session and outlive
-        it: kill the ones working in this cluster's directory (their cwd or an open file
-        under it), so a stopped cluster leaves no process behind."""
+        it, with the job's processes under them: kill the ones working in this cluster's
+        directory (their cwd or an open file under it) and everything they started, so a
+        stopped cluster leaves no process behind."""
         root = str(self.root.resolve())
+        parent: dict[int, int] = {}
+        stepds: list[int] = []
         for proc in Path("/proc").iterdir():
             if not proc.name.isdigit():
                 continue
             try:
+                stat = (proc / "stat").read_text()
+                parent[int(proc.name)] = int(stat.rsplit(")", 1)[1].split()[1])
                 if (proc / "comm").read_text().strip() != "slurmstepd":
                     continue
                 paths = [os.readlink(proc / "cwd")]
                 paths += [os.readlink(fd) for fd in (proc / "fd").iterdir()]
-            except OSError:
+            except (OSError, IndexError, ValueError):
                 continue
             if any(x == root or x.startswith(root + "/") for x in paths):
-                with contextlib.suppress(OSError):
-                    os.kill(int(proc.name), signal.SIGKILL)
+                stepds.append(int(proc.name))
+        doomed, todo = [], list(stepds)
+        while todo:  # each step daemon and its descendants (the job's processes)
+            pid = todo.pop()
+            doomed.append(pid)
+            todo += [c for c, pp in parent.items() if pp == pid]
+        for pid in reversed(doomed):  # children first
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
 
     # ---- state queries ------------------------------------------------------------------
 
