@@ -18,12 +18,14 @@ from tests.support.cluster import (
     agent_cmd,
     decisions,
     events,
+    metric_value,
     processor,
     wait_decisions,
     wait_event,
     wait_processor_ready,
 )
 from tests.support.processes import job_env
+from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.kafka, pytest.mark.timeout(900)]
 
@@ -40,7 +42,7 @@ def test_fleet_freeze_is_held_with_one_notice_and_a_lone_loss_is_decided(
     lone, fleet = jobs[0], jobs[1:]
     agents: dict[str, subprocess.Popen[bytes]] = {}
     with processor(kafka_bootstrap, topic_prefix, log, "--node-lost-s", str(LOST_S),
-                   "--hang-floor-s", str(LOST_S),
+                   "--hang-floor-s", str(LOST_S), "--metrics-port", "0",
                    env={"FAULTWATCH_METRICS_LOG_S": "1"}) as proc:  # every report
         wait_processor_ready(kafka_bootstrap, topic_prefix, proc, log)
         try:
@@ -68,6 +70,11 @@ def test_fleet_freeze_is_held_with_one_notice_and_a_lone_loss_is_decided(
             print("tripped:", tripped)
             assert int(tripped["jobs"]) >= FLEET
             assert wait_decisions(kafka_bootstrap, topic_prefix, "(fleet)", 1, timeout_s=60)
+            # each frozen job's node-lost comes due (and is held) within a tick or two of the
+            # trip, not all at once: thaw them once the guard holds them all
+            wait_until(lambda: metric_value(log, "faultwatch_fleet_storm_held_jobs"), 60,
+                       "the guard holding every frozen job",
+                       until=lambda v: v is not None and v >= FLEET)
             for j in fleet:
                 os.kill(agents[j].pid, signal.SIGCONT)
             ended = wait_event(log, "fleet_storm_ended", 120, proc=proc)

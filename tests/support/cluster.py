@@ -76,6 +76,18 @@ def refused_metric(log: Path) -> dict[tuple[str, str], float]:
     return out
 
 
+def metric_value(log: Path, name: str) -> float | None:
+    """An unlabelled metric's value scraped from the /metrics of the process whose log
+    (`--metrics-port 0`) has its `metrics_listening` event; None when it is not exported."""
+    import urllib.request
+
+    addr = wait_event(log, "metrics_listening", 30)["address"].strip('"')
+    with urllib.request.urlopen(f"http://{addr}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    m = re.search(rf"^{re.escape(name)} (\S+)$", text, re.MULTILINE)
+    return float(m.group(1)) if m else None
+
+
 def agent_cmd(bootstrap: str, prefix: str, job: str, node: str, cmd: list[str],
               *flags: str) -> list[str]:
     """The `faultwatch` executable's agent on `node`, heartbeats every second, shipping and
