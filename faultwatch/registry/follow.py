@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import uuid
+from collections.abc import Mapping
 from typing import Any
 
 from faultwatch.core.events import Decision
@@ -15,11 +15,41 @@ from faultwatch.eventlog import log_event
 from faultwatch.kafka import clients
 from faultwatch.kafka.admin import ensure_compacted_topic
 from faultwatch.kafka.errors import BROKER_ERRORS
+from faultwatch.kafka.following import RETRY_BACKOFF_MS, RETRY_FIRST_S, RETRY_MAX_S, TopicFollower
 from faultwatch.registry.writer import RegistryWriter
 
-RETRY_FIRST_S, RETRY_MAX_S = 1.0, 30.0
-POLL_MS = 500
-RETRY_BACKOFF_MS = 1000  # aiokafka retries at most once a second while the broker is away
+
+class RegistryFollower(TopicFollower):
+    """The whole nodes topic, from the beginning, into a RegistryWriter; the topic is created
+    if missing (a single partition when its metadata is not known yet)."""
+
+    client = "registry"
+    following_event = "registry_following"
+    failed_event = "registry_follow_failed"
+
+    def __init__(self, bootstrap: str, topic: str, writer: RegistryWriter) -> None:
+        super().__init__(bootstrap, topic, writer)
+        self.writer = writer
+
+    async def prepare(self) -> None:
+        await ensure_compacted_topic(self.bootstrap, self.topic)
+
+    async def partitions(self, consumer: Any, stop: asyncio.Event) -> set[int]:
+        return set(consumer.partitions_for_topic(self.topic) or {0})
+
+    async def take(self, batch: Mapping[Any, list[Any]]) -> None:
+        writer = self.writer
+        for msgs in batch.values():
+            for m in msgs:
+                where = f"{m.topic}[{m.partition}]@{m.offset}"
+                writer.observe(m.key, m.value, where=where)
+                if writer.caught_up:  # live changes (rare) are worth a line each
+                    rec = writer.registry.get((m.key or b"").decode(errors="replace"))
+                    log_event("registry_node", node=rec.node if rec else m.key,
+                              state=rec.state if rec else "deleted", at=where)
+
+    def loaded(self) -> None:
+        log_event("registry_loaded", topic=self.topic, nodes=len(self.writer.registry))
 
 
 async def follow_registry(bootstrap: str, topic: str, writer: RegistryWriter,
@@ -28,53 +58,7 @@ async def follow_registry(bootstrap: str, topic: str, writer: RegistryWriter,
     into `writer` until `stop` is set (or the task is cancelled). A broker error restarts
     the consumer from the beginning after a backoff (records are idempotent: last one per
     node wins); `writer.caught_up` is True once the topic was read to its end."""
-    from aiokafka import TopicPartition
-
-    stop = stop or asyncio.Event()
-    backoff = RETRY_FIRST_S
-    while not stop.is_set():
-        consumer: Any = None
-        try:
-            await ensure_compacted_topic(bootstrap, topic)
-            consumer = clients.consumer(
-                bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False,
-                client_id=f"faultwatch-registry-{uuid.uuid4().hex[:6]}",
-                retry_backoff_ms=RETRY_BACKOFF_MS)
-            await consumer.start()
-            parts = consumer.partitions_for_topic(topic) or {0}
-            tps = [TopicPartition(topic, p) for p in sorted(parts)]
-            consumer.assign(tps)
-            await consumer.seek_to_beginning(*tps)
-            end = await consumer.end_offsets(tps)
-            log_event("registry_following", topic=topic, partitions=len(tps))
-            while not stop.is_set():
-                batch = await consumer.getmany(timeout_ms=POLL_MS)
-                for msgs in batch.values():
-                    for m in msgs:
-                        where = f"{m.topic}[{m.partition}]@{m.offset}"
-                        writer.observe(m.key, m.value, where=where)
-                        if writer.caught_up:  # live changes (rare) are worth a line each
-                            rec = writer.registry.get((m.key or b"").decode(errors="replace"))
-                            log_event("registry_node", node=rec.node if rec else m.key,
-                                      state=rec.state if rec else "deleted", at=where)
-                if not writer.caught_up and all(
-                        [await consumer.position(tp) >= end[tp] for tp in tps]):
-                    writer.caught_up = True
-                    log_event("registry_loaded", topic=topic, nodes=len(writer.registry))
-                backoff = RETRY_FIRST_S
-        except asyncio.CancelledError:
-            raise
-        except BROKER_ERRORS as e:
-            log_event("registry_follow_failed", topic=topic, retry_in_s=backoff,
-                      error=f"{type(e).__name__}: {e}")
-            try:
-                await asyncio.wait_for(stop.wait(), backoff)
-            except TimeoutError:
-                pass
-            backoff = min(RETRY_MAX_S, backoff * 2)
-        finally:
-            if consumer is not None:
-                await consumer.stop()
+    await RegistryFollower(bootstrap, topic, writer).run(stop)
 
 
 class RegistryLink:

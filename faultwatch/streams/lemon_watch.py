@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from faultwatch.core.events import Decision
@@ -17,13 +16,8 @@ from faultwatch.core.lemons import LemonWatch, blames, lemon_decision
 from faultwatch.core.policy import Policy
 from faultwatch.errors import DecodeError
 from faultwatch.eventlog import log_event
-from faultwatch.kafka import clients
-from faultwatch.kafka.errors import BROKER_ERRORS
+from faultwatch.kafka.following import TopicFollower
 from faultwatch.wire.incidents import decode_ledger
-
-RETRY_FIRST_S, RETRY_MAX_S = 1.0, 30.0
-POLL_MS = 500
-RETRY_BACKOFF_MS = 1000
 
 
 class LemonFeed:
@@ -61,6 +55,47 @@ class LemonFeed:
         return self.watch.lemons(now)
 
 
+class IncidentsFollower(TopicFollower):
+    """The incidents topic from one lemon window back into a LemonFeed; decisions found once
+    caught up go to `publish`. A missing topic is asked for again after the backoff."""
+
+    client = "lemons"
+    following_event = "incidents_following"
+    failed_event = "incidents_follow_failed"
+
+    def __init__(self, bootstrap: str, topic: str, feed: LemonFeed,
+                 policy: Callable[[], tuple[Policy, str]],
+                 publish: Callable[[list[Decision]], Awaitable[Any]]) -> None:
+        super().__init__(bootstrap, topic)
+        self.feed, self.policy, self.publish = feed, policy, publish
+
+    async def seek(self, consumer: Any, tps: list[Any]) -> None:
+        """One lemon window back (offsets for that time; none: the end). Each (re)start reads
+        the window again as history: nothing is emitted until caught up."""
+        since_ms = int((time.time() - self.policy()[0].lemon_window_s) * 1000)
+        found = await consumer.offsets_for_times(dict.fromkeys(tps, since_ms))
+        for tp in tps:
+            at = found.get(tp)
+            if at is None:
+                await consumer.seek_to_end(tp)
+            else:
+                consumer.seek(tp, at.offset)
+        self.caught_up = False
+
+    async def take(self, batch: Mapping[Any, list[Any]]) -> None:
+        out: list[Decision] = []
+        pol, rv = self.policy()
+        for msgs in batch.values():
+            for m in msgs:
+                out += self.feed.take(m.value, time.time(), pol, rv, emit=self.caught_up,
+                                      where=f"{m.topic}[{m.partition}]@{m.offset}")
+        if out:
+            await self.publish(out)
+
+    def loaded(self) -> None:
+        log_event("incidents_loaded", topic=self.topic, lemons=len(self.feed.lemons(time.time())))
+
+
 async def follow_incidents(bootstrap: str, topic: str, feed: LemonFeed,
                            policy: Callable[[], tuple[Policy, str]],
                            publish: Callable[[list[Decision]], Awaitable[Any]],
@@ -69,66 +104,4 @@ async def follow_incidents(bootstrap: str, topic: str, feed: LemonFeed,
     `feed`; decisions found once caught up go to `publish` (the shell decides whether this
     worker is the one that publishes). A broker error restarts from the window's start after
     a backoff (the watch ignores incidents it has seen)."""
-    from aiokafka import TopicPartition
-
-    stop = stop or asyncio.Event()
-    backoff = RETRY_FIRST_S
-    while not stop.is_set():
-        consumer: Any = None
-        try:
-            consumer = clients.consumer(
-                bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False,
-                client_id=f"faultwatch-lemons-{uuid.uuid4().hex[:6]}",
-                retry_backoff_ms=RETRY_BACKOFF_MS)
-            await consumer.start()
-            parts = consumer.partitions_for_topic(topic)
-            if not parts:  # not created yet (the worker creates it at start)
-                await consumer.stop()
-                consumer = None
-                try:
-                    await asyncio.wait_for(stop.wait(), backoff)
-                except TimeoutError:
-                    pass
-                continue
-            tps = [TopicPartition(topic, p) for p in sorted(parts)]
-            consumer.assign(tps)
-            since_ms = int((time.time() - policy()[0].lemon_window_s) * 1000)
-            found = await consumer.offsets_for_times(dict.fromkeys(tps, since_ms))
-            for tp in tps:
-                at = found.get(tp)
-                if at is None:
-                    await consumer.seek_to_end(tp)
-                else:
-                    consumer.seek(tp, at.offset)
-            end = await consumer.end_offsets(tps)
-            caught_up = False
-            log_event("incidents_following", topic=topic, partitions=len(tps))
-            while not stop.is_set():
-                batch = await consumer.getmany(timeout_ms=POLL_MS)
-                out: list[Decision] = []
-                pol, rv = policy()
-                for msgs in batch.values():
-                    for m in msgs:
-                        out += feed.take(m.value, time.time(), pol, rv, emit=caught_up,
-                                         where=f"{m.topic}[{m.partition}]@{m.offset}")
-                if out:
-                    await publish(out)
-                if not caught_up and all([await consumer.position(tp) >= end[tp]
-                                          for tp in tps]):
-                    caught_up = True
-                    log_event("incidents_loaded", topic=topic,
-                              lemons=len(feed.lemons(time.time())))
-                backoff = RETRY_FIRST_S
-        except asyncio.CancelledError:
-            raise
-        except BROKER_ERRORS as e:
-            log_event("incidents_follow_failed", topic=topic, retry_in_s=backoff,
-                      error=f"{type(e).__name__}: {e}")
-            try:
-                await asyncio.wait_for(stop.wait(), backoff)
-            except TimeoutError:
-                pass
-            backoff = min(RETRY_MAX_S, backoff * 2)
-        finally:
-            if consumer is not None:
-                await consumer.stop()
+    await IncidentsFollower(bootstrap, topic, feed, policy, publish).run(stop)
