@@ -13,6 +13,7 @@ import socket
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -95,7 +96,7 @@ def test_a_lost_node_against_the_truth(cluster: tuple[str, str, Path], tmp_path:
     SIGKILLed: its heartbeats stop while its rank trains on, unseen. node-lost restarts the
     job; the "scheduler" (this test) brings node-1 back for attempt 1."""
     bootstrap, prefix, _ = cluster
-    job = f"gp-lost-{os.getpid()}"
+    job = f"gp-lost-{uuid.uuid4().hex[:8]}"  # a rerun must not read this try's decisions
     gp = tmp_path / "gp"
     gp.mkdir()
     port = free_port()
@@ -183,7 +184,7 @@ def test_embedded_and_cluster_give_the_same_incidents_and_goodput(
         if mode == "embedded":
             reps[mode] = run_plain_embedded(gp, pol, env)
             continue
-        job = f"gp-same-{os.getpid()}"
+        job = f"gp-same-{uuid.uuid4().hex[:8]}"
         p = subprocess.run(agent_cmd(bootstrap, prefix, job, "node-0",
                                      [sys.executable, str(JOBS / "goodput_plain.py")],
                                      "--follow-decisions", "--spool-dir", str(gp / "spool")),
