@@ -53,7 +53,7 @@ def fold_start(st: JobState, ev: RunStart, now: float) -> JobState:
                                expected_world=world, expected_nodes=nn)
 
 
-def _stage_key(st: JobState) -> str | None:
+def stage_key(st: JobState) -> str | None:
     """The histogram a gap belongs to: the default stage, or the single open stage."""
     if not st.stages:
         return DEFAULT_STAGE
@@ -80,14 +80,14 @@ def fold_output(st: JobState, ev: Output, now: float) -> JobState:
     prev = st.last_output_ts
     if prev is not None and ev.ts > prev and st.warmed_up \
             and (st.stage_ts is None or st.stage_ts < prev):
-        skey = _stage_key(st)
+        skey = stage_key(st)
         if skey is not None:
             if st.steps == 0:  # no progress reported: every gap is a sample
-                hists = _add_gaps(hists, ((skey, ev.ts - prev, ev.ts),))
+                hists = add_gaps(hists, ((skey, ev.ts - prev, ev.ts),))
             else:  # a sample once the job advances again (a stalled bar's redraw is none)
                 pending = pending + ((skey, ev.ts - prev, ev.ts),)
                 if len(pending) > MAX_PENDING_GAPS:
-                    hists = _add_gaps(hists, pending[:1])
+                    hists = add_gaps(hists, pending[:1])
                     pending = pending[1:]
     job_last = ev.ts if prev is None else max(prev, ev.ts)
     if ns.ranked or not any(rank is not None for rank, _ in ev.rank_last_ts):
@@ -104,7 +104,7 @@ def fold_output(st: JobState, ev: Output, now: float) -> JobState:
 Gap = tuple[str, float, float]  # (histogram key, gap, when it ended)
 
 
-def _add_gaps(hists: PMap[str, GapHist], gaps: Iterable[Gap]) -> PMap[str, GapHist]:
+def add_gaps(hists: PMap[str, GapHist], gaps: Iterable[Gap]) -> PMap[str, GapHist]:
     """The histograms with the gaps added in order; each histogram the gaps change is set
     once, in the order of first change (the map adding them one by one would give)."""
     changed: dict[str, GapHist] = {}
@@ -209,7 +209,7 @@ def fold_steps(st: JobState, node: str, marks: Iterable[StepMark]) -> JobState:
         elif prev is None and step_ts is None:
             step_ts = ts
     progress = progress.update(folded)  # in first-mark order: what one by one would give
-    hists = _add_gaps(st.hists, samples) if samples else st.hists
+    hists = add_gaps(st.hists, samples) if samples else st.hists
     return evolve(st, progress=progress, step_ts=step_ts, steps=steps, hists=hists,
                   pending_gaps=pending, outputs_since_step=since_step)
 

@@ -42,6 +42,7 @@ from faultwatch.core.folds import (
     fold_start,
     new_attempt,
 )
+from faultwatch.core.live import LIVE, fold_live
 from faultwatch.core.membership import NO_ANSWERS, Allocations
 from faultwatch.core.policy import Policy
 from faultwatch.core.runs import MAX_ATTEMPT_STEP, admit, count_drop, new_state
@@ -123,10 +124,17 @@ def apply_batch(st: JobState, sigs: Sequence[Signal], now: float, policy: Policy
                 rules_version: str = "", answers: Allocations = NO_ANSWERS) -> Result:
     """Fold a job's signals in order (a bundle, as the matcher stage sends them): the same
     state and decisions as apply() one by one, without the caller's per-signal bookkeeping.
-    Every signal must be of this job."""
+    Every signal must be of this job. Runs of outputs and progress batches fold at once
+    (core/live.py); apply() is the reference it equals."""
     decs: list[Decision] = []
-    for sig in sigs:
-        st, new = apply(st, sig, now, policy, rules_version, answers)
+    i, n = 0, len(sigs)
+    while i < n:
+        if type(sigs[i]) in LIVE:  # a run of outputs and progress: one state copy
+            st, i = fold_live(st, sigs, i, now)
+            if i >= n:
+                break
+        st, new = apply(st, sigs[i], now, policy, rules_version, answers)
+        i += 1
         if new:
             decs += new
     return st, decs

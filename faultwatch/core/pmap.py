@@ -7,7 +7,7 @@ splits its keys over SHARDS dicts by hash; `set` copies one shard and the shard 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from itertools import chain
 from typing import Any, Generic, TypeVar
 
@@ -36,6 +36,11 @@ class PMap(Generic[K, V]):
 
     def _shard(self, key: K) -> int:
         return 0 if len(self._shards) == 1 else hash(key) % SHARDS
+
+    def getter(self) -> Callable[[K], Any]:
+        """`get` as one callable: a small map's own dict.get (no Python frame per call in
+        a fold's per-rank loop), a sharded map's method."""
+        return self._shards[0].get if len(self._shards) == 1 else self.get
 
     def get(self, key: K, default: Any = None) -> Any:
         return self._shards[self._shard(key)].get(key, default)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import orjson
@@ -36,6 +37,7 @@ from faultwatch.wire._check import (
     MAX_SIGS,
     MAX_STEP,
     MAX_TAIL,
+    MAX_TEXT_CHARS,
     MAX_TS,
     SCHEMA_VERSION,
     _bad,
@@ -60,6 +62,8 @@ from faultwatch.wire.events import (
     run_start_dict,
     run_start_of,
 )
+
+_new_tail = partial(tuple.__new__, TailLine)  # a TailLine of a checked [rank, ts, text] row
 
 _MATCH_FIELDS = ("rule", "category", "cascade", "ts", "line", "rank", "stream", "seq", "action",
                  "context")
@@ -222,6 +226,15 @@ def _output_of(d: Mapping[str, Any]) -> Output:
         ranks.append((_opt_int(p[0], "out.ranks rank", 0, MAX_RANK), _num(p[1], "out.ranks ts")))
     tail = []
     for x in _list(_get(d, "tail", "out"), "out.tail", MAX_TAIL):
+        # a row of the usual shape passes one inline check (what the field checks below
+        # accept); any other takes them, and they name what is wrong
+        if type(x) is list and len(x) == 3:
+            r, t, text = x
+            if (r is None or (type(r) is int and 0 <= r <= MAX_RANK)) \
+                    and type(t) is float and 0.0 <= t <= MAX_TS \
+                    and type(text) is str and len(text) <= MAX_TEXT_CHARS:
+                tail.append(_new_tail(x))
+                continue
         p = _pair(x, "out.tail")
         if len(p) != 3:
             raise _bad("out.tail", "items must be [rank, ts, text]", x)
