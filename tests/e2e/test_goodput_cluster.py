@@ -13,12 +13,14 @@ import socket
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from faultwatch import wire
 from tests.support.cluster import (
     agent_cmd,
     decisions,
@@ -33,6 +35,7 @@ from tests.support.goodput_truth import (
     read_truth,
     true_parts,
 )
+from tests.support.kafka import consume
 from tests.support.processes import faultwatch_exe, job_env
 from tests.support.waiting import wait_until
 
@@ -84,6 +87,27 @@ def final_report(bootstrap: str, prefix: str, job: str, attempts: int) -> dict[s
     return rep
 
 
+SAVED = "successfully saved checkpoint from iteration"
+
+
+def heartbeat_after_checkpoint(recs: list[dict[str, Any]], job: str, saver: str, lost: str
+                               ) -> float | None:
+    """The ts of a heartbeat of `lost` shipped after the first checkpoint's end line of
+    `saver` (both as stamped by their agents, attempt 0), or None while there is none.
+
+    A node-lost incident's first sign is the lost node's last heartbeat, and a checkpoint
+    counts for it only once saved before that (core/incidents.py): an agent killed less
+    than a heartbeat after the save may have sent its last heartbeat before it."""
+    saved = [ln.ts for r in recs if r.get("t") == "lines" and r.get("job") == job
+             and r.get("node") == saver and r.get("attempt") == 0
+             for ln in wire.lines_of(r) if SAVED in ln.text]
+    if not saved:
+        return None
+    return next((float(r["ts"]) for r in recs if r.get("t") == "hb" and r.get("job") == job
+                 and r.get("node") == lost and r.get("attempt") == 0
+                 and float(r["ts"]) > min(saved)), None)
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -95,7 +119,7 @@ def test_a_lost_node_against_the_truth(cluster: tuple[str, str, Path], tmp_path:
     SIGKILLed: its heartbeats stop while its rank trains on, unseen. node-lost restarts the
     job; the "scheduler" (this test) brings node-1 back for attempt 1."""
     bootstrap, prefix, _ = cluster
-    job = f"gp-lost-{os.getpid()}"
+    job = f"gp-lost-{uuid.uuid4().hex[:8]}"  # a rerun must not read this try's decisions
     gp = tmp_path / "gp"
     gp.mkdir()
     port = free_port()
@@ -122,6 +146,11 @@ def test_a_lost_node_against_the_truth(cluster: tuple[str, str, Path], tmp_path:
         procs.append(agent(1, 0))
         wait_until(lambda: truth.exists() and truth.read_text().count('"ev": "step"') >= 12,
                    180, "12 steps of attempt 0")
+        # the checkpoint at step 5 comes before node-1's last heartbeat: it counts
+        recs = consume(bootstrap, f"{prefix}logs", lambda got: heartbeat_after_checkpoint(
+            got, job, "node-0", "node-1") is not None, timeout=60)
+        assert heartbeat_after_checkpoint(recs, job, "node-0", "node-1") is not None, \
+            "no heartbeat of node-1 after node-0's checkpoint on the logs topic"
         killed = time.time()
         os.kill(procs[1].pid, signal.SIGKILL)  # the agent only: its rank trains on, unseen
         decs = wait_decisions(bootstrap, prefix, job, timeout_s=60)
@@ -183,7 +212,7 @@ def test_embedded_and_cluster_give_the_same_incidents_and_goodput(
         if mode == "embedded":
             reps[mode] = run_plain_embedded(gp, pol, env)
             continue
-        job = f"gp-same-{os.getpid()}"
+        job = f"gp-same-{uuid.uuid4().hex[:8]}"
         p = subprocess.run(agent_cmd(bootstrap, prefix, job, "node-0",
                                      [sys.executable, str(JOBS / "goodput_plain.py")],
                                      "--follow-decisions", "--spool-dir", str(gp / "spool")),
