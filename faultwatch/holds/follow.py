@@ -40,8 +40,7 @@ class HoldsFollower(TopicFollower):
     async def partitions(self, consumer: Any, stop: asyncio.Event) -> set[int]:
         parts: set[int] = set()
         while not parts and not stop.is_set():
-            await consumer._client.force_metadata_update()  # noqa: SLF001 - new topics
-            parts = consumer.partitions_for_topic(self.topic) or set()
+            parts = await super().partitions(consumer, stop)
             if not parts:
                 self.table.caught_up = True  # nothing to read: no job is held
                 await asyncio.sleep(TOPIC_POLL_S)

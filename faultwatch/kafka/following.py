@@ -75,8 +75,10 @@ class TopicFollower:
         """Before each consumer starts (e.g. create the topic)."""
 
     async def partitions(self, consumer: Any, stop: asyncio.Event) -> set[int]:
-        """The topic's partitions; none: the consumer stops and a new one tries again after
-        the backoff (the topic does not exist yet)."""
+        """The topic's partitions, from metadata asked for now (a group-less consumer just
+        started knows no topic yet); none: the consumer stops and a new one tries again
+        after the backoff (the topic does not exist yet)."""
+        await consumer._client.force_metadata_update()  # noqa: SLF001 - no public call
         return set(consumer.partitions_for_topic(self.topic) or ())
 
     async def seek(self, consumer: Any, tps: list[Any]) -> None:
@@ -104,8 +106,8 @@ class TopicFollower:
                 await consumer.start()
                 parts = await self.partitions(consumer, stop)
                 if not parts:
-                    await consumer.stop()
-                    consumer = None
+                    consumer, stopping = None, consumer
+                    await stop_consumer(stopping)
                     await _wait(stop, self.backoff.s)
                     continue
                 await self._follow(consumer, parts, stop)
@@ -118,7 +120,7 @@ class TopicFollower:
                 await _wait(stop, wait)
             finally:
                 if consumer is not None:
-                    await consumer.stop()
+                    await stop_consumer(consumer)
 
     async def _follow(self, consumer: Any, parts: set[int], stop: asyncio.Event) -> None:
         from aiokafka import TopicPartition
@@ -136,6 +138,20 @@ class TopicFollower:
                 self.caught_up = True
                 self.loaded()
             self.backoff.reset()
+
+
+async def stop_consumer(consumer: Any) -> None:
+    """Stop a consumer, even one started a moment ago: aiokafka 0.14's group-less consumer
+    stopped before its coordinator's task first ran awaits that task, cancelled unstarted,
+    and raises CancelledError. One turn of the loop first lets the task start; such a
+    CancelledError (not this task's own cancellation) is not passed on."""
+    await asyncio.sleep(0)
+    try:
+        await consumer.stop()
+    except asyncio.CancelledError:
+        task = asyncio.current_task()
+        if task is not None and task.cancelling():
+            raise
 
 
 async def _wait(stop: asyncio.Event, seconds: float) -> None:

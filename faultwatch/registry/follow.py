@@ -35,7 +35,7 @@ class RegistryFollower(TopicFollower):
         await ensure_compacted_topic(self.bootstrap, self.topic)
 
     async def partitions(self, consumer: Any, stop: asyncio.Event) -> set[int]:
-        return set(consumer.partitions_for_topic(self.topic) or {0})
+        return await super().partitions(consumer, stop) or {0}
 
     async def take(self, batch: Mapping[Any, list[Any]]) -> None:
         writer = self.writer

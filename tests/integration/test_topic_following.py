@@ -32,13 +32,6 @@ class Collect(TopicFollower):
         self.taken: list[tuple[bytes, bool]] = []  # (value, caught up when taken)
         self.loads: list[int] = []  # how many records were taken at each loaded()
 
-    async def partitions(self, consumer: Any, stop: asyncio.Event) -> set[int]:
-        # as the holds follower asks: a group-less consumer just started knows no topic yet
-        # (the default, the incidents follower's, finds none here and the task ends: a bug
-        # of the incidents follower this refactor keeps as it was)
-        await consumer._client.force_metadata_update()  # noqa: SLF001
-        return set(consumer.partitions_for_topic(self.topic) or ())
-
     async def take(self, batch: Mapping[Any, list[Any]]) -> None:
         self.taken += [(m.value, self.caught_up) for msgs in batch.values() for m in msgs]
 
