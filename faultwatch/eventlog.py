@@ -75,7 +75,8 @@ _WARNING_EVENTS = (
     "spare_declined", "spare_status_unavailable", "lemon_node", "incidents_follow_failed",
     "ledger_refused", "ledger_unverified", "run_id_not_shared", "allocation_unavailable",
     "job_evicted", "run_start_refused", "decision_withheld")
-_ERROR_EVENTS = ("delivery_crashed", "spool_write_failed", "processor_start_failed")
+_ERROR_EVENTS = ("delivery_crashed", "spool_write_failed", "processor_start_failed",
+                 "processor_task_ended")
 LEVELS: dict[str, int] = {
     **dict.fromkeys(_DEBUG_EVENTS, DEBUG), **dict.fromkeys(_INFO_EVENTS, INFO),
     **dict.fromkeys(_WARNING_EVENTS, WARNING), **dict.fromkeys(_ERROR_EVENTS, ERROR)}

@@ -55,6 +55,7 @@ from faultwatch.streams.records import InRecord, LiveRules
 from faultwatch.streams.refusal_notices import RefusalNotices
 from faultwatch.streams.status_publish import StatusPublisher
 from faultwatch.streams.stopping import StopGate
+from faultwatch.streams.tasks import supervised
 from faultwatch.trust.replay import max_age_s
 from faultwatch.wire import (
     decision_to_dict,
@@ -535,7 +536,7 @@ def build_processor(cfg: ProcessorConfig, live: LiveRules | None = None,
         except Exception as e:  # noqa: BLE001 - the timer publishes it again
             log_event("produce_failed", what="worker record", error=f"{type(e).__name__}: {e}")
 
-    app.task(announce_at_start)
+    app.task(supervised("announce_at_start", announce_at_start, forever=False))
 
     @app.timer(interval=STATUS_S)
     async def publish_status() -> None:
@@ -568,20 +569,20 @@ def build_processor(cfg: ProcessorConfig, live: LiveRules | None = None,
         await follow_incidents(cfg.bootstrap, topics.incidents, lemons,
                                lambda: (live.policy, live.rules_version), publish_lemons)
 
-    app.task(lemon_follower)
+    app.task(supervised("lemon_follower", lemon_follower))
 
     async def rules_watcher() -> None:
         await watcher.run()
 
-    app.task(rules_watcher)
+    app.task(supervised("rules_watcher", rules_watcher))
 
     async def registry_follower() -> None:
         await registry.follow()
 
-    app.task(registry_follower)
+    app.task(supervised("registry_follower", registry_follower))
 
     async def holds_follower() -> None:
         await follow_holds(cfg.bootstrap, topics.holds, holds)
 
-    app.task(holds_follower)
+    app.task(supervised("holds_follower", holds_follower))
     return proc
