@@ -92,3 +92,18 @@ def test_without_a_broker_each_failure_waits_twice_as_long(monkeypatch: pytest.M
     assert [kw["retry_in_s"] for _, kw in events] == [1.0, 2.0]
     assert all(kw["topic"] == "nowhere" and "Error" in kw["error"] for _, kw in events)
     assert stopped_in_s < 1.5
+
+
+def test_a_consumer_stopped_right_after_its_start_stops_cleanly(kafka_bootstrap: str) -> None:
+    from faultwatch.kafka import clients
+
+    async def main() -> bool:
+        c = clients.consumer(bootstrap_servers=kafka_bootstrap, group_id=None,
+                             enable_auto_commit=False)
+        await c.start()
+        await following.stop_consumer(c)  # aiokafka 0.14's plain stop raises CancelledError
+        me = asyncio.current_task()
+        closed = c._client._sync_task is None  # noqa: SLF001 - closed last: stopped whole
+        return me is not None and not me.cancelling() and closed
+
+    assert asyncio.run(main())
