@@ -78,8 +78,8 @@ def test_a_node_blamed_in_three_jobs_is_a_lemon_one_blamed_in_two_is_not(
     prefix, log = worker
     now = time.time()
     jobs = [f"train-{uuid.uuid4().hex[:6]}" for _ in range(3)]
-    records = [ledger_record(jobs[0], [LEMON, OTHER], now),
-               ledger_record(jobs[1], [LEMON, OTHER], now),
+    records = [ledger_record(jobs[0], [OTHER, LEMON], now),
+               ledger_record(jobs[1], [OTHER, LEMON], now),
                ledger_record(jobs[2], [LEMON], now)]
     asyncio.run(produce_records(kafka_bootstrap, Topics(prefix).incidents, records))
 
