@@ -28,6 +28,8 @@ import sys
 import time
 import zlib
 from collections import Counter
+from collections.abc import Awaitable, Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -235,7 +237,13 @@ class Workers:
 
 
 async def processor_run(a: argparse.Namespace, prefix: str, topics: Topics,
-                        total_lines: int, workers: int = 1) -> dict[str, Any]:
+                        total_lines: int, workers: int = 1,
+                        fill_after: Callable[[], Awaitable[Any]] | None = None
+                        ) -> dict[str, Any]:
+    """Start `workers` processors of one group and time them until the logs (then the
+    signals they made) are consumed. `fill_after`: the topic is empty at the start and this
+    fills it once every worker holds its partitions (the time counts from there); without
+    it the topic was filled before (a second worker joining late would find it read)."""
     workdir = Path(a.workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     plog = workdir / f"tp-processor-{prefix.strip('.')}.log"
@@ -263,6 +271,8 @@ async def processor_run(a: argparse.Namespace, prefix: str, topics: Topics,
                     t_stable = now
                     cpu_at["stable"] = proc.cpu_s()
                     cpu_at["broker_stable"] = proc_cpu_s(bpid) if bpid else None
+                    if fill_after is not None:
+                        await fill_after()
                     if a.py_spy:
                         spy = subprocess.Popen(
                             [str(Path(sys.executable).parent / "py-spy"), "record", "-p",
@@ -458,8 +468,11 @@ async def main_async(a: argparse.Namespace) -> dict[str, Any]:
             pre = f"{prefix}s{n}."
             tps = Topics(pre)
             await ensure_topics(a.bootstrap, tps, a.partitions)
-            await fill(a, tps.logs, make_records(a)[0])
-            r = await processor_run(a, pre, tps, total_lines, workers=n)
+            recs_n = make_records(a)[0]
+            # filled once every worker holds its partitions: filled before, the first
+            # worker read it all before a second one joined (2026-12-08)
+            r = await processor_run(a, pre, tps, total_lines, workers=n,
+                                    fill_after=partial(fill, a, tps.logs, recs_n))
             runs.append({"workers": n, **{k: r.get(k) for k in (
                 "lines_per_s", "lines_per_cpu_s", "cpu_pct_while_consuming",
                 "logs_done_after_stable_s", "error")}})
