@@ -189,22 +189,8 @@ def fold_steps(st: JobState, node: str, marks: Iterable[StepMark]) -> JobState:
         folded[key] = rp
         if advanced:
             assert prev is not None
-            weight = min(max(step - prev.step, 1), STEP_WEIGHT_MAX)  # a bar restarting: 1
-            # what waited for this advance becomes samples; what ended with it waits for the
-            # next
-            held: tuple[Gap, ...] = ()
-            if pending:
-                samples += (g for g in pending if g[2] < ts)
-                held = tuple(g for g in pending if g[2] >= ts)
-            # the advance out of step 0 spans start-up (first step, compilation, first
-            # collective): no sample, unless the attempt already advanced past its warm-up
-            if step_ts is not None and ts > step_ts and no_stages \
-                    and (prev.step > 0 or steps >= WARMUP_STEPS) \
-                    and (stage_ts is None or stage_ts < step_ts):
-                held += ((f"{STEPS_HIST}:{weight}", ts - step_ts, ts),)
-            step_ts = ts if step_ts is None else max(step_ts, ts)
-            steps += weight
-            pending = held
+            pending, step_ts, steps = advance(samples, pending, step_ts, steps, prev.step,
+                                              step, ts, no_stages, stage_ts)
             since_step = 0
         elif prev is None and step_ts is None:
             step_ts = ts
@@ -212,6 +198,27 @@ def fold_steps(st: JobState, node: str, marks: Iterable[StepMark]) -> JobState:
     hists = add_gaps(st.hists, samples) if samples else st.hists
     return evolve(st, progress=progress, step_ts=step_ts, steps=steps, hists=hists,
                   pending_gaps=pending, outputs_since_step=since_step)
+
+
+def advance(samples: list[Gap], pending: tuple[Gap, ...], step_ts: float | None, steps: int,
+            prev_step: int, step: int, ts: float, no_stages: bool, stage_ts: float | None
+            ) -> tuple[tuple[Gap, ...], float | None, int]:
+    """A rank's step moved from `prev_step` to `step` at `ts` (see fold_steps): the pending
+    gaps that ended before it become `samples` (appended), the gap since the job's last
+    advance waits for the next; returns the new pending gaps, step_ts and steps."""
+    weight = min(max(step - prev_step, 1), STEP_WEIGHT_MAX)  # a bar restarting: 1
+    # what waited for this advance becomes samples; what ended with it waits for the next
+    held: tuple[Gap, ...] = ()
+    if pending:
+        samples += (g for g in pending if g[2] < ts)
+        held = tuple(g for g in pending if g[2] >= ts)
+    # the advance out of step 0 spans start-up (first step, compilation, first collective):
+    # no sample, unless the attempt already advanced past its warm-up
+    if step_ts is not None and ts > step_ts and no_stages \
+            and (prev_step > 0 or steps >= WARMUP_STEPS) \
+            and (stage_ts is None or stage_ts < step_ts):
+        held += ((f"{STEPS_HIST}:{weight}", ts - step_ts, ts),)
+    return held, (ts if step_ts is None else max(step_ts, ts)), steps + weight
 
 
 def fold_stage(st: JobState, ev: Stage) -> JobState:

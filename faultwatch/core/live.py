@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from functools import partial
 
 from faultwatch.core.events import Output, ProgressBatch, Signal
-from faultwatch.core.folds import Gap, add_gaps, stage_key
+from faultwatch.core.folds import Gap, add_gaps, advance, stage_key
 from faultwatch.core.membership import holds
 from faultwatch.core.pmap import EMPTY
 from faultwatch.core.progress import RankProg
@@ -19,7 +19,7 @@ from faultwatch.core.state import (
     evolve,
     node_with,
 )
-from faultwatch.core.windows import STEP_WEIGHT_MAX, STEPS_HIST, WARMUP_OUTPUTS, WARMUP_STEPS
+from faultwatch.core.windows import WARMUP_OUTPUTS, WARMUP_STEPS
 
 _new_prog = partial(tuple.__new__, RankProg)  # a RankProg of a tuple, in C
 LIVE = (Output, ProgressBatch)  # the signals fold_live takes: they fold, never decide
@@ -136,18 +136,8 @@ def fold_live(st: JobState, sigs: Sequence[Signal], start: int, now: float
                 continue
             prog_new[key] = _new_prog((step, ts if ts > prevp.ts else prevp.ts,
                                        prevp.step_time_s, prevp.strikes, node))
-            weight = min(max(step - prevp.step, 1), STEP_WEIGHT_MAX)
-            held: tuple[Gap, ...] = ()
-            if pending:
-                samples += (g for g in pending if g[2] < ts)
-                held = tuple(g for g in pending if g[2] >= ts)
-            if step_ts is not None and ts > step_ts and no_stages \
-                    and (prevp.step > 0 or steps >= WARMUP_STEPS) \
-                    and (stage_ts is None or stage_ts < step_ts):
-                held += ((f"{STEPS_HIST}:{weight}", ts - step_ts, ts),)
-            step_ts = ts if step_ts is None else max(step_ts, ts)
-            steps += weight
-            pending = held
+            pending, step_ts, steps = advance(samples, pending, step_ts, steps, prevp.step,
+                                              step, ts, no_stages, stage_ts)
             since_step = 0
     if i == start:
         return st, i
